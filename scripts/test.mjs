@@ -1,0 +1,20 @@
+// Runs every test/**/*.test.ts with node's test runner (through tsx), two files at a time.
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+
+function find(dir) {
+  return readdirSync(dir).flatMap((f) => {
+    const p = join(dir, f);
+    return statSync(p).isDirectory() ? find(p) : p.endsWith('.test.ts') ? [p] : [];
+  });
+}
+
+const only = process.argv.slice(2);
+const files = only.length ? only : find('test').sort();
+const r = spawnSync(
+  process.execPath,
+  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=120000', ...files],
+  { stdio: 'inherit' },
+);
+process.exit(r.status ?? 1);

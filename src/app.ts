@@ -1,0 +1,166 @@
+/**
+ * Builds the Fastify app: cross-cutting plugins in order, then each module's
+ * routes. No listening, no background jobs: those belong to main.ts.
+ */
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify';
+import cors from '@fastify/cors';
+import { Type } from 'typebox';
+import type { Config } from './config.js';
+import type { Db } from './db/db.js';
+import { newId } from './ids.js';
+import { validatorCompiler } from './http/validation.js';
+import { registerErrorHandler } from './http/error-handler.js';
+import { ErrorResponse, errorResponses } from './http/schemas.js';
+import { registerOpenApi, API_VERSION } from './http/openapi.js';
+import { registerMetrics } from './http/metrics.js';
+import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
+import { registerRateLimit } from './http/rate-limit.js';
+import { registerIdempotency } from './http/idempotency.js';
+import type { RateLimitStore } from './http/rate-limit-store.js';
+import { PasswordHasher } from './modules/auth/passwords.js';
+import { TokenService } from './modules/auth/tokens.js';
+import { AuthService } from './modules/auth/service.js';
+import { authRoutes } from './modules/auth/routes.js';
+import { ApiKeyService } from './modules/api-keys/service.js';
+import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { SshKeyService } from './modules/ssh-keys/service.js';
+import { sshKeyRoutes } from './modules/ssh-keys/routes.js';
+import { AdminUserService } from './modules/admin/service.js';
+import { adminRoutes } from './modules/admin/routes.js';
+import type { ClockService } from './modules/clock/service.js';
+
+export const BODY_LIMIT = 64 * 1024; // D2
+
+export interface AppDeps {
+  config: Config;
+  db: Db;
+  clock: ClockService;
+  rateLimitStore: RateLimitStore;
+  jwtSecret: string;
+  logger?: FastifyServerOptions['logger'];
+}
+
+export interface Services {
+  clock: ClockService;
+  passwords: PasswordHasher;
+  tokens: TokenService;
+  auth: AuthService;
+  apiKeys: ApiKeyService;
+  sshKeys: SshKeyService;
+  adminUsers: AdminUserService;
+}
+
+export function createServices(deps: AppDeps): Services {
+  const clock = deps.clock.clock;
+  const passwords = new PasswordHasher(deps.config.passwordHashConcurrency);
+  const tokens = new TokenService(deps.jwtSecret, clock);
+  return {
+    clock: deps.clock,
+    passwords,
+    tokens,
+    auth: new AuthService(deps.db, clock, passwords, tokens),
+    apiKeys: new ApiKeyService(deps.db, clock),
+    sshKeys: new SshKeyService(deps.db, clock),
+    adminUsers: new AdminUserService(deps.db, clock),
+  };
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    services: Services;
+  }
+}
+
+const REQUEST_ID_RE = /^[\w.:-]{1,128}$/;
+const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin'];
+
+export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: deps.logger ?? false,
+    bodyLimit: BODY_LIMIT,
+    trustProxy: false,
+    // D46: echo a sane client X-Request-Id, otherwise make one.
+    genReqId: (req) => {
+      const h = req.headers['x-request-id'];
+      return typeof h === 'string' && REQUEST_ID_RE.test(h) ? h : newId();
+    },
+    ajv: { customOptions: { strict: false } },
+    routerOptions: { ignoreTrailingSlash: true },
+  });
+  app.decorate('services', services);
+  app.setValidatorCompiler(validatorCompiler);
+  app.addSchema(ErrorResponse);
+  registerErrorHandler(app);
+
+  // An empty body with Content-Type: application/json is "no body" (start, stop, ...), not an error.
+  const defaultJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: BODY_LIMIT }, (req, body, done) => {
+    if (body === '' || (typeof body === 'string' && body.trim() === '')) return done(null, undefined);
+    defaultJson(req, body as string, done);
+  });
+  // D2: a body in any other media type is 415.
+  app.removeContentTypeParser('text/plain');
+
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('X-Request-Id', req.id);
+    reply.header('API-Version', API_VERSION); // D9
+    const path = req.url.split('?')[0]!;
+    if (NO_STORE_PREFIXES.some((p) => path === p || path.startsWith(p + '/'))) reply.header('Cache-Control', 'no-store'); // D46
+  });
+
+  if (deps.config.corsOrigins.length > 0) {
+    await app.register(cors, {
+      origin: deps.config.corsOrigins.includes('*') ? true : deps.config.corsOrigins,
+      exposedHeaders: ['X-Request-Id', 'X-Total-Count', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'Retry-After', 'API-Version'],
+    });
+  }
+
+  await registerOpenApi(app);
+  registerMetrics(app);
+
+  // Order matters: identify -> count -> reject (D40 counts unauthenticated calls by IP) -> idempotency.
+  registerAuthentication(app, services.auth, services.apiKeys);
+  registerRateLimit(app, deps.rateLimitStore, deps.config.rateLimits);
+  registerAuthorization(app);
+  registerIdempotency(app, deps.db, services.clock.clock);
+
+  const health = { auth: 'public' as const, rateLimit: false as const };
+  app.get(
+    '/healthz',
+    {
+      schema: { tags: ['system'], summary: 'Liveness', description: 'The process is up.', security: [], response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+      config: health,
+    },
+    async () => ({ status: 'ok' as const }),
+  );
+  app.get(
+    '/readyz',
+    {
+      schema: {
+        tags: ['system'],
+        summary: 'Readiness',
+        description: 'The database answers; 503 otherwise.',
+        security: [],
+        response: { 200: Type.Object({ status: Type.Literal('ready') }), ...errorResponses(503) },
+      },
+      config: health,
+    },
+    async (_req, reply) => {
+      try {
+        await deps.db.query('SELECT 1');
+        return { status: 'ready' as const };
+      } catch {
+        return (reply as FastifyReply).code(503).send({ detail: 'Database unreachable', code: 'internal' });
+      }
+    },
+  );
+
+  authRoutes(app, services.auth);
+  apiKeyRoutes(app, services.apiKeys);
+  sshKeyRoutes(app, services.sshKeys);
+  adminRoutes(app, services.adminUsers, services.clock);
+
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,43 @@
+/**
+ * The service clock (CONTRACT D43). Nothing else in the code calls Date.now()
+ * for service time; rate-limit windows alone stay on real time (D43).
+ */
+export interface Clock {
+  readonly mode: 'system' | 'manual';
+  now(): Date;
+  nowMs(): number;
+}
+
+export class SystemClock implements Clock {
+  readonly mode = 'system' as const;
+  now(): Date {
+    return new Date();
+  }
+  nowMs(): number {
+    return Date.now();
+  }
+}
+
+/**
+ * Stands still except through advance(). Persistence of its value (kept in the
+ * database across restarts) is done by the clock service, which owns the row.
+ */
+export class ManualClock implements Clock {
+  readonly mode = 'manual' as const;
+  constructor(private ms: number) {}
+  now(): Date {
+    return new Date(this.ms);
+  }
+  nowMs(): number {
+    return this.ms;
+  }
+  set(ms: number): void {
+    this.ms = ms;
+  }
+  advance(seconds: number): void {
+    this.ms += seconds * 1000;
+  }
+}
+
+/** Real time, for rate-limit windows only (D43). */
+export const realTimeMs = (): number => Date.now();

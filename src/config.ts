@@ -1,0 +1,156 @@
+/**
+ * Configuration from the environment, validated once at start (CONTRACT D45).
+ * A bad value stops the start with a message naming the variable.
+ */
+export type HypervisorKind = 'simulator' | 'proxmox';
+export type ClockMode = 'system' | 'manual';
+
+export interface RateLimitConfig {
+  login: number;
+  auth: number;
+  vmMutations: number;
+  default: number;
+  windowMs: number;
+}
+
+export interface Config {
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  dataDir: string;
+  redisUrl: string | undefined;
+  jwtSecret: string | undefined;
+  hypervisor: HypervisorKind;
+  clock: ClockMode;
+  simProvisionMs: number;
+  billingIntervalS: number;
+  demo: boolean;
+  adminEmail: string | undefined;
+  adminPassword: string | undefined;
+  corsOrigins: string[];
+  logLevel: string;
+  rateLimits: RateLimitConfig;
+  nodeEnv: string;
+  /** Max password hashes computed at once (memory bound for login floods). */
+  passwordHashConcurrency: number;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`${variable}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+function str(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v.trim() === '' ? undefined : v.trim();
+}
+
+function int(env: Env, name: string, def: number, min: number, max: number): number {
+  const raw = str(env, name);
+  if (raw === undefined) return def;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(name, `must be a whole number, got "${raw}"`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], def: T): T {
+  const raw = str(env, name);
+  if (raw === undefined) return def;
+  if (!(allowed as readonly string[]).includes(raw)) {
+    throw new ConfigError(name, `must be one of ${allowed.join(', ')}, got "${raw}"`);
+  }
+  return raw as T;
+}
+
+function bool(env: Env, name: string): boolean | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true;
+  if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
+  throw new ConfigError(name, `must be 1 or 0 (true/false), got "${raw}"`);
+}
+
+function url(env: Env, name: string, protocols: string[]): string | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(raw);
+  } catch {
+    throw new ConfigError(name, 'is not a valid URL');
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(name, `must use ${protocols.join(' or ')}, got "${parsed.protocol}"`);
+  }
+  return raw;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const nodeEnv = str(env, 'NODE_ENV') ?? 'development';
+  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
+  const redisUrl = url(env, 'GPUCLOUD_REDIS_URL', ['redis:', 'rediss:']);
+  const jwtSecret = str(env, 'GPUCLOUD_JWT_SECRET');
+  if (databaseUrl && !jwtSecret) {
+    throw new ConfigError('GPUCLOUD_JWT_SECRET', 'is required when DATABASE_URL is set (every instance must sign with the same secret)');
+  }
+  if (jwtSecret && jwtSecret.length < 32) {
+    throw new ConfigError('GPUCLOUD_JWT_SECRET', 'must be at least 32 characters');
+  }
+  const clock = oneOf(env, 'GPUCLOUD_CLOCK', ['system', 'manual'] as const, 'system');
+  if (clock === 'manual' && nodeEnv === 'production') {
+    throw new ConfigError('GPUCLOUD_CLOCK', 'manual is refused when NODE_ENV=production');
+  }
+  const adminEmail = str(env, 'GPUCLOUD_ADMIN_EMAIL');
+  const adminPassword = str(env, 'GPUCLOUD_ADMIN_PASSWORD');
+  if (adminEmail && !/^[^\s@]+@[^\s@]+$/.test(adminEmail)) {
+    throw new ConfigError('GPUCLOUD_ADMIN_EMAIL', 'is not an email address');
+  }
+  if (adminEmail && !adminPassword) throw new ConfigError('GPUCLOUD_ADMIN_PASSWORD', 'is required with GPUCLOUD_ADMIN_EMAIL');
+  if (adminPassword && !adminEmail) throw new ConfigError('GPUCLOUD_ADMIN_EMAIL', 'is required with GPUCLOUD_ADMIN_PASSWORD');
+  if (adminPassword && adminPassword.length < 12) {
+    throw new ConfigError('GPUCLOUD_ADMIN_PASSWORD', 'must be at least 12 characters');
+  }
+  const demoFlag = bool(env, 'GPUCLOUD_DEMO');
+  const cors = str(env, 'GPUCLOUD_CORS_ORIGINS');
+  const corsOrigins = cors ? cors.split(',').map((s) => s.trim()).filter(Boolean) : [];
+  for (const o of corsOrigins) {
+    if (o !== '*' && !/^https?:\/\/[^/\s]+$/.test(o)) {
+      throw new ConfigError('GPUCLOUD_CORS_ORIGINS', `"${o}" is not an origin like https://console.example.com`);
+    }
+  }
+  return {
+    port: int(env, 'PORT', 8080, 0, 65535),
+    host: str(env, 'HOST') ?? '127.0.0.1',
+    databaseUrl,
+    dataDir: str(env, 'GPUCLOUD_DATA_DIR') ?? './data',
+    redisUrl,
+    jwtSecret,
+    hypervisor: oneOf(env, 'GPUCLOUD_HYPERVISOR', ['simulator', 'proxmox'] as const, 'simulator'),
+    clock,
+    simProvisionMs: int(env, 'GPUCLOUD_SIM_PROVISION_MS', 3000, 0, 3_600_000),
+    billingIntervalS: int(env, 'GPUCLOUD_BILLING_INTERVAL_S', 3600, 1, 86_400),
+    // D44: on by default on the embedded database, off with DATABASE_URL unless GPUCLOUD_DEMO=1.
+    demo: demoFlag ?? !databaseUrl,
+    adminEmail,
+    adminPassword,
+    corsOrigins,
+    logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
+    rateLimits: {
+      login: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN', 5, 1, 1_000_000),
+      auth: int(env, 'GPUCLOUD_RATE_LIMIT_AUTH', 10, 1, 1_000_000),
+      vmMutations: int(env, 'GPUCLOUD_RATE_LIMIT_VM_MUTATIONS', 30, 1, 1_000_000),
+      default: int(env, 'GPUCLOUD_RATE_LIMIT_DEFAULT', 300, 1, 1_000_000),
+      windowMs: 60_000,
+    },
+    nodeEnv,
+    passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
+  };
+}

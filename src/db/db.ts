@@ -1,0 +1,144 @@
+/**
+ * One database interface over PostgreSQL (pg) and the embedded PGlite
+ * (CONTRACT D42). Both speak the same SQL dialect; repositories only see Db.
+ */
+import pg from 'pg';
+import { PGlite } from '@electric-sql/pglite';
+import { mkdirSync } from 'node:fs';
+
+export type Row = Record<string, unknown>;
+
+export interface QueryResult<T> {
+  rows: T[];
+  rowCount: number;
+}
+
+export interface Queryable {
+  query<T = Row>(sql: string, params?: readonly unknown[]): Promise<QueryResult<T>>;
+}
+
+export interface Db extends Queryable {
+  readonly kind: 'pglite' | 'postgres';
+  /** Runs fn in one transaction; retried on serialization failures and deadlocks. */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /** Runs a multi-statement script (migrations). */
+  exec(sql: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+const INT8 = 20;
+const parseInt8 = (v: string) => Number(v);
+
+/** PostgreSQL error codes we react to. */
+export const PG = {
+  uniqueViolation: '23505',
+  foreignKeyViolation: '23503',
+  serializationFailure: '40001',
+  deadlock: '40P01',
+} as const;
+
+export function pgErrorCode(err: unknown): string | undefined {
+  return typeof err === 'object' && err !== null && 'code' in err ? String((err as { code: unknown }).code) : undefined;
+}
+
+const RETRYABLE = new Set<string>([PG.serializationFailure, PG.deadlock]);
+
+export class PostgresDb implements Db {
+  readonly kind = 'postgres' as const;
+  readonly pool: pg.Pool;
+
+  constructor(connectionString: string, opts: { searchPath?: string; max?: number } = {}) {
+    this.pool = new pg.Pool({
+      connectionString,
+      max: opts.max ?? 10,
+      options: opts.searchPath ? `-c search_path=${opts.searchPath}` : undefined,
+      types: {
+        getTypeParser: ((oid: number, format?: string) =>
+          oid === INT8 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+      },
+    });
+    // An idle client losing its connection must not crash the process.
+    this.pool.on('error', () => {});
+  }
+
+  async query<T = Row>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<T>> {
+    const r = await this.pool.query(sql, params as unknown[]);
+    return { rows: r.rows as T[], rowCount: r.rowCount ?? 0 };
+  }
+
+  async exec(sql: string): Promise<void> {
+    await this.pool.query(sql);
+  }
+
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const client = await this.pool.connect();
+      try {
+        await client.query('BEGIN');
+        const tx: Queryable = {
+          query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
+            const r = await client.query(sql, params as unknown[]);
+            return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+          },
+        };
+        const result = await fn(tx);
+        await client.query('COMMIT');
+        return result;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        if (attempt < 5 && RETRYABLE.has(pgErrorCode(err) ?? '')) continue;
+        throw err;
+      } finally {
+        client.release();
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}
+
+/**
+ * PGlite has a single connection: its transaction() holds an exclusive lock,
+ * so transactions are serialized and FOR UPDATE SKIP LOCKED claims are trivially exclusive.
+ */
+export class PgliteDb implements Db {
+  readonly kind = 'pglite' as const;
+  private constructor(readonly pg: PGlite) {}
+
+  static async open(dataDir?: string): Promise<PgliteDb> {
+    if (dataDir) mkdirSync(dataDir, { recursive: true });
+    const db = await PGlite.create(dataDir, { parsers: { [INT8]: parseInt8 } });
+    return new PgliteDb(db);
+  }
+
+  async query<T = Row>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<T>> {
+    const r = await this.pg.query<T>(sql, params as unknown[]);
+    return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+  }
+
+  async exec(sql: string): Promise<void> {
+    await this.pg.exec(sql);
+  }
+
+  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    return this.pg.transaction(async (t) =>
+      fn({
+        query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
+          const r = await t.query<R>(sql, params as unknown[]);
+          return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+        },
+      }),
+    );
+  }
+
+  async close(): Promise<void> {
+    if (!this.pg.closed) await this.pg.close();
+  }
+}
+
+export async function openDb(opts: { databaseUrl?: string; dataDir?: string }): Promise<Db> {
+  if (opts.databaseUrl) return new PostgresDb(opts.databaseUrl);
+  return PgliteDb.open(opts.dataDir);
+}

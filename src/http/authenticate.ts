@@ -1,0 +1,67 @@
+/**
+ * Authentication and authorization hooks. For every route whose config.auth
+ * is not 'public': Bearer JWT or `gpc_` API key -> request.principal; then
+ * (after the rate limiter has counted the request) 401 / 403 for missing
+ * credentials, suspension, role and scope (CONTRACT D14-D16, D47).
+ * A valid token or key never touches a password hash.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { forbidden, unauthorized } from '../errors.js';
+import type { AuthService } from '../modules/auth/service.js';
+import type { ApiKeyService } from '../modules/api-keys/service.js';
+import type { Principal } from './principal.js';
+import { scopeAllows } from './scopes.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    authFailure?: string;
+  }
+}
+
+export function isPublic(req: FastifyRequest): boolean {
+  return !req.routeOptions.url || (req.routeOptions.config.auth ?? 'user') === 'public';
+}
+
+async function principalFrom(header: string, auth: AuthService, apiKeys: ApiKeyService): Promise<Principal | string> {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  if (!m) return 'Authorization header must be "Bearer <token or API key>"';
+  const credential = m[1]!;
+  if (credential.startsWith('gpc_')) {
+    const k = await apiKeys.authenticate(credential);
+    if (!k) return 'Invalid, revoked or expired API key';
+    return { userId: k.user_id, email: k.email, role: k.role, scope: k.scope, via: 'api_key', apiKeyId: k.id, suspended: k.suspended } as Principal & { suspended: boolean };
+  }
+  const s = await auth.authenticateAccessToken(credential);
+  if (!s) return 'Invalid or expired access token';
+  return { userId: s.user.id, email: s.user.email, role: s.user.role, scope: 'read_write', via: 'session', sessionId: s.sessionId, suspended: s.user.suspended } as Principal & { suspended: boolean };
+}
+
+/** Runs first: identifies the caller, never rejects (so the rate limiter can count failures by IP). */
+export function registerAuthentication(app: FastifyInstance, auth: AuthService, apiKeys: ApiKeyService): void {
+  app.addHook('onRequest', async (req) => {
+    if (isPublic(req)) return;
+    const header = req.headers.authorization;
+    if (!header) {
+      req.authFailure = 'Missing credentials: send "Authorization: Bearer <token or API key>"';
+      return;
+    }
+    const p = await principalFrom(header, auth, apiKeys);
+    if (typeof p === 'string') req.authFailure = p;
+    else req.principal = p;
+  });
+}
+
+/** Runs after the rate limiter: rejects what the caller may not do. */
+export function registerAuthorization(app: FastifyInstance): void {
+  app.addHook('onRequest', async (req) => {
+    if (isPublic(req)) return;
+    const p = req.principal as (Principal & { suspended?: boolean }) | undefined;
+    if (!p) throw unauthorized(req.authFailure);
+    if (p.suspended) throw forbidden('This account is suspended; contact the operator');
+    const route = req.routeOptions.url!;
+    if (!scopeAllows(p.scope, req.method, route)) {
+      throw forbidden(`This API key's scope (${p.scope}) does not allow ${req.method} ${route}`);
+    }
+    if (req.routeOptions.config.auth === 'admin' && p.role !== 'admin') throw forbidden('Administrator role required');
+  });
+}

@@ -1,0 +1,37 @@
+/** Who is asking: set by the authentication hook on every authenticated request. */
+import type { Scope } from './scopes.js';
+import type { Role } from '../modules/auth/repository.js';
+
+export interface Principal {
+  userId: number;
+  email: string;
+  role: Role;
+  scope: Scope;
+  via: 'session' | 'api_key';
+  /** Session family of a JWT (D12). */
+  sessionId?: string;
+  apiKeyId?: string;
+}
+
+/** Route-level options, declared in each route's `config`. */
+export type AuthMode = 'public' | 'user' | 'admin';
+export type RateBucket = 'login' | 'auth' | 'vm' | 'default';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Who may call the route (default 'user'). */
+    auth?: AuthMode;
+    /** D40 bucket; false for infrastructure routes (health, metrics, docs). Default 'default'. */
+    rateLimit?: RateBucket | false;
+    /** D41: honours the Idempotency-Key header. */
+    idempotent?: boolean;
+  }
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+export function requirePrincipal(p: Principal | undefined): Principal {
+  if (!p) throw new Error('route reached without authentication: its config.auth is wrong');
+  return p;
+}

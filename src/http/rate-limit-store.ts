@@ -1,0 +1,227 @@
+/**
+ * Fixed-window rate-limit counters (contract D40).
+ *
+ * Windows are fixed, `windowMs` long (60 s in production) and aligned to
+ * multiples of `windowMs` since the Unix epoch, so every service instance
+ * computes the same window for the same instant. Callers pass REAL time
+ * (`Date.now()`), never the service clock.
+ *
+ * Two implementations share one interface:
+ * - {@link MemoryRateLimitStore}: per-process Map, for a single instance / tests.
+ * - {@link RedisRateLimitStore}: counters shared between instances through
+ *   Redis (used when `GPUCLOUD_REDIS_URL` is set).
+ */
+import { Redis } from 'ioredis';
+
+export interface RateLimitHit {
+  /** Hits counted on the key in the current window, including this one (>= 1). */
+  count: number;
+  /** Milliseconds until the current window ends (>= 1). */
+  resetMs: number;
+}
+
+export interface RateLimitStore {
+  /**
+   * Counts one hit on `key` in the fixed window of `windowMs` that contains
+   * `nowMs`; windows are aligned to multiples of windowMs since the Unix epoch
+   * so that every instance agrees.
+   */
+  hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit>;
+  close(): Promise<void>;
+}
+
+interface WindowInfo {
+  windowStart: number;
+  windowEnd: number;
+  resetMs: number;
+}
+
+function windowOf(windowMs: number, nowMs: number): WindowInfo {
+  if (!Number.isFinite(windowMs) || windowMs < 1) {
+    throw new RangeError(`rate-limit windowMs must be a finite number >= 1, got ${windowMs}`);
+  }
+  if (!Number.isFinite(nowMs)) {
+    throw new RangeError(`rate-limit nowMs must be a finite number, got ${nowMs}`);
+  }
+  const w = Math.floor(windowMs);
+  const windowStart = Math.floor(nowMs / w) * w;
+  const windowEnd = windowStart + w;
+  const resetMs = Math.max(1, Math.ceil(windowEnd - nowMs));
+  return { windowStart, windowEnd, resetMs };
+}
+
+// ---------------------------------------------------------------------------
+// In-memory implementation
+// ---------------------------------------------------------------------------
+
+interface MemoryEntry {
+  count: number;
+  windowEnd: number;
+}
+
+export interface MemoryRateLimitStoreOptions {
+  /**
+   * Minimum number of hits between two full sweeps of expired windows
+   * (default 1000). A sweep also waits until at least as many hits as there
+   * were live entries after the previous sweep, so sweeping is amortised O(1).
+   */
+  sweepEvery?: number;
+}
+
+export class MemoryRateLimitStore implements RateLimitStore {
+  /** `${windowStart}:${key}` -> counter of that window. */
+  private readonly entries = new Map<string, MemoryEntry>();
+  private readonly sweepEvery: number;
+  private hitsSinceSweep = 0;
+  private sizeAfterSweep = 0;
+  private closed = false;
+
+  constructor(opts: MemoryRateLimitStoreOptions = {}) {
+    const every = opts.sweepEvery ?? 1000;
+    this.sweepEvery = Number.isFinite(every) && every >= 1 ? Math.floor(every) : 1000;
+  }
+
+  async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
+    const mapKey = `${windowStart}:${key}`;
+    let entry = this.entries.get(mapKey);
+    if (entry === undefined) {
+      entry = { count: 0, windowEnd };
+      this.entries.set(mapKey, entry);
+      // The key's previous window is over: drop it eagerly.
+      this.entries.delete(`${windowStart - Math.floor(windowMs)}:${key}`);
+    }
+    entry.count += 1;
+    const count = entry.count;
+
+    this.hitsSinceSweep += 1;
+    if (this.hitsSinceSweep >= Math.max(this.sweepEvery, this.sizeAfterSweep)) {
+      this.sweep(nowMs);
+    }
+    return { count, resetMs };
+  }
+
+  /** Drops every window that has ended at `nowMs`. Returns the number of entries removed. */
+  sweep(nowMs: number): number {
+    let removed = 0;
+    for (const [k, e] of this.entries) {
+      if (e.windowEnd <= nowMs) {
+        this.entries.delete(k);
+        removed += 1;
+      }
+    }
+    this.hitsSinceSweep = 0;
+    this.sizeAfterSweep = this.entries.size;
+    return removed;
+  }
+
+  /** Number of window counters currently held (for tests / metrics). */
+  size(): number {
+    return this.entries.size;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.entries.clear();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Redis implementation
+// ---------------------------------------------------------------------------
+
+/**
+ * INCR + PEXPIRE done atomically: the expiry is set on the first hit of a
+ * window (and repaired if a key somehow has none), so no key can be left
+ * without a TTL.
+ */
+const HIT_SCRIPT = `
+local c = redis.call('INCR', KEYS[1])
+if c == 1 or redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return c
+`;
+
+/** Extra TTL beyond the window end, to tolerate small clock skew between instances. */
+const EXPIRY_SLACK_MS = 1000;
+
+export interface RedisRateLimitStoreOptions {
+  /** Prefix of every Redis key (default `gpucloud:`). */
+  prefix?: string;
+}
+
+export class RedisRateLimitStore implements RateLimitStore {
+  readonly prefix: string;
+  private readonly client: Redis;
+  private lastError: Error | undefined;
+  private closed = false;
+
+  constructor(url: string, opts: RedisRateLimitStoreOptions = {}) {
+    this.prefix = opts.prefix ?? 'gpucloud:';
+    this.client = new Redis(url, {
+      lazyConnect: false,
+      maxRetriesPerRequest: 2,
+      enableOfflineQueue: true,
+      commandTimeout: 2000,
+    });
+    // Connection errors surface through rejected commands; keep the last one
+    // for diagnostics and avoid ioredis' "Unhandled error event" output.
+    this.client.on('error', (err: Error) => {
+      this.lastError = err;
+    });
+  }
+
+  /** Redis key of the counter of `key` for the window starting at `windowStart`. */
+  keyFor(key: string, windowStart: number): string {
+    return `${this.prefix}rl:${key}:${windowStart}`;
+  }
+
+  async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const { windowStart, resetMs } = windowOf(windowMs, nowMs);
+    const redisKey = this.keyFor(key, windowStart);
+    let reply: unknown;
+    try {
+      reply = await this.client.eval(HIT_SCRIPT, 1, redisKey, String(resetMs + EXPIRY_SLACK_MS));
+    } catch (err) {
+      const cause = err instanceof Error ? err : new Error(String(err));
+      const detail = this.lastError && this.lastError !== cause ? ` (${this.lastError.message})` : '';
+      throw new Error(`rate-limit store: Redis command failed: ${cause.message}${detail}`, { cause });
+    }
+    const count = Number(reply);
+    if (!Number.isInteger(count) || count < 1) {
+      throw new Error(`rate-limit store: unexpected Redis reply ${String(reply)}`);
+    }
+    return { count, resetMs };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.client.status === 'ready') {
+      try {
+        await this.client.quit();
+        return;
+      } catch {
+        // fall through to a hard disconnect
+      }
+    }
+    this.client.disconnect();
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+/** Redis-backed store when `redisUrl` (GPUCLOUD_REDIS_URL) is set, in-memory otherwise. */
+export function createRateLimitStore(
+  redisUrl: string | undefined,
+  opts: { prefix?: string } = {},
+): RateLimitStore {
+  const url = redisUrl?.trim();
+  if (url) {
+    return new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix });
+  }
+  return new MemoryRateLimitStore();
+}

@@ -1,0 +1,61 @@
+/**
+ * Rate limits (CONTRACT D40): fixed 60 s windows on real time, per user when
+ * authenticated, per email for login, per client IP otherwise. Every response
+ * of a limited route carries X-RateLimit-Limit/-Remaining/-Reset (seconds);
+ * past the limit: 429 `rate_limited` with Retry-After.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { RateLimitConfig } from '../config.js';
+import { realTimeMs } from '../clock.js';
+import { AppError } from '../errors.js';
+import { normalizeEmail } from '../modules/auth/repository.js';
+import type { RateBucket } from './principal.js';
+import type { RateLimitStore } from './rate-limit-store.js';
+
+const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
+  login: 'login',
+  auth: 'auth',
+  vm: 'vmMutations',
+  default: 'default',
+};
+
+export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, limits: RateLimitConfig): void {
+  async function consume(req: FastifyRequest, reply: FastifyReply, bucket: RateBucket, subject: string) {
+    const limit = limits[LIMIT_OF[bucket]] as number;
+    let hit;
+    try {
+      hit = await store.hit(`${bucket}:${subject}`, limits.windowMs, realTimeMs());
+    } catch (err) {
+      // Fail open: an unreachable Redis must not take the API down with it.
+      req.log.error({ err }, 'rate-limit store unavailable; request allowed');
+      return;
+    }
+    const resetS = Math.max(1, Math.ceil(hit.resetMs / 1000));
+    reply.header('X-RateLimit-Limit', String(limit));
+    reply.header('X-RateLimit-Remaining', String(Math.max(0, limit - hit.count)));
+    reply.header('X-RateLimit-Reset', String(resetS));
+    if (hit.count > limit) {
+      throw new AppError('rate_limited', `Rate limit of ${limit} requests per minute exceeded; retry in ${resetS} s`, undefined, {
+        'retry-after': String(resetS),
+      });
+    }
+  }
+
+  const bucketOf = (req: FastifyRequest): RateBucket | false =>
+    req.routeOptions.url ? (req.routeOptions.config.rateLimit ?? 'default') : false;
+
+  app.addHook('onRequest', async (req, reply) => {
+    const bucket = bucketOf(req);
+    if (bucket === false || bucket === 'login') return;
+    const subject = req.principal ? `u:${req.principal.userId}` : `ip:${req.ip}`;
+    await consume(req, reply, bucket, subject);
+  });
+
+  // Login is limited per email (D40), which needs the parsed body.
+  app.addHook('preHandler', async (req, reply) => {
+    if (bucketOf(req) !== 'login') return;
+    const email = (req.body as { email?: unknown } | undefined)?.email;
+    const subject = typeof email === 'string' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
+    await consume(req, reply, 'login', subject);
+  });
+}

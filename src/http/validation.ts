@@ -1,0 +1,74 @@
+/**
+ * Request validation with Ajv: bodies are validated strictly (no type coercion,
+ * unknown fields rejected: D2); query strings and path parameters coerce
+ * strings to the declared types. Errors become D1's 422 `errors` list.
+ */
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+import type { FastifySchemaCompiler } from 'fastify';
+import type { FieldError } from '../errors.js';
+
+// ajv-formats is CommonJS; its default export arrives wrapped under ESM.
+const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ??
+  addFormatsModule) as unknown as (ajv: Ajv) => Ajv;
+
+function makeAjv(coerce: boolean): Ajv {
+  const ajv = new Ajv({
+    allErrors: true,
+    coerceTypes: coerce ? 'array' : false,
+    useDefaults: true,
+    removeAdditional: false,
+    strict: false,
+  });
+  addFormats(ajv);
+  return ajv;
+}
+
+const bodyAjv = makeAjv(false);
+const queryAjv = makeAjv(true);
+
+export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
+  const ajv = httpPart === 'body' ? bodyAjv : queryAjv;
+  return ajv.compile(schema as object) as ValidateFunction;
+};
+
+const PART_NAME: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
+
+/** Turns Ajv errors into D1 field errors such as `{field: "body.gpu_count", message: "..."}`. */
+export function fieldErrors(errors: ErrorObject[], httpPart: string | undefined): FieldError[] {
+  const part = PART_NAME[httpPart ?? 'body'] ?? httpPart ?? 'body';
+  const out: FieldError[] = [];
+  const seen = new Set<string>();
+  for (const e of errors) {
+    let path = e.instancePath
+      .split('/')
+      .filter(Boolean)
+      .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+      .join('.');
+    let message = e.message ?? 'is invalid';
+    if (e.keyword === 'required') {
+      path = [path, (e.params as { missingProperty: string }).missingProperty].filter(Boolean).join('.');
+      message = 'is required';
+    } else if (e.keyword === 'additionalProperties') {
+      path = [path, (e.params as { additionalProperty: string }).additionalProperty].filter(Boolean).join('.');
+      message = 'is not an allowed field';
+    } else if (e.keyword === 'enum') {
+      message = `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
+    } else if (e.keyword === 'const') {
+      message = `must be ${JSON.stringify((e.params as { allowedValue: unknown }).allowedValue)}`;
+    } else if (e.keyword === 'anyOf' || e.keyword === 'oneOf') {
+      // the branch errors say more; keep this one only if nothing else names the field
+      if (errors.some((o) => o !== e && o.instancePath === e.instancePath && o.keyword !== e.keyword)) continue;
+      message = 'does not match any allowed form';
+    }
+    const field = path ? `${part}.${path}` : part;
+    const key = `${field}|${message}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    out.push({ field, message });
+  }
+  // Several branch errors for one field (from anyOf) read best joined.
+  const byField = new Map<string, string[]>();
+  for (const f of out) byField.set(f.field, [...(byField.get(f.field) ?? []), f.message]);
+  return [...byField.entries()].map(([field, msgs]) => ({ field, message: msgs.join(' or ') }));
+}

@@ -1,0 +1,116 @@
+/** /admin/users (D47) and /admin/clock (D43). Admin role required (D16). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import { UserRecordSchema } from '../auth/routes.js';
+import type { AdminUserService } from './service.js';
+import type { ClockService } from '../clock/service.js';
+
+const AdminUser = Type.Object(
+  {
+    ...UserRecordSchema.properties,
+    suspended: Type.Boolean(),
+    max_vms: Nullable(Type.Integer({ description: 'Per-user VM limit; null means the default (10)' })),
+    max_gpus: Nullable(Type.Integer({ description: 'Per-user GPU limit; null means the default (16)' })),
+    updated_at: DateTime(),
+  },
+  { description: 'A user account as an administrator sees it' },
+);
+
+const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
+const noStore = { 'cache-control': 'no-store' };
+
+export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock: ClockService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const admin = { auth: 'admin' as const };
+
+  r.get(
+    '/admin/users',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'List users',
+        description: '`email` filters by substring, case-insensitively. Newest first; X-Total-Count holds the total.',
+        querystring: Type.Object({ email: Type.Optional(Type.String({ maxLength: 254 })), ...PaginationQuery }, { additionalProperties: false }),
+        response: { 200: Type.Array(AdminUser), ...errorResponses(401, 403, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return page(reply, await users.list(req.query));
+    },
+  );
+
+  r.get(
+    '/admin/users/:user_id',
+    {
+      schema: { tags: ['admin'], summary: 'Get a user', params: UserId, response: { 200: AdminUser, ...errorResponses(401, 403, 404, 422, 429) } },
+      config: admin,
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return users.get(req.params.user_id);
+    },
+  );
+
+  r.patch(
+    '/admin/users/:user_id',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Change role, suspension or limits of a user',
+        description:
+          'A suspended user gets 403 on every call and its running VMs are stopped. `max_vms` / `max_gpus` override the defaults (10 VMs, 16 GPUs); null restores them. Administrators cannot suspend or demote themselves.',
+        params: UserId,
+        body: Type.Object(
+          {
+            role: Type.Optional(Type.Union([Type.Literal('user'), Type.Literal('admin')])),
+            suspended: Type.Optional(Type.Boolean()),
+            max_vms: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 10_000 }))),
+            max_gpus: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 100_000 }))),
+          },
+          { additionalProperties: false, minProperties: 1, examples: [{ suspended: true }, { max_vms: 20, max_gpus: 32 }] },
+        ),
+        response: { 200: AdminUser, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return users.patch(requirePrincipal(req.principal).userId, req.params.user_id, req.body);
+    },
+  );
+
+  const ClockNow = Type.Object({ now: DateTime('The service clock') }, { examples: [{ now: '2026-11-22T10:00:00.000Z' }] });
+
+  r.get(
+    '/admin/clock',
+    {
+      schema: { tags: ['admin'], summary: 'The service clock', response: { 200: ClockNow, ...errorResponses(401, 403, 429) } },
+      config: admin,
+    },
+    async () => ({ now: clock.now().toISOString() }),
+  );
+
+  r.post(
+    '/admin/clock/advance',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Advance the manual clock',
+        description:
+          'Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run (D43).',
+        body: Type.Object(
+          { seconds: Type.Integer({ minimum: 1, maximum: 10 * 366 * 86_400 }) },
+          { additionalProperties: false, examples: [{ seconds: 3600 }] },
+        ),
+        response: { 200: ClockNow, ...errorResponses(400, 401, 403, 415, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req) => ({ now: (await clock.advance(req.body.seconds)).toISOString() }),
+  );
+}

@@ -1,0 +1,72 @@
+/** Operator view of accounts (CONTRACT D47). */
+import type { Db } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { invalidState, notFound } from '../../errors.js';
+import * as users from '../auth/repository.js';
+import type { Role, UserRow } from '../auth/repository.js';
+import { toUserRecord, type UserRecord } from '../auth/service.js';
+
+export interface AdminUserRecord extends UserRecord {
+  suspended: boolean;
+  max_vms: number | null;
+  max_gpus: number | null;
+  updated_at: string;
+}
+
+export interface UserPatch {
+  role?: Role;
+  suspended?: boolean;
+  max_vms?: number | null;
+  max_gpus?: number | null;
+}
+
+/** Called inside the suspension's transaction (the VM module stops the user's VMs here). */
+export type SuspensionHook = (tx: import('../../db/db.js').Queryable, userId: number, now: Date) => Promise<void>;
+
+const toAdminRecord = (u: UserRow): AdminUserRecord => ({
+  ...toUserRecord(u),
+  suspended: u.suspended,
+  max_vms: u.max_vms,
+  max_gpus: u.max_gpus,
+  updated_at: u.updated_at.toISOString(),
+});
+
+export class AdminUserService {
+  private readonly suspensionHooks: SuspensionHook[] = [];
+
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+  ) {}
+
+  onSuspend(hook: SuspensionHook): void {
+    this.suspensionHooks.push(hook);
+  }
+
+  async list(f: { email?: string; limit: number; offset: number }): Promise<{ items: AdminUserRecord[]; total: number }> {
+    const r = await users.listUsers(this.db, f);
+    return { items: r.rows.map(toAdminRecord), total: r.total };
+  }
+
+  async get(id: number): Promise<AdminUserRecord> {
+    const u = await users.findUserById(this.db, id);
+    if (!u) throw notFound('User');
+    return toAdminRecord(u);
+  }
+
+  async patch(actorId: number, id: number, patch: UserPatch): Promise<AdminUserRecord> {
+    return this.db.transaction(async (tx) => {
+      const before = await users.findUserById(tx, id, true);
+      if (!before) throw notFound('User');
+      if (id === actorId && (patch.suspended === true || patch.role === 'user')) {
+        throw invalidState('Administrators cannot suspend or demote themselves; ask another administrator');
+      }
+      const now = this.clock.now();
+      const after = (await users.updateUserAdmin(tx, id, patch, now))!;
+      if (after.suspended && !before.suspended) {
+        for (const hook of this.suspensionHooks) await hook(tx, id, now);
+      }
+      return toAdminRecord(after);
+    });
+  }
+}

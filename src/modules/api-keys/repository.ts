@@ -1,0 +1,67 @@
+/** The only SQL of API keys. */
+import type { Queryable } from '../../db/db.js';
+import type { Scope } from '../../http/scopes.js';
+import type { Role } from '../auth/repository.js';
+
+export interface ApiKeyRow {
+  id: string;
+  user_id: number;
+  name: string;
+  scope: Scope;
+  prefix: string;
+  created_at: Date;
+  expires_at: Date | null;
+  last_used_at: Date | null;
+}
+
+const COLS = 'id, user_id, name, scope, prefix, created_at, expires_at, last_used_at';
+
+export async function insertKey(
+  q: Queryable,
+  k: { id: string; userId: number; name: string; scope: Scope; prefix: string; keyHash: string; now: Date; expiresAt: Date | null },
+): Promise<ApiKeyRow> {
+  const r = await q.query<ApiKeyRow>(
+    `INSERT INTO api_keys (id, user_id, name, scope, prefix, key_hash, created_at, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${COLS}`,
+    [k.id, k.userId, k.name, k.scope, k.prefix, k.keyHash, k.now, k.expiresAt],
+  );
+  return r.rows[0]!;
+}
+
+export async function listKeys(q: Queryable, userId: number, limit: number, offset: number) {
+  const rows = await q.query<ApiKeyRow>(
+    `SELECT ${COLS} FROM api_keys WHERE user_id = $1 AND revoked_at IS NULL
+      ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`,
+    [userId, limit, offset],
+  );
+  const total = await q.query<{ n: number }>(
+    'SELECT count(*)::int8 AS n FROM api_keys WHERE user_id = $1 AND revoked_at IS NULL',
+    [userId],
+  );
+  return { rows: rows.rows, total: total.rows[0]!.n };
+}
+
+export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<boolean> {
+  const r = await q.query('UPDATE api_keys SET revoked_at = $3 WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL', [id, userId, now]);
+  return r.rowCount === 1;
+}
+
+export async function findActiveKeyByHash(q: Queryable, keyHash: string) {
+  const r = await q.query<ApiKeyRow & { role: Role; suspended: boolean; email: string }>(
+    `SELECT k.id, k.user_id, k.name, k.scope, k.prefix, k.created_at, k.expires_at, k.last_used_at,
+            u.role, u.suspended, u.email
+       FROM api_keys k JOIN users u ON u.id = k.user_id
+      WHERE k.key_hash = $1 AND k.revoked_at IS NULL`,
+    [keyHash],
+  );
+  return r.rows[0];
+}
+
+/** Written at most once a minute per key, so a busy key does not write on every request. */
+export async function touchKey(q: Queryable, id: string, now: Date): Promise<void> {
+  await q.query(
+    `UPDATE api_keys SET last_used_at = $2
+      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2::timestamptz - interval '60 seconds')`,
+    [id, now],
+  );
+}

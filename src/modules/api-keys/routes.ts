@@ -1,0 +1,100 @@
+/** /api-keys (CONTRACT D14). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import { notFound } from '../../errors.js';
+import { UUID_RE } from '../../ids.js';
+import type { ApiKeyService } from './service.js';
+
+const ScopeSchema = Type.Union([Type.Literal('read_write'), Type.Literal('read_only'), Type.Literal('billing_only')], {
+  description: 'read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate',
+});
+
+const ApiKeyFields = {
+  id: Type.String({ format: 'uuid' }),
+  name: Type.String(),
+  scope: ScopeSchema,
+  prefix: Type.String({ description: 'The first characters of the key, to tell keys apart' }),
+  created_at: DateTime(),
+  expires_at: Nullable(DateTime()),
+  last_used_at: Nullable(DateTime()),
+};
+
+const ApiKeyRecord = Type.Object(ApiKeyFields, {
+  description: 'An API key (never includes the key itself)',
+  examples: [{ id: '0b8f3c2e-3f1a-4c55-9d0e-6f1e2a3b4c5d', name: 'ci', scope: 'read_only', prefix: 'gpc_Zk3x9QaB', created_at: '2026-11-22T10:00:00.000Z', expires_at: null, last_used_at: null }],
+});
+
+const CreatedApiKey = Type.Object(
+  { ...ApiKeyFields, key: Type.String({ description: 'The key: shown in this response only, store it now' }) },
+  { description: 'The new key, including `key` (shown once)' },
+);
+
+const noStore = { 'cache-control': 'no-store' };
+
+export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+
+  r.post(
+    '/api-keys',
+    {
+      schema: {
+        tags: ['api-keys'],
+        summary: 'Create an API key',
+        description:
+          'The key starts with `gpc_` and appears in this response only; it is stored hashed. Only a login session or a read_write key may manage keys, and never for a broader scope than its own. Honours Idempotency-Key.',
+        body: Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 64 }),
+            scope: Type.Optional(ScopeSchema),
+            expires_at: Type.Optional(Nullable(DateTime('Optional expiry, in the future'))),
+          },
+          { additionalProperties: false, examples: [{ name: 'ci', scope: 'read_only' }] },
+        ),
+        response: { 201: CreatedApiKey, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
+      },
+      config: { idempotent: true },
+    },
+    async (req, reply) => {
+      reply.code(201).headers(noStore);
+      return keys.create(requirePrincipal(req.principal), req.body);
+    },
+  );
+
+  r.get(
+    '/api-keys',
+    {
+      schema: {
+        tags: ['api-keys'],
+        summary: 'List API keys',
+        description: 'Active keys, newest first, without the key itself. X-Total-Count holds the total.',
+        querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
+        response: { 200: Type.Array(ApiKeyRecord), ...errorResponses(401, 403, 422, 429) },
+      },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return page(reply, await keys.list(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset));
+    },
+  );
+
+  r.delete(
+    '/api-keys/:key_id',
+    {
+      schema: {
+        tags: ['api-keys'],
+        summary: 'Revoke an API key',
+        description: 'The key stops working at once. 204; 404 for an unknown, revoked or another user\'s key.',
+        params: Type.Object({ key_id: Type.String({ maxLength: 64 }) }),
+        response: { 204: Type.Null({ description: 'Revoked' }), ...errorResponses(401, 403, 404, 429) },
+      },
+    },
+    async (req, reply) => {
+      if (!UUID_RE.test(req.params.key_id)) throw notFound('API key');
+      await keys.revoke(requirePrincipal(req.principal), req.params.key_id);
+      reply.code(204).headers(noStore);
+    },
+  );
+}

@@ -1,0 +1,93 @@
+/**
+ * API keys (CONTRACT D14): `gpc_` prefix, stored as a SHA-256 hash (the key
+ * has 256 bits of entropy, so a fast hash is right), shown once.
+ */
+import type { Db } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { forbidden, notFound, validation } from '../../errors.js';
+import { newId, randomToken, sha256Hex } from '../../ids.js';
+import { SCOPE_RANK, type Scope } from '../../http/scopes.js';
+import type { Principal } from '../../http/principal.js';
+import * as repo from './repository.js';
+import type { ApiKeyRow } from './repository.js';
+
+export const API_KEY_PREFIX = 'gpc_';
+/** How much of the key is kept in clear to tell keys apart in lists. */
+const DISPLAY_PREFIX_LEN = API_KEY_PREFIX.length + 8;
+
+export interface ApiKeyRecord {
+  id: string;
+  name: string;
+  scope: Scope;
+  prefix: string;
+  created_at: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+}
+
+const toRecord = (k: ApiKeyRow): ApiKeyRecord => ({
+  id: k.id,
+  name: k.name,
+  scope: k.scope,
+  prefix: k.prefix,
+  created_at: k.created_at.toISOString(),
+  expires_at: k.expires_at?.toISOString() ?? null,
+  last_used_at: k.last_used_at?.toISOString() ?? null,
+});
+
+export class ApiKeyService {
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+  ) {}
+
+  async create(p: Principal, input: { name: string; scope?: Scope; expires_at?: string | null }): Promise<ApiKeyRecord & { key: string }> {
+    // D14: only a session or a read_write key manages keys, and never above its own scope.
+    if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
+    const scope = input.scope ?? 'read_write';
+    if (SCOPE_RANK[scope] > SCOPE_RANK[p.scope]) throw forbidden(`A ${p.scope} key cannot create a ${scope} key`);
+    const now = this.clock.now();
+    let expiresAt: Date | null = null;
+    if (input.expires_at != null) {
+      expiresAt = new Date(input.expires_at);
+      if (Number.isNaN(expiresAt.getTime())) throw validation('body.expires_at', 'must be a date-time');
+      if (expiresAt.getTime() <= now.getTime()) throw validation('body.expires_at', 'must be in the future');
+    }
+    const name = input.name.trim();
+    if (!name) throw validation('body.name', 'must not be blank');
+    const key = API_KEY_PREFIX + randomToken(32);
+    const row = await repo.insertKey(this.db, {
+      id: newId(),
+      userId: p.userId,
+      name,
+      scope,
+      prefix: key.slice(0, DISPLAY_PREFIX_LEN),
+      keyHash: sha256Hex(key),
+      now,
+      expiresAt,
+    });
+    return { ...toRecord(row), key };
+  }
+
+  async list(userId: number, limit: number, offset: number): Promise<{ items: ApiKeyRecord[]; total: number }> {
+    const r = await repo.listKeys(this.db, userId, limit, offset);
+    return { items: r.rows.map(toRecord), total: r.total };
+  }
+
+  async revoke(p: Principal, id: string): Promise<void> {
+    if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
+    if (!(await repo.revokeKey(this.db, p.userId, id, this.clock.now()))) throw notFound('API key');
+  }
+
+  /** Authenticates a presented key; null when unknown, revoked or expired. */
+  async authenticate(key: string) {
+    if (!key.startsWith(API_KEY_PREFIX) || key.length > 200) return null;
+    const row = await repo.findActiveKeyByHash(this.db, sha256Hex(key));
+    if (!row) return null;
+    const now = this.clock.now();
+    if (row.expires_at && row.expires_at.getTime() <= now.getTime()) return null;
+    await repo.touchKey(this.db, row.id, now);
+    return row;
+  }
+}
+

@@ -1,0 +1,239 @@
+/** The only SQL of accounts, sessions, challenges and recovery codes. */
+import type { Queryable } from '../../db/db.js';
+
+export type Role = 'user' | 'admin';
+
+export interface UserRow {
+  id: number;
+  email: string;
+  email_normalized: string;
+  name: string | null;
+  password_hash: string;
+  role: Role;
+  suspended: boolean;
+  max_vms: number | null;
+  max_gpus: number | null;
+  totp_secret: string | null;
+  totp_pending_secret: string | null;
+  totp_enabled: boolean;
+  totp_last_step: number | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface RefreshRow {
+  id: string;
+  user_id: number;
+  family_id: string;
+  created_at: Date;
+  expires_at: Date;
+  rotated_at: Date | null;
+  revoked_at: Date | null;
+}
+
+export interface ChallengeRow {
+  id: string;
+  user_id: number;
+  expires_at: Date;
+  attempts: number;
+  used_at: Date | null;
+}
+
+export const normalizeEmail = (email: string) => email.trim().toLowerCase();
+
+export async function insertUser(
+  q: Queryable,
+  u: { email: string; name: string | null; passwordHash: string; role: Role; now: Date },
+): Promise<UserRow> {
+  const r = await q.query<UserRow>(
+    `INSERT INTO users (email, email_normalized, name, password_hash, role, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING *`,
+    [u.email.trim(), normalizeEmail(u.email), u.name, u.passwordHash, u.role, u.now],
+  );
+  return r.rows[0]!;
+}
+
+export async function findUserByEmail(q: Queryable, email: string): Promise<UserRow | undefined> {
+  return (await q.query<UserRow>('SELECT * FROM users WHERE email_normalized = $1', [normalizeEmail(email)])).rows[0];
+}
+
+export async function findUserById(q: Queryable, id: number, forUpdate = false): Promise<UserRow | undefined> {
+  return (await q.query<UserRow>(`SELECT * FROM users WHERE id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [id])).rows[0];
+}
+
+export async function setPasswordAndRole(q: Queryable, id: number, passwordHash: string, role: Role, now: Date): Promise<void> {
+  await q.query('UPDATE users SET password_hash = $2, role = $3, updated_at = $4 WHERE id = $1', [id, passwordHash, role, now]);
+}
+
+/** For authentication of a JWT: the user plus whether the session family was revoked, in one round trip. */
+export async function findUserForSession(
+  q: Queryable,
+  id: number,
+  familyId: string,
+): Promise<(Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean }) | undefined> {
+  const r = await q.query<Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean }>(
+    `SELECT u.id, u.email, u.role, u.suspended,
+            EXISTS (SELECT 1 FROM revoked_families f WHERE f.family_id = $2) AS family_revoked
+       FROM users u WHERE u.id = $1`,
+    [id, familyId],
+  );
+  return r.rows[0];
+}
+
+// ---- refresh tokens (D12) ----
+
+export async function insertRefreshToken(
+  q: Queryable,
+  t: { id: string; userId: number; familyId: string; tokenHash: string; now: Date; expiresAt: Date },
+): Promise<void> {
+  await q.query(
+    `INSERT INTO refresh_tokens (id, user_id, family_id, token_hash, created_at, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6)`,
+    [t.id, t.userId, t.familyId, t.tokenHash, t.now, t.expiresAt],
+  );
+}
+
+export async function findRefreshTokenForUpdate(q: Queryable, tokenHash: string): Promise<RefreshRow | undefined> {
+  return (
+    await q.query<RefreshRow>(
+      `SELECT id, user_id, family_id, created_at, expires_at, rotated_at, revoked_at
+         FROM refresh_tokens WHERE token_hash = $1 FOR UPDATE`,
+      [tokenHash],
+    )
+  ).rows[0];
+}
+
+export async function markRotated(q: Queryable, id: string, now: Date): Promise<boolean> {
+  const r = await q.query('UPDATE refresh_tokens SET rotated_at = $2 WHERE id = $1 AND rotated_at IS NULL', [id, now]);
+  return r.rowCount === 1;
+}
+
+export async function isFamilyRevoked(q: Queryable, familyId: string): Promise<boolean> {
+  return (await q.query('SELECT 1 FROM revoked_families WHERE family_id = $1', [familyId])).rows.length > 0;
+}
+
+export async function revokeFamily(q: Queryable, familyId: string, userId: number, now: Date, reason: string): Promise<void> {
+  await q.query(
+    `INSERT INTO revoked_families (family_id, user_id, revoked_at, reason) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (family_id) DO NOTHING`,
+    [familyId, userId, now, reason],
+  );
+  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL', [familyId, now]);
+}
+
+/** Every open session of a user (suspension, 2FA changes). */
+export async function revokeAllFamilies(q: Queryable, userId: number, now: Date, reason: string): Promise<void> {
+  await q.query(
+    `INSERT INTO revoked_families (family_id, user_id, revoked_at, reason)
+     SELECT DISTINCT family_id, user_id, $2::timestamptz, $3 FROM refresh_tokens
+      WHERE user_id = $1 AND revoked_at IS NULL
+     ON CONFLICT (family_id) DO NOTHING`,
+    [userId, now, reason],
+  );
+  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL', [userId, now]);
+}
+
+// ---- two-factor (D13) ----
+
+export async function setPendingTotp(q: Queryable, userId: number, secret: string, now: Date): Promise<void> {
+  await q.query('UPDATE users SET totp_pending_secret = $2, updated_at = $3 WHERE id = $1', [userId, secret, now]);
+}
+
+export async function enableTotp(q: Queryable, userId: number, secret: string, step: number, now: Date): Promise<void> {
+  await q.query(
+    `UPDATE users SET totp_secret = $2, totp_pending_secret = NULL, totp_enabled = true, totp_last_step = $3, updated_at = $4
+      WHERE id = $1`,
+    [userId, secret, step, now],
+  );
+}
+
+export async function disableTotp(q: Queryable, userId: number, now: Date): Promise<void> {
+  await q.query(
+    `UPDATE users SET totp_secret = NULL, totp_pending_secret = NULL, totp_enabled = false, totp_last_step = NULL, updated_at = $2
+      WHERE id = $1`,
+    [userId, now],
+  );
+  await q.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+}
+
+export async function setTotpLastStep(q: Queryable, userId: number, step: number): Promise<void> {
+  await q.query('UPDATE users SET totp_last_step = $2 WHERE id = $1', [userId, step]);
+}
+
+export async function replaceRecoveryCodes(q: Queryable, userId: number, codes: { id: string; hash: string }[]): Promise<void> {
+  await q.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+  for (const c of codes) {
+    await q.query('INSERT INTO recovery_codes (id, user_id, code_hash) VALUES ($1, $2, $3)', [c.id, userId, c.hash]);
+  }
+}
+
+/** Marks an unused recovery code used; true when it existed and was unused. */
+export async function useRecoveryCode(q: Queryable, userId: number, hash: string, now: Date): Promise<boolean> {
+  const r = await q.query(
+    'UPDATE recovery_codes SET used_at = $3 WHERE user_id = $1 AND code_hash = $2 AND used_at IS NULL',
+    [userId, hash, now],
+  );
+  return r.rowCount === 1;
+}
+
+export async function insertChallenge(
+  q: Queryable,
+  c: { id: string; userId: number; tokenHash: string; now: Date; expiresAt: Date },
+): Promise<void> {
+  await q.query(
+    'INSERT INTO auth_challenges (id, user_id, token_hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)',
+    [c.id, c.userId, c.tokenHash, c.now, c.expiresAt],
+  );
+}
+
+export async function findChallengeForUpdate(q: Queryable, tokenHash: string): Promise<ChallengeRow | undefined> {
+  return (
+    await q.query<ChallengeRow>(
+      'SELECT id, user_id, expires_at, attempts, used_at FROM auth_challenges WHERE token_hash = $1 FOR UPDATE',
+      [tokenHash],
+    )
+  ).rows[0];
+}
+
+export async function updateChallenge(q: Queryable, id: string, attempts: number, usedAt: Date | null): Promise<void> {
+  await q.query('UPDATE auth_challenges SET attempts = $2, used_at = $3 WHERE id = $1', [id, attempts, usedAt]);
+}
+
+// ---- admin (D47) ----
+
+export async function listUsers(
+  q: Queryable,
+  f: { email?: string; limit: number; offset: number },
+): Promise<{ rows: UserRow[]; total: number }> {
+  // `email` filters by substring, case-insensitively; LIKE wildcards in it are literal.
+  const pattern = f.email ? '%' + normalizeEmail(f.email).replace(/[\\%_]/g, (c) => '\\' + c) + '%' : null;
+  const where = pattern ? 'WHERE email_normalized LIKE $1' : '';
+  const filter = pattern ? [pattern] : [];
+  const rows = await q.query<UserRow>(
+    `SELECT * FROM users ${where} ORDER BY created_at DESC, id DESC LIMIT $${filter.length + 1} OFFSET $${filter.length + 2}`,
+    [...filter, f.limit, f.offset],
+  );
+  const total = await q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM users ${where}`, filter);
+  return { rows: rows.rows, total: total.rows[0]!.n };
+}
+
+export async function updateUserAdmin(
+  q: Queryable,
+  id: number,
+  p: { role?: Role; suspended?: boolean; max_vms?: number | null; max_gpus?: number | null },
+  now: Date,
+): Promise<UserRow | undefined> {
+  const sets: string[] = [];
+  const params: unknown[] = [id, now];
+  for (const k of ['role', 'suspended', 'max_vms', 'max_gpus'] as const) {
+    const v = p[k];
+    if (v === undefined) continue;
+    params.push(v);
+    sets.push(`${k} = $${params.length}`);
+  }
+  const r = await q.query<UserRow>(
+    `UPDATE users SET ${[...sets, 'updated_at = $2'].join(', ')} WHERE id = $1 RETURNING *`,
+    params,
+  );
+  return r.rows[0];
+}

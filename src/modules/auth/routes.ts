@@ -1,0 +1,234 @@
+/** /auth/* and /account (CONTRACT D10-D13). Handlers are thin: the rules live in AuthService. */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { errorResponses, MessageResponse, Nullable, DateTime } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import type { AuthService } from './service.js';
+
+export const UserRecordSchema = Type.Object(
+  {
+    id: Type.Integer(),
+    email: Type.String({ format: 'email' }),
+    name: Nullable(Type.String()),
+    role: Type.Union([Type.Literal('user'), Type.Literal('admin')]),
+    two_factor_enabled: Type.Boolean(),
+    created_at: DateTime(),
+  },
+  {
+    description: 'A user account (D10)',
+    examples: [{ id: 7, email: 'ada@example.com', name: 'Ada', role: 'user', two_factor_enabled: false, created_at: '2026-11-22T10:00:00.000Z' }],
+  },
+);
+
+const TokenResponse = Type.Object(
+  {
+    access_token: Type.String({ description: 'JWT, valid for expires_in seconds' }),
+    refresh_token: Type.String({ description: 'Opaque; single use: each refresh returns a new one (D12)' }),
+    token_type: Type.Literal('bearer'),
+    expires_in: Type.Integer({ examples: [3600] }),
+  },
+  {
+    description: 'Token pair',
+    examples: [{ access_token: 'eyJhbGciOiJIUzI1NiJ9...', refresh_token: 'n3Q...', token_type: 'bearer', expires_in: 3600 }],
+  },
+);
+
+const ChallengeResponse = Type.Object(
+  {
+    two_factor_required: Type.Literal(true),
+    challenge_token: Type.String({ description: 'Send with a TOTP or recovery code to POST /auth/2fa/verify' }),
+    expires_in: Type.Integer({ examples: [300] }),
+  },
+  { description: 'Returned by login instead of tokens when two-factor authentication is on (D13)' },
+);
+
+const Password = Type.String({ minLength: 12, maxLength: 1024, description: 'At least 12 characters' });
+const Code = Type.String({ minLength: 1, maxLength: 64, description: 'A 6-digit TOTP code (or, where allowed, a recovery code)', examples: ['123456'] });
+
+const noStore = { 'cache-control': 'no-store' };
+
+export function authRoutes(app: FastifyInstance, auth: AuthService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+
+  r.post(
+    '/auth/register',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Create an account',
+        description: 'Email must be unique (case-insensitively); a taken email is 400 `conflict`. Password: 12 characters or more.',
+        security: [],
+        body: Type.Object(
+          {
+            email: Type.String({ format: 'email', maxLength: 254 }),
+            password: Password,
+            name: Type.Optional(Nullable(Type.String({ maxLength: 100 }))),
+          },
+          { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery', name: 'Ada' }] },
+        ),
+        response: { 201: UserRecordSchema, ...errorResponses(400, 413, 415, 422, 429) },
+      },
+      config: { auth: 'public', rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      reply.code(201).headers(noStore);
+      return auth.register(req.body);
+    },
+  );
+
+  r.post(
+    '/auth/login',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Log in with email and password',
+        description:
+          'Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Limited to 5 attempts per minute per email.',
+        security: [],
+        body: Type.Object(
+          { email: Type.String({ minLength: 1, maxLength: 254 }), password: Type.String({ minLength: 1, maxLength: 1024 }) },
+          { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery' }] },
+        ),
+        response: { 200: Type.Union([TokenResponse, ChallengeResponse]), ...errorResponses(401, 403, 413, 415, 422, 429) },
+      },
+      config: { auth: 'public', rateLimit: 'login' },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.login(req.body.email, req.body.password);
+    },
+  );
+
+  r.post(
+    '/auth/refresh',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Exchange a refresh token for a new token pair',
+        description:
+          'The refresh token is rotated: the one sent stops working at once. Sending an already-rotated token revokes the whole session (every token from the same login) and answers 401.',
+        security: [],
+        body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false }),
+        response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },
+      },
+      config: { auth: 'public', rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.refresh(req.body.refresh_token);
+    },
+  );
+
+  r.post(
+    '/auth/logout',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Revoke a session',
+        description: 'Revokes the refresh token\'s whole family and the access tokens issued with it. 204.',
+        body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false }),
+        response: { 204: Type.Null({ description: 'Logged out' }), ...errorResponses(401, 403, 422, 429) },
+      },
+      config: { rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      await auth.logout(requirePrincipal(req.principal).userId, req.body.refresh_token);
+      reply.code(204).headers(noStore);
+    },
+  );
+
+  r.post(
+    '/auth/2fa/setup',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Start two-factor setup',
+        description: 'Returns a new TOTP secret and its otpauth:// URL (for a QR code). Not active until POST /auth/2fa/enable with a code.',
+        response: {
+          200: Type.Object({ secret: Type.String(), otpauth_url: Type.String() }, { examples: [{ secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP', otpauth_url: 'otpauth://totp/gpucloud:ada%40example.com?secret=...' }] }),
+          ...errorResponses(400, 401, 403, 429),
+        },
+      },
+      config: { rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.setupTwoFactor(requirePrincipal(req.principal).userId);
+    },
+  );
+
+  r.post(
+    '/auth/2fa/enable',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Enable two-factor authentication',
+        description: 'Confirms setup with a current code and returns 10 single-use recovery codes (shown once). A wrong code is 400 `invalid_code`.',
+        body: Type.Object({ code: Code }, { additionalProperties: false }),
+        response: {
+          200: Type.Object({ message: Type.String(), recovery_codes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) }),
+          ...errorResponses(400, 401, 403, 422, 429),
+        },
+      },
+      config: { rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.enableTwoFactor(requirePrincipal(req.principal).userId, req.body.code);
+    },
+  );
+
+  r.post(
+    '/auth/2fa/disable',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Disable two-factor authentication',
+        description: 'Needs a current TOTP code or an unused recovery code. A wrong code is 400 `invalid_code`.',
+        body: Type.Object({ code: Code }, { additionalProperties: false }),
+        response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 422, 429) },
+      },
+      config: { rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.disableTwoFactor(requirePrincipal(req.principal).userId, req.body.code);
+    },
+  );
+
+  r.post(
+    '/auth/2fa/verify',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Complete a two-factor login',
+        description:
+          'Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401.',
+        security: [],
+        body: Type.Object({ challenge_token: Type.String({ minLength: 1, maxLength: 512 }), code: Code }, { additionalProperties: false }),
+        response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },
+      },
+      config: { auth: 'public', rateLimit: 'auth' },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.verifyTwoFactor(req.body.challenge_token, req.body.code);
+    },
+  );
+
+  r.get(
+    '/account',
+    {
+      schema: {
+        tags: ['account'],
+        summary: 'The caller\'s account',
+        response: { 200: UserRecordSchema, ...errorResponses(401, 403, 429) },
+      },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      return auth.account(requirePrincipal(req.principal).userId);
+    },
+  );
+}

@@ -1,0 +1,261 @@
+/**
+ * Accounts and sessions: register, login, refresh with rotation and reuse
+ * detection, logout, two-factor (CONTRACT D10-D13, D16). No Fastify here.
+ */
+import type { Db, Queryable } from '../../db/db.js';
+import { pgErrorCode, PG } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { AppError, invalidState, unauthorized, forbidden } from '../../errors.js';
+import { newId, randomBytes, randomToken, sha256Hex } from '../../ids.js';
+import type { PasswordHasher } from './passwords.js';
+import type { TokenService } from './tokens.js';
+import * as repo from './repository.js';
+import type { Role, UserRow } from './repository.js';
+import {
+  generateRecoveryCodes,
+  generateTotpSecret,
+  normalizeRecoveryCode,
+  otpauthUrl,
+  verifyTotp,
+} from './totp.js';
+
+export const REFRESH_TTL_MS = 30 * 24 * 3600 * 1000;
+export const CHALLENGE_TTL_S = 300;
+export const CHALLENGE_MAX_ATTEMPTS = 5;
+
+export interface UserRecord {
+  id: number;
+  email: string;
+  name: string | null;
+  role: Role;
+  two_factor_enabled: boolean;
+  created_at: string;
+}
+
+export interface TokenResponse {
+  access_token: string;
+  refresh_token: string;
+  token_type: 'bearer';
+  expires_in: number;
+}
+
+export interface ChallengeResponse {
+  two_factor_required: true;
+  challenge_token: string;
+  expires_in: number;
+}
+
+export const toUserRecord = (u: UserRow): UserRecord => ({
+  id: u.id,
+  email: u.email,
+  name: u.name,
+  role: u.role,
+  two_factor_enabled: u.totp_enabled,
+  created_at: u.created_at.toISOString(),
+});
+
+const invalidLogin = () => unauthorized('Invalid email or password');
+const invalidRefresh = () => unauthorized('Invalid or expired refresh token');
+const suspendedError = () => forbidden('This account is suspended; contact the operator');
+const recoveryHash = (code: string) => sha256Hex('recovery:' + normalizeRecoveryCode(code));
+
+export class AuthService {
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+    private readonly passwords: PasswordHasher,
+    private readonly tokens: TokenService,
+  ) {}
+
+  async register(input: { email: string; password: string; name?: string | null }, role: Role = 'user'): Promise<UserRecord> {
+    const passwordHash = await this.passwords.hash(input.password);
+    try {
+      const u = await repo.insertUser(this.db, {
+        email: input.email,
+        name: input.name?.trim() || null,
+        passwordHash,
+        role,
+        now: this.clock.now(),
+      });
+      return toUserRecord(u);
+    } catch (err) {
+      if (pgErrorCode(err) === PG.uniqueViolation) {
+        throw new AppError('conflict', 'An account with this email already exists');
+      }
+      throw err;
+    }
+  }
+
+  /** Creates or updates (password, role) an account: the env bootstrap and `gpucloud admin create-user` (D16). */
+  async ensureUser(email: string, password: string, role: Role, name: string | null = null): Promise<{ user: UserRecord; created: boolean }> {
+    const existing = await repo.findUserByEmail(this.db, email);
+    if (!existing) return { user: await this.register({ email, password, name }, role), created: true };
+    const passwordHash = await this.passwords.hash(password);
+    await repo.setPasswordAndRole(this.db, existing.id, passwordHash, role, this.clock.now());
+    return { user: toUserRecord({ ...existing, role }), created: false };
+  }
+
+  async login(email: string, password: string): Promise<TokenResponse | ChallengeResponse> {
+    const user = await repo.findUserByEmail(this.db, email);
+    if (!user) {
+      await this.passwords.verifyDummy(password);
+      throw invalidLogin();
+    }
+    if (!(await this.passwords.verify(user.password_hash, password))) throw invalidLogin();
+    if (user.suspended) throw suspendedError();
+    const now = this.clock.now();
+    if (user.totp_enabled) {
+      const token = randomToken(32);
+      await repo.insertChallenge(this.db, {
+        id: newId(),
+        userId: user.id,
+        tokenHash: sha256Hex(token),
+        now,
+        expiresAt: new Date(now.getTime() + CHALLENGE_TTL_S * 1000),
+      });
+      return { two_factor_required: true, challenge_token: token, expires_in: CHALLENGE_TTL_S };
+    }
+    return this.db.transaction((tx) => this.issueTokens(tx, user.id, newId()));
+  }
+
+  private async issueTokens(q: Queryable, userId: number, familyId: string): Promise<TokenResponse> {
+    const now = this.clock.now();
+    const refresh = randomToken(32);
+    await repo.insertRefreshToken(q, {
+      id: newId(),
+      userId,
+      familyId,
+      tokenHash: sha256Hex(refresh),
+      now,
+      expiresAt: new Date(now.getTime() + REFRESH_TTL_MS),
+    });
+    const access = await this.tokens.signAccess(userId, familyId);
+    return { access_token: access.token, refresh_token: refresh, token_type: 'bearer', expires_in: access.expiresIn };
+  }
+
+  /** D12: rotation; a rotated token used again revokes its whole family. */
+  async refresh(refreshToken: string): Promise<TokenResponse> {
+    const outcome = await this.db.transaction(async (tx) => {
+      const row = await repo.findRefreshTokenForUpdate(tx, sha256Hex(refreshToken));
+      if (!row) return { error: invalidRefresh() } as const;
+      const now = this.clock.now();
+      if (row.revoked_at || (await repo.isFamilyRevoked(tx, row.family_id))) return { error: invalidRefresh() } as const;
+      if (row.rotated_at) {
+        // Reuse of a rotated token: someone holds a copy. Kill the family; commit that, then refuse.
+        await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'refresh_token_reuse');
+        return { error: unauthorized('Refresh token was already used; this session has been revoked, log in again') } as const;
+      }
+      if (row.expires_at.getTime() <= now.getTime()) return { error: invalidRefresh() } as const;
+      const user = await repo.findUserById(tx, row.user_id);
+      if (!user) return { error: invalidRefresh() } as const;
+      if (user.suspended) return { error: suspendedError() } as const;
+      await repo.markRotated(tx, row.id, now);
+      return { tokens: await this.issueTokens(tx, row.user_id, row.family_id) } as const;
+    });
+    if ('error' in outcome) throw outcome.error;
+    return outcome.tokens;
+  }
+
+  /** D12: revokes the family of `refreshToken`, which must belong to the caller. Idempotent for the owner. */
+  async logout(userId: number, refreshToken: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const row = await repo.findRefreshTokenForUpdate(tx, sha256Hex(refreshToken));
+      if (!row || row.user_id !== userId) throw invalidRefresh();
+      await repo.revokeFamily(tx, row.family_id, userId, this.clock.now(), 'logout');
+    });
+  }
+
+  async account(userId: number): Promise<UserRecord> {
+    const u = await repo.findUserById(this.db, userId);
+    if (!u) throw unauthorized();
+    return toUserRecord(u);
+  }
+
+  /** Authenticates an access token: claims, user, suspension and session revocation. */
+  async authenticateAccessToken(token: string) {
+    const claims = await this.tokens.verifyAccess(token);
+    if (!claims) return null;
+    const u = await repo.findUserForSession(this.db, claims.userId, claims.sid);
+    if (!u || u.family_revoked) return null;
+    return { user: u, sessionId: claims.sid };
+  }
+
+  // ---- two-factor (D13) ----
+
+  async setupTwoFactor(userId: number): Promise<{ secret: string; otpauth_url: string }> {
+    return this.db.transaction(async (tx) => {
+      const u = await repo.findUserById(tx, userId, true);
+      if (!u) throw unauthorized();
+      if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled; disable it first to set up a new secret');
+      const secret = generateTotpSecret(randomBytes);
+      await repo.setPendingTotp(tx, userId, secret, this.clock.now());
+      return { secret, otpauth_url: otpauthUrl(secret, u.email) };
+    });
+  }
+
+  async enableTwoFactor(userId: number, code: string): Promise<{ message: string; recovery_codes: string[] }> {
+    return this.db.transaction(async (tx) => {
+      const u = await repo.findUserById(tx, userId, true);
+      if (!u) throw unauthorized();
+      if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled');
+      if (!u.totp_pending_secret) throw invalidState('No two-factor setup in progress: call POST /auth/2fa/setup first');
+      const step = verifyTotp(u.totp_pending_secret, code, this.clock.nowMs(), null);
+      if (step === null) throw new AppError('invalid_code', 'The code is not valid for this secret; check the authenticator app and the device clock');
+      const now = this.clock.now();
+      await repo.enableTotp(tx, userId, u.totp_pending_secret, step, now);
+      const codes = generateRecoveryCodes(randomBytes, 10);
+      await repo.replaceRecoveryCodes(tx, userId, codes.map((c) => ({ id: newId(), hash: recoveryHash(c) })));
+      return {
+        message: 'Two-factor authentication enabled. Store the recovery codes somewhere safe: each works once and they are not shown again.',
+        recovery_codes: codes,
+      };
+    });
+  }
+
+  async disableTwoFactor(userId: number, code: string): Promise<{ message: string }> {
+    return this.db.transaction(async (tx) => {
+      const u = await repo.findUserById(tx, userId, true);
+      if (!u) throw unauthorized();
+      if (!u.totp_enabled || !u.totp_secret) throw invalidState('Two-factor authentication is not enabled');
+      if (!(await this.checkSecondFactor(tx, u, code))) {
+        throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
+      }
+      await repo.disableTotp(tx, userId, this.clock.now());
+      return { message: 'Two-factor authentication disabled' };
+    });
+  }
+
+  /** A TOTP (never the same step twice) or an unused recovery code; consumes what it accepts. */
+  private async checkSecondFactor(tx: Queryable, u: UserRow, code: string): Promise<boolean> {
+    const step = verifyTotp(u.totp_secret!, code, this.clock.nowMs(), u.totp_last_step);
+    if (step !== null) {
+      await repo.setTotpLastStep(tx, u.id, step);
+      return true;
+    }
+    const normalized = normalizeRecoveryCode(code);
+    if (normalized.length < 8) return false;
+    return repo.useRecoveryCode(tx, u.id, recoveryHash(code), this.clock.now());
+  }
+
+  async verifyTwoFactor(challengeToken: string, code: string): Promise<TokenResponse> {
+    const outcome = await this.db.transaction(async (tx) => {
+      const ch = await repo.findChallengeForUpdate(tx, sha256Hex(challengeToken));
+      const now = this.clock.now();
+      const expired = unauthorized('Unknown or expired challenge token: log in again');
+      if (!ch || ch.used_at || ch.expires_at.getTime() <= now.getTime()) return { error: expired } as const;
+      const u = await repo.findUserById(tx, ch.user_id, true);
+      if (!u || !u.totp_enabled) return { error: expired } as const;
+      if (u.suspended) return { error: suspendedError() } as const;
+      if (!(await this.checkSecondFactor(tx, u, code))) {
+        const attempts = ch.attempts + 1;
+        // Too many wrong codes burn the challenge: a new login (rate limited) is needed.
+        await repo.updateChallenge(tx, ch.id, attempts, attempts >= CHALLENGE_MAX_ATTEMPTS ? now : null);
+        return { error: unauthorized('Invalid or already used two-factor code') } as const;
+      }
+      await repo.updateChallenge(tx, ch.id, ch.attempts, now);
+      return { tokens: await this.issueTokens(tx, u.id, newId()) } as const;
+    });
+    if ('error' in outcome) throw outcome.error;
+    return outcome.tokens;
+  }
+}

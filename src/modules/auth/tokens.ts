@@ -1,0 +1,81 @@
+/**
+ * Access tokens: HS256 JWTs, 3600 s, with sub, iat, exp, jti and the session
+ * family `sid` (D12). Only HS256 is accepted (so `alg: none` and any other
+ * algorithm are refused). Expiry follows the service clock (D43).
+ */
+import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import type { Clock } from '../../clock.js';
+import { newId } from '../../ids.js';
+
+export const ACCESS_TOKEN_TTL_S = 3600;
+const ISSUER = 'gpucloud';
+
+export interface AccessClaims {
+  userId: number;
+  sid: string;
+  jti: string;
+}
+
+export class TokenService {
+  private readonly key: Uint8Array;
+
+  constructor(
+    secret: string,
+    private readonly clock: Clock,
+  ) {
+    this.key = new TextEncoder().encode(secret);
+  }
+
+  async signAccess(userId: number, sid: string): Promise<{ token: string; expiresIn: number }> {
+    const iat = Math.floor(this.clock.nowMs() / 1000);
+    const token = await new SignJWT({ sid, typ: 'access' })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setSubject(String(userId))
+      .setIssuer(ISSUER)
+      .setIssuedAt(iat)
+      .setExpirationTime(iat + ACCESS_TOKEN_TTL_S)
+      .setJti(newId())
+      .sign(this.key);
+    return { token, expiresIn: ACCESS_TOKEN_TTL_S };
+  }
+
+  /** Returns the claims, or null for anything expired, malformed, wrongly signed or of another type. */
+  async verifyAccess(token: string): Promise<AccessClaims | null> {
+    try {
+      const { payload } = await jwtVerify(token, this.key, {
+        algorithms: ['HS256'],
+        issuer: ISSUER,
+        currentDate: this.clock.now(),
+        requiredClaims: ['sub', 'iat', 'exp', 'jti'],
+      });
+      if (payload.typ !== 'access' || typeof payload.sid !== 'string' || !/^\d+$/.test(payload.sub ?? '')) return null;
+      return { userId: Number(payload.sub), sid: payload.sid, jti: payload.jti! };
+    } catch (err) {
+      if (err instanceof joseErrors.JOSEError || err instanceof TypeError) return null;
+      throw err;
+    }
+  }
+
+  /** Signed short-lived token for other purposes (e.g. VM launch tokens, D26). */
+  async signPurpose(purpose: string, claims: Record<string, unknown>, ttlS: number): Promise<{ token: string; expiresAt: Date }> {
+    const iat = Math.floor(this.clock.nowMs() / 1000);
+    const token = await new SignJWT({ ...claims, typ: purpose })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setIssuer(ISSUER)
+      .setIssuedAt(iat)
+      .setExpirationTime(iat + ttlS)
+      .setJti(newId())
+      .sign(this.key);
+    return { token, expiresAt: new Date((iat + ttlS) * 1000) };
+  }
+
+  async verifyPurpose(purpose: string, token: string): Promise<Record<string, unknown> | null> {
+    try {
+      const { payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], issuer: ISSUER, currentDate: this.clock.now() });
+      return payload.typ === purpose ? (payload as Record<string, unknown>) : null;
+    } catch (err) {
+      if (err instanceof joseErrors.JOSEError || err instanceof TypeError) return null;
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,105 @@
+/** /ssh-keys (CONTRACT D17). Only metadata is ever returned. */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import { notFound } from '../../errors.js';
+import { UUID_RE } from '../../ids.js';
+import type { SshKeyService } from './service.js';
+
+const SshKeyRecord = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    label: Type.String(),
+    key_type: Type.String({ description: 'The key algorithm, e.g. ssh-ed25519' }),
+    fingerprint: Type.String({ description: 'SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it' }),
+    created_at: DateTime(),
+  },
+  {
+    description: 'An SSH public key (metadata only)',
+    examples: [{ id: '5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f', label: 'laptop', key_type: 'ssh-ed25519', fingerprint: 'SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s', created_at: '2026-11-22T10:00:00.000Z' }],
+  },
+);
+
+const KeyId = Type.Object({ key_id: Type.String({ maxLength: 64 }) });
+
+export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+
+  r.post(
+    '/ssh-keys',
+    {
+      schema: {
+        tags: ['ssh-keys'],
+        summary: 'Upload an SSH public key',
+        description:
+          'OpenSSH one-line form: ssh-ed25519, ssh-rsa (2048 bits or more), ecdsa-sha2-nistp256/384/521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com. `label` defaults to the key\'s comment, else "key-N". At most 5 keys (400 `limit_exceeded`); the same key twice is 400 `conflict`. Honours Idempotency-Key.',
+        body: Type.Object(
+          {
+            ssh_public_key: Type.String({ minLength: 1, maxLength: 16384 }),
+            label: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
+          },
+          {
+            additionalProperties: false,
+            examples: [{ ssh_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLE ada@laptop', label: 'laptop' }],
+          },
+        ),
+        response: { 201: SshKeyRecord, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
+      },
+      config: { idempotent: true },
+    },
+    async (req, reply) => {
+      reply.code(201);
+      return keys.add(requirePrincipal(req.principal).userId, req.body);
+    },
+  );
+
+  r.get(
+    '/ssh-keys',
+    {
+      schema: {
+        tags: ['ssh-keys'],
+        summary: 'List SSH keys',
+        querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
+        response: { 200: Type.Array(SshKeyRecord), ...errorResponses(401, 403, 422, 429) },
+      },
+    },
+    async (req, reply) => page(reply, await keys.list(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset)),
+  );
+
+  r.get(
+    '/ssh-keys/:key_id',
+    {
+      schema: {
+        tags: ['ssh-keys'],
+        summary: 'Get an SSH key',
+        params: KeyId,
+        response: { 200: SshKeyRecord, ...errorResponses(401, 403, 404, 429) },
+      },
+    },
+    async (req) => {
+      if (!UUID_RE.test(req.params.key_id)) throw notFound('SSH key');
+      return keys.get(requirePrincipal(req.principal).userId, req.params.key_id);
+    },
+  );
+
+  r.delete(
+    '/ssh-keys/:key_id',
+    {
+      schema: {
+        tags: ['ssh-keys'],
+        summary: 'Delete an SSH key',
+        description: '204. VMs created with the key keep it.',
+        params: KeyId,
+        response: { 204: Type.Null({ description: 'Deleted' }), ...errorResponses(401, 403, 404, 429) },
+      },
+    },
+    async (req, reply) => {
+      if (!UUID_RE.test(req.params.key_id)) throw notFound('SSH key');
+      await keys.remove(requirePrincipal(req.principal).userId, req.params.key_id);
+      reply.code(204);
+    },
+  );
+}
+

@@ -1,0 +1,93 @@
+/**
+ * SSH keys (CONTRACT D17): parsed and fingerprinted like ssh-keygen, five per
+ * account, the same key never twice. Only metadata leaves this module
+ * through the API; VMs copy the public key when they are created, so deleting
+ * a key does not touch existing VMs.
+ */
+import type { Db, Queryable } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { AppError, notFound } from '../../errors.js';
+import { newId } from '../../ids.js';
+import { parseSshPublicKey, SshKeyParseError } from './fingerprint.js';
+import * as repo from './repository.js';
+import type { SshKeyRow } from './repository.js';
+
+export const MAX_SSH_KEYS = 5;
+export const MAX_LABEL_LENGTH = 64;
+
+export interface SshKeyRecord {
+  id: string;
+  label: string;
+  key_type: string;
+  fingerprint: string;
+  created_at: string;
+}
+
+const toRecord = (k: SshKeyRow): SshKeyRecord => ({
+  id: k.id,
+  label: k.label,
+  key_type: k.key_type,
+  fingerprint: k.fingerprint,
+  created_at: k.created_at.toISOString(),
+});
+
+export class SshKeyService {
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+  ) {}
+
+  async add(userId: number, input: { ssh_public_key: string; label?: string | null }): Promise<SshKeyRecord> {
+    let parsed;
+    try {
+      parsed = parseSshPublicKey(input.ssh_public_key);
+    } catch (err) {
+      if (err instanceof SshKeyParseError) {
+        throw new AppError('validation_error', `ssh_public_key: ${err.message}`, [{ field: 'body.ssh_public_key', message: err.message }]);
+      }
+      throw err;
+    }
+    return this.db.transaction(async (tx) => {
+      // Serializes concurrent uploads of one user so the count and duplicate checks hold.
+      await repo.lockUser(tx, userId);
+      if (await repo.findByFingerprint(tx, userId, parsed.fingerprint)) {
+        throw new AppError('conflict', `This key is already on your account (${parsed.fingerprint})`);
+      }
+      const count = await repo.countKeys(tx, userId);
+      if (count >= MAX_SSH_KEYS) {
+        throw new AppError('limit_exceeded', `At most ${MAX_SSH_KEYS} SSH keys per account; delete one first`);
+      }
+      const label = input.label?.trim() || parsed.comment?.slice(0, MAX_LABEL_LENGTH).trim() || `key-${count + 1}`;
+      const row = await repo.insertKey(tx, {
+        id: newId(),
+        user_id: userId,
+        label,
+        key_type: parsed.keyType,
+        fingerprint: parsed.fingerprint,
+        public_key: parsed.publicKey,
+        created_at: this.clock.now(),
+      });
+      return toRecord(row);
+    });
+  }
+
+  async list(userId: number, limit: number, offset: number): Promise<{ items: SshKeyRecord[]; total: number }> {
+    const r = await repo.listKeys(this.db, userId, limit, offset);
+    return { items: r.rows.map(toRecord), total: r.total };
+  }
+
+  async get(userId: number, id: string): Promise<SshKeyRecord> {
+    const k = await repo.findKey(this.db, userId, id);
+    if (!k) throw notFound('SSH key');
+    return toRecord(k);
+  }
+
+  async remove(userId: number, id: string): Promise<void> {
+    if (!(await repo.deleteKey(this.db, userId, id))) throw notFound('SSH key');
+  }
+
+  /** For VM creation: the public key text of the caller's key (or oldest key). */
+  async publicKeyFor(q: Queryable, userId: number, id?: string): Promise<SshKeyRow | undefined> {
+    return id ? repo.findKey(q, userId, id) : repo.findOldestKey(q, userId);
+  }
+}

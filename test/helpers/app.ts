@@ -1,0 +1,173 @@
+/**
+ * buildTestApp: the real app on a real database with the manual clock, and a
+ * request helper that checks every response for leaked secrets (D46).
+ */
+import { after, before, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { loadConfig, type Config } from '../../src/config.js';
+import { buildApp, createServices, type Services } from '../../src/app.js';
+import type { Db } from '../../src/db/db.js';
+import { ClockService } from '../../src/modules/clock/service.js';
+import { ManualClock } from '../../src/clock.js';
+import { MemoryRateLimitStore, RedisRateLimitStore, type RateLimitStore } from '../../src/http/rate-limit-store.js';
+import { createTestDb, DB_KINDS, type DbKind, type TestDb } from './db.js';
+
+export interface TestAppOptions {
+  /** Extra environment for loadConfig (e.g. lower rate limits). */
+  env?: Record<string, string>;
+  /** Use Redis for rate limits when available (default: on PostgreSQL runs). */
+  redis?: boolean;
+}
+
+export interface Res {
+  status: number;
+  body: any;
+  headers: Record<string, string | string[] | number | undefined>;
+  text: string;
+}
+
+export interface ReqOpts {
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+  query?: Record<string, string | number | boolean>;
+}
+
+export interface TestApp {
+  kind: DbKind;
+  app: FastifyInstance;
+  db: Db;
+  testDb: TestDb;
+  config: Config;
+  services: Services;
+  clock: ManualClock;
+  rateLimitStore: RateLimitStore;
+  /** Values that must never appear in any response from now on. */
+  forbidSecret(value: string): void;
+  req(method: string, url: string, opts?: ReqOpts): Promise<Res>;
+  /** Another app instance on the same database (and the same Redis, if any). */
+  another(): Promise<FastifyInstance>;
+  close(): Promise<void>;
+}
+
+export const JWT_SECRET = 'test-secret-'.padEnd(48, 'x');
+const HASH_PATTERNS = [/\$argon2/i, /password_hash/i, /key_hash/i, /token_hash/i, /code_hash/i, /totp_secret/i, /totp_pending/i];
+
+export function assertNoSecrets(text: string, forbidden: Iterable<string>, where: string): void {
+  for (const re of HASH_PATTERNS) assert.doesNotMatch(text, re, `${where}: response leaks a secret (${re})`);
+  for (const s of forbidden) assert.ok(!text.includes(s), `${where}: response leaks a secret value`);
+}
+
+export function testConfig(env: Record<string, string> = {}): Config {
+  return loadConfig({
+    GPUCLOUD_CLOCK: 'manual',
+    LOG_LEVEL: 'silent',
+    GPUCLOUD_JWT_SECRET: JWT_SECRET,
+    GPUCLOUD_RATE_LIMIT_LOGIN: '1000',
+    GPUCLOUD_RATE_LIMIT_AUTH: '1000',
+    GPUCLOUD_RATE_LIMIT_VM_MUTATIONS: '1000',
+    GPUCLOUD_RATE_LIMIT_DEFAULT: '10000',
+    GPUCLOUD_SIM_PROVISION_MS: '0',
+    ...env,
+  });
+}
+
+export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Promise<TestApp> {
+  const testDb = await createTestDb(kind);
+  const config = testConfig(opts.env);
+  const useRedis = (opts.redis ?? kind === 'postgres') && !!process.env.GPUCLOUD_REDIS_URL;
+  const prefix = `gpucloud-test-${randomBytes(6).toString('hex')}:`;
+  const stores: RateLimitStore[] = [];
+  const makeStore = () => {
+    const s = useRedis ? new RedisRateLimitStore(process.env.GPUCLOUD_REDIS_URL!, { prefix }) : new MemoryRateLimitStore();
+    stores.push(s);
+    return s;
+  };
+  const sharedMemory = useRedis ? undefined : makeStore();
+  const rateLimitStore = sharedMemory ?? makeStore();
+  const clockService = await ClockService.create(testDb.db, 'manual');
+  const deps = { config, db: testDb.db, clock: clockService, rateLimitStore, jwtSecret: JWT_SECRET };
+  const services = createServices(deps);
+  const app = await buildApp(deps, services);
+  const apps: FastifyInstance[] = [app];
+  const secrets = new Set<string>();
+
+  const t: TestApp = {
+    kind,
+    app,
+    db: testDb.db,
+    testDb,
+    config,
+    services,
+    clock: clockService.clock as ManualClock,
+    rateLimitStore,
+    forbidSecret: (v) => secrets.add(v),
+    req: (method, url, o = {}) => request(app, secrets, method, url, o),
+    another: async () => {
+      // A second instance: its own pool, its own store client, its own clock object over the same rows.
+      const db2 = await testDb.openAnother();
+      const clock2 = await ClockService.create(db2, 'manual');
+      const store2 = useRedis ? makeStore() : new MemoryRateLimitStore();
+      const deps2 = { config, db: db2, clock: clock2, rateLimitStore: store2, jwtSecret: JWT_SECRET };
+      const a = await buildApp(deps2, createServices(deps2));
+      apps.push(a);
+      return a;
+    },
+    close: async () => {
+      await Promise.all(apps.map((a) => a.close()));
+      await Promise.all(stores.map((s) => s.close()));
+      await testDb.cleanup();
+    },
+  };
+  return t;
+}
+
+export async function request(
+  app: FastifyInstance,
+  secrets: Set<string>,
+  method: string,
+  url: string,
+  o: ReqOpts = {},
+): Promise<Res> {
+  const headers: Record<string, string> = { ...(o.headers ?? {}) };
+  if (o.token) headers.authorization = `Bearer ${o.token}`;
+  let payload: string | undefined;
+  if (o.body !== undefined) {
+    payload = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const query = o.query ? Object.fromEntries(Object.entries(o.query).map(([k, v]) => [k, String(v)])) : undefined;
+  const res = await app.inject({ method: method as 'GET', url, headers, payload, query });
+  assertNoSecrets(res.body, secrets, `${method} ${url}`);
+  let body: unknown = undefined;
+  if (res.body && String(res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(res.body);
+  // Every response carries the request id and the API version (D9, D46).
+  assert.ok(res.headers['x-request-id'], `${method} ${url}: no X-Request-Id`);
+  assert.equal(res.headers['api-version'], '1.0.0');
+  if (res.statusCode >= 400) {
+    assert.equal(typeof (body as { detail?: unknown })?.detail, 'string', `${method} ${url}: error without detail: ${res.body}`);
+    assert.equal(typeof (body as { code?: unknown })?.code, 'string', `${method} ${url}: error without code: ${res.body}`);
+  }
+  return { status: res.statusCode, body, headers: res.headers, text: res.body };
+}
+
+/** Registers one describe block per database, each with its own app. */
+export function describeEachDb(name: string, fn: (t: () => TestApp) => void, opts: TestAppOptions = {}): void {
+  for (const kind of DB_KINDS) {
+    describe(`${name} [${kind}]`, () => {
+      let ta: TestApp | undefined;
+      before(async () => {
+        ta = await buildTestApp(kind, opts);
+      });
+      after(async () => {
+        await ta?.close();
+      });
+      fn(() => {
+        if (!ta) throw new Error('test app not built');
+        return ta;
+      });
+    });
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * The databases the suite runs on: always the embedded PGlite; PostgreSQL too
+ * when DATABASE_URL is set. Each test app gets its own schema (PostgreSQL) or
+ * its own in-memory database (PGlite), migrated, and removed afterwards.
+ */
+import { randomBytes } from 'node:crypto';
+import { PgliteDb, PostgresDb, type Db } from '../../src/db/db.js';
+import { migrate } from '../../src/db/migrate.js';
+
+export type DbKind = 'pglite' | 'postgres';
+export const DB_KINDS: DbKind[] = process.env.DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
+
+export interface TestDb {
+  db: Db;
+  kind: DbKind;
+  /** Opens another connection pool onto the same database (a second service instance). */
+  openAnother(): Promise<Db>;
+  cleanup(): Promise<void>;
+}
+
+export async function createTestDb(kind: DbKind): Promise<TestDb> {
+  if (kind === 'pglite') {
+    const db = await PgliteDb.open();
+    await migrate(db);
+    return { db, kind, openAnother: async () => db, cleanup: () => db.close() };
+  }
+  const url = process.env.DATABASE_URL!;
+  const schema = `gpc_test_${randomBytes(6).toString('hex')}`;
+  const admin = new PostgresDb(url, { max: 1 });
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  const extra: Db[] = [];
+  const db = new PostgresDb(url, { searchPath: schema, max: 10 });
+  await migrate(db);
+  return {
+    db,
+    kind,
+    openAnother: async () => {
+      const other = new PostgresDb(url, { searchPath: schema, max: 10 });
+      extra.push(other);
+      return other;
+    },
+    cleanup: async () => {
+      await Promise.all([db, ...extra].map((d) => d.close()));
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`);
+      await admin.close();
+    },
+  };
+}

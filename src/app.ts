@@ -116,6 +116,12 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     });
   }
 
+  // The docs UI's own routes (registered by @fastify/swagger-ui) are public and not rate limited.
+  app.addHook('onRoute', (route) => {
+    if (route.url === '/docs' || route.url.startsWith('/docs/')) {
+      route.config = { ...(route.config ?? {}), auth: 'public', rateLimit: false };
+    }
+  });
   await registerOpenApi(app);
   registerMetrics(app);
 

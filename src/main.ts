@@ -1,0 +1,152 @@
+#!/usr/bin/env node
+/**
+ * The `gpucloud` command: serve, migrate, admin. (The client commands of
+ * CONTRACT D48 join here later, built on the SDK.)
+ */
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { openDatabase, startServer, type Role } from './server.js';
+import { AuthService } from './modules/auth/service.js';
+import { PasswordHasher } from './modules/auth/passwords.js';
+import { TokenService } from './modules/auth/tokens.js';
+import { SystemClock } from './clock.js';
+
+const USAGE = `gpucloud: rent GPU virtual machines
+
+Usage:
+  gpucloud serve [--role api|worker|all]   Start the API and/or the background jobs (default: all)
+  gpucloud migrate                         Apply database migrations and exit
+  gpucloud admin create-user --email E [--password P] [--name N] [--admin]
+                                           Create a user (or reset its password and role)
+
+Configuration comes from environment variables (PORT, HOST, DATABASE_URL, GPUCLOUD_*);
+see the README. Examples:
+  gpucloud serve
+  DATABASE_URL=postgres://localhost/gpucloud GPUCLOUD_JWT_SECRET=... gpucloud serve --role api
+  gpucloud admin create-user --email ops@example.com --admin
+`;
+
+class UsageError extends Error {}
+
+function config(): Config {
+  return loadConfig(process.env);
+}
+
+async function readPassword(prompt: string): Promise<string> {
+  if (!process.stdin.isTTY) {
+    const chunks: Buffer[] = [];
+    for await (const c of process.stdin) chunks.push(c as Buffer);
+    return Buffer.concat(chunks).toString('utf8').split('\n')[0]!.trim();
+  }
+  const { createInterface } = await import('node:readline/promises');
+  const rl = createInterface({ input: process.stdin, output: process.stdout, terminal: true });
+  // Hide typed characters.
+  const out = rl as unknown as { _writeToOutput?: (s: string) => void; output: NodeJS.WriteStream };
+  process.stdout.write(prompt);
+  out._writeToOutput = () => {};
+  const answer = await rl.question('');
+  rl.close();
+  process.stdout.write('\n');
+  return answer;
+}
+
+async function serve(args: string[]): Promise<void> {
+  const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' } }, strict: true });
+  const role = values.role as Role;
+  if (!['api', 'worker', 'all'].includes(role)) throw new UsageError(`--role must be api, worker or all, got "${role}"`);
+  const cfg = config();
+  const server = await startServer(cfg, role);
+  const lines = ['', 'gpucloud is running'];
+  if (server.url) {
+    lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`);
+  }
+  lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
+  if (cfg.clock === 'manual') lines.push('  Clock: manual (POST /admin/clock/advance)');
+  if (server.demo) {
+    lines.push(`  Demo login: ${server.demo.email} / ${server.demo.password}`);
+    if (server.url) {
+      lines.push(
+        `    curl -s -X POST ${server.url}/auth/login -H 'content-type: application/json' \\`,
+        `      -d '{"email":"${server.demo.email}","password":"${server.demo.password}"}'`,
+      );
+    }
+  }
+  console.log(lines.join('\n') + '\n');
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.log(`\n${signal}: shutting down`);
+    await server.close();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+}
+
+async function migrateCmd(): Promise<void> {
+  const db = await openDatabase(config());
+  await db.close();
+  console.log('Database is up to date');
+}
+
+async function adminCmd(args: string[]): Promise<void> {
+  const [sub, ...rest] = args;
+  if (sub !== 'create-user') throw new UsageError(`unknown admin command "${sub ?? ''}"`);
+  const { values } = parseArgs({
+    args: rest,
+    options: {
+      email: { type: 'string' },
+      password: { type: 'string' },
+      name: { type: 'string' },
+      admin: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  if (!values.email) throw new UsageError('--email is required');
+  const password = values.password ?? (await readPassword('Password (12+ characters): '));
+  if (password.length < 12) throw new UsageError('the password must be at least 12 characters');
+  const cfg = config();
+  const db = await openDatabase(cfg);
+  try {
+    const clock = new SystemClock();
+    const auth = new AuthService(db, clock, new PasswordHasher(1), new TokenService('unused-for-user-creation-'.padEnd(32, 'x'), clock));
+    const { user, created } = await auth.ensureUser(values.email, password, values.admin ? 'admin' : 'user', values.name ?? null);
+    console.log(`${created ? 'Created' : 'Updated'} ${user.role} ${user.email} (id ${user.id})`);
+  } finally {
+    await db.close();
+  }
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [cmd, ...rest] = argv;
+  switch (cmd) {
+    case 'serve':
+      return serve(rest);
+    case 'migrate':
+      return migrateCmd();
+    case 'admin':
+      return adminCmd(rest);
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      console.log(USAGE);
+      return;
+    default:
+      throw new UsageError(`unknown command "${cmd}"`);
+  }
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  if (err instanceof ConfigError) {
+    console.error(`Configuration error: ${err.message}`);
+    process.exit(2);
+  }
+  if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+    console.error(`gpucloud: ${(err as Error).message}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+  process.exit(1);
+});

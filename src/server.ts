@@ -1,0 +1,92 @@
+/**
+ * Starting the service: configuration, database, migrations, secrets, the
+ * admin bootstrap (D16), demo data (D44), the HTTP API and the background
+ * jobs, by role (D45: `serve --role api|worker|all`).
+ */
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import type { Config } from './config.js';
+import { openDb, type Db } from './db/db.js';
+import { migrate } from './db/migrate.js';
+import { randomToken } from './ids.js';
+import { buildApp, createServices, type Services } from './app.js';
+import { ClockService } from './modules/clock/service.js';
+import { createRateLimitStore, type RateLimitStore } from './http/rate-limit-store.js';
+import { seedDemo, type DemoLogin } from './seed.js';
+
+export type Role = 'api' | 'worker' | 'all';
+
+export interface RunningServer {
+  app?: FastifyInstance;
+  url?: string;
+  db: Db;
+  services: Services;
+  demo?: DemoLogin;
+  close(): Promise<void>;
+}
+
+/** D45: required with DATABASE_URL; on the embedded database generated once and kept in the data dir. */
+export function resolveJwtSecret(config: Config): string {
+  if (config.jwtSecret) return config.jwtSecret;
+  const dir = resolve(config.dataDir);
+  const file = join(dir, 'jwt-secret');
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  mkdirSync(dir, { recursive: true });
+  const secret = randomToken(48);
+  writeFileSync(file, secret + '\n', { mode: 0o600 });
+  chmodSync(file, 0o600);
+  return secret;
+}
+
+export async function openDatabase(config: Config): Promise<Db> {
+  const db = await openDb({ databaseUrl: config.databaseUrl, dataDir: config.databaseUrl ? undefined : join(resolve(config.dataDir), 'pg') });
+  await migrate(db);
+  return db;
+}
+
+export async function startServer(config: Config, role: Role = 'all'): Promise<RunningServer> {
+  const db = await openDatabase(config);
+  const jwtSecret = resolveJwtSecret(config);
+  const clock = await ClockService.create(db, config.clock);
+  const rateLimitStore: RateLimitStore = createRateLimitStore(config.redisUrl);
+  const deps = {
+    config,
+    db,
+    clock,
+    rateLimitStore,
+    jwtSecret,
+    logger: { level: config.logLevel },
+  };
+  const services = createServices(deps);
+
+  if (config.adminEmail && config.adminPassword) {
+    await services.auth.ensureUser(config.adminEmail, config.adminPassword, 'admin');
+  }
+  const demo = config.demo ? await seedDemo(db, services) : undefined;
+
+  let app: FastifyInstance | undefined;
+  let url: string | undefined;
+  if (role === 'api' || role === 'all') {
+    app = await buildApp(deps, services);
+    await app.listen({ port: config.port, host: config.host });
+    const addr = app.server.address();
+    const port = typeof addr === 'object' && addr ? addr.port : config.port;
+    const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+    url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  }
+  // Background jobs (role worker/all) are registered by the VM and billing modules.
+
+  return {
+    app,
+    url,
+    db,
+    services,
+    demo,
+    close: async () => {
+      await app?.close();
+      await rateLimitStore.close();
+      await db.close();
+    },
+  };
+}

@@ -107,9 +107,10 @@ export class PgliteDb implements Db {
   readonly kind = 'pglite' as const;
   private constructor(readonly pg: PGlite) {}
 
-  static async open(dataDir?: string): Promise<PgliteDb> {
+  /** `snapshot`: a dumped data dir to start from (tests load a migrated one). */
+  static async open(dataDir?: string, snapshot?: Blob): Promise<PgliteDb> {
     if (dataDir) mkdirSync(dataDir, { recursive: true });
-    const db = await PGlite.create(dataDir, { parsers: { [INT8]: parseInt8 } });
+    const db = await PGlite.create({ dataDir, parsers: { [INT8]: parseInt8 }, loadDataDir: snapshot });
     return new PgliteDb(db);
   }
 

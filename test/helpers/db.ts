@@ -3,9 +3,12 @@
  * when DATABASE_URL is set. Each test app gets its own schema (PostgreSQL) or
  * its own in-memory database (PGlite), migrated, and removed afterwards.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { PgliteDb, PostgresDb, type Db } from '../../src/db/db.js';
-import { migrate } from '../../src/db/migrate.js';
+import { loadMigrations, migrate } from '../../src/db/migrate.js';
 
 export type DbKind = 'pglite' | 'postgres';
 export const DB_KINDS: DbKind[] = process.env.DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
@@ -20,8 +23,8 @@ export interface TestDb {
 
 export async function createTestDb(kind: DbKind): Promise<TestDb> {
   if (kind === 'pglite') {
-    const db = await PgliteDb.open();
-    await migrate(db);
+    const db = await PgliteDb.open(undefined, await pgliteSnapshot());
+    await migrate(db); // a no-op on a current snapshot
     return { db, kind, openAnother: async () => db, cleanup: () => db.close() };
   }
   const url = process.env.DATABASE_URL!;
@@ -45,4 +48,28 @@ export async function createTestDb(kind: DbKind): Promise<TestDb> {
       await admin.close();
     },
   };
+}
+
+/**
+ * initdb plus migrations cost seconds per PGlite; loading a migrated snapshot
+ * costs well under one. The snapshot is cached in the temp dir, keyed by the
+ * migrations' content, and rebuilt whenever they change.
+ */
+async function pgliteSnapshot(): Promise<Blob> {
+  const key = createHash('sha256')
+    .update(JSON.stringify(loadMigrations()))
+    .update(readFileSync(new URL('../../node_modules/@electric-sql/pglite/package.json', import.meta.url)))
+    .digest('hex')
+    .slice(0, 16);
+  const file = join(tmpdir(), `gpucloud-pglite-${key}.tar`);
+  if (!existsSync(file)) {
+    const db = await PgliteDb.open();
+    await migrate(db);
+    const dump = await db.pg.dumpDataDir('none');
+    await db.close();
+    const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+    writeFileSync(tmp, Buffer.from(await dump.arrayBuffer()));
+    renameSync(tmp, file);
+  }
+  return new Blob([readFileSync(file)]);
 }

@@ -9,7 +9,7 @@ import type { Config } from './config.js';
 import type { Db } from './db/db.js';
 import { newId } from './ids.js';
 import { validatorCompiler } from './http/validation.js';
-import { registerErrorHandler } from './http/error-handler.js';
+import { frameworkErrors, registerErrorHandler } from './http/error-handler.js';
 import { ErrorResponse, errorResponses } from './http/schemas.js';
 import { registerOpenApi, API_VERSION } from './http/openapi.js';
 import { registerMetrics } from './http/metrics.js';
@@ -79,6 +79,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     logger: deps.logger ?? false,
     bodyLimit: BODY_LIMIT,
     trustProxy: false,
+    frameworkErrors,
     // D46: echo a sane client X-Request-Id, otherwise make one.
     genReqId: (req) => {
       const h = req.headers['x-request-id'];

@@ -78,7 +78,7 @@ function bool(env: Env, name: string): boolean | undefined {
   throw new ConfigError(name, `must be 1 or 0 (true/false), got "${raw}"`);
 }
 
-function url(env: Env, name: string, protocols: string[]): string | undefined {
+function url(env: Env, name: string, protocols: string[], requireHost = false): string | undefined {
   const raw = str(env, name);
   if (raw === undefined) return undefined;
   let parsed: URL;
@@ -90,13 +90,15 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
   if (!protocols.includes(parsed.protocol)) {
     throw new ConfigError(name, `must use ${protocols.join(' or ')}, got "${parsed.protocol}"`);
   }
+  // PostgreSQL may name its host in the query (unix sockets); Redis needs one in the URL.
+  if (requireHost && parsed.hostname === '') throw new ConfigError(name, 'must name a host, like redis://cache:6379');
   return raw;
 }
 
 export function loadConfig(env: Env = process.env): Config {
   const nodeEnv = str(env, 'NODE_ENV') ?? 'development';
   const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
-  const redisUrl = url(env, 'GPUCLOUD_REDIS_URL', ['redis:', 'rediss:']);
+  const redisUrl = url(env, 'GPUCLOUD_REDIS_URL', ['redis:', 'rediss:'], true);
   const jwtSecret = str(env, 'GPUCLOUD_JWT_SECRET');
   if (databaseUrl && !jwtSecret) {
     throw new ConfigError('GPUCLOUD_JWT_SECRET', 'is required when DATABASE_URL is set (every instance must sign with the same secret)');

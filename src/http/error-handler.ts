@@ -2,10 +2,11 @@
  * The one place that turns any thrown error into D1's shape:
  * `{detail, code, errors?}`. A 500 names the request id and never leaks a stack.
  */
-import type { FastifyError, FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ErrorObject } from 'ajv';
 import { AppError, type ErrorCode, ERROR_STATUS } from '../errors.js';
 import { fieldErrors } from './validation.js';
+import { API_VERSION } from './openapi.js';
 
 /** Fastify's own error codes for body handling (D2). */
 const FASTIFY_CODES: Record<string, { code: ErrorCode; detail: (e: FastifyError) => string }> = {
@@ -19,6 +20,35 @@ const FASTIFY_CODES: Record<string, { code: ErrorCode; detail: (e: FastifyError)
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'malformed_json', detail: () => 'Content-Length does not match the body' },
   FST_ERR_CTP_INVALID_TYPE: { code: 'unsupported_media_type', detail: () => 'Invalid Content-Type header' },
 };
+
+/** 4xx statuses of foreign errors that map onto a D1 code with the same status. */
+const CLIENT_STATUS_CODE: Record<number, ErrorCode> = {
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  429: 'rate_limited',
+};
+
+/**
+ * Fastify's `frameworkErrors` option: errors raised while routing, before any
+ * hook runs (a URL that is not valid percent-encoding, a path parameter over
+ * maxParamLength). Without it Fastify answers in its own shape, without
+ * X-Request-Id or API-Version. No route can match such a URL: 404.
+ */
+export function frameworkErrors(err: FastifyError, req: FastifyRequest, reply: FastifyReply): void {
+  reply.header('X-Request-Id', req.id);
+  reply.header('API-Version', API_VERSION);
+  if (err.code === 'FST_ERR_BAD_URL' || err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    const path = req.raw.url?.split('?')[0] ?? '';
+    const what = err.code === 'FST_ERR_BAD_URL' ? 'is not valid percent-encoding' : 'has a path segment that is too long';
+    reply.code(404).send({ detail: `No route matches ${req.raw.method ?? 'GET'} ${path.slice(0, 200)}: the URL ${what}`, code: 'not_found' });
+    return;
+  }
+  req.log.error({ err }, 'framework error');
+  reply.code(500).send({ detail: `Internal server error (request id ${req.id})`, code: 'internal' });
+}
 
 export function registerErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError | AppError | Error, req, reply) => {
@@ -42,8 +72,11 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return reply.code(400).send({ detail: `Malformed JSON body: ${fe.message}`, code: 'malformed_json' });
     }
     if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {
-      // Any other client error Fastify raised (e.g. an unsupported method/URL shape).
-      const code: ErrorCode = fe.statusCode === 404 ? 'not_found' : fe.statusCode === 413 ? 'payload_too_large' : fe.statusCode === 415 ? 'unsupported_media_type' : 'validation_error';
+      // Any other client error Fastify or a plugin raised: keep its meaning where D1 has a code for it.
+      const code: ErrorCode = CLIENT_STATUS_CODE[fe.statusCode] ?? 'validation_error';
+      if (code === 'validation_error') {
+        return reply.code(422).send({ detail: fe.message, code, errors: [{ field: 'request', message: fe.message }] });
+      }
       return reply.code(ERROR_STATUS[code]).send({ detail: fe.message, code });
     }
     req.log.error({ err }, 'unhandled error');
@@ -53,6 +86,6 @@ export function registerErrorHandler(app: FastifyInstance): void {
   });
 
   app.setNotFoundHandler((req, reply) => {
-    reply.code(404).send({ detail: `Route ${req.method} ${req.url.split('?')[0]} not found`, code: 'not_found' });
+    reply.code(404).send({ detail: `Route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)} not found`, code: 'not_found' });
   });
 }

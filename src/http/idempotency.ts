@@ -3,10 +3,20 @@
  * request with a key claims it (a unique row); its response (< 500) is stored
  * and replayed for 24 h for the same body; another body with the same key is
  * 422 `idempotency_mismatch`. A concurrent duplicate waits for the first to
- * finish and then gets its response, so the action happens once.
+ * finish and then gets its response, so the action happens once. The body is
+ * compared as the client sent it (before validation fills in defaults), with
+ * object keys in any order. Requests refused before the route is reached
+ * (401, 403, 429, malformed JSON, 413, 415) do not use up the key.
+ *
+ * Stored responses can hold secrets (POST /api-keys answers with the key
+ * itself, D14: "stored hashed"), so nothing is kept in clear: the row is
+ * found by a hash of the Idempotency-Key, and the response is encrypted
+ * (AES-256-GCM) under a key derived from the Idempotency-Key, which only the
+ * client knows. The request fingerprint is an HMAC under that key as well, so
+ * it cannot be used to guess a request body (e.g. a VM password).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { createHash } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Db } from '../db/db.js';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
@@ -16,7 +26,7 @@ const WAIT_FOR_FIRST_MS = 15_000;
 
 declare module 'fastify' {
   interface FastifyRequest {
-    idempotency?: { userId: number; key: string };
+    idempotency?: { userId: number; lookup: string; enc: Buffer };
   }
 }
 
@@ -32,10 +42,42 @@ function canonical(v: unknown): string {
   return JSON.stringify(v ?? null);
 }
 
-export function requestFingerprint(req: FastifyRequest): string {
-  return createHash('sha256')
+/** Keys derived from the client's Idempotency-Key: where the row is, what it is encrypted with. */
+interface DerivedKeys {
+  /** Stored in idem_key: finds the row without revealing the client's key. */
+  lookup: string;
+  /** Encrypts the stored response. */
+  enc: Buffer;
+  /** Keys the request fingerprint. */
+  mac: Buffer;
+}
+
+function derive(userId: number, key: string): DerivedKeys {
+  const h = (label: string) => createHash('sha256').update(`gpucloud-idempotency:${label}:${userId}:`).update(key, 'utf8').digest();
+  return { lookup: h('lookup').toString('hex'), enc: h('enc'), mac: h('mac') };
+}
+
+export function requestFingerprint(req: FastifyRequest, macKey: Buffer): string {
+  return createHmac('sha256', macKey)
     .update(`${req.method} ${req.routeOptions.url} ${canonical(req.params)} ${canonical(req.body)}`)
     .digest('hex');
+}
+
+const SEALED_PREFIX = 'v1:';
+
+function seal(encKey: Buffer, plaintext: string): string {
+  const iv = randomBytes(12);
+  const c = createCipheriv('aes-256-gcm', encKey, iv);
+  const body = Buffer.concat([c.update(plaintext, 'utf8'), c.final()]);
+  return SEALED_PREFIX + Buffer.concat([iv, c.getAuthTag(), body]).toString('base64');
+}
+
+function open(encKey: Buffer, sealed: string): string {
+  if (!sealed.startsWith(SEALED_PREFIX)) throw new Error('unknown idempotency record format');
+  const raw = Buffer.from(sealed.slice(SEALED_PREFIX.length), 'base64');
+  const d = createDecipheriv('aes-256-gcm', encKey, raw.subarray(0, 12));
+  d.setAuthTag(raw.subarray(12, 28));
+  return Buffer.concat([d.update(raw.subarray(28)), d.final()]).toString('utf8');
 }
 
 interface Stored {
@@ -47,7 +89,9 @@ interface Stored {
 }
 
 export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock): void {
-  app.addHook('preHandler', async (req, reply) => {
+  // preValidation: every request that got past authentication, scope and body parsing claims the key,
+  // so a body that fails validation is answered (and replayed) like any other failure.
+  app.addHook('preValidation', async (req, reply) => {
     if (!req.routeOptions.config.idempotent || !req.principal) return;
     const raw = req.headers['idempotency-key'];
     if (raw === undefined) return;
@@ -58,29 +102,29 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
       ]);
     }
     const userId = req.principal.userId;
-    const hash = requestFingerprint(req);
+    const keys = derive(userId, key);
+    const hash = requestFingerprint(req, keys.mac);
     const deadline = Date.now() + WAIT_FOR_FIRST_MS;
     for (;;) {
       const now = clock.now();
-      // Expired keys (older than 24 h) are forgotten, then the key is claimed afresh.
-      await db.query(`DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND created_at <= $3`, [
+      // Records older than 24 h are forgotten (all of this user's, so none lingers), then the key is claimed afresh.
+      await db.query('DELETE FROM idempotency_keys WHERE user_id = $1 AND created_at <= $2', [
         userId,
-        key,
         new Date(now.getTime() - IDEMPOTENCY_TTL_MS),
       ]);
       const claimed = await db.query(
         `INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at)
          VALUES ($1, $2, $3, 'pending', $4) ON CONFLICT (user_id, idem_key) DO NOTHING`,
-        [userId, key, hash, now],
+        [userId, keys.lookup, hash, now],
       );
       if (claimed.rowCount === 1) {
-        req.idempotency = { userId, key };
+        req.idempotency = { userId, lookup: keys.lookup, enc: keys.enc };
         return;
       }
       const stored = (
         await db.query<Stored>(
           'SELECT request_hash, state, response_status, response_body, created_at FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2',
-          [userId, key],
+          [userId, keys.lookup],
         )
       ).rows[0];
       if (!stored) continue; // released by a failed first request: claim again
@@ -91,9 +135,11 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
         );
       }
       if (stored.state === 'done') {
+        const body = stored.response_body ? open(keys.enc, stored.response_body) : '';
         reply.header('Idempotent-Replayed', 'true');
-        reply.code(stored.response_status!).type('application/json; charset=utf-8');
-        return reply.send(stored.response_body);
+        reply.code(stored.response_status!);
+        if (body !== '') reply.type('application/json; charset=utf-8');
+        return reply.send(body);
       }
       if (Date.now() > deadline) {
         throw new AppError('conflict', 'A request with this Idempotency-Key is still being processed; retry shortly');
@@ -106,15 +152,16 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
     const idem = req.idempotency;
     if (!idem) return payload;
     req.idempotency = undefined;
-    if (reply.statusCode >= 500 || typeof payload !== 'string') {
-      // Not a definitive answer: release the key so the client can retry.
-      await db.query('DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2', [idem.userId, idem.key]);
+    const body = payload == null ? '' : typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined;
+    if (reply.statusCode >= 500 || body === undefined) {
+      // Not a definitive answer (or a stream we cannot keep): release the key so the client can retry.
+      await db.query('DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2', [idem.userId, idem.lookup]);
       return payload;
     }
     await db.query(
       `UPDATE idempotency_keys SET state = 'done', response_status = $3, response_body = $4
         WHERE user_id = $1 AND idem_key = $2`,
-      [idem.userId, idem.key, reply.statusCode, payload],
+      [idem.userId, idem.lookup, reply.statusCode, body === '' ? null : seal(idem.enc, body)],
     );
     return payload;
   });

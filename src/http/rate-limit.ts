@@ -19,8 +19,17 @@ const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
   default: 'default',
 };
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set once the request has been counted (or the store failed): it is never counted twice. */
+    rateLimitCounted?: boolean;
+  }
+}
+
 export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, limits: RateLimitConfig): void {
-  async function consume(req: FastifyRequest, reply: FastifyReply, bucket: RateBucket, subject: string) {
+  async function consume(req: FastifyRequest, reply: FastifyReply, bucket: RateBucket, subject: string, enforce = true) {
+    if (req.rateLimitCounted) return;
+    req.rateLimitCounted = true;
     const limit = limits[LIMIT_OF[bucket]] as number;
     let hit;
     try {
@@ -34,7 +43,7 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     reply.header('X-RateLimit-Limit', String(limit));
     reply.header('X-RateLimit-Remaining', String(Math.max(0, limit - hit.count)));
     reply.header('X-RateLimit-Reset', String(resetS));
-    if (hit.count > limit) {
+    if (enforce && hit.count > limit) {
       throw new AppError('rate_limited', `Rate limit of ${limit} requests per minute exceeded; retry in ${resetS} s`, undefined, {
         'retry-after': String(resetS),
       });
@@ -51,11 +60,23 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     await consume(req, reply, bucket, subject);
   });
 
-  // Login is limited per email (D40), which needs the parsed body.
-  app.addHook('preHandler', async (req, reply) => {
+  // Login is limited per email (D40), which needs the parsed body: counted
+  // before validation, so that an invalid body is counted (and answered with
+  // the headers) like any other attempt. Without an email, per client IP.
+  app.addHook('preValidation', async (req, reply) => {
     if (bucketOf(req) !== 'login') return;
-    const email = (req.body as { email?: unknown } | undefined)?.email;
-    const subject = typeof email === 'string' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
+    const email = (req.body as { email?: unknown } | null | undefined)?.email;
+    const subject = typeof email === 'string' && email.trim() !== '' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
     await consume(req, reply, 'login', subject);
+  });
+
+  // A login whose body could not even be read (malformed JSON, too large, wrong
+  // media type) never reached preValidation: count it per IP so that its
+  // response carries the headers too ("every response of a limited route", D40).
+  app.addHook('onSend', async (req, reply, payload) => {
+    if (!req.rateLimitCounted && bucketOf(req) === 'login') {
+      await consume(req, reply, 'login', `ip:${req.ip}`, false);
+    }
+    return payload;
   });
 }

@@ -63,4 +63,4 @@ export function page<T>(reply: { header(k: string, v: string): unknown }, r: { i
 }
 
 /** Path ids that are not UUIDs can never exist: 404 without asking the database. */
-export const UuidParam = (name: string) => Type.Object({ [name]: Type.String({ maxLength: 64, description: 'Resource id (uuid)' }) });
+export const UuidParam = (name: string) => Type.Object({ [name]: Type.String({ description: 'Resource id (uuid)' }) });

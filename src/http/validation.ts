@@ -27,9 +27,48 @@ function makeAjv(coerce: boolean): Ajv {
 const bodyAjv = makeAjv(false);
 const queryAjv = makeAjv(true);
 
+/** The plain decimal forms a query or path value may take for Ajv to coerce it to a number. */
+const STRICT_FORM: Record<string, RegExp> = {
+  integer: /^-?\d+$/,
+  number: /^-?\d+(\.\d+)?$/,
+};
+
+/**
+ * Ajv coerces any string JavaScript reads as a number (`1e3`, `0x10`, ` 5 `),
+ * so `?limit=1e1` or `/users/0x1` would pass. Top-level integer and number
+ * properties of a query string or path must be written in plain decimal; this
+ * finds the ones that are not, before Ajv coerces them.
+ */
+function looseNumbers(schema: { properties?: Record<string, { type?: unknown }> }, data: unknown): ErrorObject[] {
+  if (!schema.properties || data === null || typeof data !== 'object') return [];
+  const out: ErrorObject[] = [];
+  for (const [name, prop] of Object.entries(schema.properties)) {
+    const type = typeof prop?.type === 'string' ? prop.type : undefined;
+    const form = type ? STRICT_FORM[type] : undefined;
+    const value = (data as Record<string, unknown>)[name];
+    if (!form || typeof value !== 'string' || form.test(value)) continue;
+    out.push({
+      instancePath: `/${name.replace(/~/g, '~0').replace(/\//g, '~1')}`,
+      schemaPath: `#/properties/${name}/type`,
+      keyword: 'type',
+      params: { type },
+      message: `must be ${type === 'integer' ? 'an integer' : 'a number'} in plain decimal digits`,
+    });
+  }
+  return out;
+}
+
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  const ajv = httpPart === 'body' ? bodyAjv : queryAjv;
-  return ajv.compile(schema as object) as ValidateFunction;
+  if (httpPart === 'body') return bodyAjv.compile(schema as object) as ValidateFunction;
+  const validate = queryAjv.compile(schema as object);
+  const strict = (data: unknown): boolean => {
+    const loose = looseNumbers(schema as { properties?: Record<string, { type?: unknown }> }, data);
+    const ok = validate(data);
+    strict.errors = loose.length ? [...loose, ...(validate.errors ?? [])] : validate.errors;
+    return ok && loose.length === 0;
+  };
+  strict.errors = null as ErrorObject[] | null | undefined;
+  return strict;
 };
 
 const PART_NAME: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };

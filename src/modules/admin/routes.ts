@@ -89,10 +89,16 @@ export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock
   r.get(
     '/admin/clock',
     {
-      schema: { tags: ['admin'], summary: 'The service clock', response: { 200: ClockNow, ...errorResponses(401, 403, 429) } },
+      schema: {
+        tags: ['admin'],
+        summary: 'The service clock',
+        description: 'The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock (D43).',
+        response: { 200: ClockNow, ...errorResponses(401, 403, 429) },
+      },
       config: admin,
     },
-    async () => ({ now: clock.now().toISOString() }),
+    // Another instance may have advanced the manual clock: read the persisted value (D43).
+    async () => ({ now: (await clock.sync()).toISOString() }),
   );
 
   r.post(

@@ -31,7 +31,7 @@ export async function insertKey(
 export async function listKeys(q: Queryable, userId: number, limit: number, offset: number) {
   const rows = await q.query<ApiKeyRow>(
     `SELECT ${COLS} FROM api_keys WHERE user_id = $1 AND revoked_at IS NULL
-      ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`,
+      ORDER BY seq DESC LIMIT $2 OFFSET $3`,
     [userId, limit, offset],
   );
   const total = await q.query<{ n: number }>(

@@ -87,7 +87,8 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         tags: ['api-keys'],
         summary: 'Revoke an API key',
         description: 'The key stops working at once. 204; 404 for an unknown, revoked or another user\'s key.',
-        params: Type.Object({ key_id: Type.String({ maxLength: 64 }) }),
+        // Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length (D6).
+        params: Type.Object({ key_id: Type.String({ description: 'API key id (uuid)' }) }),
         response: { 204: Type.Null({ description: 'Revoked' }), ...errorResponses(401, 403, 404, 429) },
       },
     },

@@ -41,6 +41,9 @@ export interface ChallengeRow {
 
 export const normalizeEmail = (email: string) => email.trim().toLowerCase();
 
+/** PostgreSQL text cannot hold U+0000: a lookup by such a string fails the query (a 500), yet can match nothing. */
+const holdsNul = (s: string) => s.includes('\u0000');
+
 export async function insertUser(
   q: Queryable,
   u: { email: string; name: string | null; passwordHash: string; role: Role; now: Date },
@@ -54,6 +57,7 @@ export async function insertUser(
 }
 
 export async function findUserByEmail(q: Queryable, email: string): Promise<UserRow | undefined> {
+  if (holdsNul(email)) return undefined;
   return (await q.query<UserRow>('SELECT * FROM users WHERE email_normalized = $1', [normalizeEmail(email)])).rows[0];
 }
 
@@ -61,11 +65,20 @@ export async function findUserById(q: Queryable, id: number, forUpdate = false):
   return (await q.query<UserRow>(`SELECT * FROM users WHERE id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [id])).rows[0];
 }
 
-export async function setPasswordAndRole(q: Queryable, id: number, passwordHash: string, role: Role, now: Date): Promise<void> {
-  await q.query('UPDATE users SET password_hash = $2, role = $3, updated_at = $4 WHERE id = $1', [id, passwordHash, role, now]);
+export async function setPasswordAndRole(q: Queryable, email: string, passwordHash: string, role: Role, now: Date): Promise<UserRow | undefined> {
+  const r = await q.query<UserRow>(
+    'UPDATE users SET password_hash = $2, role = $3, updated_at = $4 WHERE email_normalized = $1 RETURNING *',
+    [normalizeEmail(email), passwordHash, role, now],
+  );
+  return r.rows[0];
 }
 
-/** For authentication of a JWT: the user plus whether the session family was revoked, in one round trip. */
+/**
+ * For authentication of a JWT: the user plus whether its session family is
+ * unusable, in one round trip. A family is live while it is not revoked and
+ * still holds an unrevoked refresh token of this very user: a well-signed
+ * token naming a family that was never issued, or another user's, is refused.
+ */
 export async function findUserForSession(
   q: Queryable,
   id: number,
@@ -73,7 +86,9 @@ export async function findUserForSession(
 ): Promise<(Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean }) | undefined> {
   const r = await q.query<Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean }>(
     `SELECT u.id, u.email, u.role, u.suspended,
-            EXISTS (SELECT 1 FROM revoked_families f WHERE f.family_id = $2) AS family_revoked
+            (EXISTS (SELECT 1 FROM revoked_families f WHERE f.family_id = $2)
+             OR NOT EXISTS (SELECT 1 FROM refresh_tokens r
+                             WHERE r.family_id = $2 AND r.user_id = u.id AND r.revoked_at IS NULL)) AS family_revoked
        FROM users u WHERE u.id = $1`,
     [id, familyId],
   );
@@ -206,6 +221,7 @@ export async function listUsers(
   f: { email?: string; limit: number; offset: number },
 ): Promise<{ rows: UserRow[]; total: number }> {
   // `email` filters by substring, case-insensitively; LIKE wildcards in it are literal.
+  if (f.email && holdsNul(f.email)) return { rows: [], total: 0 };
   const pattern = f.email ? '%' + normalizeEmail(f.email).replace(/[\\%_]/g, (c) => '\\' + c) + '%' : null;
   const where = pattern ? 'WHERE email_normalized LIKE $1' : '';
   const filter = pattern ? [pattern] : [];

@@ -4,6 +4,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { errorResponses, MessageResponse, Nullable, DateTime } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
+import { assertNoBody } from '../../http/no-body.js';
+import { validation } from '../../errors.js';
 import type { AuthService } from './service.js';
 
 export const UserRecordSchema = Type.Object(
@@ -48,6 +50,10 @@ const Code = Type.String({ minLength: 1, maxLength: 64, description: 'A 6-digit 
 
 const noStore = { 'cache-control': 'no-store' };
 
+/**
+ * For operations that take no body: none, `null` or `{}` is fine; any field is
+ * refused like every unknown field (D2: no silent ignore).
+ */
 export function authRoutes(app: FastifyInstance, auth: AuthService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
 
@@ -63,7 +69,8 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           {
             email: Type.String({ format: 'email', maxLength: 254 }),
             password: Password,
-            name: Type.Optional(Nullable(Type.String({ maxLength: 100 }))),
+            // No control characters: a display name is one line of text (and PostgreSQL text cannot hold U+0000).
+            name: Type.Optional(Nullable(Type.String({ maxLength: 100, pattern: '^\\P{Cc}*$' }))),
           },
           { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery', name: 'Ada' }] },
         ),
@@ -154,6 +161,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     },
     async (req, reply) => {
       reply.headers(noStore);
+      assertNoBody(req.body);
       return auth.setupTwoFactor(requirePrincipal(req.principal).userId);
     },
   );

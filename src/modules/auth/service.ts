@@ -88,11 +88,18 @@ export class AuthService {
 
   /** Creates or updates (password, role) an account: the env bootstrap and `gpucloud admin create-user` (D16). */
   async ensureUser(email: string, password: string, role: Role, name: string | null = null): Promise<{ user: UserRecord; created: boolean }> {
-    const existing = await repo.findUserByEmail(this.db, email);
-    if (!existing) return { user: await this.register({ email, password, name }, role), created: true };
+    if (!(await repo.findUserByEmail(this.db, email))) {
+      try {
+        return { user: await this.register({ email, password, name }, role), created: true };
+      } catch (err) {
+        // Another instance bootstrapping the same account at the same moment won the insert: update it instead.
+        if (!(err instanceof AppError && err.code === 'conflict')) throw err;
+      }
+    }
     const passwordHash = await this.passwords.hash(password);
-    await repo.setPasswordAndRole(this.db, existing.id, passwordHash, role, this.clock.now());
-    return { user: toUserRecord({ ...existing, role }), created: false };
+    const updated = await repo.setPasswordAndRole(this.db, email, passwordHash, role, this.clock.now());
+    if (!updated) throw new Error(`account ${email} vanished while being updated`);
+    return { user: toUserRecord(updated), created: false };
   }
 
   async login(email: string, password: string): Promise<TokenResponse | ChallengeResponse> {

@@ -5,7 +5,7 @@
  */
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 import type { Clock } from '../../clock.js';
-import { newId } from '../../ids.js';
+import { newId, UUID_RE } from '../../ids.js';
 
 export const ACCESS_TOKEN_TTL_S = 3600;
 const ISSUER = 'gpucloud';
@@ -48,8 +48,12 @@ export class TokenService {
         currentDate: this.clock.now(),
         requiredClaims: ['sub', 'iat', 'exp', 'jti'],
       });
-      if (payload.typ !== 'access' || typeof payload.sid !== 'string' || !/^\d+$/.test(payload.sub ?? '')) return null;
-      return { userId: Number(payload.sub), sid: payload.sid, jti: payload.jti! };
+      // sid is a session family id (a uuid column): anything else could never match and must not reach SQL.
+      if (payload.typ !== 'access' || typeof payload.sid !== 'string' || !UUID_RE.test(payload.sid)) return null;
+      // sub is the user id as a string (RFC 7519), a safe positive integer: anything else is not ours.
+      const sub = payload.sub as unknown;
+      if (typeof sub !== 'string' || !/^[1-9]\d{0,15}$/.test(sub) || !Number.isSafeInteger(Number(sub))) return null;
+      return { userId: Number(sub), sid: payload.sid, jti: payload.jti! };
     } catch (err) {
       if (err instanceof joseErrors.JOSEError || err instanceof TypeError) return null;
       throw err;

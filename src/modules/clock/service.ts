@@ -36,17 +36,41 @@ export class ClockService {
     return this.clock.now();
   }
 
+  /**
+   * Catches a manual clock up with the persisted value (another instance may
+   * have advanced it); a no-op for the system clock. Returns the clock's time.
+   */
+  async sync(): Promise<Date> {
+    const clock = this.clock;
+    if (clock instanceof ManualClock) {
+      const r = await this.db.query<{ now_ms: number }>('SELECT now_ms FROM service_clock WHERE id = 1');
+      const stored = Number(r.rows[0]?.now_ms);
+      if (Number.isFinite(stored) && stored > clock.nowMs()) clock.set(stored);
+    }
+    return clock.now();
+  }
+
   async advance(seconds: number): Promise<Date> {
     const clock = this.clock;
     if (!(clock instanceof ManualClock)) {
       throw invalidState('The service clock is the system clock; start with GPUCLOUD_CLOCK=manual to advance it');
     }
+    // The HTTP route takes whole seconds >= 1 (D43); callers in code may settle due work with 0.
+    if (!Number.isFinite(seconds) || seconds < 0) throw new RangeError(`the service clock cannot move by ${seconds} s`);
+    const deltaMs = Math.round(seconds * 1000);
     // Advances are serialized: each one settles its due work before the next moves time again.
     const run = this.advancing.then(async () => {
-      const target = clock.nowMs() + seconds * 1000;
-      await this.db.query('UPDATE service_clock SET now_ms = $1 WHERE id = 1', [target]);
+      // One statement moves the persisted clock, so that advances from several
+      // instances on one database add up and the clock never goes back: it
+      // continues from the later of the stored value and this instance's.
+      const r = await this.db.query<{ now_ms: number }>(
+        'UPDATE service_clock SET now_ms = GREATEST(now_ms, $1) + $2 WHERE id = 1 RETURNING now_ms',
+        [clock.nowMs(), deltaMs],
+      );
+      const target = Number(r.rows[0]?.now_ms);
+      if (!Number.isFinite(target)) throw new Error('service_clock row is missing');
       clock.set(target);
-      for (const r of this.runners) await r(clock.now());
+      for (const runner of this.runners) await runner(clock.now());
       return clock.now();
     });
     this.advancing = run.catch(() => undefined);

@@ -23,6 +23,10 @@ export async function findByFingerprint(q: Queryable, userId: number, fingerprin
   return (await q.query<SshKeyRow>('SELECT * FROM ssh_keys WHERE user_id = $1 AND fingerprint = $2', [userId, fingerprint])).rows[0];
 }
 
+export async function listLabels(q: Queryable, userId: number): Promise<string[]> {
+  return (await q.query<{ label: string }>('SELECT label FROM ssh_keys WHERE user_id = $1', [userId])).rows.map((r) => r.label);
+}
+
 export async function insertKey(q: Queryable, k: Omit<SshKeyRow, 'created_at'> & { created_at: Date }): Promise<SshKeyRow> {
   const r = await q.query<SshKeyRow>(
     `INSERT INTO ssh_keys (id, user_id, label, key_type, fingerprint, public_key, created_at)
@@ -34,7 +38,7 @@ export async function insertKey(q: Queryable, k: Omit<SshKeyRow, 'created_at'> &
 
 export async function listKeys(q: Queryable, userId: number, limit: number, offset: number) {
   const rows = await q.query<SshKeyRow>(
-    'SELECT * FROM ssh_keys WHERE user_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3',
+    'SELECT * FROM ssh_keys WHERE user_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3',
     [userId, limit, offset],
   );
   return { rows: rows.rows, total: await countKeys(q, userId) };
@@ -46,7 +50,7 @@ export async function findKey(q: Queryable, userId: number, id: string): Promise
 
 /** The caller's oldest key: the default for VMs created with auth_method ssh_key. */
 export async function findOldestKey(q: Queryable, userId: number): Promise<SshKeyRow | undefined> {
-  return (await q.query<SshKeyRow>('SELECT * FROM ssh_keys WHERE user_id = $1 ORDER BY created_at ASC, id ASC LIMIT 1', [userId])).rows[0];
+  return (await q.query<SshKeyRow>('SELECT * FROM ssh_keys WHERE user_id = $1 ORDER BY seq ASC LIMIT 1', [userId])).rows[0];
 }
 
 export async function deleteKey(q: Queryable, userId: number, id: string): Promise<boolean> {

@@ -22,7 +22,8 @@ const SshKeyRecord = Type.Object(
   },
 );
 
-const KeyId = Type.Object({ key_id: Type.String({ maxLength: 64 }) });
+// Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length (D6).
+const KeyId = Type.Object({ key_id: Type.String({ description: 'SSH key id (uuid)' }) });
 
 export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();

@@ -6,7 +6,7 @@
  */
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import { AppError, notFound } from '../../errors.js';
+import { AppError, notFound, validation } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { parseSshPublicKey, SshKeyParseError } from './fingerprint.js';
 import * as repo from './repository.js';
@@ -31,6 +31,15 @@ const toRecord = (k: SshKeyRow): SshKeyRecord => ({
   created_at: k.created_at.toISOString(),
 });
 
+/** The key's comment as a label: at most MAX_LABEL_LENGTH characters, never cutting a character in two. */
+function commentLabel(comment: string | null): string | undefined {
+  const label = Array.from(comment ?? '')
+    .slice(0, MAX_LABEL_LENGTH)
+    .join('')
+    .trim();
+  return label || undefined;
+}
+
 export class SshKeyService {
   constructor(
     private readonly db: Db,
@@ -47,6 +56,9 @@ export class SshKeyService {
       }
       throw err;
     }
+    // An explicit label is trimmed; one that is blank is an error, not a silent fallback (D2).
+    const explicitLabel = input.label == null ? undefined : input.label.trim();
+    if (explicitLabel === '') throw validation('body.label', 'must not be blank');
     return this.db.transaction(async (tx) => {
       // Serializes concurrent uploads of one user so the count and duplicate checks hold.
       await repo.lockUser(tx, userId);
@@ -57,7 +69,7 @@ export class SshKeyService {
       if (count >= MAX_SSH_KEYS) {
         throw new AppError('limit_exceeded', `At most ${MAX_SSH_KEYS} SSH keys per account; delete one first`);
       }
-      const label = input.label?.trim() || parsed.comment?.slice(0, MAX_LABEL_LENGTH).trim() || `key-${count + 1}`;
+      const label = explicitLabel ?? commentLabel(parsed.comment) ?? (await this.defaultLabel(tx, userId, count));
       const row = await repo.insertKey(tx, {
         id: newId(),
         user_id: userId,
@@ -69,6 +81,14 @@ export class SshKeyService {
       });
       return toRecord(row);
     });
+  }
+
+  /** "key-N": N is the number of this key on the account, moved up past any label already taken. */
+  private async defaultLabel(tx: Queryable, userId: number, count: number): Promise<string> {
+    const taken = new Set(await repo.listLabels(tx, userId));
+    let n = count + 1;
+    while (taken.has(`key-${n}`)) n++;
+    return `key-${n}`;
   }
 
   async list(userId: number, limit: number, offset: number): Promise<{ items: SshKeyRecord[]; total: number }> {

@@ -1,0 +1,461 @@
+/**
+ * The admin API: access (D16), users (D47) and the service clock (D43).
+ */
+import { before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { createApiKey, createUser, uniqueEmail, type TestUser } from '../helpers/factories.js';
+import { ClockService } from '../../src/modules/clock/service.js';
+import { AppError } from '../../src/errors.js';
+
+const ADMIN_USER_FIELDS = ['created_at', 'email', 'id', 'max_gpus', 'max_vms', 'name', 'role', 'suspended', 'two_factor_enabled', 'updated_at'];
+const MAX_ADVANCE_S = 10 * 366 * 86_400;
+
+describeEachDb('admin API', (t) => {
+  let admin: TestUser;
+  let user: TestUser;
+
+  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
+  const clockNow = async (): Promise<number> => {
+    const r = await req('GET', '/admin/clock', { token: admin.token });
+    assert.equal(r.status, 200, r.text);
+    return Date.parse(r.body.now);
+  };
+
+  before(async () => {
+    admin = await createUser(t(), { admin: true });
+    user = await createUser(t());
+  });
+
+  describe('service clock (D43)', () => {
+    test('GET /admin/clock returns the manual clock, started at real time truncated to the second', async () => {
+      const r = await req('GET', '/admin/clock', { token: admin.token });
+      assert.equal(r.status, 200);
+      assert.deepEqual(Object.keys(r.body), ['now']);
+      assert.match(r.body.now, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.000Z$/);
+      const now = Date.parse(r.body.now);
+      assert.equal(now, t().clock.nowMs());
+      assert.ok(Math.abs(now - Date.now()) < 10 * 60_000, 'starts at the real time of the first start');
+    });
+
+    test('the manual clock stands still between advances', async () => {
+      const a = await clockNow();
+      await new Promise((r) => setTimeout(r, 1100));
+      assert.equal(await clockNow(), a);
+    });
+
+    test('POST /admin/clock/advance moves it by exactly the given seconds', async () => {
+      const start = await clockNow();
+      // (Access tokens live 3600 s of service time: this file keeps its advances well below that.)
+      const r = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 1800 } });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(Date.parse(r.body.now), start + 1_800_000);
+      assert.equal(await clockNow(), start + 1_800_000);
+      const one = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 1 } });
+      assert.equal(Date.parse(one.body.now), start + 1_801_000);
+      // Services see the same time
+      assert.equal(t().services.clock.now().getTime(), start + 1_801_000);
+    });
+
+    test('seconds must be a whole number >= 1 given as a JSON number', async () => {
+      const before = await clockNow();
+      const bad: unknown[] = [{ seconds: 0 }, { seconds: -1 }, { seconds: 1.5 }, { seconds: '10' }, { seconds: null }, { seconds: true }, {}, { seconds: 10, extra: 1 }, { seconds: MAX_ADVANCE_S + 1 }];
+      for (const body of bad) {
+        const r = await req('POST', '/admin/clock/advance', { token: admin.token, body });
+        assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
+        assert.equal(r.body.code, 'validation_error');
+        assert.ok(r.body.errors[0].field.startsWith('body'), r.text);
+      }
+      const none = await req('POST', '/admin/clock/advance', { token: admin.token });
+      assert.equal(none.status, 422, none.text);
+      assert.equal(await clockNow(), before, 'nothing moved');
+    });
+
+    test('the clock is admin only', async () => {
+      const before = await clockNow();
+      assert.equal((await req('GET', '/admin/clock')).status, 401);
+      assert.equal((await req('GET', '/admin/clock', { token: user.token })).status, 403);
+      const r = await req('POST', '/admin/clock/advance', { token: user.token, body: { seconds: 60 } });
+      assert.equal(r.status, 403);
+      assert.equal(r.body.code, 'forbidden');
+      assert.equal((await req('POST', '/admin/clock/advance', { body: { seconds: 60 } })).status, 401);
+      assert.equal(await clockNow(), before);
+    });
+
+    test('the manual clock persists: a new ClockService on the same database continues from it', async () => {
+      const r = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 600 } });
+      const now = Date.parse(r.body.now);
+      const restarted = await ClockService.create(t().db, 'manual');
+      assert.equal(restarted.now().getTime(), now);
+      assert.equal(restarted.clock.mode, 'manual');
+    });
+
+    test('with the system clock, advance is 400 invalid_state and GET gives real time', async () => {
+      const system = await ClockService.create(t().db, 'system');
+      assert.equal(system.clock.mode, 'system');
+      await assert.rejects(system.advance(60), (err: unknown) => {
+        assert.ok(err instanceof AppError);
+        assert.equal(err.code, 'invalid_state');
+        assert.equal(err.status, 400);
+        assert.match(err.detail, /manual/);
+        return true;
+      });
+      assert.ok(Math.abs(system.now().getTime() - Date.now()) < 1000);
+      // and it left the persisted manual clock alone
+      assert.equal((await ClockService.create(t().db, 'manual')).now().getTime(), await clockNow());
+    });
+
+    test('advance returns after the jobs that came due have run, with the new time', async () => {
+      const svc = await ClockService.create(t().db, 'manual');
+      const start = svc.now().getTime();
+      const seen: number[] = [];
+      svc.onAdvance(async (now) => {
+        await new Promise((r) => setTimeout(r, 50));
+        seen.push(now.getTime());
+      });
+      const after = await svc.advance(30);
+      assert.equal(after.getTime(), start + 30_000);
+      assert.deepEqual(seen, [start + 30_000], 'the runner had finished when advance returned');
+      // concurrent advances are serialized: each runner sees its own step
+      const [a, b] = await Promise.all([svc.advance(10), svc.advance(5)]);
+      assert.deepEqual([a.getTime(), b.getTime()], [start + 40_000, start + 45_000]);
+      assert.deepEqual(seen, [start + 30_000, start + 40_000, start + 45_000]);
+    });
+
+    test('advances from two instances on one database add up and never go back', async () => {
+      const a = await ClockService.create(t().db, 'manual');
+      const b = await ClockService.create(t().db, 'manual');
+      const start = a.now().getTime();
+      assert.equal(b.now().getTime(), start);
+      await a.advance(100);
+      // The app reads the persisted clock on GET /admin/clock
+      assert.equal(await clockNow(), start + 100_000);
+      // b has not seen a's advance yet; its own advance continues from the stored time
+      const bNow = await b.advance(10);
+      assert.equal(bNow.getTime(), start + 110_000);
+      assert.equal((await ClockService.create(t().db, 'manual')).now().getTime(), start + 110_000);
+      // sync() catches a lagging instance up
+      assert.equal((await a.sync()).getTime(), start + 110_000);
+      assert.equal(a.now().getTime(), start + 110_000);
+      // and so does an advance through the app
+      const r = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 1 } });
+      assert.equal(Date.parse(r.body.now), start + 111_000);
+    });
+  });
+
+  describe('access (D16)', () => {
+    const routes: [string, string, unknown?][] = [
+      ['GET', '/admin/users'],
+      ['GET', '/admin/users/1'],
+      ['PATCH', '/admin/users/1', { max_vms: 3 }],
+      ['GET', '/admin/clock'],
+      ['POST', '/admin/clock/advance', { seconds: 1 }],
+    ];
+
+    test('/admin/* is 401 without credentials and 403 for a normal user, even with a read_write key', async () => {
+      const key = await createApiKey(t(), user.token, 'read_write');
+      for (const [method, url, body] of routes) {
+        const anon = await req(method, url, { body });
+        assert.equal(anon.status, 401, `${method} ${url}`);
+        assert.equal(anon.body.code, 'unauthorized');
+        for (const token of [user.token, key]) {
+          const r = await req(method, url, { token, body });
+          assert.equal(r.status, 403, `${method} ${url}: ${r.text}`);
+          assert.equal(r.body.code, 'forbidden');
+          assert.match(r.body.detail, /admin/i);
+        }
+      }
+      const me = await req('GET', `/admin/users/${user.id}`, { token: admin.token });
+      assert.equal(me.body.max_vms, null, 'the forbidden PATCH changed nothing');
+    });
+
+    test('an admin may use a read_write API key; a read_only key of an admin is refused', async () => {
+      const rw = await createApiKey(t(), admin.token, 'read_write');
+      const ok = await req('GET', '/admin/users', { token: rw });
+      assert.equal(ok.status, 200);
+      const ro = await createApiKey(t(), admin.token, 'read_only');
+      const r = await req('GET', '/admin/users', { token: ro });
+      assert.equal(r.status, 403);
+    });
+  });
+
+  describe('users (D47)', () => {
+    const tag = randomBytes(4).toString('hex');
+    let tagged: TestUser[] = [];
+
+    before(async () => {
+      // Three users sharing a tag, one whose address holds a literal % and one a literal _.
+      tagged = [];
+      for (const local of [`Filter.${tag}.one`, `filter.${tag}.two`, `filter.${tag}.three`]) {
+        tagged.push(await createUser(t(), { email: `${local}@Example.com` }));
+      }
+      await createUser(t(), { email: `pct%${tag}@example.com` });
+      await createUser(t(), { email: `pctx${tag}@example.com` });
+      await createUser(t(), { email: `und_${tag}@example.com` });
+      await createUser(t(), { email: `undx${tag}@example.com` });
+    });
+
+    test('GET /admin/users lists every account, newest first, with X-Total-Count and no secrets', async () => {
+      const r = await req('GET', '/admin/users', { token: admin.token, query: { limit: 100 } });
+      assert.equal(r.status, 200);
+      assert.ok(Array.isArray(r.body));
+      const total = Number(r.headers['x-total-count']);
+      assert.equal(total, r.body.length);
+      assert.ok(total >= 9);
+      const ids = r.body.map((u: { id: number }) => u.id);
+      assert.deepEqual(ids, [...ids].sort((a: number, b: number) => b - a), 'newest first');
+      for (const u of r.body) assert.deepEqual(Object.keys(u).sort(), ADMIN_USER_FIELDS);
+      const a = r.body.find((u: { id: number }) => u.id === admin.id);
+      assert.equal(a.role, 'admin');
+      assert.equal(a.suspended, false);
+    });
+
+    test('the email filter is a case-insensitive substring', async () => {
+      const r = await req('GET', '/admin/users', { token: admin.token, query: { email: `FILTER.${tag.toUpperCase()}` } });
+      assert.equal(r.status, 200);
+      assert.equal(r.headers['x-total-count'], '3');
+      assert.deepEqual(
+        r.body.map((u: { email: string }) => u.email.toLowerCase()),
+        [`filter.${tag}.three@example.com`, `filter.${tag}.two@example.com`, `filter.${tag}.one@example.com`],
+      );
+      const domain = await req('GET', '/admin/users', { token: admin.token, query: { email: `${tag}.one@EXAMPLE` } });
+      assert.deepEqual(domain.body.map((u: { id: number }) => u.id), [tagged[0]!.id]);
+      const none = await req('GET', '/admin/users', { token: admin.token, query: { email: `nobody-${tag}` } });
+      assert.deepEqual(none.body, []);
+      assert.equal(none.headers['x-total-count'], '0');
+    });
+
+    test('% and _ in the filter are literal characters, not wildcards', async () => {
+      const pct = await req('GET', '/admin/users', { token: admin.token, query: { email: `pct%${tag}` } });
+      assert.deepEqual(pct.body.map((u: { email: string }) => u.email), [`pct%${tag}@example.com`]);
+      assert.equal(pct.headers['x-total-count'], '1');
+      const und = await req('GET', '/admin/users', { token: admin.token, query: { email: `und_${tag}` } });
+      assert.deepEqual(und.body.map((u: { email: string }) => u.email), [`und_${tag}@example.com`]);
+      const onlyPct = await req('GET', '/admin/users', { token: admin.token, query: { email: '%' } });
+      assert.equal(onlyPct.headers['x-total-count'], '1', 'a bare % matches only addresses that contain one');
+      const backslash = await req('GET', '/admin/users', { token: admin.token, query: { email: '\\' } });
+      assert.equal(backslash.status, 200);
+      assert.equal(backslash.headers['x-total-count'], '0');
+    });
+
+    test('limit and offset page through the filtered list; X-Total-Count stays the filtered total', async () => {
+      const q = { email: `filter.${tag}` };
+      const p1 = await req('GET', '/admin/users', { token: admin.token, query: { ...q, limit: 2 } });
+      assert.deepEqual(p1.body.map((u: { id: number }) => u.id), [tagged[2]!.id, tagged[1]!.id]);
+      assert.equal(p1.headers['x-total-count'], '3');
+      const p2 = await req('GET', '/admin/users', { token: admin.token, query: { ...q, limit: 2, offset: 2 } });
+      assert.deepEqual(p2.body.map((u: { id: number }) => u.id), [tagged[0]!.id]);
+      assert.equal(p2.headers['x-total-count'], '3');
+      const unknownParam = await req('GET', '/admin/users', { token: admin.token, query: { role: 'admin' } });
+      assert.equal(unknownParam.status, 422);
+      const longFilter = await req('GET', '/admin/users', { token: admin.token, query: { email: 'x'.repeat(300) } });
+      assert.equal(longFilter.status, 422);
+    });
+
+    test('GET /admin/users/{id}: the record, 404 when missing, 422 when not a positive integer', async () => {
+      const r = await req('GET', `/admin/users/${user.id}`, { token: admin.token });
+      assert.equal(r.status, 200);
+      assert.deepEqual(Object.keys(r.body).sort(), ADMIN_USER_FIELDS);
+      assert.equal(r.body.id, user.id);
+      assert.equal(r.body.email, user.email);
+      assert.equal(r.body.role, 'user');
+      assert.equal(r.body.suspended, false);
+      assert.equal(r.body.max_vms, null);
+      assert.equal(r.body.max_gpus, null);
+      const missing = await req('GET', '/admin/users/987654321', { token: admin.token });
+      assert.equal(missing.status, 404);
+      assert.equal(missing.body.code, 'not_found');
+      for (const id of ['abc', '1.5', '0', '-1', '99999999999999999999', '1e3', '%20']) {
+        const bad = await req('GET', `/admin/users/${id}`, { token: admin.token });
+        assert.equal(bad.status, 422, `${id}: ${bad.text}`);
+        assert.equal(bad.body.errors[0].field, 'path.user_id');
+      }
+    });
+
+    test('PATCH sets limits and role, null restores the default limits, updated_at follows the clock', async () => {
+      const target = await createUser(t());
+      await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 5 } });
+      const now = await clockNow();
+      const r = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: 20, max_gpus: 32 } });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual([r.body.max_vms, r.body.max_gpus, r.body.role, r.body.suspended], [20, 32, 'user', false]);
+      assert.equal(Date.parse(r.body.updated_at), now);
+      const zero = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: 0 } });
+      assert.deepEqual([zero.body.max_vms, zero.body.max_gpus], [0, 32], 'only the given fields change');
+      const back = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: null, max_gpus: null } });
+      assert.deepEqual([back.body.max_vms, back.body.max_gpus], [null, null]);
+      const stored = await req('GET', `/admin/users/${target.id}`, { token: admin.token });
+      assert.deepEqual([stored.body.max_vms, stored.body.max_gpus], [null, null]);
+
+      // Promotion takes effect on the user's next call, with the token it already holds.
+      assert.equal((await req('GET', '/admin/users', { token: target.token })).status, 403);
+      const up = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { role: 'admin' } });
+      assert.equal(up.body.role, 'admin');
+      assert.equal((await req('GET', '/admin/users', { token: target.token })).status, 200);
+      const demoted = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { role: 'user' } });
+      assert.equal(demoted.body.role, 'user');
+      assert.equal((await req('GET', '/admin/users', { token: target.token })).status, 403);
+      // another admin may demote an admin
+      const admin2 = await createUser(t(), { admin: true });
+      const d2 = await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { role: 'user' } });
+      assert.equal(d2.status, 200);
+      assert.equal(d2.body.role, 'user');
+    });
+
+    test('PATCH validation: empty body, unknown field or bad values are 422; a missing user is 404', async () => {
+      const url = `/admin/users/${user.id}`;
+      const cases: [unknown, string][] = [
+        [{}, 'body'],
+        [{ nickname: 'x' }, 'body.nickname'],
+        [{ max_vms: 3, colour: 'red' }, 'body.colour'],
+        [{ role: 'root' }, 'body.role'],
+        [{ role: null }, 'body.role'],
+        [{ suspended: 'yes' }, 'body.suspended'],
+        [{ suspended: null }, 'body.suspended'],
+        [{ max_vms: -1 }, 'body.max_vms'],
+        [{ max_vms: 1.5 }, 'body.max_vms'],
+        [{ max_vms: '5' }, 'body.max_vms'],
+        [{ max_gpus: -1 }, 'body.max_gpus'],
+        [{ max_gpus: 1e9 }, 'body.max_gpus'],
+        [[], 'body'],
+      ];
+      for (const [body, field] of cases) {
+        const r = await req('PATCH', url, { token: admin.token, body });
+        assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
+        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(body)}: ${JSON.stringify(r.body.errors)}`);
+      }
+      const none = await req('PATCH', url, { token: admin.token });
+      assert.equal(none.status, 422);
+      const still = await req('GET', url, { token: admin.token });
+      assert.deepEqual([still.body.role, still.body.suspended, still.body.max_vms, still.body.max_gpus], ['user', false, null, null]);
+      const missing = await req('PATCH', '/admin/users/987654321', { token: admin.token, body: { max_vms: 1 } });
+      assert.equal(missing.status, 404);
+      assert.equal(missing.body.code, 'not_found');
+      const badId = await req('PATCH', '/admin/users/abc', { token: admin.token, body: { max_vms: 1 } });
+      assert.equal(badId.status, 422);
+    });
+
+    test('an admin cannot suspend or demote themself (400 invalid_state), by session or by key', async () => {
+      const url = `/admin/users/${admin.id}`;
+      const key = await createApiKey(t(), admin.token, 'read_write');
+      for (const token of [admin.token, key]) {
+        for (const body of [{ suspended: true }, { role: 'user' }, { role: 'user', suspended: true }, { suspended: true, max_vms: 3 }]) {
+          const r = await req('PATCH', url, { token, body });
+          assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+          assert.equal(r.body.code, 'invalid_state');
+        }
+      }
+      const self = await req('GET', url, { token: admin.token });
+      assert.deepEqual([self.body.role, self.body.suspended, self.body.max_vms], ['admin', false, null], 'nothing changed');
+      // harmless changes to oneself are fine
+      const ok = await req('PATCH', url, { token: admin.token, body: { role: 'admin', suspended: false, max_vms: 50 } });
+      assert.equal(ok.status, 200, ok.text);
+      assert.equal(ok.body.max_vms, 50);
+      await req('PATCH', url, { token: admin.token, body: { max_vms: null } });
+    });
+
+    test('a suspended user gets 403 on every call, by session, key, login or refresh; unsuspending restores access', async () => {
+      const s = await createUser(t());
+      const key = await createApiKey(t(), s.token, 'read_write');
+      const roKey = await createApiKey(t(), s.token, 'read_only');
+      const sus = await req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: true } });
+      assert.equal(sus.status, 200, sus.text);
+      assert.equal(sus.body.suspended, true);
+
+      const calls: [string, string, string, unknown?][] = [
+        ['GET', '/account', s.token],
+        ['GET', '/account', key],
+        ['GET', '/account', roKey],
+        ['GET', '/api-keys', key],
+        ['POST', '/api-keys', s.token, { name: 'nope' }],
+        ['DELETE', '/api-keys/00000000-0000-4000-8000-000000000000', key],
+        ['POST', '/auth/2fa/setup', s.token],
+        ['POST', '/auth/logout', s.token, { refresh_token: s.refresh }],
+        ['GET', '/admin/users', s.token],
+      ];
+      for (const [method, url, token, body] of calls) {
+        const r = await req(method, url, { token, body });
+        assert.equal(r.status, 403, `${method} ${url}: ${r.text}`);
+        assert.equal(r.body.code, 'forbidden');
+        assert.match(r.body.detail, /suspended/i);
+      }
+      const login = await req('POST', '/auth/login', { body: { email: s.email, password: s.password } });
+      assert.equal(login.status, 403, login.text);
+      assert.match(login.body.detail, /suspended/i);
+      const wrong = await req('POST', '/auth/login', { body: { email: s.email, password: 'not-the-password' } });
+      assert.equal(wrong.status, 401, 'a wrong password does not reveal the suspension');
+      const refresh = await req('POST', '/auth/refresh', { body: { refresh_token: s.refresh } });
+      assert.equal(refresh.status, 403, refresh.text);
+
+      // suspending twice is harmless
+      const again = await req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: true } });
+      assert.equal(again.status, 200);
+      const listed = await req('GET', '/admin/users', { token: admin.token, query: { email: s.email } });
+      assert.equal(listed.body[0].suspended, true);
+
+      const un = await req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: false } });
+      assert.equal(un.status, 200);
+      assert.equal(un.body.suspended, false);
+      assert.equal((await req('GET', '/account', { token: s.token })).status, 200);
+      assert.equal((await req('GET', '/account', { token: key })).status, 200);
+      assert.equal((await req('GET', '/account', { token: roKey })).status, 200);
+      const relog = await req('POST', '/auth/login', { body: { email: s.email, password: s.password } });
+      assert.equal(relog.status, 200);
+      t().forbidSecret(relog.body.refresh_token);
+      const refreshed = await req('POST', '/auth/refresh', { body: { refresh_token: s.refresh } });
+      assert.equal(refreshed.status, 200, refreshed.text);
+      t().forbidSecret(refreshed.body.refresh_token);
+    });
+
+    test('a suspended admin loses the admin API too', async () => {
+      const admin2 = await createUser(t(), { admin: true });
+      assert.equal((await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { suspended: true } })).status, 200);
+      const r = await req('PATCH', `/admin/users/${admin.id}`, { token: admin2.token, body: { suspended: true } });
+      assert.equal(r.status, 403);
+      assert.equal((await req('GET', `/admin/users/${admin.id}`, { token: admin.token })).body.suspended, false);
+      await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { suspended: false } });
+    });
+
+    test('suspension hooks run once, inside the suspension transaction', async () => {
+      const a = await createUser(t());
+      const b = await createUser(t());
+      const calls: number[] = [];
+      t().services.adminUsers.onSuspend(async (tx, userId, now) => {
+        assert.equal(now.getTime(), t().services.clock.now().getTime());
+        if (userId !== a.id && userId !== b.id) return;
+        // The hook sees the suspension, uncommitted, through its transaction.
+        const row = await tx.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId]);
+        assert.equal(row.rows[0]!.suspended, true);
+        calls.push(userId);
+        if (userId === b.id) throw new Error('could not stop the VMs');
+      });
+      const ok = await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { suspended: true } });
+      assert.equal(ok.status, 200);
+      await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { suspended: true } });
+      await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { max_vms: 1 } });
+      await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { suspended: false } });
+      assert.deepEqual(calls, [a.id], 'only on the change from active to suspended');
+
+      // A failing hook rolls the suspension back.
+      const failed = await req('PATCH', `/admin/users/${b.id}`, { token: admin.token, body: { suspended: true } });
+      assert.equal(failed.status, 500);
+      assert.equal(failed.body.code, 'internal');
+      const bNow = await req('GET', `/admin/users/${b.id}`, { token: admin.token });
+      assert.equal(bNow.body.suspended, false);
+      assert.equal((await req('GET', '/account', { token: b.token })).status, 200);
+    });
+
+    test('a new user registered through the API appears with role user and default limits', async () => {
+      const email = uniqueEmail('fresh');
+      const reg = await req('POST', '/auth/register', { body: { email, password: 'a-long-password-fresh', name: 'Fresh' } });
+      assert.equal(reg.status, 201);
+      const r = await req('GET', '/admin/users', { token: admin.token, query: { email } });
+      assert.equal(r.body.length, 1);
+      assert.deepEqual(
+        { role: r.body[0].role, suspended: r.body[0].suspended, max_vms: r.body[0].max_vms, max_gpus: r.body[0].max_gpus, name: r.body[0].name },
+        { role: 'user', suspended: false, max_vms: null, max_gpus: null, name: 'Fresh' },
+      );
+    });
+  });
+});

@@ -1,0 +1,325 @@
+/**
+ * Idempotency-Key (CONTRACT D41) on POST /ssh-keys and POST /api-keys.
+ */
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { describeEachDb, type Res } from '../helpers/app.js';
+import { createApiKey, createUser } from '../helpers/factories.js';
+import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
+
+after(cleanupKeys);
+
+describeEachDb('idempotency', (t) => {
+  const post = (url: string, token: string, body: unknown, idem?: string) =>
+    t().req('POST', url, { token, body, headers: idem === undefined ? {} : { 'idempotency-key': idem } });
+
+  async function count(table: 'ssh_keys' | 'api_keys', userId: number): Promise<number> {
+    return (await t().db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM ${table} WHERE user_id = $1`, [userId])).rows[0]!.n;
+  }
+
+  const same = (a: Res, b: Res, what = 'replay') => {
+    assert.equal(b.status, a.status, `${what}: status`);
+    assert.deepEqual(b.body, a.body, `${what}: body`);
+    assert.equal(b.headers['content-type'], a.headers['content-type'], `${what}: content type`);
+  };
+
+  /** Every text column of every table of the test database, for secrets at rest. */
+  async function databaseText(): Promise<string> {
+    const tables = await t().db.query<{ table_name: string }>(
+      `SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'`,
+    );
+    const parts: string[] = [];
+    for (const { table_name } of tables.rows) {
+      const rows = await t().db.query<{ row: string }>(`SELECT x::text AS row FROM "${table_name}" x`);
+      parts.push(...rows.rows.map((r) => r.row));
+    }
+    assert.ok(parts.length > 0);
+    return parts.join('\n');
+  }
+
+  test('POST /ssh-keys: same key and body -> same status and body, one row', async () => {
+    const u = await createUser(t());
+    const k = generateKey();
+    t().forbidSecret(k.data);
+    const idem = randomUUID();
+    const first = await post('/ssh-keys', u.token, { ssh_public_key: k.line, label: 'laptop' }, idem);
+    assert.equal(first.status, 201, first.text);
+    await t().services.clock.advance(5);
+    const second = await post('/ssh-keys', u.token, { ssh_public_key: k.line, label: 'laptop' }, idem);
+    same(first, second);
+    // Key order in the body does not matter: it is the same body.
+    const third = await post('/ssh-keys', u.token, { label: 'laptop', ssh_public_key: k.line }, idem);
+    same(first, third, 'reordered body');
+    assert.equal(await count('ssh_keys', u.id), 1);
+    // Without the header the request acts again (and is a duplicate now).
+    const plain = await post('/ssh-keys', u.token, { ssh_public_key: k.line, label: 'laptop' });
+    assert.equal(plain.status, 400);
+    assert.equal(plain.body.code, 'conflict');
+  });
+
+  test('POST /api-keys: the replay returns the same key, one row; the key is nowhere in the database in clear', async () => {
+    const u = await createUser(t());
+    const idem = `create-ci-key-${randomUUID()}`;
+    const first = await post('/api-keys', u.token, { name: 'ci', scope: 'read_only' }, idem);
+    assert.equal(first.status, 201, first.text);
+    const second = await post('/api-keys', u.token, { name: 'ci', scope: 'read_only' }, idem);
+    same(first, second);
+    assert.equal(second.body.key, first.body.key);
+    assert.equal(second.body.id, first.body.id);
+    assert.equal(second.headers['cache-control'], 'no-store');
+    assert.equal(await count('api_keys', u.id), 1);
+    assert.equal((await t().req('GET', '/account', { token: first.body.key })).status, 200, 'the replayed key works');
+
+    // D14 "stored hashed": not in api_keys, and not in the stored idempotent response either.
+    const text = await databaseText();
+    assert.ok(!text.includes(first.body.key), 'the API key is stored in clear somewhere');
+    assert.ok(!text.includes(first.body.key.slice(first.body.prefix.length)), 'the secret part of the key is stored in clear');
+    t().forbidSecret(first.body.key);
+    const list = await t().req('GET', '/api-keys', { token: u.token });
+    assert.equal(list.body.length, 1);
+  });
+
+  test('same key with another body -> 422 idempotency_mismatch, nothing created', async () => {
+    const u = await createUser(t());
+    const idem = randomUUID();
+    const first = await post('/api-keys', u.token, { name: 'one' }, idem);
+    assert.equal(first.status, 201);
+    for (const body of [{ name: 'two' }, { name: 'one', scope: 'read_write' }, { name: 'one', scope: 'read_only' }]) {
+      const r = await post('/api-keys', u.token, body, idem);
+      assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
+      assert.equal(r.body.code, 'idempotency_mismatch');
+    }
+    // The same key on another endpoint is another request too.
+    const k = generateKey();
+    t().forbidSecret(k.data);
+    const ssh = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem);
+    assert.equal(ssh.status, 422, ssh.text);
+    assert.equal(ssh.body.code, 'idempotency_mismatch');
+    assert.equal(await count('api_keys', u.id), 1);
+    assert.equal(await count('ssh_keys', u.id), 0);
+    // And the original still replays.
+    same(first, await post('/api-keys', u.token, { name: 'one' }, idem));
+    t().forbidSecret(first.body.key);
+  });
+
+  test('Idempotency-Key: up to 255 characters; longer or empty -> 422', async () => {
+    const u = await createUser(t());
+    const long = await post('/api-keys', u.token, { name: 'x' }, 'k'.repeat(256));
+    assert.equal(long.status, 422, long.text);
+    assert.equal(long.body.code, 'validation_error');
+    assert.match(long.body.errors[0].field, /idempotency-key/i);
+    const empty = await post('/api-keys', u.token, { name: 'x' }, '');
+    assert.equal(empty.status, 422, empty.text);
+    assert.equal(await count('api_keys', u.id), 0);
+    const max = 'K'.repeat(255);
+    const ok = await post('/api-keys', u.token, { name: 'x' }, max);
+    assert.equal(ok.status, 201, ok.text);
+    same(ok, await post('/api-keys', u.token, { name: 'x' }, max));
+    t().forbidSecret(ok.body.key);
+    // Any characters a header can carry.
+    const odd = 'ünïcödé? key / with spaces & symbols {}[]"\'';
+    const oddRes = await t().req('POST', '/api-keys', {
+      token: u.token,
+      body: { name: 'odd' },
+      headers: { 'idempotency-key': Buffer.from(odd, 'utf8').toString('latin1') },
+    });
+    assert.equal(oddRes.status, 201, oddRes.text);
+    t().forbidSecret(oddRes.body.key);
+    assert.equal(await count('api_keys', u.id), 2);
+  });
+
+  test('a failed request is replayed as the same failure (422 invalid key text, 400 limit)', async () => {
+    const u = await createUser(t());
+    const idem = randomUUID();
+    const bad = await post('/ssh-keys', u.token, { ssh_public_key: 'ssh-ed25519 not-a-key' }, idem);
+    assert.equal(bad.status, 422, bad.text);
+    assert.equal(bad.body.errors[0].field, 'body.ssh_public_key');
+    same(bad, await post('/ssh-keys', u.token, { ssh_public_key: 'ssh-ed25519 not-a-key' }, idem));
+    // The key is spent on that request: a corrected body needs a new key.
+    const k = generateKey();
+    t().forbidSecret(k.data);
+    const fixed = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem);
+    assert.equal(fixed.status, 422);
+    assert.equal(fixed.body.code, 'idempotency_mismatch');
+
+    // So is a body that fails schema validation.
+    const idemSchema = randomUUID();
+    const noKey = await post('/ssh-keys', u.token, { label: 'no key given' }, idemSchema);
+    assert.equal(noKey.status, 422);
+    assert.equal(noKey.body.errors[0].field, 'body.ssh_public_key');
+    same(noKey, await post('/ssh-keys', u.token, { label: 'no key given' }, idemSchema));
+    const corrected = await post('/ssh-keys', u.token, { label: 'no key given', ssh_public_key: k.line }, idemSchema);
+    assert.equal(corrected.body.code, 'idempotency_mismatch');
+
+    // A 400 is stored too: replayed even after the cause went away.
+    for (let i = 0; i < 5; i++) {
+      const g = generateKey();
+      t().forbidSecret(g.data);
+      assert.equal((await post('/ssh-keys', u.token, { ssh_public_key: g.line })).status, 201);
+    }
+    const sixth = generateKey();
+    t().forbidSecret(sixth.data);
+    const idem2 = randomUUID();
+    const full = await post('/ssh-keys', u.token, { ssh_public_key: sixth.line }, idem2);
+    assert.equal(full.status, 400);
+    assert.equal(full.body.code, 'limit_exceeded');
+    const list = await t().req('GET', '/ssh-keys', { token: u.token });
+    assert.equal((await t().req('DELETE', `/ssh-keys/${list.body[0].id}`, { token: u.token })).status, 204);
+    same(full, await post('/ssh-keys', u.token, { ssh_public_key: sixth.line }, idem2), 'replayed 400');
+    assert.equal(await count('ssh_keys', u.id), 4, 'not acted upon again');
+  });
+
+  test('keys are per user: another user may use the same Idempotency-Key independently', async () => {
+    const a = await createUser(t());
+    const b = await createUser(t());
+    const idem = 'shared-key';
+    const ka = generateKey();
+    const kb = generateKey();
+    t().forbidSecret(ka.data);
+    t().forbidSecret(kb.data);
+    const ra = await post('/ssh-keys', a.token, { ssh_public_key: ka.line }, idem);
+    const rb = await post('/ssh-keys', b.token, { ssh_public_key: kb.line }, idem);
+    assert.equal(ra.status, 201);
+    assert.equal(rb.status, 201, rb.text);
+    assert.notEqual(ra.body.id, rb.body.id);
+    assert.equal(rb.body.fingerprint, kb.fingerprint);
+    // Even with the very same body, B's request is B's own.
+    const same1 = await post('/api-keys', a.token, { name: 'n' }, 'shared-2');
+    const same2 = await post('/api-keys', b.token, { name: 'n' }, 'shared-2');
+    t().forbidSecret(same1.body.key);
+    t().forbidSecret(same2.body.key);
+    assert.equal(same1.status, 201);
+    assert.equal(same2.status, 201);
+    assert.notEqual(same1.body.id, same2.body.id);
+    assert.equal(await count('api_keys', a.id), 1);
+    assert.equal(await count('api_keys', b.id), 1);
+    // Another user cannot read A's stored response through the key either.
+    assert.equal((await t().req('GET', '/ssh-keys', { token: b.token })).body.length, 1);
+  });
+
+  test('the same key with an API key credential and with a session of the same user is one key', async () => {
+    const u = await createUser(t());
+    const rw = await createApiKey(t(), u.token, 'read_write');
+    const idem = randomUUID();
+    const viaSession = await post('/api-keys', u.token, { name: 'x' }, idem);
+    assert.equal(viaSession.status, 201);
+    same(viaSession, await post('/api-keys', rw, { name: 'x' }, idem), 'replayed to the API key');
+    t().forbidSecret(viaSession.body.key);
+    assert.equal(await count('api_keys', u.id), 2);
+  });
+
+  test('after 24 h the key may be reused for a new request', async () => {
+    const u = await createUser(t());
+    const rw = await createApiKey(t(), u.token, 'read_write'); // outlives the clock jump, unlike the JWT
+    const idem = randomUUID();
+    const k1 = generateKey();
+    const k2 = generateKey();
+    t().forbidSecret(k1.data);
+    t().forbidSecret(k2.data);
+    const first = await post('/ssh-keys', rw, { ssh_public_key: k1.line }, idem);
+    assert.equal(first.status, 201);
+    const apiFirst = await post('/api-keys', rw, { name: 'daily' }, `${idem}-api`);
+    t().forbidSecret(apiFirst.body.key);
+
+    await t().services.clock.advance(86_399);
+    const stillMismatch = await post('/ssh-keys', rw, { ssh_public_key: k2.line }, idem);
+    assert.equal(stillMismatch.body.code, 'idempotency_mismatch', 'within 24 h the key is still taken');
+    await t().services.clock.advance(2);
+
+    const second = await post('/ssh-keys', rw, { ssh_public_key: k2.line }, idem);
+    assert.equal(second.status, 201, second.text);
+    assert.equal(second.body.fingerprint, k2.fingerprint);
+    assert.equal(await count('ssh_keys', u.id), 2);
+    // The same body acts again too: a second API key.
+    const apiAgain = await post('/api-keys', rw, { name: 'daily' }, `${idem}-api`);
+    assert.equal(apiAgain.status, 201);
+    t().forbidSecret(apiAgain.body.key);
+    assert.notEqual(apiAgain.body.id, apiFirst.body.id);
+    assert.notEqual(apiAgain.body.key, apiFirst.body.key);
+    assert.equal(await count('api_keys', u.id), 3);
+    // ... and is itself replayed from now on.
+    same(second, await post('/ssh-keys', rw, { ssh_public_key: k2.line }, idem));
+  });
+
+  test('expired idempotency records are removed, not kept forever', async () => {
+    const u = await createUser(t());
+    const rw = await createApiKey(t(), u.token, 'read_write');
+    for (let i = 0; i < 3; i++) {
+      const r = await post('/api-keys', rw, { name: `old-${i}` }, `old-${i}`);
+      t().forbidSecret(r.body.key);
+    }
+    const stored = async () =>
+      (await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM idempotency_keys WHERE user_id = $1', [u.id])).rows[0]!.n;
+    assert.equal(await stored(), 3);
+    await t().services.clock.advance(86_401);
+    const r = await post('/api-keys', rw, { name: 'new' }, 'new');
+    t().forbidSecret(r.body.key);
+    assert.equal(await stored(), 1, 'only the live record remains');
+  });
+
+  test('20 concurrent requests with one key create one resource and all get the same response', async () => {
+    const u = await createUser(t());
+    const k = generateKey();
+    t().forbidSecret(k.data);
+    const idem = randomUUID();
+    const ssh = await Promise.all(Array.from({ length: 20 }, () => post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem)));
+    assert.equal(ssh[0]!.status, 201, ssh[0]!.text);
+    for (const r of ssh) same(ssh[0]!, r, 'concurrent ssh-keys');
+    assert.equal(await count('ssh_keys', u.id), 1);
+
+    const idem2 = randomUUID();
+    const api = await Promise.all(Array.from({ length: 20 }, () => post('/api-keys', u.token, { name: 'burst' }, idem2)));
+    assert.equal(api[0]!.status, 201, api[0]!.text);
+    for (const r of api) same(api[0]!, r, 'concurrent api-keys');
+    assert.equal(new Set(api.map((r) => r.body.key)).size, 1);
+    t().forbidSecret(api[0]!.body.key);
+    assert.equal(await count('api_keys', u.id), 1);
+  });
+
+  test('20 concurrent requests with one key through two service instances create one resource', async () => {
+    const u = await createUser(t());
+    const other = await t().another();
+    const idem = randomUUID();
+    const body = JSON.stringify({ name: 'two-instances' });
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        (i % 2 ? other : t().app).inject({
+          method: 'POST',
+          url: '/api-keys',
+          headers: { authorization: `Bearer ${u.token}`, 'content-type': 'application/json', 'idempotency-key': idem },
+          payload: body,
+        }),
+      ),
+    );
+    assert.equal(results[0]!.statusCode, 201, results[0]!.body);
+    for (const r of results) {
+      assert.equal(r.statusCode, 201);
+      assert.equal(r.body, results[0]!.body);
+    }
+    t().forbidSecret(JSON.parse(results[0]!.body).key);
+    assert.equal(await count('api_keys', u.id), 1);
+  });
+
+  test('the key is honoured only on the idempotent routes: elsewhere it is ignored', async () => {
+    const u = await createUser(t());
+    const k = generateKey();
+    t().forbidSecret(k.data);
+    const made = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, 'x-1');
+    const del1 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, { token: u.token, headers: { 'idempotency-key': 'x-2' } });
+    assert.equal(del1.status, 204);
+    const del2 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, { token: u.token, headers: { 'idempotency-key': 'x-2' } });
+    assert.equal(del2.status, 404, 'DELETE is not replayed');
+  });
+
+  test('an unauthenticated or forbidden request does not consume the key', async () => {
+    const u = await createUser(t());
+    const ro = await createApiKey(t(), u.token, 'read_only');
+    const idem = randomUUID();
+    assert.equal((await post('/api-keys', 'gpc_nope', { name: 'x' }, idem)).status, 401);
+    assert.equal((await post('/api-keys', ro, { name: 'x' }, idem)).status, 403);
+    const ok = await post('/api-keys', u.token, { name: 'x' }, idem);
+    assert.equal(ok.status, 201, ok.text);
+    t().forbidSecret(ok.body.key);
+  });
+});

@@ -1,0 +1,348 @@
+/**
+ * Rate limits through the HTTP API (CONTRACT D40): per email for login, per
+ * user when authenticated, per client IP otherwise; fixed 60 s windows on real
+ * time; X-RateLimit-* headers; 429 `rate_limited` with Retry-After; counters
+ * shared between instances through Redis.
+ *
+ * Windows are real, epoch-aligned 60 s windows, so each test first makes sure
+ * that enough of the current window is left for it (freshWindow).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { assertNoSecrets, buildTestApp, type Res, type TestApp } from '../helpers/app.js';
+import { uniqueEmail } from '../helpers/factories.js';
+import { DB_KINDS } from '../helpers/db.js';
+
+const WINDOW_MS = 60_000;
+const LIMITS = { login: 5, auth: 4, default: 8 };
+const ENV = {
+  GPUCLOUD_RATE_LIMIT_LOGIN: String(LIMITS.login),
+  GPUCLOUD_RATE_LIMIT_AUTH: String(LIMITS.auth),
+  GPUCLOUD_RATE_LIMIT_DEFAULT: String(LIMITS.default),
+};
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits for the next window unless at least `needMs` of the current one is left. */
+async function freshWindow(needMs = 20_000): Promise<void> {
+  const left = WINDOW_MS - (Date.now() % WINDOW_MS);
+  if (left < needMs) await sleep(left + 50);
+}
+
+const randomIp = () => `10.${randomBytes(1)[0]}.${randomBytes(1)[0]}.${1 + (randomBytes(1)[0]! % 250)}`;
+
+interface CallOpts {
+  token?: string;
+  body?: unknown;
+  ip?: string;
+}
+
+/** app.inject with a client address, plus the checks every response gets (D1, D9, D46). */
+async function call(app: FastifyInstance, method: string, url: string, o: CallOpts = {}): Promise<Res> {
+  const headers: Record<string, string> = {};
+  if (o.token) headers.authorization = `Bearer ${o.token}`;
+  if (o.body !== undefined) headers['content-type'] = 'application/json';
+  const res = await app.inject({
+    method: method as 'GET',
+    url,
+    headers,
+    payload: o.body === undefined ? undefined : JSON.stringify(o.body),
+    remoteAddress: o.ip ?? '127.0.0.1',
+  });
+  assertNoSecrets(res.body, [], `${method} ${url}`);
+  const body = res.body && String(res.headers['content-type'] ?? '').includes('json') ? JSON.parse(res.body) : undefined;
+  assert.ok(res.headers['x-request-id']);
+  assert.equal(res.headers['api-version'], '1.0.0');
+  if (res.statusCode >= 400) {
+    assert.equal(typeof body?.detail, 'string', res.body);
+    assert.equal(typeof body?.code, 'string', res.body);
+  }
+  return { status: res.statusCode, body, headers: res.headers, text: res.body };
+}
+
+/** The X-RateLimit-* headers as numbers, checked for presence and range. */
+function limits(r: Res): { limit: number; remaining: number; reset: number } {
+  for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']) {
+    assert.match(String(r.headers[h]), /^\d+$/, `${h} missing or not an integer on a ${r.status}: ${String(r.headers[h])}`);
+  }
+  const out = {
+    limit: Number(r.headers['x-ratelimit-limit']),
+    remaining: Number(r.headers['x-ratelimit-remaining']),
+    reset: Number(r.headers['x-ratelimit-reset']),
+  };
+  assert.ok(out.reset >= 1 && out.reset <= 60, `X-RateLimit-Reset ${out.reset} is not in 1..60`);
+  const expected = Math.ceil((WINDOW_MS - (Date.now() % WINDOW_MS)) / 1000);
+  assert.ok(Math.abs(out.reset - expected) <= 2, `X-RateLimit-Reset ${out.reset}, the window ends in ${expected} s`);
+  return out;
+}
+
+function assertLimited(r: Res, limit: number): void {
+  assert.equal(r.status, 429, r.text);
+  assert.equal(r.body.code, 'rate_limited');
+  assert.match(r.body.detail, /rate limit/i);
+  const l = limits(r);
+  assert.equal(l.limit, limit);
+  assert.equal(l.remaining, 0);
+  assert.match(String(r.headers['retry-after']), /^\d+$/, 'Retry-After in seconds');
+  const retry = Number(r.headers['retry-after']);
+  assert.ok(retry >= 1 && retry <= 60, `Retry-After ${retry}`);
+  assert.equal(retry, l.reset, 'Retry-After and X-RateLimit-Reset agree');
+}
+
+interface User {
+  id: number;
+  email: string;
+  password: string;
+  token: string;
+}
+
+/** A user made through the services, so that making it spends no rate-limit budget. */
+async function makeUser(t: TestApp): Promise<User> {
+  const email = uniqueEmail('rl');
+  const password = 'a-long-password-' + randomBytes(4).toString('hex');
+  const rec = await t.services.auth.register({ email, password });
+  const tokens = await t.services.auth.login(email, password);
+  assert.ok('access_token' in tokens);
+  return { id: rec.id, email, password, token: tokens.access_token };
+}
+
+for (const kind of DB_KINDS) {
+  describe(`rate limits (D40) [${kind}${kind === 'postgres' && process.env.GPUCLOUD_REDIS_URL ? ', redis' : ''}]`, () => {
+    let t: TestApp;
+    let app: FastifyInstance;
+    before(async () => {
+      t = await buildTestApp(kind, { env: ENV });
+      app = t.app;
+    });
+    after(() => t.close());
+
+    test('login: the 6th attempt for one email in a window is 429; other emails go on', async () => {
+      const a = await makeUser(t);
+      const b = await makeUser(t);
+      const ip = randomIp();
+      await freshWindow();
+      const seen: number[] = [];
+      for (let i = 1; i <= LIMITS.login; i++) {
+        // wrong and right passwords count alike
+        const password = i % 2 === 0 ? a.password : 'wrong-password-' + i;
+        const r = await call(app, 'POST', '/auth/login', { body: { email: a.email, password }, ip });
+        assert.equal(r.status, i % 2 === 0 ? 200 : 401, r.text);
+        const l = limits(r);
+        assert.equal(l.limit, LIMITS.login);
+        seen.push(l.remaining);
+        if (r.status === 200) t.forbidSecret(r.body.refresh_token);
+      }
+      assert.deepEqual(seen, [4, 3, 2, 1, 0], 'X-RateLimit-Remaining counts down');
+
+      const sixth = await call(app, 'POST', '/auth/login', { body: { email: a.email, password: a.password }, ip });
+      assertLimited(sixth, LIMITS.login);
+      assert.equal(sixth.body.access_token, undefined, 'no tokens past the limit, even with the right password');
+
+      // Per email, not per spelling and not per address.
+      const upper = await call(app, 'POST', '/auth/login', { body: { email: `  ${a.email.toUpperCase()} `, password: a.password }, ip: randomIp() });
+      assertLimited(upper, LIMITS.login);
+
+      // Another email from the same address still works, with its own counter.
+      const other = await call(app, 'POST', '/auth/login', { body: { email: b.email, password: b.password }, ip });
+      assert.equal(other.status, 200, other.text);
+      t.forbidSecret(other.body.refresh_token);
+      assert.equal(limits(other).remaining, LIMITS.login - 1);
+
+      // Unknown emails are limited the same way (no account enumeration by rate).
+      const ghost = uniqueEmail('ghost');
+      for (let i = 0; i < LIMITS.login; i++) {
+        const r = await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip });
+        assert.equal(r.status, 401);
+      }
+      assertLimited(await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip }), LIMITS.login);
+
+      // Logins do not spend the address's budget for other /auth operations.
+      const refresh = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'nope' }, ip });
+      assert.equal(refresh.status, 401);
+      assert.deepEqual([limits(refresh).limit, limits(refresh).remaining], [LIMITS.auth, LIMITS.auth - 1]);
+    });
+
+    test('login: invalid and unreadable bodies are counted too, and answered with the headers', async () => {
+      const c = await makeUser(t);
+      const ip = randomIp();
+      await freshWindow();
+      const noPassword = await call(app, 'POST', '/auth/login', { body: { email: c.email }, ip });
+      assert.equal(noPassword.status, 422);
+      assert.deepEqual([limits(noPassword).limit, limits(noPassword).remaining], [LIMITS.login, LIMITS.login - 1]);
+      const empty = await call(app, 'POST', '/auth/login', { body: { email: c.email.toUpperCase(), password: '' }, ip: randomIp() });
+      assert.equal(empty.status, 422);
+      assert.equal(limits(empty).remaining, LIMITS.login - 2, 'counted for the email, whatever the address');
+
+      // Without a usable email: per address.
+      const res = await app.inject({ method: 'POST', url: '/auth/login', payload: '{"email":', headers: { 'content-type': 'application/json' }, remoteAddress: ip });
+      assert.equal(res.statusCode, 400);
+      const malformed: Res = { status: 400, body: JSON.parse(res.body), headers: res.headers, text: res.body };
+      assert.equal(malformed.body.code, 'malformed_json');
+      assert.deepEqual([limits(malformed).limit, limits(malformed).remaining], [LIMITS.login, LIMITS.login - 1]);
+      const noEmail = await call(app, 'POST', '/auth/login', { body: { password: 'x' }, ip });
+      assert.equal(noEmail.status, 422);
+      assert.equal(limits(noEmail).remaining, LIMITS.login - 2);
+
+      const ok = await call(app, 'POST', '/auth/login', { body: { email: c.email, password: c.password }, ip });
+      assert.equal(ok.status, 200);
+      t.forbidSecret(ok.body.refresh_token);
+      assert.equal(limits(ok).remaining, LIMITS.login - 3);
+    });
+
+    test('other /auth operations: GPUCLOUD_RATE_LIMIT_AUTH per address before login', async () => {
+      const ip = randomIp();
+      await freshWindow();
+      for (let i = 1; i <= LIMITS.auth; i++) {
+        const r = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: `bogus-${i}` }, ip });
+        assert.equal(r.status, 401, r.text);
+        assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.auth, LIMITS.auth - i]);
+      }
+      assertLimited(await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'bogus' }, ip }), LIMITS.auth);
+      // register shares the bucket, and is refused before anything is created
+      const email = uniqueEmail('limited');
+      const reg = await call(app, 'POST', '/auth/register', { body: { email, password: 'a-long-password-x' }, ip });
+      assertLimited(reg, LIMITS.auth);
+      const login = await call(app, 'POST', '/auth/login', { body: { email, password: 'a-long-password-x' }, ip: randomIp() });
+      assert.equal(login.status, 401, 'the refused registration created no account');
+      // even a malformed body is counted (the limit comes first)
+      const bad = await call(app, 'POST', '/auth/register', { body: { nope: 1 }, ip });
+      assert.equal(bad.status, 429);
+      // another address is not affected
+      const elsewhere = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'bogus' }, ip: randomIp() });
+      assert.equal(elsewhere.status, 401);
+      assert.equal(limits(elsewhere).remaining, LIMITS.auth - 1);
+    });
+
+    test('other /auth operations of a signed-in user are counted per user, apart from the default bucket', async () => {
+      const u = await makeUser(t);
+      await freshWindow();
+      for (let i = 1; i <= LIMITS.auth; i++) {
+        // from a different address each time: the user is the subject
+        const r = await call(app, 'POST', '/auth/2fa/setup', { token: u.token, ip: randomIp() });
+        assert.equal(r.status, 200, r.text);
+        t.forbidSecret(r.body.secret);
+        assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.auth, LIMITS.auth - i]);
+      }
+      assertLimited(await call(app, 'POST', '/auth/2fa/setup', { token: u.token, ip: randomIp() }), LIMITS.auth);
+      const me = await call(app, 'GET', '/account', { token: u.token });
+      assert.equal(me.status, 200, 'the default bucket is separate');
+      assert.deepEqual([limits(me).limit, limits(me).remaining], [LIMITS.default, LIMITS.default - 1]);
+    });
+
+    test.skip('VM mutations: GPUCLOUD_RATE_LIMIT_VM_MUTATIONS per user (comes with the VM module)');
+
+    test('default bucket: per user, whatever the credential or address; users are counted apart', async () => {
+      const v = await makeUser(t);
+      const w = await makeUser(t);
+      await freshWindow();
+      const key = await call(app, 'POST', '/api-keys', { token: v.token, body: { name: 'rl', scope: 'read_only' } });
+      assert.equal(key.status, 201, key.text);
+      t.forbidSecret(key.body.key);
+      assert.equal(limits(key).remaining, LIMITS.default - 1);
+      for (let i = 2; i <= LIMITS.default; i++) {
+        // JWT and API key alternate, from changing addresses: one counter
+        const r = await call(app, 'GET', '/account', { token: i % 2 ? v.token : key.body.key, ip: randomIp() });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(limits(r).remaining, LIMITS.default - i);
+      }
+      assertLimited(await call(app, 'GET', '/account', { token: v.token }), LIMITS.default);
+      assertLimited(await call(app, 'GET', '/api-keys', { token: key.body.key, ip: randomIp() }), LIMITS.default);
+
+      const other = await call(app, 'GET', '/account', { token: w.token });
+      assert.equal(other.status, 200);
+      assert.equal(other.body.id, w.id);
+      assert.equal(limits(other).remaining, LIMITS.default - 1);
+    });
+
+    test('unauthenticated calls and 401s are counted per address', async () => {
+      const ip = randomIp();
+      const u = await makeUser(t);
+      await freshWindow();
+      for (let i = 1; i <= LIMITS.default; i++) {
+        const r = await call(app, 'GET', '/account', { ip, token: i % 2 ? undefined : 'not-a-valid-token' });
+        assert.equal(r.status, 401, r.text);
+        assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.default, LIMITS.default - i], '401s carry the headers too');
+      }
+      // Past the limit, the address gets 429 instead of 401, whatever it tries.
+      assertLimited(await call(app, 'GET', '/account', { ip }), LIMITS.default);
+      assertLimited(await call(app, 'GET', '/api-keys', { ip, token: 'Bearer-less-garbage' }), LIMITS.default);
+      assertLimited(await call(app, 'GET', '/account', { ip, token: 'gpc_not_a_real_key' }), LIMITS.default);
+      // A valid user at that address is counted as itself.
+      const mine = await call(app, 'GET', '/account', { ip, token: u.token });
+      assert.equal(mine.status, 200);
+      assert.equal(limits(mine).remaining, LIMITS.default - 1);
+      // Another address still gets plain 401s.
+      const elsewhere = await call(app, 'GET', '/account', { ip: randomIp() });
+      assert.equal(elsewhere.status, 401);
+      assert.equal(limits(elsewhere).remaining, LIMITS.default - 1);
+    });
+
+    test('health, metrics, docs and unknown routes are never limited', async () => {
+      const ip = randomIp();
+      await freshWindow(10_000);
+      for (let i = 0; i < LIMITS.default + 3; i++) {
+        for (const url of ['/healthz', '/readyz', '/metrics', '/openapi.json']) {
+          const r = await call(app, 'GET', url, { ip });
+          assert.equal(r.status, 200, `${url}: ${r.text.slice(0, 100)}`);
+          assert.equal(r.headers['x-ratelimit-limit'], undefined, url);
+        }
+      }
+      const docs = await call(app, 'GET', '/docs', { ip });
+      assert.equal(docs.status, 200);
+      // and they spent nothing of the address's budget
+      const r = await call(app, 'GET', '/account', { ip });
+      assert.equal(limits(r).remaining, LIMITS.default - 1);
+    });
+  });
+}
+
+const sharedReason = !(process.env.DATABASE_URL && process.env.GPUCLOUD_REDIS_URL)
+  ? 'needs DATABASE_URL and GPUCLOUD_REDIS_URL'
+  : false;
+
+describe('rate limits shared by two instances through Redis (D40)', { skip: sharedReason }, () => {
+  let t: TestApp;
+  let b: FastifyInstance;
+  before(async () => {
+    t = await buildTestApp('postgres', { redis: true, env: ENV });
+    b = await t.another();
+  });
+  after(() => t?.close());
+
+  test('the default bucket of a user is one counter across instances', async () => {
+    const u = await makeUser(t);
+    await freshWindow();
+    for (let i = 1; i <= LIMITS.default; i++) {
+      const r = await call(i % 2 ? t.app : b, 'GET', '/account', { token: u.token });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(limits(r).remaining, LIMITS.default - i, `hit ${i}`);
+    }
+    assertLimited(await call(t.app, 'GET', '/account', { token: u.token }), LIMITS.default);
+    assertLimited(await call(b, 'GET', '/account', { token: u.token }), LIMITS.default);
+  });
+
+  test('login attempts for one email are one counter across instances', async () => {
+    const u = await makeUser(t);
+    await freshWindow();
+    for (let i = 1; i <= LIMITS.login; i++) {
+      const r = await call(i % 2 ? b : t.app, 'POST', '/auth/login', { body: { email: u.email, password: 'wrong-password-x' } });
+      assert.equal(r.status, 401);
+      assert.equal(limits(r).remaining, LIMITS.login - i);
+    }
+    assertLimited(await call(b, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }), LIMITS.login);
+    assertLimited(await call(t.app, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }), LIMITS.login);
+  });
+
+  test('unauthenticated calls from one address are one counter across instances', async () => {
+    const ip = randomIp();
+    await freshWindow();
+    for (let i = 1; i <= LIMITS.default; i++) {
+      const r = await call(i % 2 ? t.app : b, 'GET', '/account', { ip });
+      assert.equal(r.status, 401);
+      assert.equal(limits(r).remaining, LIMITS.default - i);
+    }
+    assertLimited(await call(b, 'GET', '/account', { ip }), LIMITS.default);
+  });
+});

@@ -1,0 +1,253 @@
+/**
+ * The scope matrix (CONTRACT D15, D16): every route of the app, read from
+ * GET /openapi.json, called with each kind of credential. A route added later
+ * is covered without touching this file.
+ *
+ * The expected policy below is written from D15's text, not copied from
+ * src/http/scopes.ts:
+ *   read_write   everything (and a JWT session is read_write);
+ *   read_only    every GET of /vms, /ssh-keys, /reservations, /billing,
+ *                /account, plus search and pricing; anything else 403;
+ *   billing_only GET /billing/*, GET /account, POST /reservations/calculate;
+ *                anything else 403.
+ * Allowed calls may answer anything but 401/403 (404 and 422 are expected,
+ * since the calls carry made-up ids and no body).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { describeEachDb, type Res, type TestApp } from '../helpers/app.js';
+import { createApiKey, createUser } from '../helpers/factories.js';
+import { scopeAllows, type Scope } from '../../src/http/scopes.js';
+
+const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
+
+interface Route {
+  method: string;
+  /** OpenAPI form, e.g. /ssh-keys/{key_id}. */
+  path: string;
+  /** With made-up values for the path parameters. */
+  url: string;
+  public: boolean;
+  admin: boolean;
+}
+
+const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');
+
+/** D15, restated. */
+function expectedAllowed(scope: Scope, method: string, path: string): boolean {
+  if (scope === 'read_write') return true;
+  if (scope === 'read_only') {
+    return method === 'GET' && ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing'].some((p) => under(path, p));
+  }
+  return (method === 'GET' && (under(path, '/billing') || path === '/account')) || (method === 'POST' && path === '/reservations/calculate');
+}
+
+async function loadRoutes(t: TestApp): Promise<Route[]> {
+  const doc = await t.req('GET', '/openapi.json');
+  assert.equal(doc.status, 200);
+  const routes: Route[] = [];
+  for (const [path, item] of Object.entries<Record<string, any>>(doc.body.paths)) {
+    for (const m of METHODS) {
+      const op = item[m];
+      if (!op) continue;
+      const params: any[] = [...(item.parameters ?? []), ...(op.parameters ?? [])].filter((p) => p.in === 'path');
+      const url = path.replace(/\{([^}]+)\}/g, (_all, name: string) => {
+        const p = params.find((x) => x.name === name);
+        const type = p?.schema?.type;
+        return type === 'integer' || type === 'number' ? '2147483647' : randomUUID();
+      });
+      const security = op.security ?? doc.body.security;
+      routes.push({ method: m.toUpperCase(), path, url, public: Array.isArray(security) && security.length === 0, admin: under(path, '/admin') });
+    }
+  }
+  return routes;
+}
+
+const show = (r: Route, res: Res) => `${r.method} ${r.path} -> ${res.status} ${res.text.slice(0, 200)}`;
+
+describeEachDb('scope matrix', (t) => {
+  let cached: Route[] | undefined;
+  const routes = async () => (cached ??= await loadRoutes(t()));
+  const call = (r: Route, token?: string) => t().req(r.method, r.url, token ? { token } : {});
+
+  test('the route list from /openapi.json covers the known routes', async () => {
+    const all = await routes();
+    const names = new Set(all.map((r) => `${r.method} ${r.path}`));
+    for (const known of [
+      'GET /account',
+      'POST /api-keys',
+      'GET /api-keys',
+      'DELETE /api-keys/{key_id}',
+      'POST /ssh-keys',
+      'GET /ssh-keys',
+      'GET /ssh-keys/{key_id}',
+      'DELETE /ssh-keys/{key_id}',
+      'POST /auth/login',
+      'GET /admin/users',
+    ]) {
+      assert.ok(names.has(known), `${known} missing from the OpenAPI document`);
+    }
+    assert.ok(all.filter((r) => r.public).some((r) => r.path === '/auth/login'), 'login is public');
+    assert.ok(all.filter((r) => !r.public).length >= 10);
+  });
+
+  test('without credentials every non-public route is 401; public ones are not', async () => {
+    for (const r of await routes()) {
+      const res = await call(r);
+      if (r.public) {
+        assert.ok(res.status !== 401 && res.status !== 403, `public ${show(r, res)}`);
+      } else {
+        assert.equal(res.status, 401, show(r, res));
+        assert.equal(res.body.code, 'unauthorized');
+        const bad = await call(r, 'not-a-token');
+        assert.equal(bad.status, 401, `bad token: ${show(r, bad)}`);
+        const badKey = await call(r, 'gpc_' + 'x'.repeat(43));
+        assert.equal(badKey.status, 401, `unknown key: ${show(r, badKey)}`);
+      }
+    }
+  });
+
+  test('read_only and billing_only keys (of an admin): 403 exactly where D15 says not allowed', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const keys: Record<'read_only' | 'billing_only', string> = {
+      read_only: await createApiKey(t(), admin.token, 'read_only'),
+      billing_only: await createApiKey(t(), admin.token, 'billing_only'),
+    };
+    let denied = 0;
+    let allowed = 0;
+    for (const r of await routes()) {
+      if (r.public) continue;
+      for (const scope of ['read_only', 'billing_only'] as const) {
+        const res = await call(r, keys[scope]);
+        if (expectedAllowed(scope, r.method, r.path)) {
+          allowed++;
+          assert.ok(res.status !== 403 && res.status !== 401, `${scope} should be allowed: ${show(r, res)}`);
+        } else {
+          denied++;
+          assert.equal(res.status, 403, `${scope} should be refused: ${show(r, res)}`);
+          assert.equal(res.body.code, 'forbidden');
+        }
+      }
+    }
+    assert.ok(denied > 0 && allowed > 0, `denied ${denied}, allowed ${allowed}`);
+  });
+
+  test('admin routes: an admin\'s read_only and billing_only keys are 403; the admin\'s session and read_write key are not', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const ro = await createApiKey(t(), admin.token, 'read_only');
+    const bo = await createApiKey(t(), admin.token, 'billing_only');
+    const rw = await createApiKey(t(), admin.token, 'read_write');
+    const adminRoutes = (await routes()).filter((r) => r.admin);
+    assert.ok(adminRoutes.length >= 4, 'admin routes are enumerated');
+    for (const r of adminRoutes) {
+      for (const token of [ro, bo]) {
+        const res = await call(r, token);
+        assert.equal(res.status, 403, show(r, res));
+      }
+      for (const token of [admin.token, rw]) {
+        const res = await call(r, token);
+        assert.ok(res.status !== 403 && res.status !== 401, show(r, res));
+      }
+    }
+  });
+
+  test('a JWT session and a read_write key are read_write: no non-admin route refuses them', async () => {
+    const u = await createUser(t());
+    const rw = await createApiKey(t(), u.token, 'read_write');
+    for (const r of await routes()) {
+      if (r.public || r.admin) continue;
+      for (const token of [u.token, rw]) {
+        const res = await call(r, token);
+        assert.ok(res.status !== 403 && res.status !== 401, `${token === rw ? 'read_write key' : 'session'}: ${show(r, res)}`);
+      }
+    }
+    // The session is still good afterwards (nothing above logged it out).
+    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200);
+  });
+
+  test('admin routes are 403 for a non-admin, whatever the credential (D16)', async () => {
+    const u = await createUser(t());
+    const rw = await createApiKey(t(), u.token, 'read_write');
+    for (const r of (await routes()).filter((x) => x.admin)) {
+      for (const token of [u.token, rw]) {
+        const res = await call(r, token);
+        assert.equal(res.status, 403, show(r, res));
+        assert.equal(res.body.code, 'forbidden');
+      }
+    }
+  });
+
+  test('spot checks on concrete calls', async () => {
+    const u = await createUser(t());
+    const ro = await createApiKey(t(), u.token, 'read_only');
+    const bo = await createApiKey(t(), u.token, 'billing_only');
+    const cases: [string, string, string, number][] = [
+      [ro, 'GET', '/account', 200],
+      [bo, 'GET', '/account', 200],
+      [ro, 'GET', '/ssh-keys', 200],
+      [bo, 'GET', '/ssh-keys', 403],
+      [ro, 'GET', '/api-keys', 403],
+      [bo, 'GET', '/api-keys', 403],
+      [ro, 'POST', '/ssh-keys', 403],
+      [ro, 'POST', '/auth/2fa/setup', 403],
+      [bo, 'POST', '/auth/2fa/setup', 403],
+      [ro, 'POST', '/auth/logout', 403],
+    ];
+    for (const [token, method, url, status] of cases) {
+      const res = await t().req(method, url, { token });
+      assert.equal(res.status, status, `${token === ro ? 'read_only' : 'billing_only'} ${method} ${url}: ${res.text}`);
+    }
+    // HEAD is a GET without a body (so it bypasses the helper's error-body check).
+    for (const [token, url, status] of [[ro, '/ssh-keys', 200], [bo, '/ssh-keys', 403], [bo, '/account', 200], [ro, '/api-keys', 403]] as const) {
+      const res = await t().app.inject({ method: 'HEAD', url, headers: { authorization: `Bearer ${token}` } });
+      assert.equal(res.statusCode, status, `HEAD ${url}`);
+    }
+  });
+});
+
+test('scopeAllows follows D15 for routes that may not exist yet', () => {
+  const cases: [Scope, string, string, boolean][] = [
+    ['read_only', 'GET', '/vms', true],
+    ['read_only', 'GET', '/vms/:vm_id/access-info', true],
+    ['read_only', 'HEAD', '/vms/:vm_id', true],
+    ['read_only', 'POST', '/vms', false],
+    ['read_only', 'POST', '/vms/:vm_id/start', false],
+    ['read_only', 'DELETE', '/vms/:vm_id', false],
+    ['read_only', 'GET', '/reservations', true],
+    ['read_only', 'POST', '/reservations/calculate', false],
+    ['read_only', 'DELETE', '/reservations/:reservation_id', false],
+    ['read_only', 'GET', '/billing/usage', true],
+    ['read_only', 'GET', '/search', true],
+    ['read_only', 'GET', '/pricing', true],
+    ['read_only', 'GET', '/account', true],
+    ['read_only', 'GET', '/account/sessions', true],
+    ['read_only', 'PATCH', '/account', false],
+    ['billing_only', 'GET', '/account/sessions', false],
+    ['billing_only', 'PATCH', '/account', false],
+    ['read_only', 'GET', '/api-keys', false],
+    ['read_only', 'GET', '/admin/vms', false],
+    ['read_only', 'GET', '/vmsx', false],
+    ['read_only', 'GET', '/metrics', false],
+    ['billing_only', 'GET', '/billing/balance', true],
+    ['billing_only', 'GET', '/billing/transactions', true],
+    ['billing_only', 'HEAD', '/billing/usage', true],
+    ['billing_only', 'POST', '/billing/anything', false],
+    ['billing_only', 'GET', '/billingx', false],
+    ['billing_only', 'GET', '/account', true],
+    ['billing_only', 'POST', '/reservations/calculate', true],
+    ['billing_only', 'GET', '/reservations', false],
+    ['billing_only', 'GET', '/vms', false],
+    ['billing_only', 'GET', '/search', false],
+    ['billing_only', 'GET', '/pricing', false],
+    ['billing_only', 'GET', '/ssh-keys', false],
+    ['billing_only', 'POST', '/api-keys', false],
+    ['read_write', 'DELETE', '/vms/:vm_id', true],
+    ['read_write', 'POST', '/admin/clock/advance', true],
+  ];
+  for (const [scope, method, path, want] of cases) {
+    assert.equal(scopeAllows(scope, method, path), want, `${scope} ${method} ${path}`);
+    assert.equal(scopeAllows(scope, method.toLowerCase(), path), want, `${scope} ${method.toLowerCase()} ${path}`);
+    if (method !== 'HEAD') assert.equal(expectedAllowed(scope, method === 'HEAD' ? 'GET' : method, path), want, `test policy ${scope} ${method} ${path}`);
+  }
+});

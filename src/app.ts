@@ -28,6 +28,16 @@ import { sshKeyRoutes } from './modules/ssh-keys/routes.js';
 import { AdminUserService } from './modules/admin/service.js';
 import { adminRoutes } from './modules/admin/routes.js';
 import type { ClockService } from './modules/clock/service.js';
+import { InventoryService } from './modules/inventory/service.js';
+import { inventoryRoutes } from './modules/inventory/routes.js';
+import { BillingService } from './modules/billing/service.js';
+import { billingRoutes } from './modules/billing/routes.js';
+import { VmService } from './modules/vms/service.js';
+import { vmRoutes } from './modules/vms/routes.js';
+import { SimulatorDriver } from './hypervisor/simulator.js';
+import type { HypervisorDriver } from './hypervisor/driver.js';
+import { simulatorRoutes } from './hypervisor/routes.js';
+import { Reconciler } from './jobs/reconciler.js';
 
 export const BODY_LIMIT = 64 * 1024; // D2
 
@@ -48,20 +58,48 @@ export interface Services {
   apiKeys: ApiKeyService;
   sshKeys: SshKeyService;
   adminUsers: AdminUserService;
+  inventory: InventoryService;
+  billing: BillingService;
+  vms: VmService;
+  driver: HypervisorDriver;
+  reconciler: Reconciler;
 }
 
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock.clock;
   const passwords = new PasswordHasher(deps.config.passwordHashConcurrency);
   const tokens = new TokenService(deps.jwtSecret, clock);
+  const sshKeys = new SshKeyService(deps.db, clock);
+  const adminUsers = new AdminUserService(deps.db, clock);
+  const inventory = new InventoryService(deps.db, clock);
+  const billing = new BillingService(deps.db, clock);
+  if (deps.config.hypervisor !== 'simulator') {
+    throw new Error(`GPUCLOUD_HYPERVISOR=${deps.config.hypervisor}: only the simulator driver ships in this version`);
+  }
+  const driver = new SimulatorDriver(deps.db);
+  const vms = new VmService(deps.db, clock, inventory, sshKeys, tokens, {
+    provisionDelayMs: deps.config.simProvisionMs,
+    secret: deps.jwtSecret,
+    portalUrl: deps.config.portalUrl,
+  });
+  const reconciler = new Reconciler(clock, driver, vms);
+  // Cross-module reactions, each inside the transaction of its cause.
+  adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now).then(() => undefined)); // D47
+  inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // D23
+  deps.clock.onAdvance(() => reconciler.settle()); // D43: an advance returns once due work has run
   return {
     clock: deps.clock,
     passwords,
     tokens,
     auth: new AuthService(deps.db, clock, passwords, tokens),
     apiKeys: new ApiKeyService(deps.db, clock),
-    sshKeys: new SshKeyService(deps.db, clock),
-    adminUsers: new AdminUserService(deps.db, clock),
+    sshKeys,
+    adminUsers,
+    inventory,
+    billing,
+    vms,
+    driver,
+    reconciler,
   };
 }
 
@@ -72,7 +110,7 @@ declare module 'fastify' {
 }
 
 const REQUEST_ID_RE = /^[\w.:-]{1,128}$/;
-const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin'];
+const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations'];
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
   const app = Fastify({
@@ -167,6 +205,10 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   apiKeyRoutes(app, services.apiKeys);
   sshKeyRoutes(app, services.sshKeys);
   adminRoutes(app, services.adminUsers, services.clock);
+  inventoryRoutes(app, services.inventory);
+  billingRoutes(app, services.billing);
+  vmRoutes(app, services.vms);
+  simulatorRoutes(app, services.driver, services.inventory);
 
   await app.ready();
   return app;

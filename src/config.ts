@@ -31,6 +31,8 @@ export interface Config {
   logLevel: string;
   rateLimits: RateLimitConfig;
   nodeEnv: string;
+  /** Base URL of the web portal that serves WebUI/Jupyter links (D26). */
+  portalUrl: string;
   /** Max password hashes computed at once (memory bound for login floods). */
   passwordHashConcurrency: number;
 }
@@ -153,6 +155,7 @@ export function loadConfig(env: Env = process.env): Config {
       windowMs: 60_000,
     },
     nodeEnv,
+    portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(/\/+$/, ''),
     passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
   };
 }

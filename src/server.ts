@@ -59,6 +59,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     logger: { level: config.logLevel },
   };
   const services = createServices(deps);
+  await services.inventory.ensureDefaultPricing();
 
   if (config.adminEmail && config.adminPassword) {
     await services.auth.ensureUser(config.adminEmail, config.adminPassword, 'admin');
@@ -75,7 +76,10 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     const host = config.host.includes(':') ? `[${config.host}]` : config.host;
     url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
   }
-  // Background jobs (role worker/all) are registered by the VM and billing modules.
+  // Background jobs: with a system clock, a loop claims due work every second. With the manual
+  // clock (D43) work runs only when POST /admin/clock/advance settles it, so states are deterministic.
+  const runJobs = role === 'worker' || role === 'all';
+  if (runJobs && config.clock === 'system') services.reconciler.start(1000);
 
   return {
     app,
@@ -84,6 +88,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     services,
     demo,
     close: async () => {
+      await services.reconciler.stop();
       await app?.close();
       await rateLimitStore.close();
       await db.close();

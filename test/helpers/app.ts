@@ -90,6 +90,7 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
   const clockService = await ClockService.create(testDb.db, 'manual');
   const deps = { config, db: testDb.db, clock: clockService, rateLimitStore, jwtSecret: JWT_SECRET };
   const services = createServices(deps);
+  await services.inventory.ensureDefaultPricing();
   const app = await buildApp(deps, services);
   const apps: FastifyInstance[] = [app];
   const secrets = new Set<string>();

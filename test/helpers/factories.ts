@@ -35,3 +35,49 @@ export async function createApiKey(t: TestApp, token: string, scope: string, nam
   t.forbidSecret(r.body.key);
   return r.body.key;
 }
+
+let nodeSeq = 0;
+/** Registers a node through the admin API. */
+export async function createNode(
+  t: TestApp,
+  adminToken: string,
+  over: Record<string, unknown> = {},
+): Promise<{ node: string; [k: string]: unknown }> {
+  const body = {
+    node: `n${++nodeSeq}-${randomBytes(3).toString('hex')}`,
+    gpu_type: '4090',
+    gpu_count: 8,
+    ram_gb: 512,
+    cpu_cores: 64,
+    cpu_model: 'AMD EPYC 7543',
+    pcie_gen: '4.0',
+    max_storage_gb: 2000,
+    location: 'eu-central',
+    cluster_name: 'test-1',
+    ...over,
+  };
+  const r = await t.req('POST', '/admin/nodes', { token: adminToken, body });
+  assert.equal(r.status, 201, r.text);
+  return r.body;
+}
+
+/** Adds credit (in the major unit) through the admin API. */
+export async function credit(t: TestApp, adminToken: string, userId: number, amount: number): Promise<void> {
+  const r = await t.req('POST', `/admin/users/${userId}/credits`, { token: adminToken, body: { amount, description: 'test credit' } });
+  assert.equal(r.status, 201, r.text);
+}
+
+/** A real ed25519 public key line made by ssh-keygen. */
+export async function uploadSshKey(t: TestApp, token: string): Promise<string> {
+  const { generateKey } = await import('../ssh-keys/keygen.js');
+  const k = generateKey('ed25519');
+  const r = await t.req('POST', '/ssh-keys', { token, body: { ssh_public_key: k.line } });
+  assert.equal(r.status, 201, r.text);
+  return r.body.id;
+}
+
+/** Advances the manual clock through the admin API (settling due work, D43). */
+export async function advance(t: TestApp, adminToken: string, seconds: number): Promise<void> {
+  const r = await t.req('POST', '/admin/clock/advance', { token: adminToken, body: { seconds } });
+  assert.equal(r.status, 200, r.text);
+}

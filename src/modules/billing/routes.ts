@@ -1,0 +1,78 @@
+/** Balance and transactions (D30, D34) and admin credits (D35). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import { TRANSACTION_TYPES } from './ledger.js';
+import type { BillingService } from './service.js';
+
+export const TransactionSchema = Type.Object(
+  {
+    id: Type.String(),
+    type: Type.Unsafe<(typeof TRANSACTION_TYPES)[number]>({ type: 'string', enum: [...TRANSACTION_TYPES] }),
+    amount: Type.Number({ description: 'Signed: positive adds to the balance' }),
+    balance_after: Type.Number(),
+    description: Type.String(),
+    breakdown: Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form details (usage figures, fee and refund, ...)' }),
+    created_at: DateTime(),
+  },
+  {
+    description: 'A ledger entry: credit, charge, deposit, refund or adjustment (D30)',
+    examples: [{ id: '0f1e2d3c-4b5a-4968-8776-655443322110', type: 'credit', amount: 50, balance_after: 50, description: 'Top-up', breakdown: {}, created_at: '2026-11-22T10:00:00.000Z' }],
+  },
+);
+
+const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
+
+export function billingRoutes(app: FastifyInstance, billing: BillingService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+
+  r.get(
+    '/billing/balance',
+    {
+      schema: {
+        tags: ['billing'],
+        summary: 'Your credit balance',
+        response: { 200: Type.Object({ balance: Type.Number(), currency: Type.String() }, { examples: [{ balance: 42.5, currency: 'USD' }] }), ...errorResponses(401, 403, 429) },
+      },
+    },
+    async (req) => billing.balance(requirePrincipal(req.principal).userId),
+  );
+
+  r.get(
+    '/billing/transactions',
+    {
+      schema: {
+        tags: ['billing'],
+        summary: 'Your transactions',
+        description: 'Newest first; limit at most 100 (default 50). X-Total-Count holds the total.',
+        querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
+        response: { 200: Type.Array(TransactionSchema), ...errorResponses(401, 403, 422, 429) },
+      },
+    },
+    async (req, reply) => page(reply, await billing.transactions(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset)),
+  );
+
+  r.post(
+    '/admin/users/:user_id/credits',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Credit (or debit) a user',
+        description: 'A positive amount writes a `credit` transaction, a negative one an `adjustment` (D35). At most 6 decimals. Honours Idempotency-Key.',
+        params: UserId,
+        body: Type.Object(
+          { amount: Type.Number({ description: 'In the currency\'s major unit' }), description: Type.Optional(Type.String({ maxLength: 500 })) },
+          { additionalProperties: false, examples: [{ amount: 100, description: 'Welcome credit' }] },
+        ),
+        response: { 201: TransactionSchema, ...errorResponses(401, 403, 404, 415, 422, 429) },
+      },
+      config: { auth: 'admin', idempotent: true },
+    },
+    async (req, reply) => {
+      reply.code(201);
+      return billing.adminCredit(requirePrincipal(req.principal).userId, req.params.user_id, req.body.amount, req.body.description);
+    },
+  );
+}

@@ -1,0 +1,72 @@
+/** Balance, transactions and admin credits (CONTRACT D30, D34, D35). */
+import type { Db } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { notFound, validation } from '../../errors.js';
+import { toAmount, toMicros } from '../../money.js';
+import { CURRENCY } from '../inventory/service.js';
+import * as ledger from './ledger.js';
+import type { TransactionRow } from './ledger.js';
+
+export interface TransactionRecord {
+  id: string;
+  type: ledger.TransactionType;
+  amount: number;
+  balance_after: number;
+  description: string;
+  breakdown: Record<string, unknown>;
+  created_at: string;
+}
+
+export const toTransactionRecord = (t: TransactionRow): TransactionRecord => ({
+  id: t.id,
+  type: t.type,
+  amount: toAmount(t.amount_micros),
+  balance_after: toAmount(t.balance_after_micros),
+  description: t.description,
+  breakdown: t.breakdown,
+  created_at: t.created_at.toISOString(),
+});
+
+/** Largest single admin credit: 10 million in the major unit. */
+const MAX_CREDIT_MICROS = 10_000_000 * 1_000_000;
+
+export class BillingService {
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+  ) {}
+
+  async balance(userId: number): Promise<{ balance: number; currency: string }> {
+    return { balance: toAmount(await ledger.balance(this.db, userId)), currency: CURRENCY };
+  }
+
+  async transactions(userId: number, limit: number, offset: number): Promise<{ items: TransactionRecord[]; total: number }> {
+    const r = await ledger.listTransactions(this.db, userId, limit, offset);
+    return { items: r.rows.map(toTransactionRecord), total: r.total };
+  }
+
+  /** D35: a `credit` (or `adjustment` when negative) transaction written by an admin. */
+  async adminCredit(actorId: number, userId: number, amount: number, description?: string): Promise<TransactionRecord> {
+    const micros = toMicros(amount);
+    if (micros === null) throw validation('body.amount', 'must be an amount with at most 6 decimals');
+    if (micros === 0) throw validation('body.amount', 'must not be zero');
+    if (Math.abs(micros) > MAX_CREDIT_MICROS) throw validation('body.amount', 'must be at most 10000000 in absolute value');
+    return this.db.transaction(async (tx) => {
+      const exists = await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [userId]);
+      if (exists.rows.length === 0) throw notFound('User');
+      const row = await ledger.post(tx, {
+        userId,
+        type: micros > 0 ? 'credit' : 'adjustment',
+        amountMicros: micros,
+        description: description?.trim() || (micros > 0 ? 'Credit added by an administrator' : 'Adjustment by an administrator'),
+        breakdown: { by_admin: actorId },
+        now: this.clock.now(),
+      });
+      return toTransactionRecord(row);
+    });
+  }
+
+  async ledgerProblems() {
+    return ledger.unbalancedAccounts(this.db);
+  }
+}

@@ -1,0 +1,156 @@
+/** The only SQL of nodes and prices, and the one place a node's GPUs are counted. */
+import type { Queryable } from '../../db/db.js';
+import { PREEMPTIBLE } from '../vms/lifecycle.js';
+
+export const GPU_TYPES = ['5090', '4090', 'pro6000'] as const;
+export type GpuType = (typeof GPU_TYPES)[number];
+export const NODE_STATUSES = ['active', 'draining', 'offline'] as const;
+export type NodeStatus = (typeof NODE_STATUSES)[number];
+
+export interface PricingRow {
+  gpu_type: GpuType;
+  gpu_ram_mb: number;
+  gpu_price_hourly_micros: number;
+  interruptible_rate_micros: number;
+  storage_price_gb_hourly_micros: number;
+  reserved_discount_1mo_bp: number;
+  reserved_discount_3mo_bp: number;
+  reserved_discount_6mo_bp: number;
+  updated_at: Date;
+}
+
+export interface NodeRow {
+  node: string;
+  gpu_type: GpuType;
+  gpu_count: number;
+  gpu_ram_mb: number;
+  ram_gb: number;
+  cpu_cores: number;
+  cpu_model: string;
+  pcie_gen: string;
+  max_storage_gb: number;
+  location: string;
+  cluster_name: string;
+  status: NodeStatus;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface GpuUsage {
+  /** GPUs held by any VM on the node. */
+  held: number;
+  /** Of those, GPUs held by interruptible VMs that an on-demand or reserved VM may preempt. */
+  preemptible: number;
+}
+
+export const NODE_FIELDS = [
+  'gpu_type',
+  'gpu_count',
+  'gpu_ram_mb',
+  'ram_gb',
+  'cpu_cores',
+  'cpu_model',
+  'pcie_gen',
+  'max_storage_gb',
+  'location',
+  'cluster_name',
+  'status',
+] as const;
+
+export async function listPricing(q: Queryable): Promise<PricingRow[]> {
+  return (await q.query<PricingRow>(`SELECT * FROM gpu_pricing ORDER BY array_position(ARRAY['5090','4090','pro6000'], gpu_type)`)).rows;
+}
+
+export async function getPricing(q: Queryable, gpuType: string): Promise<PricingRow | undefined> {
+  return (await q.query<PricingRow>('SELECT * FROM gpu_pricing WHERE gpu_type = $1', [gpuType])).rows[0];
+}
+
+export async function upsertPricing(q: Queryable, p: Omit<PricingRow, 'updated_at'>, now: Date): Promise<PricingRow> {
+  const r = await q.query<PricingRow>(
+    `INSERT INTO gpu_pricing (gpu_type, gpu_ram_mb, gpu_price_hourly_micros, interruptible_rate_micros, storage_price_gb_hourly_micros,
+                              reserved_discount_1mo_bp, reserved_discount_3mo_bp, reserved_discount_6mo_bp, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+     ON CONFLICT (gpu_type) DO UPDATE SET
+       gpu_ram_mb = EXCLUDED.gpu_ram_mb,
+       gpu_price_hourly_micros = EXCLUDED.gpu_price_hourly_micros,
+       interruptible_rate_micros = EXCLUDED.interruptible_rate_micros,
+       storage_price_gb_hourly_micros = EXCLUDED.storage_price_gb_hourly_micros,
+       reserved_discount_1mo_bp = EXCLUDED.reserved_discount_1mo_bp,
+       reserved_discount_3mo_bp = EXCLUDED.reserved_discount_3mo_bp,
+       reserved_discount_6mo_bp = EXCLUDED.reserved_discount_6mo_bp,
+       updated_at = EXCLUDED.updated_at
+     RETURNING *`,
+    [
+      p.gpu_type,
+      p.gpu_ram_mb,
+      p.gpu_price_hourly_micros,
+      p.interruptible_rate_micros,
+      p.storage_price_gb_hourly_micros,
+      p.reserved_discount_1mo_bp,
+      p.reserved_discount_3mo_bp,
+      p.reserved_discount_6mo_bp,
+      now,
+    ],
+  );
+  return r.rows[0]!;
+}
+
+export async function listNodes(q: Queryable): Promise<NodeRow[]> {
+  return (await q.query<NodeRow>('SELECT * FROM nodes ORDER BY node')).rows;
+}
+
+export async function getNode(q: Queryable, node: string, forUpdate = false): Promise<NodeRow | undefined> {
+  return (await q.query<NodeRow>(`SELECT * FROM nodes WHERE node = $1${forUpdate ? ' FOR UPDATE' : ''}`, [node])).rows[0];
+}
+
+export async function insertNode(q: Queryable, n: Omit<NodeRow, 'created_at' | 'updated_at'>, now: Date): Promise<NodeRow> {
+  const r = await q.query<NodeRow>(
+    `INSERT INTO nodes (node, gpu_type, gpu_count, gpu_ram_mb, ram_gb, cpu_cores, cpu_model, pcie_gen, max_storage_gb,
+                        location, cluster_name, status, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+     ON CONFLICT (node) DO NOTHING RETURNING *`,
+    [n.node, n.gpu_type, n.gpu_count, n.gpu_ram_mb, n.ram_gb, n.cpu_cores, n.cpu_model, n.pcie_gen, n.max_storage_gb, n.location, n.cluster_name, n.status, now],
+  );
+  return r.rows[0]!;
+}
+
+export async function updateNode(q: Queryable, node: string, patch: Partial<Omit<NodeRow, 'node' | 'created_at' | 'updated_at'>>, now: Date): Promise<NodeRow | undefined> {
+  const sets: string[] = [];
+  const params: unknown[] = [node, now];
+  for (const k of NODE_FIELDS) {
+    const v = patch[k];
+    if (v === undefined) continue;
+    params.push(v);
+    sets.push(`${k} = $${params.length}`);
+  }
+  const r = await q.query<NodeRow>(`UPDATE nodes SET ${[...sets, 'updated_at = $2'].join(', ')} WHERE node = $1 RETURNING *`, params);
+  return r.rows[0];
+}
+
+export async function deleteNode(q: Queryable, node: string): Promise<boolean> {
+  return (await q.query('DELETE FROM nodes WHERE node = $1', [node])).rowCount === 1;
+}
+
+/** Non-destroyed, non-failed VMs on a node (a node with any cannot be deleted). */
+export async function liveVmCount(q: Queryable, node: string): Promise<number> {
+  return (
+    await q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms WHERE node = $1 AND status NOT IN ('destroyed', 'failed')`, [node])
+  ).rows[0]!.n;
+}
+
+/**
+ * GPU accounting: the one place the GPUs a node has handed out are counted
+ * (ARCHITECTURE invariant). `holds_gpus` is maintained by the VM lifecycle.
+ */
+export async function gpuUsage(q: Queryable, nodes?: string[]): Promise<Map<string, GpuUsage>> {
+  const r = await q.query<{ node: string; held: number; preemptible: number }>(
+    `SELECT node,
+            COALESCE(SUM(gpu_count), 0)::int8 AS held,
+            COALESCE(SUM(gpu_count) FILTER (WHERE rental_type = 'interruptible' AND status = ANY($2::text[])), 0)::int8 AS preemptible
+       FROM vms
+      WHERE holds_gpus ${nodes ? 'AND node = ANY($1::text[])' : 'AND $1::text[] IS NULL'}
+      GROUP BY node`,
+    [nodes ?? null, PREEMPTIBLE],
+  );
+  return new Map(r.rows.map((row) => [row.node, { held: row.held, preemptible: row.preemptible }]));
+}

@@ -1,0 +1,249 @@
+/** Public offers and prices (D20, D21) and the admin inventory API (D18, D19). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
+import { GPU_TYPES, NODE_STATUSES } from './repository.js';
+import type { InventoryService } from './service.js';
+
+const Enum = <T extends string>(values: readonly T[], description?: string) =>
+  Type.Unsafe<T>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
+
+const GpuType = Enum(GPU_TYPES, 'GPU type');
+const NodeStatus = Enum(NODE_STATUSES, 'active: rentable; draining: no new VMs; offline: its VMs are offline too');
+
+const Offer = Type.Object(
+  {
+    node: Type.String(),
+    gpu_type: GpuType,
+    gpu_count: Type.Integer({ description: 'GPUs rentable now for the requested rental type' }),
+    gpu_ram_mb: Type.Integer(),
+    total_gpu_ram_mb: Type.Integer(),
+    ram_gb: Type.Integer(),
+    cpu_cores: Type.Integer(),
+    cpu_model: Type.String(),
+    pcie_gen: Type.String(),
+    max_storage_gb: Type.Integer(),
+    gpu_price_hourly: Type.Number({ description: 'On-demand price per GPU-hour' }),
+    interruptible_rate: Type.Number({ description: 'Interruptible price per GPU-hour' }),
+    storage_price_hourly: Type.Number({ description: 'Price per GB-hour of disk' }),
+    total_price_hourly: Type.Number({ description: 'gpu_count x gpu_price_hourly + 50 GB of disk' }),
+    reserved_discount_1mo: Type.Number(),
+    reserved_discount_3mo: Type.Number(),
+    reserved_discount_6mo: Type.Number(),
+    available_ondemand: Type.Boolean(),
+    available_interruptible: Type.Boolean(),
+    available_reserved: Type.Boolean(),
+    location: Type.String(),
+    cluster_name: Type.String(),
+  },
+  { description: 'A GPU offer: one per active node with GPUs rentable now (D20)' },
+);
+
+const PriceFields = {
+  gpu_type: GpuType,
+  gpu_ram_mb: Type.Integer(),
+  gpu_price_hourly: Type.Number(),
+  interruptible_rate: Type.Number(),
+  storage_price_gb_hourly: Type.Number(),
+  reserved_discount_1mo: Type.Number({ description: 'Percent' }),
+  reserved_discount_3mo: Type.Number({ description: 'Percent' }),
+  reserved_discount_6mo: Type.Number({ description: 'Percent' }),
+};
+
+const PublicPricing = Type.Object(
+  {
+    currency: Type.String({ examples: ['USD'] }),
+    updated_at: DateTime(),
+    gpu_types: Type.Array(
+      Type.Object({
+        ...PriceFields,
+        total_gpus: Type.Integer({ description: 'GPUs on active nodes' }),
+        available_gpus: Type.Integer({ description: 'Free GPUs on active nodes' }),
+      }),
+    ),
+  },
+  { description: 'Current prices for every GPU type (D21)' },
+);
+
+const AdminPricing = Type.Object({ ...PriceFields, updated_at: DateTime() });
+
+const NodeFields = {
+  gpu_type: GpuType,
+  gpu_count: Type.Integer({ minimum: 1, maximum: 64 }),
+  gpu_ram_mb: Type.Integer({ minimum: 1, maximum: 1_048_576 }),
+  ram_gb: Type.Integer({ minimum: 1, maximum: 65_536 }),
+  cpu_cores: Type.Integer({ minimum: 1, maximum: 4096 }),
+  cpu_model: Type.String({ minLength: 1, maxLength: 128 }),
+  pcie_gen: Type.String({ minLength: 1, maxLength: 16 }),
+  max_storage_gb: Type.Integer({ minimum: 50, maximum: 10_000_000 }),
+  location: Type.String({ minLength: 1, maxLength: 128 }),
+  cluster_name: Type.String({ minLength: 1, maxLength: 128 }),
+  status: NodeStatus,
+};
+
+const NodeRecord = Type.Object(
+  {
+    node: Type.String(),
+    ...NodeFields,
+    gpus_allocated: Type.Integer({ description: 'GPUs held by VMs now' }),
+    gpus_free: Type.Integer(),
+    created_at: DateTime(),
+    updated_at: DateTime(),
+  },
+  { description: 'A GPU node (D18)' },
+);
+
+const NodeParam = Type.Object({ node: Type.String({ maxLength: 200 }) });
+
+export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const admin = { auth: 'admin' as const };
+
+  r.get(
+    '/search',
+    {
+      schema: {
+        tags: ['offers'],
+        summary: 'Search GPU offers',
+        description:
+          'No authentication. One offer per active node with at least one GPU rentable for the rental type; sorted by gpu_price_hourly, then node. max_price is per GPU-hour, compared with gpu_price_hourly (or interruptible_rate for rental_type=interruptible).',
+        security: [],
+        querystring: Type.Object(
+          {
+            gpu_type: Type.Optional(GpuType),
+            min_gpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
+            max_price: Type.Optional(Type.Number({ minimum: 0 })),
+            rental_type: Type.Optional(Enum(['on_demand', 'reserved', 'interruptible'] as const)),
+            location: Type.Optional(Type.String({ maxLength: 128 })),
+            ...PaginationQuery,
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.Array(Offer), ...errorResponses(422, 429) },
+      },
+      config: { auth: 'public' },
+    },
+    async (req, reply) => page(reply, await inv.search(req.query)),
+  );
+
+  r.get(
+    '/pricing',
+    {
+      schema: { tags: ['offers'], summary: 'Current prices', security: [], response: { 200: PublicPricing, ...errorResponses(429) } },
+      config: { auth: 'public' },
+    },
+    async () => inv.publicPricing(),
+  );
+
+  r.get(
+    '/admin/nodes',
+    { schema: { tags: ['admin'], summary: 'List nodes', response: { 200: Type.Array(NodeRecord), ...errorResponses(401, 403, 429) } }, config: admin },
+    async (_req, reply) => {
+      const nodes = await inv.listNodes();
+      return page(reply, { items: nodes, total: nodes.length });
+    },
+  );
+
+  r.post(
+    '/admin/nodes',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Register a node',
+        description: 'gpu_ram_mb defaults to the GPU type\'s; status defaults to active. A taken node id is 400 conflict.',
+        body: Type.Object(
+          {
+            node: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,62}$', description: 'Node id, e.g. vm07' }),
+            ...NodeFields,
+            gpu_ram_mb: Type.Optional(NodeFields.gpu_ram_mb),
+            status: Type.Optional(NodeStatus),
+          },
+          {
+            additionalProperties: false,
+            examples: [{ node: 'vm07', gpu_type: '4090', gpu_count: 8, ram_gb: 512, cpu_cores: 128, cpu_model: 'AMD EPYC 9554', pcie_gen: '4.0', max_storage_gb: 4000, location: 'eu-central', cluster_name: 'fra-1' }],
+          },
+        ),
+        response: { 201: NodeRecord, ...errorResponses(400, 401, 403, 415, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req, reply) => {
+      reply.code(201);
+      return inv.createNode(req.body);
+    },
+  );
+
+  r.get(
+    '/admin/nodes/:node',
+    { schema: { tags: ['admin'], summary: 'Get a node', params: NodeParam, response: { 200: NodeRecord, ...errorResponses(401, 403, 404, 429) } }, config: admin },
+    async (req) => inv.getNode(req.params.node),
+  );
+
+  r.patch(
+    '/admin/nodes/:node',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Change a node',
+        description: 'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use.',
+        params: NodeParam,
+        body: Type.Partial(Type.Object(NodeFields), { additionalProperties: false, minProperties: 1, examples: [{ status: 'offline' }] }),
+        response: { 200: NodeRecord, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req) => inv.patchNode(req.params.node, req.body),
+  );
+
+  r.delete(
+    '/admin/nodes/:node',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Remove a node',
+        description: '204. Refused (400 invalid_state) while the node has VMs that are not destroyed or failed.',
+        params: NodeParam,
+        response: { 204: Type.Null(), ...errorResponses(400, 401, 403, 404, 429) },
+      },
+      config: admin,
+    },
+    async (req, reply) => {
+      await inv.deleteNode(req.params.node);
+      reply.code(204);
+    },
+  );
+
+  r.get(
+    '/admin/pricing',
+    { schema: { tags: ['admin'], summary: 'Prices per GPU type', response: { 200: Type.Array(AdminPricing), ...errorResponses(401, 403, 429) } }, config: admin },
+    async () => inv.adminPricing(),
+  );
+
+  r.put(
+    '/admin/pricing/:gpu_type',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Set the prices of a GPU type',
+        description: 'Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only (D31).',
+        params: Type.Object({ gpu_type: Type.String({ maxLength: 32 }) }),
+        body: Type.Object(
+          {
+            gpu_ram_mb: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_048_576 })),
+            gpu_price_hourly: Type.Optional(Type.Number({ minimum: 0, maximum: 10_000 })),
+            interruptible_rate: Type.Optional(Type.Number({ minimum: 0, maximum: 10_000 })),
+            storage_price_gb_hourly: Type.Optional(Type.Number({ minimum: 0, maximum: 100 })),
+            reserved_discount_1mo: Type.Optional(Type.Number({ minimum: 0, maximum: 100 })),
+            reserved_discount_3mo: Type.Optional(Type.Number({ minimum: 0, maximum: 100 })),
+            reserved_discount_6mo: Type.Optional(Type.Number({ minimum: 0, maximum: 100 })),
+          },
+          { additionalProperties: false, minProperties: 1, examples: [{ gpu_price_hourly: 0.49, interruptible_rate: 0.25 }] },
+        ),
+        response: { 200: AdminPricing, ...errorResponses(401, 403, 404, 415, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req) => inv.putPricing(req.params.gpu_type, req.body),
+  );
+}

@@ -1,0 +1,324 @@
+/**
+ * Nodes, prices and offers (CONTRACT D18-D21). GPU availability always comes
+ * from repository.gpuUsage, the one place GPUs are counted.
+ */
+import type { Db, Queryable } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { AppError, invalidState, notFound, validation } from '../../errors.js';
+import { bpToPercent, percentToBp, toAmount, toMicros } from '../../money.js';
+import * as repo from './repository.js';
+import type { GpuType, GpuUsage, NodeRow, NodeStatus, PricingRow } from './repository.js';
+
+export const CURRENCY = 'USD';
+/** D20: an offer's total price is for the whole node offer with the minimum disk. */
+export const MIN_STORAGE_GB = 50;
+
+/** Default prices shipped with the service (D19). */
+export const DEFAULT_PRICING: Omit<PricingRow, 'updated_at'>[] = [
+  { gpu_type: '5090', gpu_ram_mb: 32_768, gpu_price_hourly_micros: 690_000, interruptible_rate_micros: 350_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
+  { gpu_type: '4090', gpu_ram_mb: 24_576, gpu_price_hourly_micros: 440_000, interruptible_rate_micros: 220_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
+  { gpu_type: 'pro6000', gpu_ram_mb: 98_304, gpu_price_hourly_micros: 1_690_000, interruptible_rate_micros: 850_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
+];
+
+export interface PricingRecord {
+  gpu_type: GpuType;
+  gpu_ram_mb: number;
+  gpu_price_hourly: number;
+  interruptible_rate: number;
+  storage_price_gb_hourly: number;
+  reserved_discount_1mo: number;
+  reserved_discount_3mo: number;
+  reserved_discount_6mo: number;
+  updated_at: string;
+}
+
+export interface NodeRecord extends Omit<NodeRow, 'created_at' | 'updated_at'> {
+  gpus_allocated: number;
+  gpus_free: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface Offer {
+  node: string;
+  gpu_type: GpuType;
+  gpu_count: number;
+  gpu_ram_mb: number;
+  total_gpu_ram_mb: number;
+  ram_gb: number;
+  cpu_cores: number;
+  cpu_model: string;
+  pcie_gen: string;
+  max_storage_gb: number;
+  gpu_price_hourly: number;
+  interruptible_rate: number;
+  storage_price_hourly: number;
+  total_price_hourly: number;
+  reserved_discount_1mo: number;
+  reserved_discount_3mo: number;
+  reserved_discount_6mo: number;
+  available_ondemand: boolean;
+  available_interruptible: boolean;
+  available_reserved: boolean;
+  location: string;
+  cluster_name: string;
+}
+
+export type RentalKind = 'on_demand' | 'reserved' | 'interruptible';
+
+export interface SearchFilters {
+  gpu_type?: GpuType;
+  min_gpus?: number;
+  max_price?: number;
+  rental_type?: RentalKind;
+  location?: string;
+  limit: number;
+  offset: number;
+}
+
+export interface PricingUpdate {
+  gpu_ram_mb?: number;
+  gpu_price_hourly?: number;
+  interruptible_rate?: number;
+  storage_price_gb_hourly?: number;
+  reserved_discount_1mo?: number;
+  reserved_discount_3mo?: number;
+  reserved_discount_6mo?: number;
+}
+
+export type NodeInput = Omit<NodeRow, 'created_at' | 'updated_at' | 'gpu_ram_mb' | 'status'> & { gpu_ram_mb?: number; status?: NodeStatus };
+
+/** Called in the same transaction when a node's status changes (the VM module moves VMs offline and back). */
+export type NodeStatusHook = (tx: Queryable, node: string, from: NodeStatus, to: NodeStatus, now: Date) => Promise<void>;
+
+export const toPricingRecord = (p: PricingRow): PricingRecord => ({
+  gpu_type: p.gpu_type,
+  gpu_ram_mb: p.gpu_ram_mb,
+  gpu_price_hourly: toAmount(p.gpu_price_hourly_micros),
+  interruptible_rate: toAmount(p.interruptible_rate_micros),
+  storage_price_gb_hourly: toAmount(p.storage_price_gb_hourly_micros),
+  reserved_discount_1mo: bpToPercent(p.reserved_discount_1mo_bp),
+  reserved_discount_3mo: bpToPercent(p.reserved_discount_3mo_bp),
+  reserved_discount_6mo: bpToPercent(p.reserved_discount_6mo_bp),
+  updated_at: p.updated_at.toISOString(),
+});
+
+const free = (n: NodeRow, u: GpuUsage | undefined) => Math.max(0, n.gpu_count - (u?.held ?? 0));
+
+function toNodeRecord(n: NodeRow, u: GpuUsage | undefined): NodeRecord {
+  return {
+    ...n,
+    gpus_allocated: u?.held ?? 0,
+    gpus_free: free(n, u),
+    created_at: n.created_at.toISOString(),
+    updated_at: n.updated_at.toISOString(),
+  };
+}
+
+function moneyField(field: string, v: number | undefined, fallback: number): number {
+  if (v === undefined) return fallback;
+  const m = toMicros(v);
+  if (m === null || m < 0) throw validation(`body.${field}`, 'must be a non-negative amount with at most 6 decimals');
+  return m;
+}
+
+function percentField(field: string, v: number | undefined, fallback: number): number {
+  if (v === undefined) return fallback;
+  const bp = percentToBp(v);
+  if (bp === null) throw validation(`body.${field}`, 'must be a percentage from 0 to 100 with at most 2 decimals');
+  return bp;
+}
+
+export class InventoryService {
+  private readonly statusHooks: NodeStatusHook[] = [];
+
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+  ) {}
+
+  onNodeStatusChange(hook: NodeStatusHook): void {
+    this.statusHooks.push(hook);
+  }
+
+  /** Ships the default prices once; never overwrites an operator's prices. */
+  async ensureDefaultPricing(): Promise<void> {
+    const now = this.clock.now();
+    for (const p of DEFAULT_PRICING) {
+      await this.db.query(
+        `INSERT INTO gpu_pricing (gpu_type, gpu_ram_mb, gpu_price_hourly_micros, interruptible_rate_micros, storage_price_gb_hourly_micros,
+                                  reserved_discount_1mo_bp, reserved_discount_3mo_bp, reserved_discount_6mo_bp, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (gpu_type) DO NOTHING`,
+        [p.gpu_type, p.gpu_ram_mb, p.gpu_price_hourly_micros, p.interruptible_rate_micros, p.storage_price_gb_hourly_micros, p.reserved_discount_1mo_bp, p.reserved_discount_3mo_bp, p.reserved_discount_6mo_bp, now],
+      );
+    }
+  }
+
+  // ---- prices (D19, D21) ----
+
+  async pricingRows(q: Queryable = this.db): Promise<PricingRow[]> {
+    return repo.listPricing(q);
+  }
+
+  async pricingFor(q: Queryable, gpuType: string): Promise<PricingRow> {
+    const p = await repo.getPricing(q, gpuType);
+    if (!p) throw new AppError('gpu_unavailable', `No price is set for GPU type ${gpuType}`);
+    return p;
+  }
+
+  async adminPricing(): Promise<PricingRecord[]> {
+    return (await repo.listPricing(this.db)).map(toPricingRecord);
+  }
+
+  async putPricing(gpuType: string, u: PricingUpdate): Promise<PricingRecord> {
+    if (!(repo.GPU_TYPES as readonly string[]).includes(gpuType)) throw notFound(`GPU type ${gpuType}`);
+    const current = (await repo.getPricing(this.db, gpuType)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
+    const row = await repo.upsertPricing(
+      this.db,
+      {
+        gpu_type: gpuType as GpuType,
+        gpu_ram_mb: u.gpu_ram_mb ?? current.gpu_ram_mb,
+        gpu_price_hourly_micros: moneyField('gpu_price_hourly', u.gpu_price_hourly, current.gpu_price_hourly_micros),
+        interruptible_rate_micros: moneyField('interruptible_rate', u.interruptible_rate, current.interruptible_rate_micros),
+        storage_price_gb_hourly_micros: moneyField('storage_price_gb_hourly', u.storage_price_gb_hourly, current.storage_price_gb_hourly_micros),
+        reserved_discount_1mo_bp: percentField('reserved_discount_1mo', u.reserved_discount_1mo, current.reserved_discount_1mo_bp),
+        reserved_discount_3mo_bp: percentField('reserved_discount_3mo', u.reserved_discount_3mo, current.reserved_discount_3mo_bp),
+        reserved_discount_6mo_bp: percentField('reserved_discount_6mo', u.reserved_discount_6mo, current.reserved_discount_6mo_bp),
+      },
+      this.clock.now(),
+    );
+    return toPricingRecord(row);
+  }
+
+  /** D21: public prices with GPU totals and free GPUs on active nodes. */
+  async publicPricing() {
+    const [prices, nodes, usage] = await Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]);
+    const updated = prices.reduce((m, p) => Math.max(m, p.updated_at.getTime()), 0);
+    return {
+      currency: CURRENCY,
+      updated_at: new Date(updated || this.clock.nowMs()).toISOString(),
+      gpu_types: prices.map((p) => {
+        const active = nodes.filter((n) => n.gpu_type === p.gpu_type && n.status === 'active');
+        const { updated_at: _u, ...rec } = toPricingRecord(p);
+        return {
+          ...rec,
+          total_gpus: active.reduce((s, n) => s + n.gpu_count, 0),
+          available_gpus: active.reduce((s, n) => s + free(n, usage.get(n.node)), 0),
+        };
+      }),
+    };
+  }
+
+  // ---- offers (D20) ----
+
+  async search(f: SearchFilters): Promise<{ items: Offer[]; total: number }> {
+    const rental = f.rental_type ?? 'on_demand';
+    const [prices, nodes, usage] = await Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]);
+    const priceOf = new Map(prices.map((p) => [p.gpu_type, p]));
+    const offers: Offer[] = [];
+    for (const n of nodes) {
+      const p = priceOf.get(n.gpu_type);
+      if (!p || n.status !== 'active') continue;
+      if (f.gpu_type && n.gpu_type !== f.gpu_type) continue;
+      if (f.location && n.location.toLowerCase() !== f.location.toLowerCase()) continue;
+      const u = usage.get(n.node);
+      const freeNow = free(n, u);
+      const forOnDemand = freeNow + (u?.preemptible ?? 0);
+      const rentable = rental === 'interruptible' ? freeNow : forOnDemand;
+      if (rentable < 1) continue;
+      if (f.min_gpus !== undefined && rentable < f.min_gpus) continue;
+      const unitPrice = rental === 'interruptible' ? p.interruptible_rate_micros : p.gpu_price_hourly_micros;
+      // Both sides are decimal numbers of the major unit: compared by value.
+      if (f.max_price !== undefined && toAmount(unitPrice) > f.max_price) continue;
+      offers.push({
+        node: n.node,
+        gpu_type: n.gpu_type,
+        gpu_count: rentable,
+        gpu_ram_mb: n.gpu_ram_mb,
+        total_gpu_ram_mb: n.gpu_ram_mb * rentable,
+        ram_gb: n.ram_gb,
+        cpu_cores: n.cpu_cores,
+        cpu_model: n.cpu_model,
+        pcie_gen: n.pcie_gen,
+        max_storage_gb: n.max_storage_gb,
+        gpu_price_hourly: toAmount(p.gpu_price_hourly_micros),
+        interruptible_rate: toAmount(p.interruptible_rate_micros),
+        storage_price_hourly: toAmount(p.storage_price_gb_hourly_micros),
+        total_price_hourly: toAmount(rentable * p.gpu_price_hourly_micros + MIN_STORAGE_GB * p.storage_price_gb_hourly_micros),
+        reserved_discount_1mo: bpToPercent(p.reserved_discount_1mo_bp),
+        reserved_discount_3mo: bpToPercent(p.reserved_discount_3mo_bp),
+        reserved_discount_6mo: bpToPercent(p.reserved_discount_6mo_bp),
+        available_ondemand: forOnDemand >= 1,
+        available_interruptible: freeNow >= 1,
+        available_reserved: forOnDemand >= 1,
+        location: n.location,
+        cluster_name: n.cluster_name,
+      });
+    }
+    offers.sort((a, b) => a.gpu_price_hourly - b.gpu_price_hourly || (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+    return { items: offers.slice(f.offset, f.offset + f.limit), total: offers.length };
+  }
+
+  // ---- nodes (D18) ----
+
+  async listNodes(): Promise<NodeRecord[]> {
+    const [nodes, usage] = await Promise.all([repo.listNodes(this.db), repo.gpuUsage(this.db)]);
+    return nodes.map((n) => toNodeRecord(n, usage.get(n.node)));
+  }
+
+  async getNode(node: string): Promise<NodeRecord> {
+    const n = await repo.getNode(this.db, node);
+    if (!n) throw notFound(`Node ${node}`);
+    return toNodeRecord(n, (await repo.gpuUsage(this.db, [node])).get(node));
+  }
+
+  /** For placement: the node row locked for the rest of the transaction (serializes GPU allocation per node). */
+  async lockNode(tx: Queryable, node: string): Promise<NodeRow | undefined> {
+    return repo.getNode(tx, node, true);
+  }
+
+  async usage(tx: Queryable, node: string): Promise<GpuUsage> {
+    return (await repo.gpuUsage(tx, [node])).get(node) ?? { held: 0, preemptible: 0 };
+  }
+
+  async createNode(input: NodeInput): Promise<NodeRecord> {
+    const pricing = await repo.getPricing(this.db, input.gpu_type);
+    const row = await repo.insertNode(
+      this.db,
+      { ...input, gpu_ram_mb: input.gpu_ram_mb ?? pricing?.gpu_ram_mb ?? 24_576, status: input.status ?? 'active' },
+      this.clock.now(),
+    );
+    if (!row) throw new AppError('conflict', `Node ${input.node} already exists`);
+    return toNodeRecord(row, undefined);
+  }
+
+  async patchNode(node: string, patch: Partial<Omit<NodeInput, 'node'>>): Promise<NodeRecord> {
+    return this.db.transaction(async (tx) => {
+      const before = await repo.getNode(tx, node, true);
+      if (!before) throw notFound(`Node ${node}`);
+      const usage = (await repo.gpuUsage(tx, [node])).get(node);
+      if (patch.gpu_count !== undefined && patch.gpu_count < (usage?.held ?? 0)) {
+        throw invalidState(`Node ${node} has ${usage!.held} GPUs in use; gpu_count cannot go below that`);
+      }
+      if (patch.gpu_type !== undefined && patch.gpu_type !== before.gpu_type && (await repo.liveVmCount(tx, node)) > 0) {
+        throw invalidState(`Node ${node} has VMs; its GPU type cannot change`);
+      }
+      const now = this.clock.now();
+      const after = (await repo.updateNode(tx, node, patch, now))!;
+      if (after.status !== before.status) {
+        for (const hook of this.statusHooks) await hook(tx, node, before.status, after.status, now);
+      }
+      return toNodeRecord(after, (await repo.gpuUsage(tx, [node])).get(node));
+    });
+  }
+
+  async deleteNode(node: string): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const n = await repo.getNode(tx, node, true);
+      if (!n) throw notFound(`Node ${node}`);
+      const live = await repo.liveVmCount(tx, node);
+      if (live > 0) throw invalidState(`Node ${node} still has ${live} VM(s); destroy them or set the node offline`);
+      await repo.deleteNode(tx, node);
+    });
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * The VM state machine (CONTRACT D23-D25): every status change of a VM goes
+ * through transition(). Pure: no I/O, no clock; the caller applies the
+ * returned effects inside its database transaction.
+ */
+export const VM_STATUSES = [
+  'creating',
+  'starting',
+  'running',
+  'stopping',
+  'stopped',
+  'interrupted',
+  'destroyed',
+  'failed',
+  'offline',
+] as const;
+export type VmStatus = (typeof VM_STATUSES)[number];
+
+export const RENTAL_TYPES = ['on_demand', 'reserved', 'interruptible'] as const;
+export type RentalType = (typeof RENTAL_TYPES)[number];
+
+export type VmEvent =
+  /** reconciler: the hypervisor built the VM (creating -> starting) */
+  | 'provisioned'
+  /** reconciler: provisioning failed for good (creating -> failed) */
+  | 'provision_failed'
+  /** reconciler: the hypervisor started it (starting -> running) */
+  | 'started'
+  /** reconciler: the start failed (starting -> stopped, D29) */
+  | 'start_failed'
+  /** API: stop (running -> stopping) */
+  | 'stop_requested'
+  /** reconciler: the hypervisor stopped it (stopping -> stopped) */
+  | 'stopped'
+  /** API start or auto-restart (stopped | interrupted -> starting) */
+  | 'start_requested'
+  /** placement: preempted by an on-demand or reserved VM (-> interrupted) */
+  | 'preempted'
+  /** admin: the node went offline (-> offline) */
+  | 'node_offline'
+  /** admin: the node came back (offline -> the status it had) */
+  | 'node_online'
+  /** API or admin: destroy (anything but destroyed -> destroyed) */
+  | 'destroy';
+
+/** States in which a VM holds GPUs of its node; a reserved VM keeps them while stopped (D24). */
+export function holdsGpus(status: VmStatus, rentalType: RentalType, offlineFrom: VmStatus | null = null): boolean {
+  switch (status) {
+    case 'creating':
+    case 'starting':
+    case 'running':
+    case 'stopping':
+      return true;
+    case 'stopped':
+      return rentalType === 'reserved';
+    case 'offline':
+      return offlineFrom !== null && holdsGpus(offlineFrom, rentalType);
+    case 'interrupted':
+    case 'destroyed':
+    case 'failed':
+      return false;
+  }
+}
+
+/** Interruptible VMs in these states hold GPUs that an on-demand or reserved VM may take (D22, D25). */
+export const PREEMPTIBLE: readonly VmStatus[] = ['creating', 'starting', 'running', 'stopping'];
+
+const TABLE: Record<VmEvent, Partial<Record<VmStatus, VmStatus>>> = {
+  provisioned: { creating: 'starting' },
+  provision_failed: { creating: 'failed' },
+  started: { starting: 'running' },
+  start_failed: { starting: 'stopped' },
+  stop_requested: { running: 'stopping' },
+  stopped: { stopping: 'stopped' },
+  start_requested: { stopped: 'starting', interrupted: 'starting' },
+  preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted', stopping: 'interrupted' },
+  node_offline: {
+    creating: 'offline',
+    starting: 'offline',
+    running: 'offline',
+    stopping: 'offline',
+    stopped: 'offline',
+    interrupted: 'offline',
+  },
+  node_online: {}, // resolved from offlineFrom below
+  destroy: {
+    creating: 'destroyed',
+    starting: 'destroyed',
+    running: 'destroyed',
+    stopping: 'destroyed',
+    stopped: 'destroyed',
+    interrupted: 'destroyed',
+    failed: 'destroyed',
+    offline: 'destroyed',
+  },
+};
+
+export interface TransitionInput {
+  status: VmStatus;
+  rentalType: RentalType;
+  /** For an offline VM: the status it had when its node went offline. */
+  offlineFrom: VmStatus | null;
+  event: VmEvent;
+}
+
+export interface Transition {
+  from: VmStatus;
+  to: VmStatus;
+  holdsGpusBefore: boolean;
+  holdsGpus: boolean;
+  /** The VM becomes running now: set started_at (D23). */
+  setStartedAt: boolean;
+  /** The VM leaves running now: set stopped_at (D23). */
+  setStoppedAt: boolean;
+  /** New value of offline_from. */
+  offlineFrom: VmStatus | null;
+}
+
+export type TransitionResult = { ok: true; transition: Transition } | { ok: false; reason: string };
+
+export function canTransition(status: VmStatus, event: VmEvent, offlineFrom: VmStatus | null = null): boolean {
+  if (event === 'node_online') return status === 'offline' && offlineFrom !== null;
+  return TABLE[event][status] !== undefined;
+}
+
+export function transition(input: TransitionInput): TransitionResult {
+  const { status, rentalType, event } = input;
+  let to: VmStatus | undefined;
+  if (event === 'node_online') to = status === 'offline' ? (input.offlineFrom ?? undefined) : undefined;
+  else to = TABLE[event][status];
+  if (!to) return { ok: false, reason: `cannot ${describe(event)} a VM that is ${status}` };
+  const offlineFrom = to === 'offline' ? status : null;
+  return {
+    ok: true,
+    transition: {
+      from: status,
+      to,
+      holdsGpusBefore: holdsGpus(status, rentalType, input.offlineFrom),
+      holdsGpus: holdsGpus(to, rentalType, offlineFrom),
+      setStartedAt: to === 'running' && status !== 'running',
+      setStoppedAt: status === 'running' && to !== 'running',
+      offlineFrom,
+    },
+  };
+}
+
+function describe(event: VmEvent): string {
+  switch (event) {
+    case 'stop_requested':
+      return 'stop';
+    case 'start_requested':
+      return 'start';
+    case 'destroy':
+      return 'destroy';
+    case 'preempted':
+      return 'preempt';
+    default:
+      return `apply "${event}" to`;
+  }
+}
+
+/** Statuses whose VMs count toward the per-user VM limit (D22, D23: failed and destroyed do not). */
+export const COUNTS_TOWARD_LIMIT = (s: VmStatus) => s !== 'destroyed' && s !== 'failed';

@@ -1,0 +1,251 @@
+/** The only SQL of VMs and interruption records. */
+import type { Queryable } from '../../db/db.js';
+import type { HvAction } from '../../hypervisor/driver.js';
+import type { RentalType, VmStatus } from './lifecycle.js';
+
+export interface VmRow {
+  id: string;
+  vmid: number;
+  user_id: number;
+  node: string;
+  instance_label: string | null;
+  gpu_type: string;
+  gpu_count: number;
+  storage_gb: number;
+  ram_gb: number;
+  cpu_cores: number;
+  cpu_model: string | null;
+  pcie_gen: string | null;
+  template_vmid: number;
+  ip_address: string | null;
+  status: VmStatus;
+  offline_from: VmStatus | null;
+  holds_gpus: boolean;
+  rental_type: RentalType;
+  reservation_id: string | null;
+  auto_restart: boolean | null;
+  gpu_hourly_rate_micros: number;
+  storage_hourly_rate_micros: number;
+  auth_method: 'ssh_key' | 'password';
+  ssh_key_id: string | null;
+  ssh_public_key: string | null;
+  provision_secret: string | null;
+  provisioned: boolean;
+  hv_ref: string | null;
+  created_at: Date;
+  started_at: Date | null;
+  stopped_at: Date | null;
+  destroyed_at: Date | null;
+  first_started_at: Date | null;
+  next_action_at: Date | null;
+  claim_token: string | null;
+  claimed_until: Date | null;
+  attempts: number;
+  hv_action: HvAction | null;
+  last_error: string | null;
+  cpu_percent: number;
+  ram_percent: number;
+  seq: number;
+}
+
+export interface InterruptionRow {
+  id: string;
+  interruptible_vm_id: string;
+  preempted_by_vm_id: string;
+  preempted_at: Date;
+  restored_at: Date | null;
+  downtime_seconds: number | null;
+  status: 'interrupted' | 'restored' | 'abandoned';
+}
+
+export type NewVm = Pick<
+  VmRow,
+  | 'id'
+  | 'user_id'
+  | 'node'
+  | 'instance_label'
+  | 'gpu_type'
+  | 'gpu_count'
+  | 'storage_gb'
+  | 'ram_gb'
+  | 'cpu_cores'
+  | 'cpu_model'
+  | 'pcie_gen'
+  | 'template_vmid'
+  | 'status'
+  | 'holds_gpus'
+  | 'rental_type'
+  | 'reservation_id'
+  | 'auto_restart'
+  | 'gpu_hourly_rate_micros'
+  | 'storage_hourly_rate_micros'
+  | 'auth_method'
+  | 'ssh_key_id'
+  | 'ssh_public_key'
+  | 'provision_secret'
+  | 'created_at'
+  | 'next_action_at'
+  | 'hv_action'
+>;
+
+export async function insertVm(q: Queryable, v: NewVm): Promise<VmRow> {
+  const cols = Object.keys(v) as (keyof NewVm)[];
+  const r = await q.query<VmRow>(
+    `INSERT INTO vms (${cols.join(', ')}) VALUES (${cols.map((_, i) => `$${i + 1}`).join(', ')}) RETURNING *`,
+    cols.map((c) => v[c]),
+  );
+  return r.rows[0]!;
+}
+
+/** By uuid or by vmid (D6); `userId` null for admins and jobs. */
+export async function findVm(q: Queryable, ref: { id?: string; vmid?: number }, userId: number | null, forUpdate = false): Promise<VmRow | undefined> {
+  const where = ref.id !== undefined ? 'id = $1' : 'vmid = $1';
+  const params: unknown[] = [ref.id ?? ref.vmid];
+  let owner = '';
+  if (userId !== null) {
+    params.push(userId);
+    owner = ' AND user_id = $2';
+  }
+  return (await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${owner}${forUpdate ? ' FOR UPDATE' : ''}`, params)).rows[0];
+}
+
+export interface VmFilter {
+  userId?: number;
+  includeDestroyed: boolean;
+  status?: VmStatus;
+  node?: string;
+  limit: number;
+  offset: number;
+}
+
+export async function listVms(q: Queryable, f: VmFilter): Promise<{ rows: VmRow[]; total: number }> {
+  const where: string[] = [];
+  const params: unknown[] = [];
+  const add = (sql: string, v: unknown) => {
+    params.push(v);
+    where.push(sql.replace('?', `$${params.length}`));
+  };
+  if (f.userId !== undefined) add('user_id = ?', f.userId);
+  if (f.status) add('status = ?', f.status);
+  else if (!f.includeDestroyed) where.push(`status <> 'destroyed'`);
+  if (f.node) add('node = ?', f.node);
+  const w = where.length ? `WHERE ${where.join(' AND ')}` : '';
+  const rows = await q.query<VmRow>(`SELECT * FROM vms ${w} ORDER BY seq DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`, [
+    ...params,
+    f.limit,
+    f.offset,
+  ]);
+  const total = await q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params);
+  return { rows: rows.rows, total: total.rows[0]!.n };
+}
+
+/** Writes the columns a transition or an action result changed. */
+export async function updateVm(q: Queryable, id: string, patch: Partial<Omit<VmRow, 'id' | 'vmid' | 'seq'>>): Promise<VmRow> {
+  const cols = Object.keys(patch).filter((k) => (patch as Record<string, unknown>)[k] !== undefined);
+  const r = await q.query<VmRow>(
+    `UPDATE vms SET ${cols.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1 RETURNING *`,
+    [id, ...cols.map((c) => (patch as Record<string, unknown>)[c])],
+  );
+  return r.rows[0]!;
+}
+
+/** The user's VMs that count toward limits and committed spend (D22). */
+export async function userVmsForLimits(q: Queryable, userId: number): Promise<VmRow[]> {
+  return (await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`, [userId])).rows;
+}
+
+/** Interruptible VMs on a node that hold GPUs an on-demand VM may take: the most recently started first (D25). */
+export async function preemptionCandidates(q: Queryable, node: string, statuses: readonly string[]): Promise<VmRow[]> {
+  return (
+    await q.query<VmRow>(
+      `SELECT * FROM vms WHERE node = $1 AND rental_type = 'interruptible' AND holds_gpus AND status = ANY($2::text[])
+        ORDER BY COALESCE(started_at, created_at) DESC, seq DESC FOR UPDATE`,
+      [node, statuses],
+    )
+  ).rows;
+}
+
+export async function vmsOnNode(q: Queryable, node: string, statuses: readonly string[]): Promise<VmRow[]> {
+  return (await q.query<VmRow>('SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR UPDATE', [node, statuses])).rows;
+}
+
+export async function runningVmsOfUser(q: Queryable, userId: number): Promise<VmRow[]> {
+  return (await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status = 'running' ORDER BY seq FOR UPDATE`, [userId])).rows;
+}
+
+// ---- reconciler claims ----
+
+/** Claims due hypervisor work; FOR UPDATE SKIP LOCKED so several instances never take the same VM. */
+export async function claimDue(q: Queryable, now: Date, leaseUntil: Date, token: string, limit: number): Promise<VmRow[]> {
+  return (
+    await q.query<VmRow>(
+      `UPDATE vms SET claim_token = $3, claimed_until = $2
+        WHERE id IN (
+          SELECT id FROM vms
+           WHERE hv_action IS NOT NULL AND next_action_at <= $1 AND status <> 'offline'
+             AND (claimed_until IS NULL OR claimed_until <= $1)
+           ORDER BY next_action_at, seq
+           LIMIT $4
+           FOR UPDATE SKIP LOCKED)
+        RETURNING *`,
+      [now, leaseUntil, token, limit],
+    )
+  ).rows;
+}
+
+/** The VM again, locked, if this claim still holds it. */
+export async function reclaim(q: Queryable, id: string, token: string): Promise<VmRow | undefined> {
+  return (await q.query<VmRow>('SELECT * FROM vms WHERE id = $1 AND claim_token = $2 FOR UPDATE', [id, token])).rows[0];
+}
+
+/** Interrupted VMs waiting to restart by themselves, oldest interruption first. */
+export async function autoRestartCandidates(q: Queryable, limit: number): Promise<VmRow[]> {
+  return (
+    await q.query<VmRow>(
+      `SELECT v.* FROM vms v JOIN nodes n ON n.node = v.node AND n.status = 'active'
+        WHERE v.status = 'interrupted' AND v.auto_restart
+        ORDER BY v.stopped_at NULLS FIRST, v.seq LIMIT $1`,
+      [limit],
+    )
+  ).rows;
+}
+
+// ---- interruptions (D25) ----
+
+export async function insertInterruption(q: Queryable, i: Omit<InterruptionRow, 'restored_at' | 'downtime_seconds' | 'status'>): Promise<void> {
+  await q.query(
+    `INSERT INTO interruptions (id, interruptible_vm_id, preempted_by_vm_id, preempted_at, status) VALUES ($1, $2, $3, $4, 'interrupted')`,
+    [i.id, i.interruptible_vm_id, i.preempted_by_vm_id, i.preempted_at],
+  );
+}
+
+export async function closeInterruptions(q: Queryable, vmId: string, status: 'restored' | 'abandoned', now: Date): Promise<void> {
+  await q.query(
+    `UPDATE interruptions
+        SET status = $2,
+            restored_at = CASE WHEN $2 = 'restored' THEN $3::timestamptz ELSE NULL END,
+            downtime_seconds = CASE WHEN $2 = 'restored' THEN floor(extract(epoch FROM ($3::timestamptz - preempted_at)))::int8 ELSE NULL END
+      WHERE interruptible_vm_id = $1 AND status = 'interrupted'`,
+    [vmId, status, now],
+  );
+}
+
+export async function listInterruptions(q: Queryable, vmId: string, limit: number, offset: number) {
+  const rows = await q.query<InterruptionRow>(
+    'SELECT * FROM interruptions WHERE interruptible_vm_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3',
+    [vmId, limit, offset],
+  );
+  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM interruptions WHERE interruptible_vm_id = $1', [vmId]);
+  return { rows: rows.rows, total: total.rows[0]!.n };
+}
+
+export async function insertEvent(q: Queryable, e: { id: string; type: string; userId: number | null; vmId: string | null; data: object; now: Date }): Promise<void> {
+  await q.query('INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)', [
+    e.id,
+    e.type,
+    e.userId,
+    e.vmId,
+    JSON.stringify(e.data),
+    e.now,
+  ]);
+}

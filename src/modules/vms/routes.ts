@@ -1,0 +1,307 @@
+/** /vms (CONTRACT D22-D28) and the admin VM list (D47). Handlers are thin: the rules live in VmService. */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, MessageResponse, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import { assertNoBody } from '../../http/no-body.js';
+import { VM_STATUSES } from './lifecycle.js';
+import type { VmService } from './service.js';
+
+const lit = <T extends string>(values: readonly T[], description?: string) =>
+  Type.Unsafe<T>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
+
+const StatusSchema = lit(VM_STATUSES, 'VM status');
+const RentalSchema = lit(['on_demand', 'reserved', 'interruptible'] as const, 'Rental type');
+
+export const VmSchema = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    vmid: Type.Integer({ description: 'Numeric VM number (from 1000 up)' }),
+    user_id: Type.Integer(),
+    node: Type.String(),
+    instance_label: Nullable(Type.String()),
+    gpu_type: Type.String(),
+    gpu_count: Type.Integer(),
+    storage_gb: Type.Integer(),
+    ram_gb: Type.Integer(),
+    cpu_cores: Type.Integer(),
+    ip_address: Nullable(Type.String()),
+    status: StatusSchema,
+    created_at: DateTime(),
+    started_at: Nullable(DateTime('The last moment the VM became running')),
+    stopped_at: Nullable(DateTime('The last moment the VM left running')),
+    rental_type: RentalSchema,
+    reservation_id: Nullable(Type.String()),
+    auto_restart: Nullable(Type.Boolean({ description: 'Interruptible VMs only; null for other rental types' })),
+    hourly_rate: Type.Number({ description: 'gpu_hourly_rate + storage_hourly_rate, fixed at creation (D31)' }),
+    gpu_hourly_rate: Type.Number(),
+    storage_hourly_rate: Type.Number(),
+    cpu_percent: Type.Number(),
+    ram_percent: Type.Number(),
+    cpu_model: Nullable(Type.String()),
+    pcie_gen: Nullable(Type.String()),
+    template_vmid: Type.Integer(),
+    destroyed_at: Nullable(DateTime()),
+  },
+  {
+    description: 'A virtual machine',
+    examples: [
+      {
+        id: '8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a', vmid: 1000, user_id: 7, node: 'vm01', instance_label: 'training', gpu_type: '4090', gpu_count: 1,
+        storage_gb: 100, ram_gb: 64, cpu_cores: 16, ip_address: '10.100.3.232', status: 'running', created_at: '2026-11-22T10:00:00.000Z',
+        started_at: '2026-11-22T10:00:03.000Z', stopped_at: null, rental_type: 'on_demand', reservation_id: null, auto_restart: null,
+        hourly_rate: 0.46, gpu_hourly_rate: 0.44, storage_hourly_rate: 0.02, cpu_percent: 12, ram_percent: 30, cpu_model: 'AMD EPYC 7B13',
+        pcie_gen: '4.0', template_vmid: 101, destroyed_at: null,
+      },
+    ],
+  },
+);
+
+const VmRef = Type.Object({ vm_id: Type.String({ description: 'The VM\'s uuid `id` or its integer `vmid` (D6)' }) });
+
+const WebAccess = Nullable(
+  Type.Object({ url: Type.String(), launch_token: Type.String({ description: 'Signed, names the VM and user, valid 5 minutes' }), expires_at: DateTime() }),
+);
+
+const AccessInfo = Type.Object(
+  {
+    vm_id: Type.String(),
+    status: StatusSchema,
+    ssh: Type.Object({ host: Type.String(), port: Type.Integer(), username: Type.String(), command: Type.String() }),
+    web_ui: WebAccess,
+    jupyter: WebAccess,
+  },
+  { description: 'How to reach a running VM (D26); web_ui and jupyter only for templates 102-104' },
+);
+
+const Interruption = Type.Object({
+  id: Type.String(),
+  interruptible_vm_id: Type.String(),
+  preempted_by_vm_id: Type.String(),
+  preempted_at: DateTime(),
+  restored_at: Nullable(DateTime()),
+  downtime_seconds: Nullable(Type.Integer()),
+  status: lit(['interrupted', 'restored', 'abandoned'] as const),
+});
+
+const CreateBody = Type.Object(
+  {
+    node: Type.String({ minLength: 1, maxLength: 63, description: 'Node id from GET /search' }),
+    gpu_type: lit(['5090', '4090', 'pro6000'] as const),
+    gpu_count: Type.Union([Type.Literal(1), Type.Literal(2), Type.Literal(4), Type.Literal(8)], { description: '1, 2, 4 or 8' }),
+    storage_gb: Type.Integer({ minimum: 50, maximum: 1_000_000, description: 'Disk size in GB, at least 50 (at most the node\'s max_storage_gb)' }),
+    template_vmid: Type.Integer({ minimum: 100, maximum: 104, description: '100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop' }),
+    rental_type: Type.Optional(RentalSchema),
+    reservation_months: Type.Optional(Type.Union([Type.Literal(1), Type.Literal(3), Type.Literal(6)], { description: 'Required for reserved' })),
+    auth_method: Type.Optional(lit(['ssh_key', 'password'] as const)),
+    ssh_key_id: Type.Optional(Type.String({ maxLength: 64, description: 'Defaults to your oldest SSH key' })),
+    password: Type.Optional(Type.String({ minLength: 12, maxLength: 128, description: 'Required for auth_method password' })),
+    instance_label: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 32 }))),
+  },
+  {
+    additionalProperties: false,
+    examples: [{ node: 'vm01', gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101 }],
+  },
+);
+
+export function vmRoutes(app: FastifyInstance, vms: VmService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const mutation = { rateLimit: 'vm' as const };
+
+  r.post(
+    '/vms',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Create a VM',
+        description: `Checks, in this order (D22): validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts \`creating\` (201); provisioning runs in the background. Honours Idempotency-Key.`,
+        body: CreateBody,
+        response: { 201: VmSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
+      },
+      config: { ...mutation, idempotent: true },
+    },
+    async (req, reply) => {
+      reply.code(201);
+      return vms.create(requirePrincipal(req.principal).userId, req.body);
+    },
+  );
+
+  r.get(
+    '/vms',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'List your VMs',
+        description: 'Newest first; destroyed VMs only with include_destroyed=true (or status=destroyed). X-Total-Count holds the total.',
+        querystring: Type.Object(
+          { include_destroyed: Type.Boolean({ default: false }), status: Type.Optional(StatusSchema), ...PaginationQuery },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.Array(VmSchema), ...errorResponses(401, 403, 422, 429) },
+      },
+    },
+    async (req, reply) =>
+      page(
+        reply,
+        await vms.list(requirePrincipal(req.principal).userId, {
+          includeDestroyed: req.query.include_destroyed,
+          status: req.query.status,
+          limit: req.query.limit,
+          offset: req.query.offset,
+        }),
+      ),
+  );
+
+  r.get(
+    '/vms/:vm_id',
+    { schema: { tags: ['vms'], summary: 'Get a VM', params: VmRef, response: { 200: VmSchema, ...errorResponses(401, 403, 404, 429) } } },
+    async (req) => vms.get(requirePrincipal(req.principal).userId, req.params.vm_id),
+  );
+
+  r.delete(
+    '/vms/:vm_id',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Destroy a VM',
+        description: 'Permanent: the VM and its data are gone. Billing ends now and its GPUs are freed at once; the hypervisor cleanup runs in the background. 400 invalid_state when already destroyed.',
+        params: VmRef,
+        response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 429) },
+      },
+      config: mutation,
+    },
+    async (req) => vms.destroy(requirePrincipal(req.principal).userId, req.params.vm_id),
+  );
+
+  r.post(
+    '/vms/:vm_id/start',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Start a stopped or interrupted VM',
+        description: 'Needs free GPUs on the VM\'s node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.',
+        params: VmRef,
+        response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 422, 429) },
+      },
+      config: mutation,
+    },
+    async (req) => {
+      assertNoBody(req.body);
+      return vms.start(requirePrincipal(req.principal).userId, req.params.vm_id);
+    },
+  );
+
+  r.post(
+    '/vms/:vm_id/stop',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Stop a running VM',
+        description: 'GPU billing pauses, storage continues; the GPUs are released (a reserved VM keeps them). 400 invalid_state unless running.',
+        params: VmRef,
+        response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 422, 429) },
+      },
+      config: mutation,
+    },
+    async (req) => {
+      assertNoBody(req.body);
+      return vms.stop(requirePrincipal(req.principal).userId, req.params.vm_id);
+    },
+  );
+
+  r.post(
+    '/vms/:vm_id/set-label',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Set or clear the label',
+        description: '1 to 32 printable ASCII characters; null clears it.',
+        params: VmRef,
+        body: Type.Object({ instance_label: Nullable(Type.String()) }, { additionalProperties: false, examples: [{ instance_label: 'training-run-3' }] }),
+        response: { 200: MessageResponse, ...errorResponses(401, 403, 404, 415, 422, 429) },
+      },
+      config: mutation,
+    },
+    async (req) => vms.setLabel(requirePrincipal(req.principal).userId, req.params.vm_id, req.body.instance_label),
+  );
+
+  r.post(
+    '/vms/:vm_id/set-auto-restart',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Turn auto-restart of an interruptible VM on or off',
+        description: 'With auto-restart an interrupted VM starts again as soon as its node has the GPUs free. 400 invalid_state for other rental types.',
+        params: VmRef,
+        body: Type.Object({ auto_restart: Type.Boolean() }, { additionalProperties: false, examples: [{ auto_restart: false }] }),
+        response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
+      },
+      config: mutation,
+    },
+    async (req) => vms.setAutoRestart(requirePrincipal(req.principal).userId, req.params.vm_id, req.body.auto_restart),
+  );
+
+  r.get(
+    '/vms/:vm_id/access-info',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'SSH command and web links of a running VM',
+        description: 'web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes. 400 invalid_state unless running.',
+        params: VmRef,
+        response: { 200: AccessInfo, ...errorResponses(400, 401, 403, 404, 429) },
+      },
+    },
+    async (req) => vms.accessInfo(requirePrincipal(req.principal).userId, req.params.vm_id),
+  );
+
+  r.get(
+    '/vms/:vm_id/interruption-history',
+    {
+      schema: {
+        tags: ['vms'],
+        summary: 'Preemptions of an interruptible VM',
+        description: 'Newest first. status: interrupted (still down), restored (with restored_at and downtime_seconds) or abandoned (destroyed while interrupted).',
+        params: VmRef,
+        querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
+        response: { 200: Type.Array(Interruption), ...errorResponses(401, 403, 404, 422, 429) },
+      },
+    },
+    async (req, reply) =>
+      page(reply, await vms.interruptions(requirePrincipal(req.principal).userId, req.params.vm_id, req.query.limit, req.query.offset)),
+  );
+
+  r.get(
+    '/admin/vms',
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'Every user\'s VMs',
+        querystring: Type.Object(
+          {
+            user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })),
+            node: Type.Optional(Type.String({ maxLength: 63 })),
+            include_destroyed: Type.Boolean({ default: false }),
+            status: Type.Optional(StatusSchema),
+            ...PaginationQuery,
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Type.Array(VmSchema), ...errorResponses(401, 403, 422, 429) },
+      },
+      config: { auth: 'admin' },
+    },
+    async (req, reply) =>
+      page(
+        reply,
+        await vms.list(req.query.user_id, {
+          includeDestroyed: req.query.include_destroyed,
+          status: req.query.status,
+          node: req.query.node,
+          limit: req.query.limit,
+          offset: req.query.offset,
+        }),
+      ),
+  );
+}

@@ -5,7 +5,11 @@
  */
 export const MICROS = 1_000_000;
 
-/** micro-units -> API number (exact for |amount| < 2^53 micro-units, i.e. ~9 billion). */
+/**
+ * micro-units -> API number: the double nearest the decimal. Every value
+ * below 10^15 micro-units (1 billion in the major unit: 15 significant
+ * digits) reads back exactly through toMicros; larger ones may not.
+ */
 export function toAmount(micros: number | bigint): number {
   const m = typeof micros === 'bigint' ? micros : BigInt(micros);
   const neg = m < 0n;
@@ -29,7 +33,11 @@ export function toMicros(amount: number): number | null {
   return Number(amount < 0 ? -micros : micros);
 }
 
-/** round_half_up(a * b / c) for non-negative integers, exactly. */
+/**
+ * round_half_up(a * b / c) exactly (halves round away from zero), for
+ * integers a, b and a positive integer c. The result must be a safe integer:
+ * anything larger could not be represented exactly and is refused.
+ */
 export function mulDiv(a: number | bigint, b: number | bigint, c: number | bigint): number {
   const A = BigInt(a);
   const B = BigInt(b);
@@ -39,6 +47,7 @@ export function mulDiv(a: number | bigint, b: number | bigint, c: number | bigin
   const neg = p < 0n;
   const abs = neg ? -p : p;
   const q = (abs * 2n + C) / (2n * C);
+  if (q > BigInt(Number.MAX_SAFE_INTEGER)) throw new RangeError('mulDiv: result is not a safe integer');
   return Number(neg ? -q : q);
 }
 
@@ -50,11 +59,18 @@ export function discounted(priceMicros: number, discountBp: number): number {
 /** Basis points -> percent number for the API (1250 -> 12.5). */
 export const bpToPercent = (bp: number) => bp / 100;
 
-/** Percent from the API -> basis points; null when it has more than 2 decimals or is out of 0..100. */
+/**
+ * Percent from the API -> basis points; null when it has more than 2 decimals
+ * or is out of 0..100. Read from the number's decimal text (like toMicros), so
+ * 12.34 is 1234 and 12.340000001 or 1e-9 are refused, never rounded.
+ */
 export function percentToBp(p: number): number | null {
   if (!Number.isFinite(p) || p < 0 || p > 100) return null;
-  const bp = Math.round(p * 100);
-  return Math.abs(bp - p * 100) < 1e-6 ? bp : null;
+  const text = String(p);
+  if (/e/i.test(text)) return p === 0 ? 0 : null; // only tiny values print with an exponent here
+  const [int, frac = ''] = text.split('.');
+  if (frac.length > 2) return null;
+  return Number(int) * 100 + Number((frac + '00').slice(0, 2));
 }
 
 /** "$12.345678" style text for messages. */

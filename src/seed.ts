@@ -24,24 +24,27 @@ const DEMO_NODES = [
   { node: 'vm06', gpu_type: 'pro6000', gpu_count: 4, ram_gb: 768, cpu_cores: 64, cpu_model: 'AMD EPYC 9554', pcie_gen: '5.0', max_storage_gb: 8000, location: 'eu-central', cluster_name: 'fra-1' },
 ] as const;
 
+/** Each step is idempotent and the seed is marked done only at the end, so a crash midway is finished by the next start. */
 export async function seedDemo(db: Db, services: Services): Promise<DemoLogin> {
-  const claimed = await db.query(`INSERT INTO seeds (name) VALUES ('demo') ON CONFLICT (name) DO NOTHING`);
-  if (claimed.rowCount === 1) {
-    await services.inventory.ensureDefaultPricing();
-    for (const n of DEMO_NODES) {
-      const exists = await db.query('SELECT 1 FROM nodes WHERE node = $1', [n.node]);
-      if (exists.rows.length === 0) await services.inventory.createNode({ ...n });
+  const done = await db.query(`SELECT 1 FROM seeds WHERE name = 'demo'`);
+  if (done.rows.length > 0) return DEMO_LOGIN;
+  await services.inventory.ensureDefaultPricing();
+  for (const n of DEMO_NODES) {
+    const exists = await db.query('SELECT 1 FROM nodes WHERE node = $1', [n.node]);
+    if (exists.rows.length === 0) {
+      await services.inventory.createNode({ ...n }).catch((err: unknown) => {
+        if ((err as { code?: string }).code !== 'conflict') throw err; // created concurrently
+      });
     }
-    const { user } = await services.auth.ensureUser(DEMO_LOGIN.email, DEMO_LOGIN.password, 'user', 'Demo User');
-    await db.transaction((tx) =>
-      ledger.post(tx, {
-        userId: user.id,
-        type: 'credit',
-        amountMicros: DEMO_CREDIT_MICROS,
-        description: 'Demo credit',
-        now: services.clock.now(),
-      }),
-    );
   }
+  const { user } = await services.auth.ensureUser(DEMO_LOGIN.email, DEMO_LOGIN.password, 'user', 'Demo User');
+  await db.transaction(async (tx) => {
+    await ledger.lockBalance(tx, user.id);
+    const credited = await tx.query(`SELECT 1 FROM transactions WHERE user_id = $1 AND type = 'credit' AND description = 'Demo credit'`, [user.id]);
+    if (credited.rows.length === 0) {
+      await ledger.post(tx, { userId: user.id, type: 'credit', amountMicros: DEMO_CREDIT_MICROS, description: 'Demo credit', now: services.clock.now() });
+    }
+    await tx.query(`INSERT INTO seeds (name) VALUES ('demo') ON CONFLICT (name) DO NOTHING`);
+  });
   return DEMO_LOGIN;
 }

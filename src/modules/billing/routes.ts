@@ -60,13 +60,13 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
       schema: {
         tags: ['admin'],
         summary: 'Credit (or debit) a user',
-        description: 'A positive amount writes a `credit` transaction, a negative one an `adjustment` (D35). At most 6 decimals. Honours Idempotency-Key.',
+        description: 'A positive amount writes a `credit` transaction, a negative one an `adjustment` (D35). Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key (D41).',
         params: UserId,
         body: Type.Object(
           { amount: Type.Number({ description: 'In the currency\'s major unit' }), description: Type.Optional(Type.String({ maxLength: 500 })) },
           { additionalProperties: false, examples: [{ amount: 100, description: 'Welcome credit' }] },
         ),
-        response: { 201: TransactionSchema, ...errorResponses(401, 403, 404, 415, 422, 429) },
+        response: { 201: TransactionSchema, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
       config: { auth: 'admin', idempotent: true },
     },

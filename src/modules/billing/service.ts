@@ -1,8 +1,8 @@
 /** Balance, transactions and admin credits (CONTRACT D30, D34, D35). */
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import { notFound, validation } from '../../errors.js';
-import { toAmount, toMicros } from '../../money.js';
+import { AppError, notFound, validation } from '../../errors.js';
+import { formatAmount, toAmount, toMicros } from '../../money.js';
 import { CURRENCY } from '../inventory/service.js';
 import * as ledger from './ledger.js';
 import type { TransactionRow } from './ledger.js';
@@ -28,7 +28,13 @@ export const toTransactionRecord = (t: TransactionRow): TransactionRecord => ({
 });
 
 /** Largest single admin credit: 10 million in the major unit. */
-const MAX_CREDIT_MICROS = 10_000_000 * 1_000_000;
+export const MAX_CREDIT_MICROS = 10_000_000 * 1_000_000;
+/**
+ * Largest balance an admin credit may leave: 1 billion in the major unit,
+ * the largest magnitude at which every micro-unit still reads back exactly
+ * as a 6-decimal JSON number (15 significant digits, D7; see money.toAmount).
+ */
+export const MAX_BALANCE_MICROS = 1_000_000_000 * 1_000_000;
 
 export class BillingService {
   constructor(
@@ -47,13 +53,16 @@ export class BillingService {
 
   /** D35: a `credit` (or `adjustment` when negative) transaction written by an admin. */
   async adminCredit(actorId: number, userId: number, amount: number, description?: string): Promise<TransactionRecord> {
+    if (Math.abs(amount) > MAX_CREDIT_MICROS / 1_000_000) throw validation('body.amount', 'must be at most 10000000 in absolute value');
     const micros = toMicros(amount);
     if (micros === null) throw validation('body.amount', 'must be an amount with at most 6 decimals');
     if (micros === 0) throw validation('body.amount', 'must not be zero');
-    if (Math.abs(micros) > MAX_CREDIT_MICROS) throw validation('body.amount', 'must be at most 10000000 in absolute value');
     return this.db.transaction(async (tx) => {
-      const exists = await tx.query('SELECT 1 FROM users WHERE id = $1 FOR UPDATE', [userId]);
+      const exists = await tx.query<{ balance_micros: number }>('SELECT balance_micros FROM users WHERE id = $1 FOR UPDATE', [userId]);
       if (exists.rows.length === 0) throw notFound('User');
+      if (exists.rows[0]!.balance_micros + micros > MAX_BALANCE_MICROS) {
+        throw new AppError('limit_exceeded', `A balance may not exceed ${formatAmount(MAX_BALANCE_MICROS)}`);
+      }
       const row = await ledger.post(tx, {
         userId,
         type: micros > 0 ? 'credit' : 'adjustment',

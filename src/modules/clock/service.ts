@@ -9,9 +9,15 @@ import { ManualClock, SystemClock, type Clock } from '../../clock.js';
 import { invalidState } from '../../errors.js';
 
 export type DueRunner = (now: Date) => Promise<void>;
+/** The earliest moment after `nowMs` at which something is due, or null. */
+export type NextDue = (nowMs: number) => Promise<number | null>;
+
+/** Upper bound on the steps of one advance (one per due moment); past it the rest is settled at the target. */
+const MAX_STEPS = 100_000;
 
 export class ClockService {
   private readonly runners: DueRunner[] = [];
+  private readonly nextDues: NextDue[] = [];
   private advancing: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -27,9 +33,24 @@ export class ClockService {
     return new ClockService(db, new ManualClock(r.rows[0]!.now_ms));
   }
 
-  /** Background jobs register here so that an advance settles them before it returns. */
-  onAdvance(runner: DueRunner): void {
+  /**
+   * Background jobs register here so that an advance settles them before it
+   * returns. With `nextDue`, the advance stops at every moment something comes
+   * due and runs the jobs then, so work happens at its own time (a VM
+   * provisioned 3 s after its creation starts then, not at the end of the advance).
+   */
+  onAdvance(runner: DueRunner, nextDue?: NextDue): void {
     this.runners.push(runner);
+    if (nextDue) this.nextDues.push(nextDue);
+  }
+
+  private async earliestDue(nowMs: number): Promise<number | null> {
+    let best: number | null = null;
+    for (const f of this.nextDues) {
+      const t = await f(nowMs);
+      if (t !== null && (best === null || t < best)) best = t;
+    }
+    return best;
   }
 
   now(): Date {
@@ -69,6 +90,16 @@ export class ClockService {
       );
       const target = Number(r.rows[0]?.now_ms);
       if (!Number.isFinite(target)) throw new Error('service_clock row is missing');
+      // Step through every moment something comes due before the target, in order.
+      let lastRun = -Infinity;
+      for (let step = 0; step < MAX_STEPS; step++) {
+        const next = await this.earliestDue(clock.nowMs());
+        // Work still due at a moment the jobs already ran (e.g. waiting for GPUs) waits for the target.
+        if (next === null || next >= target || next <= lastRun) break;
+        lastRun = Math.max(next, clock.nowMs());
+        clock.set(lastRun);
+        for (const runner of this.runners) await runner(clock.now());
+      }
       clock.set(target);
       for (const runner of this.runners) await runner(clock.now());
       return clock.now();

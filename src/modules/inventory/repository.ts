@@ -61,8 +61,8 @@ export async function listPricing(q: Queryable): Promise<PricingRow[]> {
   return (await q.query<PricingRow>(`SELECT * FROM gpu_pricing ORDER BY array_position(ARRAY['5090','4090','pro6000'], gpu_type)`)).rows;
 }
 
-export async function getPricing(q: Queryable, gpuType: string): Promise<PricingRow | undefined> {
-  return (await q.query<PricingRow>('SELECT * FROM gpu_pricing WHERE gpu_type = $1', [gpuType])).rows[0];
+export async function getPricing(q: Queryable, gpuType: string, forUpdate = false): Promise<PricingRow | undefined> {
+  return (await q.query<PricingRow>(`SELECT * FROM gpu_pricing WHERE gpu_type = $1${forUpdate ? ' FOR UPDATE' : ''}`, [gpuType])).rows[0];
 }
 
 export async function upsertPricing(q: Queryable, p: Omit<PricingRow, 'updated_at'>, now: Date): Promise<PricingRow> {
@@ -99,11 +99,19 @@ export async function listNodes(q: Queryable): Promise<NodeRow[]> {
   return (await q.query<NodeRow>('SELECT * FROM nodes ORDER BY node')).rows;
 }
 
+/** A page of nodes, newest first (D3: insertion order, as many share a timestamp under the manual clock). */
+export async function pageNodes(q: Queryable, limit: number, offset: number): Promise<{ rows: NodeRow[]; total: number }> {
+  const rows = await q.query<NodeRow>('SELECT * FROM nodes ORDER BY seq DESC LIMIT $1 OFFSET $2', [limit, offset]);
+  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM nodes');
+  return { rows: rows.rows, total: total.rows[0]!.n };
+}
+
 export async function getNode(q: Queryable, node: string, forUpdate = false): Promise<NodeRow | undefined> {
   return (await q.query<NodeRow>(`SELECT * FROM nodes WHERE node = $1${forUpdate ? ' FOR UPDATE' : ''}`, [node])).rows[0];
 }
 
-export async function insertNode(q: Queryable, n: Omit<NodeRow, 'created_at' | 'updated_at'>, now: Date): Promise<NodeRow> {
+/** undefined when the node id is taken. */
+export async function insertNode(q: Queryable, n: Omit<NodeRow, 'created_at' | 'updated_at'>, now: Date): Promise<NodeRow | undefined> {
   const r = await q.query<NodeRow>(
     `INSERT INTO nodes (node, gpu_type, gpu_count, gpu_ram_mb, ram_gb, cpu_cores, cpu_model, pcie_gen, max_storage_gb,
                         location, cluster_name, status, created_at, updated_at)
@@ -111,7 +119,7 @@ export async function insertNode(q: Queryable, n: Omit<NodeRow, 'created_at' | '
      ON CONFLICT (node) DO NOTHING RETURNING *`,
     [n.node, n.gpu_type, n.gpu_count, n.gpu_ram_mb, n.ram_gb, n.cpu_cores, n.cpu_model, n.pcie_gen, n.max_storage_gb, n.location, n.cluster_name, n.status, now],
   );
-  return r.rows[0]!;
+  return r.rows[0];
 }
 
 export async function updateNode(q: Queryable, node: string, patch: Partial<Omit<NodeRow, 'node' | 'created_at' | 'updated_at'>>, now: Date): Promise<NodeRow | undefined> {

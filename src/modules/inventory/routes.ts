@@ -138,11 +138,17 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
 
   r.get(
     '/admin/nodes',
-    { schema: { tags: ['admin'], summary: 'List nodes', response: { 200: Type.Array(NodeRecord), ...errorResponses(401, 403, 429) } }, config: admin },
-    async (_req, reply) => {
-      const nodes = await inv.listNodes();
-      return page(reply, { items: nodes, total: nodes.length });
+    {
+      schema: {
+        tags: ['admin'],
+        summary: 'List nodes',
+        description: 'Newest first; X-Total-Count holds the total.',
+        querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
+        response: { 200: Type.Array(NodeRecord), ...errorResponses(401, 403, 422, 429) },
+      },
+      config: admin,
     },
+    async (req, reply) => page(reply, await inv.listNodes(req.query)),
   );
 
   r.post(
@@ -186,7 +192,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       schema: {
         tags: ['admin'],
         summary: 'Change a node',
-        description: 'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use.',
+        description: 'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type\'s unless given.',
         params: NodeParam,
         body: Type.Partial(Type.Object(NodeFields), { additionalProperties: false, minProperties: 1, examples: [{ status: 'offline' }] }),
         response: { 200: NodeRecord, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },

@@ -170,23 +170,26 @@ export class InventoryService {
     return (await repo.listPricing(this.db)).map(toPricingRecord);
   }
 
+  /** Fields not sent keep their value; read and written under a row lock so concurrent partial updates all land. */
   async putPricing(gpuType: string, u: PricingUpdate): Promise<PricingRecord> {
     if (!(repo.GPU_TYPES as readonly string[]).includes(gpuType)) throw notFound(`GPU type ${gpuType}`);
-    const current = (await repo.getPricing(this.db, gpuType)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
-    const row = await repo.upsertPricing(
-      this.db,
-      {
-        gpu_type: gpuType as GpuType,
-        gpu_ram_mb: u.gpu_ram_mb ?? current.gpu_ram_mb,
-        gpu_price_hourly_micros: moneyField('gpu_price_hourly', u.gpu_price_hourly, current.gpu_price_hourly_micros),
-        interruptible_rate_micros: moneyField('interruptible_rate', u.interruptible_rate, current.interruptible_rate_micros),
-        storage_price_gb_hourly_micros: moneyField('storage_price_gb_hourly', u.storage_price_gb_hourly, current.storage_price_gb_hourly_micros),
-        reserved_discount_1mo_bp: percentField('reserved_discount_1mo', u.reserved_discount_1mo, current.reserved_discount_1mo_bp),
-        reserved_discount_3mo_bp: percentField('reserved_discount_3mo', u.reserved_discount_3mo, current.reserved_discount_3mo_bp),
-        reserved_discount_6mo_bp: percentField('reserved_discount_6mo', u.reserved_discount_6mo, current.reserved_discount_6mo_bp),
-      },
-      this.clock.now(),
-    );
+    const row = await this.db.transaction(async (tx) => {
+      const current = (await repo.getPricing(tx, gpuType, true)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
+      return repo.upsertPricing(
+        tx,
+        {
+          gpu_type: gpuType as GpuType,
+          gpu_ram_mb: u.gpu_ram_mb ?? current.gpu_ram_mb,
+          gpu_price_hourly_micros: moneyField('gpu_price_hourly', u.gpu_price_hourly, current.gpu_price_hourly_micros),
+          interruptible_rate_micros: moneyField('interruptible_rate', u.interruptible_rate, current.interruptible_rate_micros),
+          storage_price_gb_hourly_micros: moneyField('storage_price_gb_hourly', u.storage_price_gb_hourly, current.storage_price_gb_hourly_micros),
+          reserved_discount_1mo_bp: percentField('reserved_discount_1mo', u.reserved_discount_1mo, current.reserved_discount_1mo_bp),
+          reserved_discount_3mo_bp: percentField('reserved_discount_3mo', u.reserved_discount_3mo, current.reserved_discount_3mo_bp),
+          reserved_discount_6mo_bp: percentField('reserved_discount_6mo', u.reserved_discount_6mo, current.reserved_discount_6mo_bp),
+        },
+        this.clock.now(),
+      );
+    });
     return toPricingRecord(row);
   }
 
@@ -261,9 +264,11 @@ export class InventoryService {
 
   // ---- nodes (D18) ----
 
-  async listNodes(): Promise<NodeRecord[]> {
-    const [nodes, usage] = await Promise.all([repo.listNodes(this.db), repo.gpuUsage(this.db)]);
-    return nodes.map((n) => toNodeRecord(n, usage.get(n.node)));
+  /** D3: newest first, paginated, the total in X-Total-Count. */
+  async listNodes(page: { limit: number; offset: number } = { limit: 50, offset: 0 }): Promise<{ items: NodeRecord[]; total: number }> {
+    const { rows, total } = await repo.pageNodes(this.db, page.limit, page.offset);
+    const usage = rows.length ? await repo.gpuUsage(this.db, rows.map((n) => n.node)) : new Map<string, GpuUsage>();
+    return { items: rows.map((n) => toNodeRecord(n, usage.get(n.node))), total };
   }
 
   async getNode(node: string): Promise<NodeRecord> {
@@ -303,8 +308,14 @@ export class InventoryService {
       if (patch.gpu_type !== undefined && patch.gpu_type !== before.gpu_type && (await repo.liveVmCount(tx, node)) > 0) {
         throw invalidState(`Node ${node} has VMs; its GPU type cannot change`);
       }
+      const change = { ...patch };
+      if (change.gpu_type !== undefined && change.gpu_type !== before.gpu_type && change.gpu_ram_mb === undefined) {
+        // Another GPU model: its VRAM follows the new type's unless given.
+        const p = await repo.getPricing(tx, change.gpu_type);
+        if (p) change.gpu_ram_mb = p.gpu_ram_mb;
+      }
       const now = this.clock.now();
-      const after = (await repo.updateNode(tx, node, patch, now))!;
+      const after = (await repo.updateNode(tx, node, change, now))!;
       if (after.status !== before.status) {
         for (const hook of this.statusHooks) await hook(tx, node, before.status, after.status, now);
       }

@@ -31,6 +31,8 @@ export interface Config {
   logLevel: string;
   rateLimits: RateLimitConfig;
   nodeEnv: string;
+  /** Price per GB of VM network traffic, in micro-units (D32; default 0). */
+  networkPricePerGbMicros: number;
   /** Base URL of the web portal that serves WebUI/Jupyter links (D26). */
   portalUrl: string;
   /** Max password hashes computed at once (memory bound for login floods). */
@@ -78,6 +80,15 @@ function bool(env: Env, name: string): boolean | undefined {
   if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true;
   if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
   throw new ConfigError(name, `must be 1 or 0 (true/false), got "${raw}"`);
+}
+
+/** A non-negative decimal amount with at most 6 decimals, as micro-units (D7). */
+function money(env: Env, name: string): number {
+  const raw = str(env, name);
+  if (raw === undefined) return 0;
+  const m = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(raw);
+  if (!m) throw new ConfigError(name, `must be an amount like 0.01 (at most 6 decimals), got "${raw}"`);
+  return Number(m[1]) * 1_000_000 + Number((m[2] ?? '').padEnd(6, '0'));
 }
 
 function url(env: Env, name: string, protocols: string[], requireHost = false): string | undefined {
@@ -155,6 +166,7 @@ export function loadConfig(env: Env = process.env): Config {
       windowMs: 60_000,
     },
     nodeEnv,
+    networkPricePerGbMicros: money(env, 'GPUCLOUD_NETWORK_PRICE_GB'),
     portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(/\/+$/, ''),
     passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
   };

@@ -10,7 +10,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../clock.js';
 import { newId } from '../ids.js';
 import type { HypervisorDriver } from '../hypervisor/driver.js';
-import type { VmService } from '../modules/vms/service.js';
+import type { ActionOutcome, VmService } from '../modules/vms/service.js';
 
 /** How long a claim holds before another instance may retry (service time). */
 export const CLAIM_LEASE_MS = 5 * 60 * 1000;
@@ -45,24 +45,29 @@ export class Reconciler {
     for (const vm of claimed) {
       const action = vm.hv_action!;
       const ref = { id: vm.id, vmid: vm.vmid, node: vm.node, hvRef: vm.hv_ref };
+      let built: { hvRef: string; ipAddress: string } | undefined;
+      let outcome: ActionOutcome;
+      // Only the driver's own failures count as a failed action: an error writing the
+      // outcome back must not turn a VM the hypervisor built into a `failed` one.
       try {
-        let hvRef: string | undefined;
         let ipAddress: string | undefined;
-        if (action === 'provision' || (action === 'start' && !vm.provisioned)) {
-          // A VM preempted before it was ever built is built when it starts again.
-          const p = await this.driver.provision(this.vms.specOf(vm));
-          hvRef = p.hvRef;
-          ipAddress = p.ipAddress;
+        if (!vm.provisioned && (action === 'provision' || action === 'start')) {
+          // A VM preempted before it was ever built is built when it starts again; one already
+          // built (its node went offline as the build finished) is not built twice.
+          built = await this.driver.provision(this.vms.specOf(vm));
+          ipAddress = built.ipAddress;
         }
-        if (action === 'start') ipAddress = (await this.driver.start({ ...ref, hvRef: hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
+        if (action === 'start') ipAddress = (await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
         if (action === 'stop') await this.driver.stop(ref);
         if (action === 'destroy') await this.driver.destroy(ref);
-        await this.vms.completeAction(vm.id, token, action, { ok: true, hvRef, ipAddress });
+        outcome = { ok: true, hvRef: built?.hvRef, ipAddress };
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
         this.log?.warn({ vm: vm.id, action, err: message }, 'hypervisor action failed');
-        await this.vms.completeAction(vm.id, token, action, { ok: false, error: message });
+        // A start that built the VM and then failed to boot it keeps what was built (no second clone).
+        outcome = { ok: false, error: message, built };
       }
+      await this.vms.completeAction(vm.id, token, action, outcome);
       work++;
     }
     return work;

@@ -43,6 +43,21 @@ export type VmEvent =
   /** API or admin: destroy (anything but destroyed -> destroyed) */
   | 'destroy';
 
+/** Every event, for exhaustive checks (tests walk VM_STATUSES x VM_EVENTS). */
+export const VM_EVENTS: readonly VmEvent[] = [
+  'provisioned',
+  'provision_failed',
+  'started',
+  'start_failed',
+  'stop_requested',
+  'stopped',
+  'start_requested',
+  'preempted',
+  'node_offline',
+  'node_online',
+  'destroy',
+];
+
 /** States in which a VM holds GPUs of its node; a reserved VM keeps them while stopped (D24). */
 export function holdsGpus(status: VmStatus, rentalType: RentalType, offlineFrom: VmStatus | null = null): boolean {
   switch (status) {
@@ -62,8 +77,13 @@ export function holdsGpus(status: VmStatus, rentalType: RentalType, offlineFrom:
   }
 }
 
-/** Interruptible VMs in these states hold GPUs that an on-demand or reserved VM may take (D22, D25). */
-export const PREEMPTIBLE: readonly VmStatus[] = ['creating', 'starting', 'running', 'stopping'];
+/**
+ * Interruptible VMs in these states hold GPUs that an on-demand or reserved VM
+ * may take (D22, D25). Not `stopping`: its owner asked for it to stop, and an
+ * interruption would bring it back by itself (auto_restart) once GPUs free up;
+ * its GPUs come free when the hypervisor confirms the stop.
+ */
+export const PREEMPTIBLE: readonly VmStatus[] = ['creating', 'starting', 'running'];
 
 const TABLE: Record<VmEvent, Partial<Record<VmStatus, VmStatus>>> = {
   provisioned: { creating: 'starting' },
@@ -73,7 +93,7 @@ const TABLE: Record<VmEvent, Partial<Record<VmStatus, VmStatus>>> = {
   stop_requested: { running: 'stopping' },
   stopped: { stopping: 'stopped' },
   start_requested: { stopped: 'starting', interrupted: 'starting' },
-  preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted', stopping: 'interrupted' },
+  preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted' },
   node_offline: {
     creating: 'offline',
     starting: 'offline',

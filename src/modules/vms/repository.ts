@@ -169,6 +169,11 @@ export async function vmsOnNode(q: Queryable, node: string, statuses: readonly s
   return (await q.query<VmRow>('SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR UPDATE', [node, statuses])).rows;
 }
 
+/** D47: whether the VM's owner is suspended (their VMs must not come up). */
+export async function ownerSuspended(q: Queryable, userId: number): Promise<boolean> {
+  return (await q.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId])).rows[0]?.suspended ?? false;
+}
+
 export async function runningVmsOfUser(q: Queryable, userId: number): Promise<VmRow[]> {
   return (await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status = 'running' ORDER BY seq FOR UPDATE`, [userId])).rows;
 }
@@ -198,11 +203,13 @@ export async function reclaim(q: Queryable, id: string, token: string): Promise<
   return (await q.query<VmRow>('SELECT * FROM vms WHERE id = $1 AND claim_token = $2 FOR UPDATE', [id, token])).rows[0];
 }
 
-/** Interrupted VMs waiting to restart by themselves, oldest interruption first. */
+/** Interrupted VMs waiting to restart by themselves, oldest interruption first (never a suspended user's, D47). */
 export async function autoRestartCandidates(q: Queryable, limit: number): Promise<VmRow[]> {
   return (
     await q.query<VmRow>(
-      `SELECT v.* FROM vms v JOIN nodes n ON n.node = v.node AND n.status = 'active'
+      `SELECT v.* FROM vms v
+         JOIN nodes n ON n.node = v.node AND n.status = 'active'
+         JOIN users u ON u.id = v.user_id AND NOT u.suspended
         WHERE v.status = 'interrupted' AND v.auto_restart
         ORDER BY v.stopped_at NULLS FIRST, v.seq LIMIT $1`,
       [limit],

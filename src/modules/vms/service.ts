@@ -23,6 +23,9 @@ import type { InterruptionRow, VmRow } from './repository.js';
 export const DEFAULT_MAX_VMS = 10;
 export const DEFAULT_MAX_GPUS = 16;
 export const LAUNCH_TOKEN_TTL_S = 300;
+/** D28: a label is 1..32 printable ASCII characters (space to tilde). */
+export const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
+const LABEL_RULE = 'must be 1 to 32 printable ASCII characters';
 export const WEB_TEMPLATES = new Set([102, 103, 104]);
 export const TEMPLATES: Record<number, string> = {
   100: 'Ubuntu 22.04 with GPU drivers',
@@ -159,6 +162,11 @@ export function committedHourly(vms: VmRow[], excludeId?: string): number {
   return sum;
 }
 
+/** What a reconciler learnt from the hypervisor; `built` when a failed start had provisioned the VM first. */
+export type ActionOutcome =
+  | { ok: true; hvRef?: string; ipAddress?: string }
+  | { ok: false; error: string; built?: { hvRef: string; ipAddress: string } };
+
 /** Called inside the transaction of every status change (metering subscribes here). */
 export type TransitionHook = (tx: Queryable, before: VmRow, after: VmRow, now: Date) => Promise<void>;
 
@@ -230,7 +238,9 @@ export class VmService {
     if (authMethod === 'password' && input.ssh_key_id !== undefined) {
       throw validation('body.ssh_key_id', 'is only allowed when auth_method is ssh_key');
     }
-    if (input.ssh_key_id !== undefined && !UUID_RE.test(input.ssh_key_id)) throw notFound('SSH key');
+    if (input.instance_label != null && !LABEL_RE.test(input.instance_label)) {
+      throw validation('body.instance_label', LABEL_RULE);
+    }
     if (rental === 'reserved') {
       throw new AppError('invalid_state', 'Reserved VMs are not available yet: rent on_demand or interruptible');
     }
@@ -278,6 +288,8 @@ export class VmService {
       let sshKeyId: string | null = null;
       let sshPublicKey: string | null = null;
       if (authMethod === 'ssh_key') {
+        // A malformed id can name no key: 404 like an unknown one, at this step of the order (D22).
+        if (input.ssh_key_id !== undefined && !UUID_RE.test(input.ssh_key_id)) throw notFound('SSH key');
         const key = await this.sshKeys.publicKeyFor(tx, userId, input.ssh_key_id);
         if (!key && input.ssh_key_id) throw notFound('SSH key');
         if (!key) throw invalidState('You have no SSH key: upload one with POST /ssh-keys, or use auth_method "password"');
@@ -425,8 +437,8 @@ export class VmService {
   }
 
   async setLabel(userId: number, ref: string, label: string | null): Promise<{ message: string }> {
-    if (label !== null && !/^[\x20-\x7e]{1,32}$/.test(label)) {
-      throw validation('body.instance_label', 'must be 1 to 32 printable ASCII characters, or null to clear it');
+    if (label !== null && !LABEL_RE.test(label)) {
+      throw validation('body.instance_label', `${LABEL_RULE}, or null to clear it`);
     }
     return this.db.transaction(async (tx) => {
       const vm = await this.mustFind(tx, userId, ref, true);
@@ -522,7 +534,7 @@ export class VmService {
     vmId: string,
     token: string,
     action: HvAction,
-    outcome: { ok: true; hvRef?: string; ipAddress?: string } | { ok: false; error: string },
+    outcome: ActionOutcome,
   ): Promise<void> {
     await this.db.transaction(async (tx) => {
       const vm = await repo.reclaim(tx, vmId, token);
@@ -532,6 +544,9 @@ export class VmService {
       const pending = vm.hv_action !== action ? { hv_action: vm.hv_action } : {};
       if (!outcome.ok) {
         const attempts = vm.attempts + 1;
+        if (outcome.built) {
+          Object.assign(release, { provisioned: true, hv_ref: outcome.built.hvRef, ip_address: outcome.built.ipAddress, provision_secret: null });
+        }
         if (vm.hv_action !== action) {
           await repo.updateVm(tx, vm.id, { ...release, last_error: outcome.error });
           return;
@@ -551,6 +566,17 @@ export class VmService {
         return;
       }
       const base: Partial<VmRow> = { ...release, attempts: 0, last_error: null };
+      if (vm.status === 'offline' && vm.hv_action === action) {
+        // The node went offline while the hypervisor worked: keep what was built and leave the
+        // action pending; it runs again once the node is back (a built VM is not provisioned twice).
+        const built = action === 'provision' || action === 'start';
+        await repo.updateVm(tx, vm.id, {
+          ...base,
+          ...(built ? { provisioned: true, hv_ref: outcome.hvRef ?? vm.hv_ref, ip_address: outcome.ipAddress ?? vm.ip_address, provision_secret: null } : {}),
+          next_action_at: now,
+        });
+        return;
+      }
       if (action === 'provision') {
         Object.assign(base, { provisioned: true, hv_ref: outcome.hvRef ?? vm.hv_ref, ip_address: outcome.ipAddress ?? vm.ip_address, provision_secret: null });
         if (vm.status === 'creating' && vm.hv_action === 'provision') {
@@ -568,7 +594,7 @@ export class VmService {
       const done = { ...base, hv_action: null, next_action_at: null } as Partial<VmRow>;
       if (action === 'start' && vm.status === 'starting') {
         // Simulated utilisation figures: steady per VM, so lists are stable.
-        await this.applyTransition(tx, vm, 'started', now, {
+        const up = await this.applyTransition(tx, vm, 'started', now, {
           ...done,
           provisioned: true,
           provision_secret: null,
@@ -578,6 +604,8 @@ export class VmService {
           ram_percent: 10 + (vm.vmid % 50),
         });
         await repo.closeInterruptions(tx, vm.id, 'restored', now);
+        // D47: a suspended user's VMs do not stay up, even one that was still coming up at the suspension.
+        if (await repo.ownerSuspended(tx, vm.user_id)) await this.requestStop(tx, up, now);
       } else if (action === 'stop' && vm.status === 'stopping') {
         await this.applyTransition(tx, vm, 'stopped', now, done);
       } else {

@@ -38,6 +38,12 @@ import { SimulatorDriver } from './hypervisor/simulator.js';
 import type { HypervisorDriver } from './hypervisor/driver.js';
 import { simulatorRoutes } from './hypervisor/routes.js';
 import { Reconciler } from './jobs/reconciler.js';
+import { nextDue } from './jobs/due.js';
+import { Meter } from './modules/billing/meter.js';
+import { UsageService } from './modules/billing/usage.js';
+import { usageRoutes } from './modules/billing/usage-routes.js';
+import { ReservationService } from './modules/reservations/service.js';
+import { reservationRoutes } from './modules/reservations/routes.js';
 
 export const BODY_LIMIT = 64 * 1024; // D2
 
@@ -61,6 +67,9 @@ export interface Services {
   inventory: InventoryService;
   billing: BillingService;
   vms: VmService;
+  meter: Meter;
+  usage: UsageService;
+  reservations: ReservationService;
   driver: HypervisorDriver;
   reconciler: Reconciler;
 }
@@ -82,11 +91,54 @@ export function createServices(deps: AppDeps): Services {
     secret: deps.jwtSecret,
     portalUrl: deps.config.portalUrl,
   });
+  const meter = new Meter(deps.db, clock, {
+    intervalS: deps.config.billingIntervalS,
+    networkPricePerGbMicros: deps.config.networkPricePerGbMicros,
+  });
+  const reservations = new ReservationService(deps.db, clock, inventory, meter);
+  const usage = new UsageService(deps.db, clock);
   const reconciler = new Reconciler(clock, driver, vms);
+
   // Cross-module reactions, each inside the transaction of its cause.
+  vms.useReservations(reservations); // D37: reserved VMs take their deposit at creation
+  reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now)); // D38, D39
+  vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now)); // D32: periods close at transitions
+  vms.onTransition(async (tx, before, after, now) => {
+    // D38: a reserved VM that ends failed gets its whole deposit back.
+    if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id) await reservations.refundFailed(tx, after.reservation_id, now);
+  });
   adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now).then(() => undefined)); // D47
   inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // D23
-  deps.clock.onAdvance(() => reconciler.settle()); // D43: an advance returns once due work has run
+
+  // Background work, in this order on every pass: reservation ends (their usage draws on the
+  // reservation up to end_at), traffic counters, interval closes, then low-balance stops (D33).
+  reconciler.addJob({ name: 'reservation-ends', run: (now) => reservations.endDue(now) });
+  reconciler.addJob({
+    name: 'traffic',
+    run: async () => {
+      await meter.sampleTraffic((vm) => driver.trafficBytes(vm));
+      return 0;
+    },
+  });
+  reconciler.addJob({ name: 'billing-intervals', run: (now) => meter.closeDueIntervals(now) });
+  reconciler.addJob({
+    name: 'low-balance',
+    run: async (now) => {
+      const users = await meter.lowBalanceUsers();
+      for (const userId of users) {
+        await deps.db.transaction(async (tx) => {
+          await meter.clearLowBalance(tx, userId);
+          await vms.stopAllOf(tx, userId, now);
+        });
+      }
+      return users.length;
+    },
+  });
+  // D43: an advance steps through every moment work comes due and returns once it has run.
+  deps.clock.onAdvance(
+    () => reconciler.settle(),
+    (nowMs) => nextDue(deps.db, nowMs, deps.config.billingIntervalS * 1000),
+  );
   return {
     clock: deps.clock,
     passwords,
@@ -98,6 +150,9 @@ export function createServices(deps: AppDeps): Services {
     inventory,
     billing,
     vms,
+    meter,
+    usage,
+    reservations,
     driver,
     reconciler,
   };
@@ -208,6 +263,8 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   inventoryRoutes(app, services.inventory);
   billingRoutes(app, services.billing);
   vmRoutes(app, services.vms);
+  usageRoutes(app, services.usage);
+  reservationRoutes(app, services.reservations);
   simulatorRoutes(app, services.driver, services.inventory);
 
   await app.ready();

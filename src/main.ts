@@ -10,6 +10,7 @@ import { AuthService } from './modules/auth/service.js';
 import { PasswordHasher } from './modules/auth/passwords.js';
 import { TokenService } from './modules/auth/tokens.js';
 import { SystemClock } from './clock.js';
+import { ledgerCheck } from './modules/billing/ledger-check.js';
 
 const USAGE = `gpucloud: rent GPU virtual machines
 
@@ -18,6 +19,8 @@ Usage:
   gpucloud migrate                         Apply database migrations and exit
   gpucloud admin create-user --email E [--password P] [--name N] [--admin]
                                            Create a user (or reset its password and role)
+  gpucloud admin ledger-check              Verify every balance and reservation against the ledger;
+                                           exits 1 naming each account that is off
 
 Configuration comes from environment variables (PORT, HOST, DATABASE_URL, GPUCLOUD_*);
 see the README. Examples:
@@ -90,8 +93,25 @@ async function migrateCmd(): Promise<void> {
   console.log('Database is up to date');
 }
 
+async function ledgerCheckCmd(): Promise<void> {
+  const db = await openDatabase(config());
+  try {
+    const problems = await ledgerCheck(db);
+    if (problems.length === 0) {
+      console.log('Ledger OK: every balance equals the sum of its transactions, every reservation adds up');
+      return;
+    }
+    for (const p of problems) console.error(`OFF  user ${p.user_id} <${p.email}>: ${p.detail}`);
+    console.error(`${problems.length} problem(s) found`);
+    process.exitCode = 1;
+  } finally {
+    await db.close();
+  }
+}
+
 async function adminCmd(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
+  if (sub === 'ledger-check') return ledgerCheckCmd();
   if (sub !== 'create-user') throw new UsageError(`unknown admin command "${sub ?? ''}"`);
   const { values } = parseArgs({
     args: rest,

@@ -16,7 +16,8 @@ import type { InventoryService } from '../inventory/service.js';
 import type { PricingRow } from '../inventory/repository.js';
 import type { SshKeyService } from '../ssh-keys/service.js';
 import type { TokenService } from '../auth/tokens.js';
-import { transition, PREEMPTIBLE, type RentalType, type VmEvent, type VmStatus } from './lifecycle.js';
+import { quote, type Months, type ReservationService } from '../reservations/service.js';
+import { holdsGpus, transition, PREEMPTIBLE, type RentalType, type VmEvent, type VmStatus } from './lifecycle.js';
 import * as repo from './repository.js';
 import type { InterruptionRow, VmRow } from './repository.js';
 
@@ -193,6 +194,33 @@ export class VmService {
     this.transitionHooks.push(hook);
   }
 
+  private reservations: ReservationService | undefined;
+
+  /** Reserved VMs need the reservation module (D37); wired in app.ts. */
+  useReservations(reservations: ReservationService): void {
+    this.reservations = reservations;
+  }
+
+  /**
+   * D38/D39: a reserved VM goes on as on-demand at the current on-demand price
+   * (its open period was closed by the caller). False when the VM is gone.
+   */
+  async convertToOnDemand(tx: Queryable, vmId: string, _now: Date): Promise<boolean> {
+    const vm = await repo.findVm(tx, { id: vmId }, null, true);
+    if (!vm || vm.status === 'destroyed' || vm.status === 'failed') return false;
+    if (vm.rental_type !== 'reserved') return true;
+    const pricing = await this.inventory.pricingFor(tx, vm.gpu_type);
+    const rates = ratesFor(pricing, 'on_demand', vm.gpu_count, vm.storage_gb);
+    await repo.updateVm(tx, vm.id, {
+      rental_type: 'on_demand',
+      gpu_hourly_rate_micros: rates.gpu,
+      storage_hourly_rate_micros: rates.storage,
+      // A stopped reserved VM held its GPUs (D24); as on-demand it no longer does.
+      holds_gpus: holdsGpus(vm.status, 'on_demand', vm.offline_from),
+    });
+    return true;
+  }
+
   /** The one place a VM's status is written (ARCHITECTURE invariant). */
   async applyTransition(tx: Queryable, vm: VmRow, event: VmEvent, now: Date, extra: Partial<VmRow> = {}): Promise<VmRow> {
     const r = transition({ status: vm.status, rentalType: vm.rental_type, offlineFrom: vm.offline_from, event });
@@ -241,9 +269,6 @@ export class VmService {
     if (input.instance_label != null && !LABEL_RE.test(input.instance_label)) {
       throw validation('body.instance_label', LABEL_RULE);
     }
-    if (rental === 'reserved') {
-      throw new AppError('invalid_state', 'Reserved VMs are not available yet: rent on_demand or interruptible');
-    }
 
     return this.db.transaction(async (tx) => {
       const now = this.clock.now();
@@ -278,12 +303,25 @@ export class VmService {
       }
       const pricing = await this.inventory.pricingFor(tx, node.gpu_type);
       const rates = ratesFor(pricing, rental, input.gpu_count, input.storage_gb, input.reservation_months);
-      const required = rates.total + committedHourly(mine);
-      if (balance < required) {
-        throw new AppError(
-          'insufficient_balance',
-          `Insufficient balance: required ${formatAmount(required)} (one hour of this VM at ${formatAmount(rates.total)}/h plus one hour of your other VMs), available ${formatAmount(balance)}`,
-        );
+      // D22: a reserved VM needs its deposit (D36/D37: the whole commitment); others one hour of their own
+      // rate plus one hour of the user's committed spend.
+      const reservationQuote =
+        rental === 'reserved' ? quote(pricing, input.gpu_count, input.storage_gb, input.reservation_months as Months) : undefined;
+      if (reservationQuote) {
+        if (balance < reservationQuote.depositMicros) {
+          throw new AppError(
+            'insufficient_balance',
+            `Insufficient balance: required ${formatAmount(reservationQuote.depositMicros)} (the deposit of a ${reservationQuote.months}-month reservation), available ${formatAmount(balance)}`,
+          );
+        }
+      } else {
+        const required = rates.total + committedHourly(mine);
+        if (balance < required) {
+          throw new AppError(
+            'insufficient_balance',
+            `Insufficient balance: required ${formatAmount(required)} (one hour of this VM at ${formatAmount(rates.total)}/h plus one hour of your other VMs), available ${formatAmount(balance)}`,
+          );
+        }
       }
       let sshKeyId: string | null = null;
       let sshPublicKey: string | null = null;
@@ -298,6 +336,7 @@ export class VmService {
       }
 
       const id = newId();
+      const reservationId = reservationQuote ? newId() : null;
       const vm = await repo.insertVm(tx, {
         id,
         user_id: userId,
@@ -314,7 +353,7 @@ export class VmService {
         status: 'creating',
         holds_gpus: true,
         rental_type: rental,
-        reservation_id: null,
+        reservation_id: reservationId,
         auto_restart: rental === 'interruptible' ? true : null,
         gpu_hourly_rate_micros: rates.gpu,
         storage_hourly_rate_micros: rates.storage,
@@ -326,6 +365,21 @@ export class VmService {
         next_action_at: new Date(now.getTime() + this.opts.provisionDelayMs),
         hv_action: 'provision',
       });
+
+      if (reservationQuote && this.reservations) {
+        // D37: the reservation and its deposit in the same transaction as the VM.
+        await this.reservations.createForVm(tx, {
+          id: reservationId!,
+          userId,
+          vmId: vm.id,
+          vmid: vm.vmid,
+          gpuType: vm.gpu_type,
+          gpuCount: vm.gpu_count,
+          storageGb: vm.storage_gb,
+          quote: reservationQuote,
+          now,
+        });
+      }
 
       // Preempt interruptible VMs (most recently started first) only for the GPUs that are not free (D22, D25).
       let missing = input.gpu_count - free;

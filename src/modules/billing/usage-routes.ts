@@ -1,0 +1,82 @@
+/** GET /billing/usage and GET /billing/current-spend (CONTRACT D34). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import type { UsageService } from './usage.js';
+
+const UsageReport = Type.Object(
+  {
+    logs: Type.Array(
+      Type.Object({
+        id: Type.String(),
+        vm_id: Type.String(),
+        timestamp: DateTime('End of the period the log covers'),
+        gpu_seconds: Type.Number({ description: 'GPU-seconds: seconds running x GPUs' }),
+        storage_gb: Type.Number(),
+        network_bytes: Type.Number(),
+        gpu_cost: Type.Number(),
+        storage_cost: Type.Number(),
+        network_cost: Type.Number(),
+        total_cost: Type.Number(),
+      }),
+    ),
+    total_cost: Type.Number(),
+    total_hours: Type.Number({ description: 'Hours the VMs ran (GPU time, wall clock)' }),
+    period_start: Type.String({ description: 'YYYY-MM-DD' }),
+    period_end: Type.String({ description: 'YYYY-MM-DD' }),
+    vm_breakdown: Type.Array(Type.Object({ vm_id: Type.String(), vmid: Type.Integer(), gpu_model: Type.String(), hours: Type.Number(), cost: Type.Number() })),
+  },
+  { description: 'Usage between two dates (D34)' },
+);
+
+const CurrentSpend = Type.Object(
+  {
+    total_per_hour: Type.Number(),
+    total_per_day: Type.Number(),
+    total_per_month: Type.Number({ description: 'total_per_hour x 730' }),
+    hourly_rate: Type.Number(),
+    running_vms: Type.Integer(),
+    vms: Type.Array(
+      Type.Object({
+        vm_id: Type.String(),
+        vmid: Type.Integer(),
+        gpu_type: Type.String(),
+        gpu_count: Type.Integer(),
+        storage_gb: Type.Integer(),
+        gpu_cost_per_hour: Type.Number(),
+        storage_cost_per_hour: Type.Number(),
+        network_cost_per_hour: Type.Number(),
+        total_cost_per_hour: Type.Number(),
+      }),
+    ),
+    last_updated: DateTime(),
+  },
+  { description: 'What accrues now (D34): running VMs at their full rate, other VMs that have run at their storage rate' },
+);
+
+export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  r.get(
+    '/billing/usage',
+    {
+      schema: {
+        tags: ['billing'],
+        summary: 'Usage history',
+        description: 'start_date and end_date are UTC days (YYYY-MM-DD), inclusive; the default is the last 30 days. start after end is 422.',
+        querystring: Type.Object(
+          { start_date: Type.Optional(Type.String({ maxLength: 10, examples: ['2026-11-01'] })), end_date: Type.Optional(Type.String({ maxLength: 10 })) },
+          { additionalProperties: false },
+        ),
+        response: { 200: UsageReport, ...errorResponses(401, 403, 422, 429) },
+      },
+    },
+    async (req) => usage.report(requirePrincipal(req.principal).userId, req.query),
+  );
+  r.get(
+    '/billing/current-spend',
+    { schema: { tags: ['billing'], summary: 'Current spend rate', response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) } } },
+    async (req) => usage.currentSpend(requirePrincipal(req.principal).userId),
+  );
+}

@@ -1,0 +1,143 @@
+/** Usage reports and current spend (CONTRACT D34), read from usage logs and VM rates. */
+import type { Db } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { validation } from '../../errors.js';
+import { toAmount } from '../../money.js';
+
+const DAY_MS = 86_400_000;
+
+interface LogRow {
+  id: string;
+  vm_id: string;
+  vmid: number;
+  gpu_type: string;
+  period_end: Date;
+  gpu_ms: number;
+  gpu_count: number;
+  storage_gb: number;
+  network_bytes: number;
+  gpu_cost_micros: number;
+  storage_cost_micros: number;
+  network_cost_micros: number;
+  total_cost_micros: number;
+}
+
+/** 'YYYY-MM-DD' -> UTC midnight in ms, or null when it is not a real calendar date. */
+export function parseDate(s: string): number | null {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
+  if (!m) return null;
+  const ms = Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]));
+  return new Date(ms).toISOString().slice(0, 10) === s ? ms : null;
+}
+
+const day = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+
+export class UsageService {
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+  ) {}
+
+  /** D34: start_date and end_date inclusive (UTC days); default the last 30 days. */
+  async report(userId: number, q: { start_date?: string; end_date?: string }) {
+    const today = Math.floor(this.clock.nowMs() / DAY_MS) * DAY_MS;
+    const end = q.end_date === undefined ? today : parseDate(q.end_date);
+    if (end === null) throw validation('query.end_date', 'must be a date YYYY-MM-DD');
+    const start = q.start_date === undefined ? end - 29 * DAY_MS : parseDate(q.start_date);
+    if (start === null) throw validation('query.start_date', 'must be a date YYYY-MM-DD');
+    if (start > end) throw validation('query.start_date', 'must not be after end_date');
+    const rows = (
+      await this.db.query<LogRow>(
+        `SELECT l.id, l.vm_id, v.vmid, v.gpu_type, l.period_end, l.gpu_ms, l.gpu_count, l.storage_gb, l.network_bytes,
+                l.gpu_cost_micros, l.storage_cost_micros, l.network_cost_micros, l.total_cost_micros
+           FROM usage_logs l JOIN vms v ON v.id = l.vm_id
+          WHERE l.user_id = $1 AND l.period_end > $2 AND l.period_end <= $3
+          ORDER BY l.period_end DESC, l.seq DESC`,
+        [userId, new Date(start), new Date(end + DAY_MS)],
+      )
+    ).rows;
+    let totalCost = 0;
+    let totalMs = 0;
+    const byVm = new Map<string, { vm_id: string; vmid: number; gpu_model: string; ms: number; cost: number }>();
+    for (const r of rows) {
+      totalCost += r.total_cost_micros;
+      totalMs += r.gpu_ms;
+      const b = byVm.get(r.vm_id) ?? { vm_id: r.vm_id, vmid: r.vmid, gpu_model: r.gpu_type, ms: 0, cost: 0 };
+      b.ms += r.gpu_ms;
+      b.cost += r.total_cost_micros;
+      byVm.set(r.vm_id, b);
+    }
+    return {
+      logs: rows.map((r) => ({
+        id: r.id,
+        vm_id: r.vm_id,
+        timestamp: r.period_end.toISOString(),
+        gpu_seconds: (r.gpu_ms * r.gpu_count) / 1000,
+        storage_gb: r.storage_gb,
+        network_bytes: r.network_bytes,
+        gpu_cost: toAmount(r.gpu_cost_micros),
+        storage_cost: toAmount(r.storage_cost_micros),
+        network_cost: toAmount(r.network_cost_micros),
+        total_cost: toAmount(r.total_cost_micros),
+      })),
+      total_cost: toAmount(totalCost),
+      total_hours: Math.round((totalMs / 3_600_000) * 1e6) / 1e6,
+      period_start: day(start),
+      period_end: day(end),
+      vm_breakdown: [...byVm.values()].map((b) => ({
+        vm_id: b.vm_id,
+        vmid: b.vmid,
+        gpu_model: b.gpu_model,
+        hours: Math.round((b.ms / 3_600_000) * 1e6) / 1e6,
+        cost: toAmount(b.cost),
+      })),
+    };
+  }
+
+  /** D34: what accrues now: running VMs' full rate, the storage rate of every other VM that has run and is not destroyed. */
+  async currentSpend(userId: number) {
+    const vms = (
+      await this.db.query<{
+        id: string;
+        vmid: number;
+        gpu_type: string;
+        gpu_count: number;
+        storage_gb: number;
+        status: string;
+        gpu_hourly_rate_micros: number;
+        storage_hourly_rate_micros: number;
+      }>(
+        `SELECT id, vmid, gpu_type, gpu_count, storage_gb, status, gpu_hourly_rate_micros, storage_hourly_rate_micros
+           FROM vms WHERE user_id = $1 AND status <> 'destroyed' AND (status = 'running' OR billed_until IS NOT NULL)
+          ORDER BY seq DESC`,
+        [userId],
+      )
+    ).rows;
+    let total = 0;
+    const list = vms.map((v) => {
+      const gpu = v.status === 'running' ? v.gpu_hourly_rate_micros : 0;
+      const sum = gpu + v.storage_hourly_rate_micros;
+      total += sum;
+      return {
+        vm_id: v.id,
+        vmid: v.vmid,
+        gpu_type: v.gpu_type,
+        gpu_count: v.gpu_count,
+        storage_gb: v.storage_gb,
+        gpu_cost_per_hour: toAmount(gpu),
+        storage_cost_per_hour: toAmount(v.storage_hourly_rate_micros),
+        network_cost_per_hour: 0,
+        total_cost_per_hour: toAmount(sum),
+      };
+    });
+    return {
+      total_per_hour: toAmount(total),
+      total_per_day: toAmount(total * 24),
+      total_per_month: toAmount(total * 730),
+      hourly_rate: toAmount(total),
+      running_vms: vms.filter((v) => v.status === 'running').length,
+      vms: list,
+      last_updated: this.clock.now().toISOString(),
+    };
+  }
+}

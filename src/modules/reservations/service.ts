@@ -1,0 +1,248 @@
+/**
+ * Reservations (CONTRACT D36-D39): a 1, 3 or 6-month prepaid commitment at a
+ * discount. The deposit is the whole commitment (monthly cost x months) and is
+ * taken with the VM's creation; usage draws it down; cancelling keeps 25 % of
+ * what remains as a fee and refunds the rest; at the end of the term the VM
+ * (if any) goes on as on-demand and nothing is refunded.
+ */
+import type { Db, Queryable } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { invalidState, notFound } from '../../errors.js';
+import { newId, UUID_RE } from '../../ids.js';
+import { bpToPercent, discounted, mulDiv, toAmount } from '../../money.js';
+import * as ledger from '../billing/ledger.js';
+import type { Meter } from '../billing/meter.js';
+import type { InventoryService } from '../inventory/service.js';
+import type { PricingRow } from '../inventory/repository.js';
+import * as repo from './repository.js';
+import type { ReservationRow } from './repository.js';
+
+export const HOURS_PER_MONTH = 730;
+export const CANCELLATION_FEE_PERCENT = 25;
+export type Months = 1 | 3 | 6;
+
+export interface Quote {
+  months: Months;
+  discountBp: number;
+  gpuHourlyMicros: number;
+  storageHourlyMicros: number;
+  hourlyMicros: number;
+  monthlyMicros: number;
+  depositMicros: number;
+  feeMicros: number;
+}
+
+export function discountBpFor(p: PricingRow, months: Months): number {
+  return months === 6 ? p.reserved_discount_6mo_bp : months === 3 ? p.reserved_discount_3mo_bp : p.reserved_discount_1mo_bp;
+}
+
+/** D36 (and D31 for the VM's rates): the same numbers the reserved VM is created with. */
+export function quote(p: PricingRow, gpuCount: number, storageGb: number, months: Months): Quote {
+  const discountBp = discountBpFor(p, months);
+  const gpuHourlyMicros = gpuCount * discounted(p.gpu_price_hourly_micros, discountBp);
+  const storageHourlyMicros = storageGb * p.storage_price_gb_hourly_micros;
+  const hourlyMicros = gpuHourlyMicros + storageHourlyMicros;
+  const monthlyMicros = hourlyMicros * HOURS_PER_MONTH;
+  const depositMicros = monthlyMicros * months;
+  return {
+    months,
+    discountBp,
+    gpuHourlyMicros,
+    storageHourlyMicros,
+    hourlyMicros,
+    monthlyMicros,
+    depositMicros,
+    feeMicros: mulDiv(depositMicros, CANCELLATION_FEE_PERCENT, 100),
+  };
+}
+
+export interface ReservationRecord {
+  id: string;
+  user_id: number;
+  vm_id: string;
+  reservation_months: number;
+  discount_percent: number;
+  deposit_amount: number;
+  remaining_balance: number;
+  status: repo.ReservationStatus;
+  created_at: string;
+  end_at: string;
+  cancelled_at: string | null;
+  cancellation_fee: number;
+  refund_amount: number;
+  gpu_type: string;
+  gpu_count: number;
+  storage_gb: number;
+}
+
+export const toReservationRecord = (r: ReservationRow): ReservationRecord => ({
+  id: r.id,
+  user_id: r.user_id,
+  vm_id: r.vm_id,
+  reservation_months: r.reservation_months,
+  discount_percent: bpToPercent(r.discount_bp),
+  deposit_amount: toAmount(r.deposit_micros),
+  remaining_balance: toAmount(r.remaining_micros),
+  status: r.status,
+  created_at: r.created_at.toISOString(),
+  end_at: r.end_at.toISOString(),
+  cancelled_at: r.cancelled_at?.toISOString() ?? null,
+  cancellation_fee: toAmount(r.cancellation_fee_micros),
+  refund_amount: toAmount(r.refund_micros),
+  gpu_type: r.gpu_type,
+  gpu_count: r.gpu_count,
+  storage_gb: r.storage_gb,
+});
+
+/** Turns a reserved VM into an on-demand one at current on-demand prices (provided by the VM module). */
+export type ConvertVm = (tx: Queryable, vmId: string, now: Date) => Promise<boolean>;
+
+export class ReservationService {
+  private convert: ConvertVm = async () => false;
+
+  constructor(
+    private readonly db: Db,
+    private readonly clock: Clock,
+    private readonly inventory: InventoryService,
+    private readonly meter: Meter,
+  ) {}
+
+  setVmConverter(fn: ConvertVm): void {
+    this.convert = fn;
+  }
+
+  async calculate(input: { gpu_type: string; gpu_count: number; storage_gb: number; reservation_months?: Months }) {
+    const months = input.reservation_months ?? 1;
+    const p = await this.inventory.pricingFor(this.db, input.gpu_type);
+    const q = quote(p, input.gpu_count, input.storage_gb, months);
+    return {
+      discount_percent: bpToPercent(q.discountBp),
+      deposit_required: toAmount(q.depositMicros),
+      monthly_cost: toAmount(q.monthlyMicros),
+      hourly_rate_after_discount: toAmount(q.hourlyMicros),
+      cancellation_fee_25_percent: toAmount(q.feeMicros),
+      reservation_months: months,
+      gpu_type: input.gpu_type,
+      gpu_count: input.gpu_count,
+      storage_gb: input.storage_gb,
+    };
+  }
+
+  /** D37: inside the VM's creation transaction: the reservation and its `deposit` transaction. */
+  async createForVm(
+    tx: Queryable,
+    a: { id?: string; userId: number; vmId: string; vmid: number; gpuType: string; gpuCount: number; storageGb: number; quote: Quote; now: Date },
+  ): Promise<ReservationRow> {
+    const id = a.id ?? newId();
+    const r = await repo.insertReservation(tx, {
+      id,
+      user_id: a.userId,
+      vm_id: a.vmId,
+      gpu_type: a.gpuType,
+      gpu_count: a.gpuCount,
+      storage_gb: a.storageGb,
+      reservation_months: a.quote.months,
+      discount_bp: a.quote.discountBp,
+      deposit_micros: a.quote.depositMicros,
+      created_at: a.now,
+      end_at: new Date(a.now.getTime() + a.quote.months * HOURS_PER_MONTH * 3_600_000),
+    });
+    await ledger.post(tx, {
+      userId: a.userId,
+      type: 'deposit',
+      amountMicros: -a.quote.depositMicros,
+      description: `Deposit for a ${a.quote.months}-month reservation of VM ${a.vmid}`,
+      breakdown: {
+        reservation_id: id,
+        reservation_months: a.quote.months,
+        discount_percent: bpToPercent(a.quote.discountBp),
+        hourly_rate_after_discount: toAmount(a.quote.hourlyMicros),
+        monthly_cost: toAmount(a.quote.monthlyMicros),
+      },
+      vmId: a.vmId,
+      now: a.now,
+    });
+    return r;
+  }
+
+  async list(userId: number, limit: number, offset: number): Promise<{ items: ReservationRecord[]; total: number }> {
+    const r = await repo.listReservations(this.db, userId, limit, offset);
+    return { items: r.rows.map(toReservationRecord), total: r.total };
+  }
+
+  /** D38: 25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand. */
+  async cancel(userId: number, id: string): Promise<ReservationRecord> {
+    if (!UUID_RE.test(id)) throw notFound('Reservation');
+    return this.db.transaction(async (tx) => {
+      await ledger.lockBalance(tx, userId);
+      const before = await repo.findReservation(tx, id, userId, true);
+      if (!before) throw notFound('Reservation');
+      if (before.status !== 'active') throw invalidState(`Cannot cancel a reservation that is ${before.status}`);
+      const now = this.clock.now();
+      // Usage up to now is still drawn from the reservation at the reserved rate.
+      await this.meter.closeAt(tx, before.vm_id, now);
+      const r = (await repo.findReservation(tx, id, userId, true))!;
+      const fee = mulDiv(r.remaining_micros, CANCELLATION_FEE_PERCENT, 100);
+      const refund = r.remaining_micros - fee;
+      if (refund > 0) {
+        await ledger.post(tx, {
+          userId,
+          type: 'refund',
+          amountMicros: refund,
+          description: `Refund of the cancelled reservation ${r.id}`,
+          breakdown: { reservation_id: r.id, remaining_balance: toAmount(r.remaining_micros), cancellation_fee: toAmount(fee), refund_amount: toAmount(refund) },
+          vmId: r.vm_id,
+          now,
+        });
+      }
+      const after = await repo.updateReservation(tx, r.id, {
+        status: 'cancelled',
+        cancelled_at: now,
+        ended_at: now,
+        cancellation_fee_micros: fee,
+        refund_micros: refund,
+        remaining_micros: 0,
+      });
+      await this.convert(tx, r.vm_id, now);
+      return toReservationRecord(after);
+    });
+  }
+
+  /** D38: a reserved VM that ends `failed` has its reservation cancelled without fee, the whole deposit refunded. */
+  async refundFailed(tx: Queryable, reservationId: string, now: Date): Promise<void> {
+    const r = await repo.findReservation(tx, reservationId, null, true);
+    if (!r || r.status !== 'active') return;
+    await ledger.post(tx, {
+      userId: r.user_id,
+      type: 'refund',
+      amountMicros: r.remaining_micros,
+      description: `Refund of the reservation of a VM that failed to provision`,
+      breakdown: { reservation_id: r.id, remaining_balance: toAmount(r.remaining_micros), cancellation_fee: 0, refund_amount: toAmount(r.remaining_micros) },
+      vmId: r.vm_id,
+      now,
+    });
+    await repo.updateReservation(tx, r.id, { status: 'cancelled', cancelled_at: now, ended_at: now, cancellation_fee_micros: 0, refund_micros: r.remaining_micros, remaining_micros: 0 });
+  }
+
+  /** D39: active reservations at their end: converted_to_on_demand (VM alive) or completed. Returns how many ended. */
+  async endDue(now: Date): Promise<number> {
+    let ended = 0;
+    for (const { id } of await repo.dueEnds(this.db, now, 100)) {
+      ended += await this.db.transaction(async (tx) => {
+        const r = await repo.findReservation(tx, id, null, true);
+        if (!r || r.status !== 'active' || r.end_at.getTime() > now.getTime()) return 0;
+        // Usage until the end of the term draws on the reservation; after it, on-demand.
+        await this.meter.closeAt(tx, r.vm_id, r.end_at);
+        const alive = await this.convert(tx, r.vm_id, r.end_at);
+        await repo.updateReservation(tx, r.id, { status: alive ? 'converted_to_on_demand' : 'completed', ended_at: r.end_at });
+        return 1;
+      });
+    }
+    return ended;
+  }
+
+  async problems() {
+    return repo.unbalancedReservations(this.db);
+  }
+}
+

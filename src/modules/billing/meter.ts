@@ -146,8 +146,11 @@ export class Meter {
       });
       transactionId = t.id;
       if (t.balance_after_micros <= 0) {
-        // D33: the running VMs of this user are stopped by the metering job, and the event is kept for admins.
+        // D33: the running VMs of this user are stopped by the metering job ...
         await tx.query('UPDATE users SET low_balance_pending = true WHERE id = $1', [vm.user_id]);
+      }
+      if (t.balance_after_micros <= 0 && t.balance_after_micros + charge > 0) {
+        // ... and the moment the balance crosses zero is recorded once, for admins (and later webhooks).
         await tx.query(
           `INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, 'billing.low_balance', $2, $3, $4, $5)`,
           [newId(), vm.user_id, vm.id, JSON.stringify({ balance: toAmount(t.balance_after_micros), charge: toAmount(charge), transaction_id: t.id }), new Date(endMs)],

@@ -16,7 +16,8 @@
  * it cannot be used to guess a request body (e.g. a VM password).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
+import { open, seal } from '../crypto.js';
 import type { Db } from '../db/db.js';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
@@ -61,23 +62,6 @@ export function requestFingerprint(req: FastifyRequest, macKey: Buffer): string 
   return createHmac('sha256', macKey)
     .update(`${req.method} ${req.routeOptions.url} ${canonical(req.params)} ${canonical(req.body)}`)
     .digest('hex');
-}
-
-const SEALED_PREFIX = 'v1:';
-
-function seal(encKey: Buffer, plaintext: string): string {
-  const iv = randomBytes(12);
-  const c = createCipheriv('aes-256-gcm', encKey, iv);
-  const body = Buffer.concat([c.update(plaintext, 'utf8'), c.final()]);
-  return SEALED_PREFIX + Buffer.concat([iv, c.getAuthTag(), body]).toString('base64');
-}
-
-function open(encKey: Buffer, sealed: string): string {
-  if (!sealed.startsWith(SEALED_PREFIX)) throw new Error('unknown idempotency record format');
-  const raw = Buffer.from(sealed.slice(SEALED_PREFIX.length), 'base64');
-  const d = createDecipheriv('aes-256-gcm', encKey, raw.subarray(0, 12));
-  d.setAuthTag(raw.subarray(12, 28));
-  return Buffer.concat([d.update(raw.subarray(28)), d.final()]).toString('utf8');
 }
 
 interface Stored {

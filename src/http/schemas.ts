@@ -64,3 +64,7 @@ export function page<T>(reply: { header(k: string, v: string): unknown }, r: { i
 
 /** Path ids that are not UUIDs can never exist: 404 without asking the database. */
 export const UuidParam = (name: string) => Type.Object({ [name]: Type.String({ description: 'Resource id (uuid)' }) });
+
+/** A closed set of string or integer values, typed as their union (and a plain `enum` in the OpenAPI document). */
+export const Enum = <T extends string | number>(values: readonly T[], description?: string) =>
+  Type.Unsafe<T>({ type: typeof values[0] === 'number' ? 'integer' : 'string', enum: [...values], ...(description ? { description } : {}) });

@@ -2,11 +2,11 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { errorResponses, MessageResponse } from '../http/schemas.js';
+import { Enum, errorResponses, MessageResponse } from '../http/schemas.js';
 import { notFound } from '../errors.js';
 import { UUID_RE } from '../ids.js';
 import type { InventoryService } from '../modules/inventory/service.js';
-import type { HypervisorDriver } from './driver.js';
+import { HV_ACTIONS, type HypervisorDriver } from './driver.js';
 import { SimulatorDriver } from './simulator.js';
 
 export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, inventory: InventoryService): void {
@@ -21,7 +21,7 @@ export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, 
         body: Type.Object(
           {
             node: Type.String({ minLength: 1, maxLength: 200 }),
-            action: Type.Unsafe<'provision' | 'start' | 'stop' | 'destroy'>({ type: 'string', enum: ['provision', 'start', 'stop', 'destroy'] }),
+            action: Enum(HV_ACTIONS),
             count: Type.Optional(Type.Integer({ minimum: 0, maximum: 1000, default: 1 })),
             vm_id: Type.Optional(Type.String({ description: 'Limit the fault to this VM (uuid)' })),
           },

@@ -169,7 +169,8 @@ describeEachDb('metering', (t) => {
 
   test('usage report validation and defaults (D34)', async () => {
     const { key } = await setup(t());
-    for (const q of [{ start_date: '2026-13-01' }, { end_date: '2026-02-30' }, { start_date: 'yesterday' }, { start_date: '2026-11-10', end_date: '2026-11-01' }, { foo: 'x' }]) {
+    const bad: Record<string, string>[] = [{ start_date: '2026-13-01' }, { end_date: '2026-02-30' }, { start_date: 'yesterday' }, { start_date: '2026-11-10', end_date: '2026-11-01' }, { foo: 'x' }];
+    for (const q of bad) {
       const r = await t().req('GET', '/billing/usage', { token: key, query: q });
       assert.equal(r.status, 422, JSON.stringify(q) + r.text);
     }

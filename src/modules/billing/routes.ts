@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, Enum, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { TRANSACTION_TYPES } from './ledger.js';
 import type { BillingService } from './service.js';
@@ -10,7 +10,7 @@ import type { BillingService } from './service.js';
 export const TransactionSchema = Type.Object(
   {
     id: Type.String(),
-    type: Type.Unsafe<(typeof TRANSACTION_TYPES)[number]>({ type: 'string', enum: [...TRANSACTION_TYPES] }),
+    type: Enum(TRANSACTION_TYPES),
     amount: Type.Number({ description: 'Signed: positive adds to the balance' }),
     balance_after: Type.Number(),
     description: Type.String(),

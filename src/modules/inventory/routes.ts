@@ -2,12 +2,10 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, Enum, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
 import { GPU_TYPES, NODE_STATUSES } from './repository.js';
 import type { InventoryService } from './service.js';
 
-const Enum = <T extends string>(values: readonly T[], description?: string) =>
-  Type.Unsafe<T>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
 
 const GpuType = Enum(GPU_TYPES, 'GPU type');
 const NodeStatus = Enum(NODE_STATUSES, 'active: rentable; draining: no new VMs; offline: its VMs are offline too');

@@ -2,14 +2,13 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, MessageResponse, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, Enum, errorResponses, MessageResponse, Nullable, PaginationQuery, page } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { assertNoBody } from '../../http/no-body.js';
 import { VM_STATUSES } from './lifecycle.js';
 import type { VmService } from './service.js';
 
-const lit = <T extends string>(values: readonly T[], description?: string) =>
-  Type.Unsafe<T>({ type: 'string', enum: [...values], ...(description ? { description } : {}) });
+const lit = Enum;
 
 const StatusSchema = lit(VM_STATUSES, 'VM status');
 const RentalSchema = lit(['on_demand', 'reserved', 'interruptible'] as const, 'Rental type');

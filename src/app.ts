@@ -15,7 +15,7 @@ import { registerOpenApi, API_VERSION } from './http/openapi.js';
 import { registerMetrics } from './http/metrics.js';
 import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
 import { registerRateLimit } from './http/rate-limit.js';
-import { registerIdempotency } from './http/idempotency.js';
+import { purgeExpiredIdempotencyKeys, registerIdempotency } from './http/idempotency.js';
 import type { RateLimitStore } from './http/rate-limit-store.js';
 import { PasswordHasher } from './modules/auth/passwords.js';
 import { TokenService } from './modules/auth/tokens.js';
@@ -132,6 +132,13 @@ export function createServices(deps: AppDeps): Services {
         });
       }
       return users.length;
+    },
+  });
+  reconciler.addJob({
+    name: 'idempotency-purge',
+    run: async (now) => {
+      await purgeExpiredIdempotencyKeys(deps.db, now);
+      return 0; // housekeeping: never a reason for another pass
     },
   });
   // D43: an advance steps through every moment work comes due and returns once it has run.

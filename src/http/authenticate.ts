@@ -6,7 +6,7 @@
  * A valid token or key never touches a password hash.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { forbidden, unauthorized } from '../errors.js';
+import { AppError, forbidden } from '../errors.js';
 import type { AuthService } from '../modules/auth/service.js';
 import type { ApiKeyService } from '../modules/api-keys/service.js';
 import type { Principal } from './principal.js';
@@ -56,7 +56,8 @@ export function registerAuthorization(app: FastifyInstance): void {
   app.addHook('onRequest', async (req) => {
     if (isPublic(req)) return;
     const p = req.principal as (Principal & { suspended?: boolean }) | undefined;
-    if (!p) throw unauthorized(req.authFailure);
+    // RFC 6750: a 401 names the scheme the client should use.
+    if (!p) throw new AppError('unauthorized', req.authFailure ?? 'Missing or invalid credentials', undefined, { 'www-authenticate': 'Bearer realm="gpucloud"' });
     if (p.suspended) throw forbidden('This account is suspended; contact the operator');
     const route = req.routeOptions.url!;
     if (!scopeAllows(p.scope, req.method, route)) {

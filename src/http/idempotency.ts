@@ -150,3 +150,9 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
     return payload;
   });
 }
+
+/** Forgets every stored response older than 24 h (a background job; requests also purge their own user's). */
+export async function purgeExpiredIdempotencyKeys(db: Db, now: Date): Promise<number> {
+  const r = await db.query('DELETE FROM idempotency_keys WHERE created_at <= $1', [new Date(now.getTime() - IDEMPOTENCY_TTL_MS)]);
+  return r.rowCount;
+}

@@ -1,0 +1,26 @@
+/**
+ * The gpucloud SDK: a typed client generated from the service's own OpenAPI
+ * document (issue #5). `paths`, `components` and `operations` are the
+ * generated types (src/sdk/schema.ts; regenerate with
+ * `node --import tsx scripts/generate-sdk.ts`).
+ */
+export {
+  GpuCloudClient,
+  GpuCloudError,
+  retryAfterMs,
+  type Account,
+  type CreateVmRequest,
+  type ErrorBody,
+  type FieldError,
+  type GpuCloudClientOptions,
+  type ListVmsQuery,
+  type LoginResponse,
+  type Offer,
+  type SessionTokens,
+  type TokenPair,
+  type TwoFactorChallenge,
+  type Vm,
+  type VmStatus,
+  type WaitForVmOptions,
+} from './client.js';
+export type { components, operations, paths } from './schema.js';

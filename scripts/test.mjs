@@ -14,7 +14,7 @@ const only = process.argv.slice(2);
 const files = only.length ? only : find('test').sort();
 const r = spawnSync(
   process.execPath,
-  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=120000', ...files],
+  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=300000', ...files],
   { stdio: 'inherit' },
 );
 process.exit(r.status ?? 1);

@@ -1,20 +1,21 @@
 #!/usr/bin/env node
 /**
- * The `gpucloud` command: serve, migrate, admin. (The client commands of
- * CONTRACT D48 join here later, built on the SDK.)
+ * The `gpucloud` command: serve, migrate, admin create-user / ledger-check
+ * (on the database), and the client commands of CONTRACT D48 (src/cli, built
+ * on the SDK).
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig, type Config } from './config.js';
-import { openDatabase, startServer, type Role } from './server.js';
-import { AuthService } from './modules/auth/service.js';
-import { PasswordHasher } from './modules/auth/passwords.js';
-import { TokenService } from './modules/auth/tokens.js';
-import { SystemClock } from './clock.js';
-import { ledgerCheck } from './modules/billing/ledger-check.js';
+import type { Config } from './config.js';
+import type { Role } from './server.js';
+// The server's modules are imported when a server command runs, so that the
+// client commands start fast.
+import { clientUsage, findCommand, runCli } from './cli/index.js';
+
+let ConfigErrorClass: (new (...args: never[]) => Error) | undefined;
 
 const USAGE = `gpucloud: rent GPU virtual machines
 
-Usage:
+Server commands:
   gpucloud serve [--role api|worker|all]   Start the API and/or the background jobs (default: all)
   gpucloud migrate                         Apply database migrations and exit
   gpucloud admin create-user --email E [--password P] [--name N] [--admin]
@@ -22,7 +23,17 @@ Usage:
   gpucloud admin ledger-check              Verify every balance and reservation against the ledger;
                                            exits 1 naming each account that is off
 
-Configuration comes from environment variables (PORT, HOST, DATABASE_URL, GPUCLOUD_*);
+Client commands (every one takes --json, --api-url, --api-key and --help):
+${clientUsage()}
+
+The client reads GPUCLOUD_API_URL (default http://127.0.0.1:8080) and GPUCLOUD_API_KEY,
+--api-url / --api-key, and the saved login in $XDG_CONFIG_HOME/gpucloud/config.json.
+Exit codes: 0 success, 1 the API refused (its detail on stderr), 2 bad usage.
+  gpucloud login --email me@example.com
+  gpucloud search --gpu 4090
+  gpucloud vm create --node vm01 --gpu 4090 --ssh-key ID --wait
+
+Server configuration comes from environment variables (PORT, HOST, DATABASE_URL, GPUCLOUD_*);
 see the README. Examples:
   gpucloud serve
   DATABASE_URL=postgres://localhost/gpucloud GPUCLOUD_JWT_SECRET=... gpucloud serve --role api
@@ -31,8 +42,14 @@ see the README. Examples:
 
 class UsageError extends Error {}
 
-function config(): Config {
+async function config(): Promise<Config> {
+  const { ConfigError, loadConfig } = await import('./config.js');
+  ConfigErrorClass = ConfigError;
   return loadConfig(process.env);
+}
+
+async function openDatabase(cfg: Config) {
+  return (await import('./server.js')).openDatabase(cfg);
 }
 
 async function readPassword(prompt: string): Promise<string> {
@@ -57,7 +74,8 @@ async function serve(args: string[]): Promise<void> {
   const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' } }, strict: true });
   const role = values.role as Role;
   if (!['api', 'worker', 'all'].includes(role)) throw new UsageError(`--role must be api, worker or all, got "${role}"`);
-  const cfg = config();
+  const cfg = await config();
+  const { startServer } = await import('./server.js');
   const server = await startServer(cfg, role);
   const lines = ['', 'gpucloud is running'];
   if (server.url) {
@@ -88,14 +106,15 @@ async function serve(args: string[]): Promise<void> {
 }
 
 async function migrateCmd(): Promise<void> {
-  const db = await openDatabase(config());
+  const db = await openDatabase(await config());
   await db.close();
   console.log('Database is up to date');
 }
 
 async function ledgerCheckCmd(): Promise<void> {
-  const db = await openDatabase(config());
+  const db = await openDatabase(await config());
   try {
+    const { ledgerCheck } = await import('./modules/billing/ledger-check.js');
     const problems = await ledgerCheck(db);
     if (problems.length === 0) {
       console.log('Ledger OK: every balance equals the sum of its transactions, every reservation adds up');
@@ -126,8 +145,12 @@ async function adminCmd(args: string[]): Promise<void> {
   if (!values.email) throw new UsageError('--email is required');
   const password = values.password ?? (await readPassword('Password (12+ characters): '));
   if (password.length < 12) throw new UsageError('the password must be at least 12 characters');
-  const cfg = config();
+  const cfg = await config();
   const db = await openDatabase(cfg);
+  const { AuthService } = await import('./modules/auth/service.js');
+  const { PasswordHasher } = await import('./modules/auth/passwords.js');
+  const { TokenService } = await import('./modules/auth/tokens.js');
+  const { SystemClock } = await import('./clock.js');
   try {
     const clock = new SystemClock();
     const auth = new AuthService(db, clock, new PasswordHasher(1), new TokenService('unused-for-user-creation-'.padEnd(32, 'x'), clock));
@@ -140,6 +163,11 @@ async function adminCmd(args: string[]): Promise<void> {
 
 async function main(argv: string[]): Promise<void> {
   const [cmd, ...rest] = argv;
+  const local = cmd === 'admin' && (rest[0] === 'create-user' || rest[0] === 'ledger-check');
+  if (!local && findCommand(argv)) {
+    process.exitCode = await runCli(argv);
+    return;
+  }
   switch (cmd) {
     case 'serve':
       return serve(rest);
@@ -159,7 +187,7 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof ConfigError) {
+  if (ConfigErrorClass && err instanceof ConfigErrorClass) {
     console.error(`Configuration error: ${err.message}`);
     process.exit(2);
   }

@@ -1,0 +1,412 @@
+/**
+ * The client commands of `gpucloud` (issue #5, CONTRACT D48) run as a child
+ * process against a real server listening on a port: login (password, 2FA by
+ * flag and by stdin, API key), the saved config (mode 0600) and its rotated
+ * tokens, --json printing the API's body, exit codes 1 (refused, with the
+ * server's detail on stderr) and 2 (bad usage), and the journey
+ * login -> ssh-keys add -> search -> vm create --wait -> vm show -> vm ssh
+ * --dry-run -> vm destroy --yes.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
+import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
+import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
+import { runCli } from '../../src/cli/index.js';
+import { COMMANDS } from '../../src/cli/commands.js';
+import { configPath, writeConfig } from '../../src/cli/config.js';
+
+const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+describe('gpucloud client commands', () => {
+  let t: TestApp;
+  let baseUrl: string;
+  let admin: TestUser;
+  let node: string;
+  const dirs: string[] = [];
+  const freshHome = () => {
+    const d = mkdtempSync(join(tmpdir(), 'gpucloud-cli-client-'));
+    dirs.push(d);
+    return d;
+  };
+
+  before(async () => {
+    t = await buildTestApp('pglite');
+    await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const addr = t.app.server.address();
+    assert.ok(addr && typeof addr === 'object');
+    baseUrl = `http://127.0.0.1:${addr.port}`;
+    admin = await createUser(t, { admin: true });
+    node = (await createNode(t, admin.token, { gpu_type: '4090', gpu_count: 8 })).node;
+    await createNode(t, admin.token, { gpu_type: '5090', gpu_count: 4 });
+  });
+  after(async () => {
+    await t?.close();
+    cleanupKeys();
+    dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
+  });
+
+  /**
+   * Runs `gpucloud ARGS` (never spawnSync: the server answers from this process).
+   * `during` is called every 100 ms while it runs (to advance the manual clock).
+   */
+  function cli(home: string, args: string[], opts: { input?: string; env?: Record<string, string>; during?: () => Promise<unknown> } = {}): Promise<Run> {
+    const env: NodeJS.ProcessEnv = { ...process.env, XDG_CONFIG_HOME: home, GPUCLOUD_API_URL: baseUrl, GPUCLOUD_POLL_MS: '50', ...opts.env };
+    delete env.GPUCLOUD_API_KEY;
+    if (opts.env?.GPUCLOUD_API_KEY) env.GPUCLOUD_API_KEY = opts.env.GPUCLOUD_API_KEY;
+    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.stdin.end(opts.input ?? '');
+    let done = false;
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => ((done = true), resolve(code))));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+    return (async () => {
+      if (opts.during) {
+        while (!done) {
+          await opts.during();
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      const code = await exited;
+      clearTimeout(timer);
+      return { code, stdout, stderr };
+    })();
+  }
+
+  const ok = (r: Run) => assert.equal(r.code, 0, `exit ${r.code}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`);
+  const json = (r: Run) => {
+    ok(r);
+    return JSON.parse(r.stdout) as any;
+  };
+
+  async function newUser(balance = 100): Promise<TestUser> {
+    const u = await createUser(t);
+    if (balance) {
+      // A fresh admin token: other tests move the manual clock past its expiry.
+      const login = await t.req('POST', '/auth/login', { body: { email: admin.email, password: admin.password } });
+      await credit(t, login.body.access_token, u.id, balance);
+    }
+    return u;
+  }
+
+  /** A config dir holding the session of u, as `login` saves it (login itself is tested in the journey and 2FA tests). */
+  async function loggedIn(u: TestUser): Promise<string> {
+    const home = freshHome();
+    const login = await t.req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+    assert.equal(login.status, 200, login.text);
+    writeConfig(configPath({ XDG_CONFIG_HOME: home }), { api_url: baseUrl, email: u.email, access_token: login.body.access_token, refresh_token: login.body.refresh_token });
+    return home;
+  }
+
+  test('journey: login, ssh-keys add, search, vm create --wait, show, ssh --dry-run, destroy', async () => {
+    const u = await newUser();
+    const home = freshHome();
+    const login = await cli(home, ['login', '--email', u.email, '--password', u.password]);
+    ok(login);
+    assert.match(login.stdout, new RegExp(`Logged in as ${u.email.replace(/[.+]/g, '\\$&')}`));
+    const cfgFile = join(home, 'gpucloud', 'config.json');
+    assert.equal(statSync(cfgFile).mode & 0o777, 0o600);
+    assert.equal(statSync(join(home, 'gpucloud')).mode & 0o777, 0o700);
+    const saved = JSON.parse(readFileSync(cfgFile, 'utf8'));
+    assert.equal(typeof saved.refresh_token, 'string');
+    assert.equal(saved.api_url, baseUrl);
+
+    const me = json(await cli(home, ['whoami', '--json']));
+    assert.equal(me.email, u.email);
+    assert.equal(me.id, u.id);
+
+    // A real key made by ssh-keygen, uploaded from its file.
+    const key = generateKey('ed25519', { comment: 'cli@laptop' });
+    const pub = join(home, 'id_ed25519.pub');
+    writeFileSync(pub, key.line);
+    const added = json(await cli(home, ['ssh-keys', 'add', pub, '--json']));
+    assert.equal(added.fingerprint, key.fingerprint);
+    const keys = await cli(home, ['ssh-keys', 'list']);
+    ok(keys);
+    assert.match(keys.stdout, /^ID\s+LABEL\s+TYPE\s+FINGERPRINT/);
+    assert.ok(keys.stdout.includes(key.fingerprint));
+
+    // search: --json is the API's array; the table is sorted by price.
+    const offers = json(await cli(home, ['search', '--json']));
+    const direct = (await (await fetch(`${baseUrl}/search`)).json()) as unknown[];
+    assert.deepEqual(offers, direct);
+    const only4090 = json(await cli(home, ['search', '--gpu', '4090', '--min-gpus', '2', '--json']));
+    assert.ok(only4090.length > 0 && only4090.every((o: { gpu_type: string }) => o.gpu_type === '4090'));
+    const tableRun = await cli(home, ['search']);
+    ok(tableRun);
+    const lines = tableRun.stdout.trim().split('\n');
+    assert.match(lines[0]!, /^NODE\s+GPU\s+GPUS/);
+    const prices = lines.slice(1).map((l) => Number(/\$(\d+\.\d+)\s+\S+$/.exec(l)![1]));
+    assert.deepEqual(prices, [...prices].sort((a, b) => a - b));
+    // Columns are aligned: every row's GPU column starts where the header's does.
+    const gpuCol = lines[0]!.indexOf('GPU');
+    for (const l of lines.slice(1)) assert.match(l.slice(gpuCol), /^(4090|5090|pro6000)/);
+
+    // vm create --wait: the test advances the manual clock while the command polls.
+    const created = await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--template', 'ubuntu-24.04', '--ssh-key', added.id, '--label', 'cli-test', '--wait', '--json'], {
+      during: () => t.services.clock.advance(0),
+    });
+    const vm = json(created);
+    assert.equal(vm.status, 'running');
+    assert.equal(vm.template_vmid, 101);
+    assert.equal(vm.storage_gb, 50);
+    assert.equal(vm.gpu_count, 1);
+    assert.equal(vm.instance_label, 'cli-test');
+    assert.match(created.stderr, /running/);
+
+    // show by vmid and by id.
+    const byVmid = json(await cli(home, ['vm', 'show', String(vm.vmid), '--json']));
+    assert.equal(byVmid.id, vm.id);
+    const show = await cli(home, ['vm', 'show', vm.id]);
+    ok(show);
+    assert.match(show.stdout, /Status:\s+running/);
+    const list = json(await cli(home, ['vm', 'list', '--json']));
+    assert.deepEqual(list.map((v: { id: string }) => v.id), [vm.id]);
+
+    const ssh = await cli(home, ['vm', 'ssh', String(vm.vmid), '--dry-run']);
+    ok(ssh);
+    const info = (await t.req('GET', `/vms/${vm.id}/access-info`, { token: u.token })).body;
+    assert.equal(ssh.stdout.trim(), `ssh -p ${info.ssh.port} ${info.ssh.username}@${info.ssh.host}`);
+
+    // destroy asks; "n" on stdin aborts, --yes does not ask.
+    const no = await cli(home, ['vm', 'destroy', String(vm.vmid)], { input: 'n\n' });
+    assert.equal(no.code, 1);
+    assert.equal((await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body.status, 'running');
+    const destroyed = json(await cli(home, ['vm', 'destroy', String(vm.vmid), '--yes', '--json']));
+    assert.equal(typeof destroyed.message, 'string');
+    assert.notEqual((await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body.status, 'running');
+
+    const out = await cli(home, ['logout']);
+    ok(out);
+    const after = await cli(home, ['whoami']);
+    assert.equal(after.code, 1);
+    assert.match(after.stderr, /gpucloud login/);
+  });
+
+  test('vm create then vm wait; billing balance --json is the API body', async () => {
+    const u = await newUser(50);
+    const home = await loggedIn(u);
+    const vm = json(await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--template', '100', '--disk', '80', '--password', 'a-long-vm-password-1', '--json']));
+    assert.equal(vm.storage_gb, 80);
+    assert.equal(vm.template_vmid, 100);
+    await t.services.clock.advance(0);
+    const waited = json(await cli(home, ['vm', 'wait', vm.id, '--json']));
+    assert.equal(waited.status, 'running');
+    const bal = json(await cli(home, ['billing', 'balance', '--json']));
+    assert.deepEqual(bal, (await t.req('GET', '/billing/balance', { token: u.token })).body);
+    const tx = json(await cli(home, ['billing', 'transactions', '--json']));
+    assert.ok(Array.isArray(tx) && tx.length >= 1);
+    json(await cli(home, ['vm', 'destroy', vm.id, '--yes', '--json']));
+  });
+
+  test('exit 1 with the server detail on stderr when the API refuses', async () => {
+    const u = await newUser(0);
+    const home = await loggedIn(u);
+    const missing = '00000000-0000-4000-8000-000000000000';
+    const direct = await t.req('GET', `/vms/${missing}`, { token: u.token });
+    assert.equal(direct.status, 404);
+    const r = await cli(home, ['vm', 'show', missing]);
+    assert.equal(r.code, 1);
+    assert.ok(r.stderr.includes(direct.body.detail), r.stderr);
+    assert.equal(r.stdout, '');
+    // A user without credit cannot rent: the server's refusal, exit 1.
+    const poor = await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--password', 'a-long-vm-password-1']);
+    assert.equal(poor.code, 1, poor.stderr);
+    assert.match(poor.stderr, /^Error: /);
+    // Not an admin.
+    const adm = await cli(home, ['admin', 'nodes']);
+    assert.equal(adm.code, 1);
+    // A wrong password.
+    const bad = await cli(freshHome(), ['login', '--email', u.email, '--password', 'wrong-password-123']);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /Error: /);
+  });
+
+  test('exit 2 for bad usage; --help on every command with an example', async () => {
+    const home = freshHome();
+    // Through the real process: the exit code and stderr.
+    const r = await cli(home, ['vm', 'create', '--node', 'x', '--gpu', '4090', '--count', '3']);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /--count must be 1, 2, 4 or 8/);
+    assert.equal((await cli(home, ['nonsense'])).code, 2);
+    // The rest in-process (runCli answers the exit code the process exits with).
+    const env = { XDG_CONFIG_HOME: home, GPUCLOUD_API_URL: baseUrl };
+    for (const args of [
+      ['vm', 'create', '--gpu', '4090'],
+      ['vm', 'create', '--node', 'x', '--gpu', 'h100'],
+      ['vm', 'create', '--node', 'x', '--gpu', '4090', '--template', 'windows'],
+      ['vm', 'create', '--node', 'x', '--gpu', '4090', '--reserved', '2'],
+      ['vm', 'show'],
+      ['vm', 'show', '1', '--bogus'],
+      ['vm', 'auto-restart', '1', 'maybe'],
+      ['search', '--min-gpus', 'two'],
+      ['vm', 'nonsense'],
+      ['keys', 'create'],
+      ['admin', 'credit', 'bob', '5'],
+    ]) {
+      const err: string[] = [];
+      const code = await runCli(args, env, { out: () => {}, err: (s) => err.push(s) });
+      assert.equal(code, 2, `${args.join(' ')}: ${code} ${err.join('\n')}`);
+      assert.notEqual(err.join(''), '');
+    }
+    const login = await cli(home, ['login']); // no terminal: --email is required
+    assert.equal(login.code, 2);
+    const help = await cli(home, ['--help']);
+    ok(help);
+    for (const c of ['serve', 'migrate', 'admin create-user', 'admin ledger-check', 'login', 'logout', 'whoami', 'search', 'pricing', 'ssh-keys add', 'keys create', 'vm create', 'vm ssh', 'billing usage', 'reservations quote', 'admin credit']) {
+      assert.ok(help.stdout.includes(`gpucloud ${c}`), c);
+    }
+    const vmHelp = await cli(home, ['vm', 'create', '--help']);
+    ok(vmHelp);
+    assert.match(vmHelp.stdout, /Example/);
+    for (const c of COMMANDS) {
+      const out: string[] = [];
+      assert.equal(await runCli([...c.path.split(' '), '--help'], {}, { out: (s) => out.push(s), err: () => {} }), 0, c.path);
+      assert.match(out.join('\n'), /Example/, c.path);
+      assert.ok(out.join('\n').includes(`gpucloud ${c.path}`), c.path);
+    }
+  });
+
+  test('2FA login with the code by flag and on stdin', async () => {
+    const u = await newUser(0);
+    const setup = await t.req('POST', '/auth/2fa/setup', { token: u.token });
+    const secret: string = setup.body.secret;
+    const code = () => totpAt(secret, stepAt(t.clock.nowMs()));
+    assert.equal((await t.req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code() } })).status, 200);
+    await t.services.clock.advance(30);
+
+    const h1 = freshHome();
+    const byFlag = await cli(h1, ['login', '--email', u.email, '--password', u.password, '--code', code()]);
+    ok(byFlag);
+    assert.equal(json(await cli(h1, ['whoami', '--json'])).two_factor_enabled, true);
+
+    await t.services.clock.advance(30); // a code is good once
+    const h2 = freshHome();
+    const byStdin = await cli(h2, ['login', '--email', u.email, '--password', u.password], { input: `${code()}\n` });
+    ok(byStdin);
+    assert.equal(json(await cli(h2, ['whoami', '--json'])).email, u.email);
+
+    await t.services.clock.advance(30);
+    const wrong = await cli(freshHome(), ['login', '--email', u.email, '--password', u.password, '--code', '000000']);
+    assert.equal(wrong.code, 1);
+    const none = await cli(freshHome(), ['login', '--email', u.email, '--password', u.password]);
+    assert.equal(none.code, 2);
+  });
+
+  test('rotated tokens are saved back; API keys by login, env and flag', async () => {
+    const u = await newUser(0);
+    const home = await loggedIn(u);
+    const file = join(home, 'gpucloud', 'config.json');
+    const before = JSON.parse(readFileSync(file, 'utf8'));
+    await t.services.clock.advance(3601); // the access token expires
+    ok(await cli(home, ['whoami']));
+    const rotated = JSON.parse(readFileSync(file, 'utf8'));
+    assert.notEqual(rotated.refresh_token, before.refresh_token);
+    assert.equal(statSync(file).mode & 0o777, 0o600);
+    ok(await cli(home, ['whoami'])); // the saved pair works on the next run
+
+    const created = json(await cli(home, ['keys', 'create', '--name', 'ci', '--json']));
+    assert.match(created.key, /^gpc_/);
+    t.forbidSecret(created.key);
+    const listed = json(await cli(home, ['keys', 'list', '--json']));
+    assert.ok(listed.some((k: { id: string }) => k.id === created.id));
+
+    const empty = freshHome();
+    assert.equal(json(await cli(empty, ['whoami', '--json'], { env: { GPUCLOUD_API_KEY: created.key } })).email, u.email);
+    assert.equal(json(await cli(empty, ['whoami', '--json', '--api-key', created.key])).email, u.email);
+    const keyHome = freshHome();
+    ok(await cli(keyHome, ['login', '--api-key', created.key]));
+    assert.equal(JSON.parse(readFileSync(join(keyHome, 'gpucloud', 'config.json'), 'utf8')).api_key, created.key);
+    assert.equal(json(await cli(keyHome, ['whoami', '--json'])).email, u.email);
+
+    ok(await cli(home, ['keys', 'revoke', created.id]));
+    const revoked = await cli(keyHome, ['whoami']);
+    assert.equal(revoked.code, 1);
+  });
+
+  test('pricing, reservations quote, admin commands', async () => {
+    const home = await loggedIn(admin);
+    const pricing = json(await cli(home, ['pricing', '--json']));
+    assert.deepEqual(pricing, (await t.req('GET', '/pricing')).body);
+    const quote = json(await cli(home, ['reservations', 'quote', '--gpu', '4090', '--months', '3', '--json']));
+    assert.equal(quote.reservation_months, 3);
+    const nodes = json(await cli(home, ['admin', 'nodes', '--json']));
+    assert.ok(nodes.some((n: { node: string }) => n.node === node));
+    const u = await newUser(0);
+    const tx = json(await cli(home, ['admin', 'credit', String(u.id), '12.5', '--json']));
+    assert.equal(tx.amount, 12.5);
+    const users = json(await cli(home, ['admin', 'users', '--email', u.email, '--json']));
+    assert.equal(users[0].email, u.email);
+    const table = await cli(home, ['admin', 'pricing']);
+    ok(table);
+    assert.match(table.stdout, /^GPU\s+\$\/GPU\/H/);
+  });
+
+  test('vm lifecycle: stop, start, label, auto-restart, interruptions, list table', async () => {
+    const u = await newUser(100);
+    const home = await loggedIn(u);
+    const vm = json(await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--interruptible', '--password', 'a-long-vm-password-1', '--wait', '--json'], { during: () => t.services.clock.advance(0) }));
+    assert.equal(vm.rental_type, 'interruptible');
+    ok(await cli(home, ['vm', 'label', String(vm.vmid), 'renamed']));
+    ok(await cli(home, ['vm', 'auto-restart', vm.id, 'on']));
+    let now = (await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body;
+    assert.equal(now.instance_label, 'renamed');
+    assert.equal(now.auto_restart, true);
+    assert.deepEqual(json(await cli(home, ['vm', 'interruptions', vm.id, '--json'])), []);
+    ok(await cli(home, ['vm', 'stop', vm.id]));
+    await t.services.clock.advance(0);
+    assert.equal(json(await cli(home, ['vm', 'wait', vm.id, '--status', 'stopped', '--json'])).status, 'stopped');
+    ok(await cli(home, ['vm', 'start', vm.id]));
+    await t.services.clock.advance(0);
+    const list = await cli(home, ['vm', 'list']);
+    ok(list);
+    assert.match(list.stdout, /^ID\s+VMID\s+LABEL\s+STATUS/);
+    assert.ok(list.stdout.includes('renamed'));
+    // Without --yes and without an answer on stdin: bad usage, nothing destroyed.
+    const noAnswer = await cli(home, ['vm', 'destroy', vm.id]);
+    assert.equal(noAnswer.code, 2, noAnswer.stderr);
+    now = (await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body;
+    assert.notEqual(now.status, 'destroyed');
+    ok(await cli(home, ['vm', 'destroy', vm.id], { input: 'y\n' }));
+  });
+
+  test('vm create --reserved shows the quote and asks; reservations list and cancel', async () => {
+    const u = await newUser(5000);
+    const home = await loggedIn(u);
+    const args = ['vm', 'create', '--node', node, '--gpu', '4090', '--reserved', '1', '--password', 'a-long-vm-password-1'];
+    const declined = await cli(home, args, { input: 'n\n' });
+    assert.equal(declined.code, 1);
+    assert.match(declined.stderr, /Deposit now:\s+\$\d/);
+    assert.deepEqual((await t.req('GET', '/vms', { token: u.token })).body, []);
+    const vm = json(await cli(home, [...args, '--yes', '--json']));
+    assert.equal(vm.rental_type, 'reserved');
+    const reservations = json(await cli(home, ['reservations', 'list', '--json']));
+    assert.equal(reservations.length, 1);
+    assert.equal(reservations[0].vm_id, vm.id);
+    const cancelled = json(await cli(home, ['reservations', 'cancel', reservations[0].id, '--yes', '--json']));
+    assert.equal(cancelled.status, 'cancelled');
+  });
+
+  test('logout revokes the saved session on the server', async () => {
+    const u = await newUser(0);
+    const home = await loggedIn(u);
+    const saved = JSON.parse(readFileSync(join(home, 'gpucloud', 'config.json'), 'utf8'));
+    ok(await cli(home, ['logout']));
+    const refresh = await t.req('POST', '/auth/refresh', { body: { refresh_token: saved.refresh_token } });
+    assert.equal(refresh.status, 401);
+  });
+});

@@ -109,9 +109,10 @@ export class Meter {
     // Reserved VMs draw on their prepaid reservation first (D32, D37).
     let fromReservation = 0;
     if (vm.reservation_id && c.total > 0) {
+      // Only periods inside the term draw on it (closeUpTo splits a period at end_at).
       const r = await tx.query<{ remaining_micros: number }>(
-        `SELECT remaining_micros FROM reservations WHERE id = $1 AND status = 'active' FOR UPDATE`,
-        [vm.reservation_id],
+        `SELECT remaining_micros FROM reservations WHERE id = $1 AND status = 'active' AND end_at >= $2 FOR UPDATE`,
+        [vm.reservation_id, new Date(endMs)],
       );
       const remaining = r.rows[0]?.remaining_micros ?? 0;
       fromReservation = Math.min(remaining, c.total);
@@ -165,7 +166,17 @@ export class Meter {
   private async closeUpTo(tx: Queryable, vm: MeteredVm, endMs: number, gpuRunning: boolean, closeAtEnd: boolean): Promise<MeteredVm> {
     if (!vm.billed_until) return vm;
     let cur = vm;
-    for (const b of boundariesBetween(vm.billed_until.getTime(), endMs, this.intervalMs)) cur = await this.closePeriod(tx, cur, b, gpuRunning);
+    const cuts = boundariesBetween(vm.billed_until.getTime(), endMs, this.intervalMs);
+    if (vm.reservation_id) {
+      // The end of a reservation's term also closes a period: what follows is not drawn from it (D39).
+      const r = await tx.query<{ end_at: Date }>(`SELECT end_at FROM reservations WHERE id = $1 AND status = 'active'`, [vm.reservation_id]);
+      const end = r.rows[0]?.end_at.getTime();
+      if (end !== undefined && end > vm.billed_until.getTime() && end < endMs && !cuts.includes(end)) {
+        cuts.push(end);
+        cuts.sort((a, b) => a - b);
+      }
+    }
+    for (const b of cuts) cur = await this.closePeriod(tx, cur, b, gpuRunning);
     if (closeAtEnd) cur = await this.closePeriod(tx, cur, endMs, gpuRunning);
     return cur;
   }

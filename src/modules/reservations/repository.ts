@@ -47,6 +47,11 @@ export async function findReservation(q: Queryable, id: string, userId: number |
   return (await q.query<ReservationRow>(`SELECT * FROM reservations WHERE id = $1${owner}${forUpdate ? ' FOR UPDATE' : ''}`, params)).rows[0];
 }
 
+/** Locks the reservation's VM row: reservations take the VM's lock before their own, as the meter does. */
+export async function lockVm(q: Queryable, vmId: string): Promise<void> {
+  await q.query('SELECT 1 FROM vms WHERE id = $1 FOR UPDATE', [vmId]);
+}
+
 export async function listReservations(q: Queryable, userId: number, limit: number, offset: number) {
   const rows = await q.query<ReservationRow>('SELECT * FROM reservations WHERE user_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3', [userId, limit, offset]);
   const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM reservations WHERE user_id = $1', [userId]);
@@ -62,8 +67,8 @@ export async function updateReservation(q: Queryable, id: string, patch: Partial
   return r.rows[0]!;
 }
 
-export async function dueEnds(q: Queryable, now: Date, limit: number): Promise<{ id: string }[]> {
-  return (await q.query<{ id: string }>(`SELECT id FROM reservations WHERE status = 'active' AND end_at <= $1 ORDER BY end_at, seq LIMIT $2`, [now, limit])).rows;
+export async function dueEnds(q: Queryable, now: Date, limit: number): Promise<{ id: string; vm_id: string }[]> {
+  return (await q.query<{ id: string; vm_id: string }>(`SELECT id, vm_id FROM reservations WHERE status = 'active' AND end_at <= $1 ORDER BY end_at, seq LIMIT $2`, [now, limit])).rows;
 }
 
 /** Reservations whose remaining balance is not deposit - draws - refund - fee (ledger check). */

@@ -170,15 +170,25 @@ export class ReservationService {
     return { items: r.rows.map(toReservationRecord), total: r.total };
   }
 
-  /** D38: 25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand. */
+  /**
+   * D38: 25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand.
+   * Rows are locked in the meter's order (the VM, then the reservation, then the user's
+   * balance through the ledger), so a cancel racing a metering close, a stop or a destroy of
+   * the same VM waits instead of deadlocking.
+   */
   async cancel(userId: number, id: string): Promise<ReservationRecord> {
     if (!UUID_RE.test(id)) throw notFound('Reservation');
-    return this.db.transaction(async (tx) => {
-      await ledger.lockBalance(tx, userId);
-      const before = await repo.findReservation(tx, id, userId, true);
-      if (!before) throw notFound('Reservation');
+    const outcome = await this.db.transaction(async (tx) => {
+      const found = await repo.findReservation(tx, id, userId);
+      if (!found) throw notFound('Reservation');
+      await repo.lockVm(tx, found.vm_id);
+      const before = (await repo.findReservation(tx, id, userId, true))!;
       if (before.status !== 'active') throw invalidState(`Cannot cancel a reservation that is ${before.status}`);
       const now = this.clock.now();
+      if (before.end_at.getTime() <= now.getTime()) {
+        // The term is over but the end job has not run yet: end it now (D39, nothing refunded) and refuse.
+        return { ended: await this.endLocked(tx, before) };
+      }
       // Usage up to now is still drawn from the reservation at the reserved rate.
       await this.meter.closeAt(tx, before.vm_id, now);
       const r = (await repo.findReservation(tx, id, userId, true))!;
@@ -204,8 +214,10 @@ export class ReservationService {
         remaining_micros: 0,
       });
       await this.convert(tx, r.vm_id, now);
-      return toReservationRecord(after);
+      return { record: toReservationRecord(after) };
     });
+    if ('ended' in outcome) throw invalidState(`Cannot cancel a reservation that is ${outcome.ended}: its term is over`);
+    return outcome.record;
   }
 
   /** D38: a reserved VM that ends `failed` has its reservation cancelled without fee, the whole deposit refunded. */
@@ -227,18 +239,26 @@ export class ReservationService {
   /** D39: active reservations at their end: converted_to_on_demand (VM alive) or completed. Returns how many ended. */
   async endDue(now: Date): Promise<number> {
     let ended = 0;
-    for (const { id } of await repo.dueEnds(this.db, now, 100)) {
+    for (const { id, vm_id } of await repo.dueEnds(this.db, now, 100)) {
       ended += await this.db.transaction(async (tx) => {
+        await repo.lockVm(tx, vm_id); // the meter's lock order: VM, reservation, balance
         const r = await repo.findReservation(tx, id, null, true);
         if (!r || r.status !== 'active' || r.end_at.getTime() > now.getTime()) return 0;
-        // Usage until the end of the term draws on the reservation; after it, on-demand.
-        await this.meter.closeAt(tx, r.vm_id, r.end_at);
-        const alive = await this.convert(tx, r.vm_id, r.end_at);
-        await repo.updateReservation(tx, r.id, { status: alive ? 'converted_to_on_demand' : 'completed', ended_at: r.end_at });
+        await this.endLocked(tx, r);
         return 1;
       });
     }
     return ended;
+  }
+
+  /** Ends an active reservation whose term is over (its VM and row locked by the caller). */
+  private async endLocked(tx: Queryable, r: ReservationRow): Promise<'converted_to_on_demand' | 'completed'> {
+    // Usage until the end of the term draws on the reservation; after it, on-demand.
+    await this.meter.closeAt(tx, r.vm_id, r.end_at);
+    const alive = await this.convert(tx, r.vm_id, r.end_at);
+    const status = alive ? 'converted_to_on_demand' : 'completed';
+    await repo.updateReservation(tx, r.id, { status, ended_at: r.end_at });
+    return status;
   }
 
   async problems() {

@@ -674,11 +674,16 @@ export class VmService {
     let restarted = 0;
     for (const c of candidates) {
       const ok = await this.db.transaction(async (tx) => {
-        const node = await this.inventory.lockNode(tx, c.node);
+        // Same lock order as start(): the user's balance, then the VM, then the node.
+        const balance = await ledger.lockBalance(tx, c.user_id);
         const vm = await repo.findVm(tx, { id: c.id }, null, true);
+        const node = await this.inventory.lockNode(tx, c.node);
         if (!node || node.status !== 'active' || !vm || vm.status !== 'interrupted' || !vm.auto_restart) return false;
         const usage = await this.inventory.usage(tx, vm.node);
         if (node.gpu_count - usage.held < vm.gpu_count) return false;
+        // D33 and D22: an automatic restart needs the money a manual start would (an out-of-credit user stays interrupted).
+        const mine = await repo.userVmsForLimits(tx, vm.user_id);
+        if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id)) return false;
         const now = this.clock.now();
         await this.applyTransition(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null });
         return true;

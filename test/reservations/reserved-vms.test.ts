@@ -1,0 +1,411 @@
+/**
+ * Reserved VMs (CONTRACT D37) and cancellation (D38): the deposit taken with
+ * the VM in one transaction, the reservation record, the balance check on the
+ * deposit (D22), the list (D3), usage drawing the prepaid balance down instead
+ * of the credit balance (D32), and DELETE /reservations/{id}: 25 % fee
+ * (half-up to the micro-unit), 75 % refunded with a `refund` transaction, the
+ * VM going on as on-demand. Time moves only through the manual clock (D43);
+ * the callers use API keys, which do not expire with service time.
+ */
+import { before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
+
+const HOUR_MS = 3_600_000;
+const micros = (x: number) => Math.round(x * 1e6);
+/** round_half_up(a * b / c) on integers, the service's rounding (D7, D32). */
+const mulDiv = (a: number, b: number, c: number) => Number((BigInt(a) * BigInt(b) * 2n + BigInt(c)) / (2n * BigInt(c)));
+
+interface Caller {
+  id: number;
+  key: string;
+}
+
+describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
+  let adminKey: string;
+  let node: string; // 4090 x 8
+  let proNode: string; // pro6000 x 8
+
+  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
+  const ok = (r: Res, status = 200) => {
+    assert.equal(r.status, status, r.text);
+    return r.body;
+  };
+  const advance = async (seconds: number) => ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
+  const nowMs = async () => Date.parse(ok(await req('GET', '/admin/clock', { token: adminKey })).now);
+  /** Moves the clock to the next top of the hour (billing periods close there, D32). */
+  const toNextHour = async () => {
+    const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
+    if (s > 0) await advance(s);
+  };
+  const newCaller = async (amount: number): Promise<Caller> => {
+    const u = await createUser(t());
+    if (amount > 0) await credit(t(), adminKey, u.id, amount);
+    await uploadSshKey(t(), u.token);
+    return { id: u.id, key: await createApiKey(t(), u.token, 'read_write', 'reserved-tests') };
+  };
+  const reserved = (c: Caller, over: Record<string, unknown> = {}) =>
+    req('POST', '/vms', {
+      token: c.key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100, rental_type: 'reserved', reservation_months: 1, ...over },
+    });
+  const balance = async (c: Caller) => micros(ok(await req('GET', '/billing/balance', { token: c.key })).balance);
+  const txs = async (c: Caller) => ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
+  const reservations = async (c: Caller) => ok(await req('GET', '/reservations', { token: c.key })) as any[];
+  const reservation = async (c: Caller, id: string) => {
+    const r = (await reservations(c)).find((x) => x.id === id);
+    assert.ok(r, `reservation ${id} is listed`);
+    return r;
+  };
+  const vm = async (c: Caller, id: string) => ok(await req('GET', `/vms/${id}`, { token: c.key }));
+
+  before(async () => {
+    const admin = await createUser(t(), { admin: true });
+    adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin-tests');
+    node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 })).node;
+    proNode = (await createNode(t(), adminKey, { gpu_type: 'pro6000', gpu_count: 8 })).node;
+  });
+
+  describe('creation (D37)', () => {
+    test('the deposit, the reservation and the VM are made together', async () => {
+      const c = await newCaller(2000);
+      const body = { gpu_type: '4090', gpu_count: 2, storage_gb: 100, reservation_months: 3 };
+      const quote = ok(await req('POST', '/reservations/calculate', { token: c.key, body }));
+      // 2 x 0.44 x 0.80 = 0.704, + 100 x 0.0002 = 0.02 -> 0.724/h; x 730 x 3 = 1585.56
+      assert.equal(quote.deposit_required, 1585.56);
+      const before = await balance(c);
+      const created = await reserved(c, body);
+      const v = ok(created, 201);
+      assert.equal(v.rental_type, 'reserved');
+      assert.equal(v.status, 'creating');
+      assert.equal(v.gpu_hourly_rate, 0.704, 'D31: gpu_price_hourly x (1 - discount) per GPU');
+      assert.equal(v.storage_hourly_rate, 0.02);
+      assert.equal(v.hourly_rate, 0.724);
+      assert.equal(v.hourly_rate, quote.hourly_rate_after_discount);
+      assert.match(v.reservation_id, /^[0-9a-f-]{36}$/);
+
+      // The deposit transaction: type deposit, negative, the whole commitment.
+      const list = await txs(c);
+      const dep = list[0];
+      assert.equal(dep.type, 'deposit');
+      assert.equal(dep.amount, -1585.56);
+      assert.equal(dep.balance_after, (before - micros(1585.56)) / 1e6);
+      assert.equal(dep.breakdown.reservation_id, v.reservation_id);
+      assert.equal(await balance(c), before - micros(1585.56));
+
+      // The reservation record.
+      const rs = await reservations(c);
+      assert.equal(rs.length, 1);
+      const r = rs[0];
+      assert.equal(r.id, v.reservation_id);
+      assert.equal(r.user_id, c.id);
+      assert.equal(r.vm_id, v.id);
+      assert.equal(r.reservation_months, 3);
+      assert.equal(r.discount_percent, 20);
+      assert.equal(r.deposit_amount, 1585.56);
+      assert.equal(r.remaining_balance, 1585.56);
+      assert.equal(r.status, 'active');
+      assert.equal(r.created_at, v.created_at);
+      assert.equal(Date.parse(r.end_at) - Date.parse(r.created_at), 3 * 730 * HOUR_MS, 'end_at = created_at + months x 730 h');
+      assert.equal(r.cancelled_at, null);
+      assert.equal(r.cancellation_fee, 0);
+      assert.equal(r.refund_amount, 0);
+      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    });
+
+    test('a balance short of the deposit -> 400 insufficient_balance naming required and available; nothing is written', async () => {
+      const c = await newCaller(300);
+      const r = await reserved(c); // 0.416/h x 730 = 303.68 > 300
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.body.code, 'insufficient_balance');
+      assert.match(r.body.detail, /required 303\.68\b/);
+      assert.match(r.body.detail, /available 300(\.00)?\b/);
+      assert.deepEqual(await reservations(c), []);
+      assert.deepEqual((await txs(c)).map((x) => x.type), ['credit']);
+      assert.equal(await balance(c), micros(300));
+      assert.deepEqual(ok(await req('GET', '/vms', { token: c.key })), []);
+      // Exactly the deposit is enough: the reserved VM does not need an hour of on-demand money on top.
+      await credit(t(), adminKey, c.id, 3.68);
+      const v = ok(await reserved(c), 201);
+      assert.equal(await balance(c), 0);
+      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    });
+
+    test('GET /reservations lists newest first with X-Total-Count and paginates (D3)', async () => {
+      const c = await newCaller(2000);
+      const a = ok(await reserved(c), 201);
+      await advance(1);
+      const b = ok(await reserved(c, { reservation_months: 3, storage_gb: 50 }), 201);
+      const r = await req('GET', '/reservations', { token: c.key });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.headers['x-total-count'], '2');
+      assert.deepEqual(r.body.map((x: { vm_id: string }) => x.vm_id), [b.id, a.id]);
+      const p = await req('GET', '/reservations', { token: c.key, query: { limit: 1, offset: 1 } });
+      assert.equal(p.headers['x-total-count'], '2');
+      assert.deepEqual(p.body.map((x: { vm_id: string }) => x.vm_id), [a.id]);
+      assert.equal((await req('GET', '/reservations', { token: c.key, query: { limit: 0 } })).status, 422);
+      // Per user: another caller sees none of them.
+      const other = await newCaller(0);
+      const o = await req('GET', '/reservations', { token: other.key });
+      assert.deepEqual(o.body, []);
+      assert.equal(o.headers['x-total-count'], '0');
+      for (const v of [a, b]) ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    });
+
+    test('Idempotency-Key (D41): a replayed reserved create takes one deposit and makes one reservation', async () => {
+      const c = await newCaller(1000);
+      const body = { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100, rental_type: 'reserved', reservation_months: 1 };
+      const headers = { 'idempotency-key': `reserve-${randomUUID()}` };
+      const a = await req('POST', '/vms', { token: c.key, body, headers });
+      const b = await req('POST', '/vms', { token: c.key, body, headers });
+      assert.equal(a.status, 201, a.text);
+      assert.equal(b.status, 201, b.text);
+      assert.deepEqual(b.body, a.body);
+      assert.equal((await reservations(c)).length, 1);
+      assert.deepEqual((await txs(c)).map((x) => x.type), ['deposit', 'credit']);
+      assert.equal(await balance(c), micros(1000 - 303.68));
+      ok(await req('DELETE', `/vms/${a.body.id}`, { token: c.key }));
+    });
+
+    test('concurrent reserved creates never spend the same money twice (D22)', async () => {
+      const c = await newCaller(500); // one deposit of 303.68 fits, two do not
+      const res = await Promise.all([reserved(c), reserved(c), reserved(c)]);
+      const codes = res.map((r) => r.status).sort();
+      assert.deepEqual(codes, [201, 400, 400], res.map((r) => r.text).join('\n'));
+      for (const r of res.filter((x) => x.status === 400)) assert.equal(r.body.code, 'insufficient_balance');
+      assert.equal((await reservations(c)).length, 1);
+      assert.equal(await balance(c), micros(500 - 303.68));
+      for (const r of res.filter((x) => x.status === 201)) ok(await req('DELETE', `/vms/${r.body.id}`, { token: c.key }));
+    });
+
+    test('a reserved VM preempts interruptible VMs like an on-demand one (D22, D25)', async () => {
+      const small = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
+      const spot = await newCaller(100);
+      const ids: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        ids.push(ok(await req('POST', '/vms', { token: spot.key, body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' } }), 201).id);
+      }
+      await advance(1);
+      const c = await newCaller(1000);
+      const v = ok(await reserved(c, { node: small, gpu_count: 2 }), 201);
+      for (const id of ids) assert.equal((await vm(spot, id)).status, 'interrupted');
+      const history = ok(await req('GET', `/vms/${ids[0]}/interruption-history`, { token: spot.key }));
+      assert.equal(history[0].preempted_by_vm_id, v.id);
+      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      for (const id of ids) ok(await req('DELETE', `/vms/${id}`, { token: spot.key }));
+    });
+
+    test('scopes (D15): read_only lists reservations, billing_only may only calculate', async () => {
+      const u = await createUser(t());
+      const ro = await createApiKey(t(), u.token, 'read_only');
+      const bo = await createApiKey(t(), u.token, 'billing_only');
+      const list = await req('GET', '/reservations', { token: ro });
+      assert.equal(list.status, 200, list.text);
+      assert.equal(list.headers['cache-control'], 'no-store');
+      const denied = await req('GET', '/reservations', { token: bo });
+      assert.equal(denied.status, 403, denied.text);
+      assert.equal(denied.body.code, 'forbidden');
+      assert.equal((await req('GET', '/reservations')).status, 401);
+      assert.equal((await req('GET', '/reservations', { token: u.token, query: { limit: 101 } })).status, 422);
+      assert.equal((await req('GET', '/reservations', { token: u.token, query: { offset: -1 } })).status, 422);
+    });
+
+    test('usage draws remaining_balance down by exactly the hourly rate per hour, with no charge transactions (D32)', async () => {
+      const c = await newCaller(1000);
+      const v = ok(await reserved(c, { gpu_count: 2, storage_gb: 100, reservation_months: 1 }), 201);
+      const deposit = micros(592.76); // 2 x 0.396 + 0.02 = 0.812/h, x 730
+      await advance(1); // provisioned and running (the simulator takes no time in tests)
+      assert.equal((await vm(c, v.id)).status, 'running');
+      await toNextHour();
+      const r0 = micros((await reservation(c, v.reservation_id)).remaining_balance);
+      assert.ok(r0 < deposit, 'the partial first hour was drawn');
+      const afterDeposit = await balance(c);
+      for (const hours of [1, 3]) {
+        const before = micros((await reservation(c, v.reservation_id)).remaining_balance);
+        await advance(hours * 3600);
+        const after = micros((await reservation(c, v.reservation_id)).remaining_balance);
+        assert.equal(before - after, hours * micros(0.812), `${hours} h draw ${hours} x 0.812`);
+      }
+      // Stopped, a reserved VM draws only its storage rate.
+      ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
+      await advance(1);
+      assert.equal((await vm(c, v.id)).status, 'stopped');
+      await toNextHour();
+      const s0 = micros((await reservation(c, v.reservation_id)).remaining_balance);
+      await advance(2 * 3600);
+      assert.equal(s0 - micros((await reservation(c, v.reservation_id)).remaining_balance), 2 * micros(0.02));
+      // The credit balance never moved and no charge was written.
+      assert.equal(await balance(c), afterDeposit);
+      assert.deepEqual((await txs(c)).map((x) => x.type), ['deposit', 'credit']);
+      // Usage is still reported (D34) although the reservation paid for it.
+      const usage = ok(await req('GET', '/billing/usage', { token: c.key }));
+      assert.equal(micros(usage.total_cost), deposit - micros((await reservation(c, v.reservation_id)).remaining_balance));
+      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    });
+  });
+
+  describe('DELETE /reservations/{id} (D38)', () => {
+    test('25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand at on-demand rates', async () => {
+      const c = await newCaller(1000);
+      const v = ok(await reserved(c), 201); // 4090 x1, 100 GB, 1 month: 0.416/h, deposit 303.68
+      await advance(1);
+      await toNextHour();
+      await advance(5 * 3600);
+      const closed = micros((await reservation(c, v.reservation_id)).remaining_balance);
+      const extraS = 17 * 60 + 13;
+      await advance(extraS);
+      const balanceBefore = await balance(c);
+      // The open period (since the last top of the hour) is drawn first, at the reserved rate.
+      const remaining = closed - mulDiv(micros(0.396), extraS * 1000, HOUR_MS) - mulDiv(micros(0.02), extraS * 1000, HOUR_MS);
+      const fee = mulDiv(remaining, 25, 100);
+      const refund = remaining - fee;
+
+      const res = await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key });
+      const r = ok(res);
+      assert.equal(r.id, v.reservation_id);
+      assert.equal(r.status, 'cancelled');
+      assert.equal(r.cancelled_at, new Date(await nowMs()).toISOString());
+      assert.equal(micros(r.cancellation_fee), fee);
+      assert.equal(micros(r.refund_amount), refund);
+      assert.equal(r.remaining_balance, 0);
+      assert.equal(r.deposit_amount, 303.68);
+      assert.equal(res.headers['cache-control'], 'no-store');
+      assert.deepEqual(await reservation(c, v.reservation_id), r, 'the list shows the same record');
+
+      // The refund transaction carries the fee and the remaining balance.
+      const [tx] = await txs(c);
+      assert.equal(tx.type, 'refund');
+      assert.equal(micros(tx.amount), refund);
+      assert.equal(micros(tx.breakdown.cancellation_fee), fee);
+      assert.equal(micros(tx.breakdown.remaining_balance), remaining);
+      assert.equal(tx.breakdown.reservation_id, v.reservation_id);
+      assert.equal(await balance(c), balanceBefore + refund);
+
+      // The VM goes on, on demand: 0.44 + 0.02 = 0.46 per hour from the credit balance.
+      const after = await vm(c, v.id);
+      assert.equal(after.status, 'running');
+      assert.equal(after.rental_type, 'on_demand');
+      assert.equal(after.gpu_hourly_rate, 0.44);
+      assert.equal(after.storage_hourly_rate, 0.02);
+      assert.equal(after.hourly_rate, 0.46);
+      await toNextHour();
+      const b0 = await balance(c);
+      await advance(3600);
+      assert.equal(b0 - (await balance(c)), micros(0.46), 'a full hour on demand is charged 0.46');
+      const [charge] = await txs(c);
+      assert.equal(charge.type, 'charge');
+      assert.equal(charge.amount, -0.46);
+
+      // Twice: 400 invalid_state naming the state.
+      const again = await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key });
+      assert.equal(again.status, 400, again.text);
+      assert.equal(again.body.code, 'invalid_state');
+      assert.match(again.body.detail, /cancelled/);
+      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    });
+
+    test('a stopped reserved VM holds its GPUs (D24); cancelled, it becomes on-demand and lets them go', async () => {
+      const small = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
+      const c = await newCaller(1000);
+      const v = ok(await reserved(c, { node: small, gpu_count: 2 }), 201);
+      await advance(1);
+      ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
+      await advance(1);
+      assert.equal((await vm(c, v.id)).status, 'stopped');
+      const nodeInfo = async () => ok(await req('GET', `/admin/nodes/${small}`, { token: adminKey }));
+      assert.equal((await nodeInfo()).gpus_allocated, 2, 'held while stopped');
+      const other = await newCaller(100);
+      const refused = await req('POST', '/vms', { token: other.key, body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+      assert.equal(refused.status, 400, refused.text);
+      assert.equal(refused.body.code, 'gpu_unavailable');
+      ok(await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }));
+      const after = await vm(c, v.id);
+      assert.equal(after.rental_type, 'on_demand');
+      assert.equal(after.status, 'stopped');
+      assert.equal((await nodeInfo()).gpus_allocated, 0, 'an on-demand stopped VM holds no GPUs');
+      const taker = ok(await req('POST', '/vms', { token: other.key, body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } }), 201);
+      const start = await req('POST', `/vms/${v.id}/start`, { token: c.key });
+      assert.equal(start.status, 400, start.text);
+      assert.equal(start.body.code, 'gpu_unavailable');
+      ok(await req('DELETE', `/vms/${taker.id}`, { token: other.key }));
+      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    });
+
+    test('the fee is rounded half-up to the micro-unit', async () => {
+      // pro6000 storage at 0.000201/GB-h: 1.521 + 51 x 0.000201 = 1.531251/h; x 730 = 1117.81323,
+      // a quarter of which is 279.4533075 -> fee 279.453308, refund 838.359922.
+      ok(await req('PUT', '/admin/pricing/pro6000', { token: adminKey, body: { storage_price_gb_hourly: 0.000201 } }));
+      try {
+        const c = await newCaller(2000);
+        const v = ok(await reserved(c, { node: proNode, gpu_type: 'pro6000', storage_gb: 51 }), 201);
+        assert.equal(v.hourly_rate, 1.531251);
+        // Cancelled while still creating: nothing drawn yet, the whole deposit remains.
+        const r = ok(await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }));
+        assert.equal(r.cancellation_fee, 279.453308);
+        assert.equal(r.refund_amount, 838.359922);
+        assert.equal(await balance(c), micros(2000) - micros(279.453308));
+        const after = await vm(c, v.id);
+        assert.equal(after.rental_type, 'on_demand');
+        assert.equal(after.hourly_rate, 1.700251, 'on-demand prices at the cancellation');
+        ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      } finally {
+        ok(await req('PUT', '/admin/pricing/pro6000', { token: adminKey, body: { storage_price_gb_hourly: 0.0002 } }));
+      }
+    });
+
+    test('a cancel racing a stop, a destroy and a clock advance: no 5xx, cancelled once, the ledger adds up', async () => {
+      const { ledgerCheck } = await import('../../src/modules/billing/ledger-check.js');
+      for (let round = 0; round < 4; round++) {
+        const c = await newCaller(1000);
+        const v = ok(await reserved(c), 201);
+        await advance(1);
+        await advance(1800 + round * 7);
+        const calls = [
+          req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }),
+          req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }),
+          round % 2 ? req('DELETE', `/vms/${v.id}`, { token: c.key }) : req('POST', `/vms/${v.id}/stop`, { token: c.key }),
+          req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 3600 } }),
+        ];
+        const res = await Promise.all(calls);
+        for (const r of res) assert.ok(r.status < 500, r.text);
+        const cancels = res.slice(0, 2).map((r) => r.status).sort();
+        assert.deepEqual(cancels, [200, 400], 'exactly one cancel succeeds');
+        const r = await reservation(c, v.reservation_id);
+        assert.equal(r.status, 'cancelled');
+        const refunds = (await txs(c)).filter((x) => x.type === 'refund');
+        assert.equal(refunds.length, 1);
+        assert.equal(refunds[0].amount, r.refund_amount);
+        assert.deepEqual(await ledgerCheck(t().db), []);
+        const after = await vm(c, v.id);
+        if (after.status !== 'destroyed') {
+          assert.equal(after.rental_type, 'on_demand');
+          ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+        }
+      }
+    });
+
+    test("another user's reservation, an unknown id and a non-uuid are 404", async () => {
+      const owner = await newCaller(1000);
+      const other = await newCaller(1000);
+      const v = ok(await reserved(owner), 201);
+      for (const [who, id] of [
+        [other, v.reservation_id],
+        [owner, randomUUID()],
+        [owner, 'not-a-uuid'],
+        [owner, '12345'],
+      ] as [Caller, string][]) {
+        const r = await req('DELETE', `/reservations/${id}`, { token: who.key });
+        assert.equal(r.status, 404, r.text);
+        assert.equal(r.body.code, 'not_found');
+      }
+      assert.equal((await reservation(owner, v.reservation_id)).status, 'active', 'untouched');
+      // Cancelling needs a read_write credential (D15).
+      const ro = await req('DELETE', `/reservations/${v.reservation_id}`, { token: await createApiKey(t(), (await createUser(t())).token, 'read_only') });
+      assert.equal(ro.status, 403, ro.text);
+      assert.equal((await req('DELETE', `/reservations/${v.reservation_id}`)).status, 401);
+      ok(await req('DELETE', `/vms/${v.id}`, { token: owner.key }));
+    });
+  });
+});

@@ -22,6 +22,8 @@ export interface Config {
   jwtSecret: string | undefined;
   hypervisor: HypervisorKind;
   clock: ClockMode;
+  /** Where a manual clock starts on its first start (epoch ms), or undefined for the real time. */
+  clockStartMs: number | undefined;
   simProvisionMs: number;
   billingIntervalS: number;
   demo: boolean;
@@ -91,6 +93,24 @@ function money(env: Env, name: string): number {
   return Number(m[1]) * 1_000_000 + Number((m[2] ?? '').padEnd(6, '0'));
 }
 
+/**
+ * An instant in ISO 8601 with an explicit zone, like 2026-01-01T00:00:00Z or
+ * 2026-01-01T01:00:00+01:00, as epoch milliseconds truncated to the second.
+ */
+function instant(env: Env, name: string): number | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/.exec(raw);
+  const ms = m ? Date.parse(raw) : NaN;
+  // Date.parse rolls impossible dates over (02-30 -> 03-02); a round trip of the date part refuses them.
+  const sameDay = m && !Number.isNaN(ms) && new Date(Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!)).toISOString().slice(0, 10) === `${m[1]}-${m[2]}-${m[3]}`;
+  if (!m || Number.isNaN(ms) || !sameDay || +m[4]! > 23 || +m[5]! > 59 || +m[6]! > 59) {
+    throw new ConfigError(name, `must be an instant like 2026-01-01T00:00:00Z (ISO 8601 with a zone), got "${raw}"`);
+  }
+  if (ms < 0 || ms > Date.UTC(9999, 11, 31)) throw new ConfigError(name, `must be between 1970 and 9999, got "${raw}"`);
+  return Math.floor(ms / 1000) * 1000;
+}
+
 function url(env: Env, name: string, protocols: string[], requireHost = false): string | undefined {
   const raw = str(env, name);
   if (raw === undefined) return undefined;
@@ -123,6 +143,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (clock === 'manual' && nodeEnv === 'production') {
     throw new ConfigError('GPUCLOUD_CLOCK', 'manual is refused when NODE_ENV=production');
   }
+  const clockStartMs = instant(env, 'GPUCLOUD_CLOCK_START');
+  if (clockStartMs !== undefined && clock !== 'manual') {
+    throw new ConfigError('GPUCLOUD_CLOCK_START', 'only applies to the manual clock: set GPUCLOUD_CLOCK=manual too');
+  }
   const adminEmail = str(env, 'GPUCLOUD_ADMIN_EMAIL');
   const adminPassword = str(env, 'GPUCLOUD_ADMIN_PASSWORD');
   if (adminEmail && !/^[^\s@]+@[^\s@]+$/.test(adminEmail)) {
@@ -150,6 +174,7 @@ export function loadConfig(env: Env = process.env): Config {
     jwtSecret,
     hypervisor: oneOf(env, 'GPUCLOUD_HYPERVISOR', ['simulator', 'proxmox'] as const, 'simulator'),
     clock,
+    clockStartMs,
     simProvisionMs: int(env, 'GPUCLOUD_SIM_PROVISION_MS', 3000, 0, 3_600_000),
     billingIntervalS: int(env, 'GPUCLOUD_BILLING_INTERVAL_S', 3600, 1, 86_400),
     // D44: on by default on the embedded database, off with DATABASE_URL unless GPUCLOUD_DEMO=1.

@@ -82,7 +82,7 @@ async function serve(args: string[]): Promise<void> {
     lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`);
   }
   lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
-  if (cfg.clock === 'manual') lines.push('  Clock: manual (POST /admin/clock/advance)');
+  if (cfg.clock === 'manual') lines.push(`  Clock: manual, now ${server.services.clock.now().toISOString()} (POST /admin/clock/advance)`);
   if (server.demo) {
     lines.push(`  Demo login: ${server.demo.email} / ${server.demo.password}`);
     if (server.url) {

@@ -48,7 +48,7 @@ export async function openDatabase(config: Config): Promise<Db> {
 export async function startServer(config: Config, role: Role = 'all'): Promise<RunningServer> {
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
-  const clock = await ClockService.create(db, config.clock);
+  const clock = await ClockService.create(db, config.clock, config.clockStartMs);
   const rateLimitStore: RateLimitStore = createRateLimitStore(config.redisUrl);
   const deps = {
     config,

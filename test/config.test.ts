@@ -128,6 +128,15 @@ describe('config defaults (D45)', () => {
     ]);
   });
 
+  test('GPUCLOUD_CLOCK_START: an ISO 8601 instant with a zone, to the second; unset means the real time', () => {
+    assert.equal(loadConfig({ GPUCLOUD_CLOCK: 'manual' }).clockStartMs, undefined);
+    const at = (v: string) => loadConfig({ GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: v }).clockStartMs;
+    assert.equal(at('2026-01-01T00:00:00Z'), Date.UTC(2026, 0, 1));
+    assert.equal(at('2026-01-01T01:00:00+01:00'), Date.UTC(2026, 0, 1), 'an offset names the same instant');
+    assert.equal(at('2028-02-29T23:59:59.999Z'), Date.UTC(2028, 1, 29, 23, 59, 59), 'a leap day; truncated to the second');
+    assert.equal(at(' 2026-12-31T23:40:00Z '), Date.UTC(2026, 11, 31, 23, 40));
+  });
+
   test('PORT 0 (any free port) and 65535 are valid', () => {
     assert.equal(loadConfig({ PORT: '0' }).port, 0);
     assert.equal(loadConfig({ PORT: '65535' }).port, 65535);
@@ -142,6 +151,14 @@ describe('config errors name the variable (D45)', () => {
     ['PORT fractional', { PORT: '80.5' }, 'PORT'],
     ['clock unknown', { GPUCLOUD_CLOCK: 'moon' }, 'GPUCLOUD_CLOCK'],
     ['manual clock in production', { GPUCLOUD_CLOCK: 'manual', NODE_ENV: 'production' }, 'GPUCLOUD_CLOCK'],
+    ['clock start without the manual clock', { GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start without a zone', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start as a date only', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start as epoch seconds', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '1767225600' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start on a day that does not exist', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-02-30T00:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start at hour 24', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T24:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start garbage', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: 'tomorrow' }, 'GPUCLOUD_CLOCK_START'],
+    ['clock start before 1970', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '1969-12-31T23:59:59Z' }, 'GPUCLOUD_CLOCK_START'],
     ['DATABASE_URL without a JWT secret', { DATABASE_URL: PG_URL }, 'GPUCLOUD_JWT_SECRET'],
     ['short JWT secret', { GPUCLOUD_JWT_SECRET: 'x'.repeat(31) }, 'GPUCLOUD_JWT_SECRET'],
     ['short JWT secret with DATABASE_URL', { DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: 'short' }, 'GPUCLOUD_JWT_SECRET'],

@@ -4,7 +4,8 @@
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb, TEST_CLOCK_START, type ReqOpts, type Res } from '../helpers/app.js';
+import { createTestDb } from '../helpers/db.js';
 import { createApiKey, createUser, uniqueEmail, type TestUser } from '../helpers/factories.js';
 import { ClockService } from '../../src/modules/clock/service.js';
 import { AppError } from '../../src/errors.js';
@@ -29,14 +30,40 @@ describeEachDb('admin API', (t) => {
   });
 
   describe('service clock (D43)', () => {
-    test('GET /admin/clock returns the manual clock, started at real time truncated to the second', async () => {
+    test('GET /admin/clock returns the manual clock, started at GPUCLOUD_CLOCK_START', async () => {
       const r = await req('GET', '/admin/clock', { token: admin.token });
       assert.equal(r.status, 200);
       assert.deepEqual(Object.keys(r.body), ['now']);
-      assert.match(r.body.now, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.000Z$/);
-      const now = Date.parse(r.body.now);
-      assert.equal(now, t().clock.nowMs());
-      assert.ok(Math.abs(now - Date.now()) < 10 * 60_000, 'starts at the real time of the first start');
+      assert.equal(r.body.now, new Date(Date.parse(TEST_CLOCK_START)).toISOString(), 'nothing has advanced it yet');
+      assert.equal(Date.parse(r.body.now), t().clock.nowMs());
+    });
+
+    test('a manual clock without a start setting starts at the real time of its first start, to the second', async () => {
+      const fresh = await createTestDb(t().kind);
+      try {
+        const before = Math.floor(Date.now() / 1000) * 1000;
+        const svc = await ClockService.create(fresh.db, 'manual');
+        const now = svc.now().getTime();
+        assert.equal(now % 1000, 0, 'truncated to the second');
+        assert.ok(now >= before && now <= Date.now(), `${new Date(now).toISOString()} is the real time`);
+      } finally {
+        await fresh.cleanup();
+      }
+    });
+
+    test('the start setting applies to the first start only: a kept clock never moves back or forward by it', async () => {
+      const fresh = await createTestDb(t().kind);
+      try {
+        const first = await ClockService.create(fresh.db, 'manual', Date.UTC(2030, 5, 30, 23, 59, 59));
+        assert.equal(first.now().toISOString(), '2030-06-30T23:59:59.000Z');
+        await first.advance(2);
+        for (const other of [Date.UTC(2020, 0, 1), Date.UTC(2040, 0, 1), undefined]) {
+          const restarted = await ClockService.create(fresh.db, 'manual', other);
+          assert.equal(restarted.now().toISOString(), '2030-07-01T00:00:01.000Z');
+        }
+      } finally {
+        await fresh.cleanup();
+      }
     });
 
     test('the manual clock stands still between advances', async () => {

@@ -152,7 +152,7 @@ describe('gpucloud admin ledger-check (the CLI, embedded database)', () => {
   let dir: string;
   const cli = async (...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> => {
     const env: NodeJS.ProcessEnv = { ...process.env, GPUCLOUD_DATA_DIR: dir, LOG_LEVEL: 'silent', GPUCLOUD_DEMO: '0' };
-    for (const k of ['DATABASE_URL', 'GPUCLOUD_REDIS_URL', 'GPUCLOUD_JWT_SECRET', 'GPUCLOUD_CLOCK', 'NODE_TEST_CONTEXT', 'NODE_OPTIONS']) delete env[k];
+    for (const k of ['DATABASE_URL', 'GPUCLOUD_REDIS_URL', 'GPUCLOUD_JWT_SECRET', 'GPUCLOUD_CLOCK', 'GPUCLOUD_CLOCK_START', 'NODE_TEST_CONTEXT', 'NODE_OPTIONS']) delete env[k];
     try {
       const r = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], { cwd: root, env, timeout: 90_000 });
       return { code: 0, stdout: r.stdout, stderr: r.stderr };

@@ -28,14 +28,15 @@
  * so that a jump to the end of a one-month term steps through ~30 period
  * closes instead of ~730; the hourly default is covered by the example tests.
  *
- * Replay a failure: PROPERTY_SEED=<seed> [PROPERTY_PATH=<path>] [PROPERTY_SHRINK=1]
+ * Replay a failure with the command it prints, which names the clock start too:
+ * GPUCLOUD_CLOCK_START=<instant> PROPERTY_SEED=<seed> [PROPERTY_PATH=<path>] [PROPERTY_SHRINK=1]
  * node scripts/test.mjs test/billing/property.test.ts
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb, TEST_CLOCK_START, type ReqOpts, type Res } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 import { holdsGpus, type RentalType, type VmStatus } from '../../src/modules/vms/lifecycle.js';
@@ -43,6 +44,18 @@ import { quote } from '../../src/modules/reservations/service.js';
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 4_2026_1122);
 const RUNS = Number(process.env.PROPERTY_RUNS ?? 24);
+
+/**
+ * The command that replays a failing run exactly: the same seed and path, the
+ * same number of runs, and the same clock start (the money of a run depends on
+ * where its periods fall). With DATABASE_URL set it runs on both databases again.
+ */
+function replayCommand(seed: number, path: string | null | undefined): string {
+  const env = [`GPUCLOUD_CLOCK_START=${TEST_CLOCK_START}`, `PROPERTY_SEED=${seed}`];
+  if (path) env.push(`PROPERTY_PATH=${path}`);
+  if (process.env.PROPERTY_RUNS) env.push(`PROPERTY_RUNS=${RUNS}`);
+  return `${env.join(' ')} node scripts/test.mjs test/billing/property.test.ts`;
+}
 const MAX_STEPS = 15;
 const DAY_S = 86_400;
 
@@ -525,7 +538,8 @@ describeEachDb(
       }
 
       // Runs replay exactly from the seed only if time starts at the same place relative to the period
-      // boundaries: the manual clock starts at the real time, so go to the next top of the day first.
+      // boundaries. The test clock starts at a fixed instant (TEST_CLOCK_START); one given in the
+      // environment may start mid-day, so go to the next top of the day first either way.
       const startS = Math.floor((await now()) / 1000);
       if (startS % DAY_S) await advance(DAY_S - (startS % DAY_S));
       const started = Date.now();
@@ -549,7 +563,7 @@ describeEachDb(
         const cause = details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance);
         assert.fail(
           `property failed after ${details.numRuns} run(s): seed ${details.seed}, path "${details.counterexamplePath}"\n` +
-            `replay: PROPERTY_SEED=${details.seed} PROPERTY_PATH=${details.counterexamplePath} node scripts/test.mjs test/billing/property.test.ts\n` +
+            `replay: ${replayCommand(details.seed, details.counterexamplePath)}\n` +
             `counterexample: ${counterexample}\n${cause}`,
         );
       }

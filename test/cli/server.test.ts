@@ -21,11 +21,9 @@ after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 
 /** The environment of a newcomer: no database URL, no Redis. */
 function env(dataDir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const e: NodeJS.ProcessEnv = { ...process.env, GPUCLOUD_DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', ...extra };
-  delete e.DATABASE_URL;
-  delete e.GPUCLOUD_REDIS_URL;
-  delete e.GPUCLOUD_JWT_SECRET;
-  return e;
+  const e: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of ['DATABASE_URL', 'GPUCLOUD_REDIS_URL', 'GPUCLOUD_JWT_SECRET', 'GPUCLOUD_CLOCK', 'GPUCLOUD_CLOCK_START']) delete e[k];
+  return { ...e, GPUCLOUD_DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', ...extra };
 }
 
 function run(args: string[], e: NodeJS.ProcessEnv) {
@@ -36,7 +34,9 @@ describe('gpucloud command', () => {
   test('serve: banner, health, docs, demo login; a second start keeps the data', async () => {
     const dir = freshDir();
     for (let round = 0; round < 2; round++) {
-      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], { env: env(dir) });
+      // The second start also runs on the manual clock from a given instant, which the banner shows.
+      const manual = { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-03-31T23:59:30+02:00' };
+      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], { env: env(dir, round === 1 ? manual : {}) });
       let out = '';
       child.stdout.on('data', (d) => (out += d));
       child.stderr.on('data', (d) => (out += d));
@@ -54,6 +54,8 @@ describe('gpucloud command', () => {
           child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
         });
         assert.match(out, /Docs:\s+http:\/\/\S+\/docs/);
+        if (round === 1) assert.match(out, /Clock: manual, now 2026-03-31T21:59:30\.000Z/);
+        else assert.doesNotMatch(out, /Clock:/);
         assert.match(out, /demo@gpucloud\.local \/ demo-password-123/);
         assert.equal((await fetch(`${url}/healthz`)).status, 200);
         assert.equal((await fetch(`${url}/readyz`)).status, 200);
@@ -105,6 +107,9 @@ describe('gpucloud command', () => {
     const clock = run(['serve'], env(dir, { GPUCLOUD_CLOCK: 'manual', NODE_ENV: 'production' }));
     assert.equal(clock.status, 2);
     assert.match(clock.stderr, /GPUCLOUD_CLOCK/);
+    const start = run(['serve'], env(dir, { GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00Z' }));
+    assert.equal(start.status, 2, 'a clock start without the manual clock is refused');
+    assert.match(start.stderr, /GPUCLOUD_CLOCK_START/);
     const unknown = run(['frobnicate'], env(dir));
     assert.equal(unknown.status, 2);
     assert.match(unknown.stderr, /unknown command/);

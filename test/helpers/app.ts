@@ -53,6 +53,13 @@ export interface TestApp {
 }
 
 export const JWT_SECRET = 'test-secret-'.padEnd(48, 'x');
+/**
+ * Where every test app's manual clock starts, so that no test depends on the
+ * date or hour it runs at. Midnight at the start of a year: the suite's day,
+ * month and year arithmetic starts on a boundary. GPUCLOUD_CLOCK_START in the
+ * test runner's environment overrides it (a replay, or trying another start).
+ */
+export const TEST_CLOCK_START = process.env.GPUCLOUD_CLOCK_START || '2026-01-01T00:00:00Z';
 const HASH_PATTERNS = [/\$argon2/i, /password_hash/i, /key_hash/i, /token_hash/i, /code_hash/i, /totp_secret/i, /totp_pending/i];
 
 export function assertNoSecrets(text: string, forbidden: Iterable<string>, where: string): void {
@@ -63,6 +70,7 @@ export function assertNoSecrets(text: string, forbidden: Iterable<string>, where
 export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig({
     GPUCLOUD_CLOCK: 'manual',
+    GPUCLOUD_CLOCK_START: TEST_CLOCK_START,
     LOG_LEVEL: 'silent',
     GPUCLOUD_JWT_SECRET: JWT_SECRET,
     GPUCLOUD_RATE_LIMIT_LOGIN: '1000',
@@ -87,7 +95,7 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
   };
   const sharedMemory = useRedis ? undefined : makeStore();
   const rateLimitStore = sharedMemory ?? makeStore();
-  const clockService = await ClockService.create(testDb.db, 'manual');
+  const clockService = await ClockService.create(testDb.db, 'manual', config.clockStartMs);
   const deps = { config, db: testDb.db, clock: clockService, rateLimitStore, jwtSecret: JWT_SECRET };
   const services = createServices(deps);
   await services.inventory.ensureDefaultPricing();
@@ -109,7 +117,7 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
     another: async () => {
       // A second instance: its own pool, its own store client, its own clock object over the same rows.
       const db2 = await testDb.openAnother();
-      const clock2 = await ClockService.create(db2, 'manual');
+      const clock2 = await ClockService.create(db2, 'manual', config.clockStartMs);
       const store2 = useRedis ? makeStore() : new MemoryRateLimitStore();
       const deps2 = { config, db: db2, clock: clock2, rateLimitStore: store2, jwtSecret: JWT_SECRET };
       const a = await buildApp(deps2, createServices(deps2));

@@ -703,7 +703,7 @@ for (const kind of DB_KINDS) {
       // No migrations needed: only SELECT 1 and the failure path are exercised.
       db = kind === 'pglite' ? await PgliteDb.open() : new PostgresDb(process.env.DATABASE_URL!, { max: 1 });
       const config = testConfig({ GPUCLOUD_CORS_ORIGINS: 'https://console.example.com' });
-      const clock = new ClockService(db, new ManualClock(Date.now()));
+      const clock = new ClockService(db, new ManualClock(config.clockStartMs!));
       const deps = { config, db, clock, rateLimitStore: new MemoryRateLimitStore(), jwtSecret: JWT_SECRET };
       const services = createServices(deps);
       app = await buildApp(deps, services);

@@ -1,7 +1,8 @@
 /**
  * The service clock's persistence and advance (CONTRACT D43). The manual
- * clock starts at the real time of the first start (truncated to the second)
- * and is kept in the database across restarts. advance() returns only after
+ * clock starts at the real time of the first start (truncated to the second),
+ * or at GPUCLOUD_CLOCK_START when that is set, and is kept in the database
+ * across restarts: a later start never moves it, whatever the setting says. advance() returns only after
  * every job that came due has run.
  */
 import type { Db } from '../../db/db.js';
@@ -25,9 +26,10 @@ export class ClockService {
     readonly clock: Clock,
   ) {}
 
-  static async create(db: Db, mode: 'system' | 'manual'): Promise<ClockService> {
+  /** `startMs`: where a manual clock that has never run starts (default: the real time, to the second). */
+  static async create(db: Db, mode: 'system' | 'manual', startMs?: number): Promise<ClockService> {
     if (mode === 'system') return new ClockService(db, new SystemClock());
-    const start = Math.floor(Date.now() / 1000) * 1000;
+    const start = startMs ?? Math.floor(Date.now() / 1000) * 1000;
     await db.query('INSERT INTO service_clock (id, now_ms) VALUES (1, $1) ON CONFLICT (id) DO NOTHING', [start]);
     const r = await db.query<{ now_ms: number }>('SELECT now_ms FROM service_clock WHERE id = 1');
     return new ClockService(db, new ManualClock(r.rows[0]!.now_ms));

@@ -1,0 +1,78 @@
+/**
+ * Is SSH up inside a VM, and which host port can forward to it. Rules:
+ *
+ * - QEMU's user networking accepts a forwarded TCP connection before the
+ *   guest listens (and then drops it), so a successful connect proves
+ *   nothing: SSH is up only when the server's identification line
+ *   (`SSH-2.0-...`, or `SSH-1.99-...` from servers that also speak 1.x)
+ *   arrives. RFC 4253 lets a server send other lines first; up to 8 KiB of
+ *   them are skipped.
+ * - `sshBanner` never throws: a refused, reset, silent or non-SSH peer, a
+ *   timeout and bad arguments all give null. It sends nothing.
+ * - `freePortInRange` returns the lowest port of [from, to] outside `taken`
+ *   that can be bound on `host` right now (the port is released again, so a
+ *   caller must still cope with losing a race). Ports in use or refused
+ *   (EADDRINUSE, EACCES) are skipped; any other bind error (an address that
+ *   is not local, say) is thrown, as it would fail for every port.
+ */
+import net from 'node:net';
+
+const MAX_PRE_BANNER = 8 * 1024;
+
+export function sshBanner(host: string, port: number, timeoutMs: number): Promise<string | null> {
+  return new Promise((resolve) => {
+    let socket: net.Socket;
+    let settled = false;
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (v: string | null): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket?.destroy();
+      resolve(v);
+    };
+    try {
+      if (!Number.isInteger(port) || port < 1 || port > 65535 || !(timeoutMs >= 0)) return finish(null);
+      timer = setTimeout(() => finish(null), timeoutMs);
+      socket = net.createConnection({ host, port });
+    } catch {
+      return finish(null);
+    }
+    let buf = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, '');
+        buf = buf.slice(nl + 1);
+        if (line.startsWith('SSH-')) return finish(line.startsWith('SSH-2.0-') || line.startsWith('SSH-1.99-') ? line : null);
+      }
+      if (buf.length > MAX_PRE_BANNER) finish(null);
+    });
+    socket.on('error', () => finish(null));
+    socket.on('close', () => finish(null));
+  });
+}
+
+export async function freePortInRange(from: number, to: number, taken: Set<number>, host: string): Promise<number | null> {
+  for (const [v, what] of [[from, 'from'], [to, 'to']] as const) {
+    if (!Number.isInteger(v) || v < 1 || v > 65535) throw new RangeError(`bad port ${what}: ${v}`);
+  }
+  for (let port = from; port <= to; port++) {
+    if (taken.has(port)) continue;
+    if (await canBind(host, port)) return port;
+  }
+  return null;
+}
+
+function canBind(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE' || err.code === 'EACCES') resolve(false);
+      else reject(err);
+    });
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve(true)));
+  });
+}

@@ -39,6 +39,9 @@ import type { HypervisorDriver } from './hypervisor/driver.js';
 import { simulatorRoutes } from './hypervisor/routes.js';
 import { Reconciler } from './jobs/reconciler.js';
 import { nextDue } from './jobs/due.js';
+import { AgentMonitor, agentInfoOf } from './jobs/agent-monitor.js';
+import { AgentClient } from './hypervisor/agent-client.js';
+import { AgentDriver, PerNodeDriver } from './hypervisor/agent.js';
 import { Meter } from './modules/billing/meter.js';
 import { UsageService } from './modules/billing/usage.js';
 import { usageRoutes } from './modules/billing/usage-routes.js';
@@ -71,7 +74,10 @@ export interface Services {
   usage: UsageService;
   reservations: ReservationService;
   driver: HypervisorDriver;
+  /** The simulated hypervisor of the nodes without an agent (faults and traffic for tests). */
+  simulator: SimulatorDriver;
   reconciler: Reconciler;
+  agents: AgentMonitor;
 }
 
 export function createServices(deps: AppDeps): Services {
@@ -80,12 +86,23 @@ export function createServices(deps: AppDeps): Services {
   const tokens = new TokenService(deps.jwtSecret, clock);
   const sshKeys = new SshKeyService(deps.db, clock);
   const adminUsers = new AdminUserService(deps.db, clock);
-  const inventory = new InventoryService(deps.db, clock);
+  const inventory = new InventoryService(deps.db, clock, deps.jwtSecret, (endpoint) =>
+    new AgentClient(endpoint, 3_000)
+      .host()
+      .then(agentInfoOf)
+      .catch(() => null),
+  );
   const billing = new BillingService(deps.db, clock);
   if (deps.config.hypervisor !== 'simulator') {
     throw new Error(`GPUCLOUD_HYPERVISOR=${deps.config.hypervisor}: only the simulator driver ships in this version`);
   }
-  const driver = new SimulatorDriver(deps.db);
+  // Each node is driven by its host agent when it has one, else by the simulator.
+  const simulator = new SimulatorDriver(deps.db);
+  const agentDriver = new AgentDriver((node) => inventory.agentEndpoint(node), {
+    stopTimeoutS: deps.config.agentStopTimeoutS,
+    bootTimeoutS: deps.config.agentBootTimeoutS,
+  });
+  const driver = new PerNodeDriver(async (node) => (await inventory.agentEndpoint(node)) !== null, agentDriver, simulator);
   const vms = new VmService(deps.db, clock, inventory, sshKeys, tokens, {
     provisionDelayMs: deps.config.simProvisionMs,
     secret: deps.jwtSecret,
@@ -98,6 +115,7 @@ export function createServices(deps: AppDeps): Services {
   const reservations = new ReservationService(deps.db, clock, inventory, meter);
   const usage = new UsageService(deps.db, clock);
   const reconciler = new Reconciler(clock, driver, vms);
+  const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS);
 
   // Cross-module reactions, each inside the transaction of its cause.
   vms.useReservations(reservations); // D37: reserved VMs take their deposit at creation
@@ -161,7 +179,9 @@ export function createServices(deps: AppDeps): Services {
     usage,
     reservations,
     driver,
+    simulator,
     reconciler,
+    agents,
   };
 }
 
@@ -272,7 +292,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   vmRoutes(app, services.vms);
   usageRoutes(app, services.usage);
   reservationRoutes(app, services.reservations);
-  simulatorRoutes(app, services.driver, services.inventory);
+  simulatorRoutes(app, services.simulator, services.inventory);
 
   await app.ready();
   return app;

@@ -39,6 +39,12 @@ export interface Config {
   portalUrl: string;
   /** Max password hashes computed at once (memory bound for login floods). */
   passwordHashConcurrency: number;
+  /** Host agents: seconds between heartbeats, ACPI power-down grace, boot deadline. */
+  agentHeartbeatS: number;
+  agentStopTimeoutS: number;
+  agentBootTimeoutS: number;
+  /** Also run a host agent in this process and register this host as a node (`serve --local-agent`). */
+  localAgent: boolean;
 }
 
 export class ConfigError extends Error {
@@ -194,5 +200,10 @@ export function loadConfig(env: Env = process.env): Config {
     networkPricePerGbMicros: money(env, 'GPUCLOUD_NETWORK_PRICE_GB'),
     portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(/\/+$/, ''),
     passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
+    agentHeartbeatS: int(env, 'GPUCLOUD_AGENT_HEARTBEAT_S', 10, 1, 3600),
+    agentStopTimeoutS: int(env, 'GPUCLOUD_AGENT_STOP_TIMEOUT_S', 60, 0, 240),
+    // Within the 5-minute claim of a hypervisor action, with room for the rest of the action.
+    agentBootTimeoutS: int(env, 'GPUCLOUD_AGENT_BOOT_TIMEOUT_S', 240, 10, 270),
+    localAgent: bool(env, 'GPUCLOUD_LOCAL_AGENT') ?? false,
   };
 }

@@ -16,8 +16,11 @@ let ConfigErrorClass: (new (...args: never[]) => Error) | undefined;
 const USAGE = `gpucloud: rent GPU virtual machines
 
 Server commands:
-  gpucloud serve [--role api|worker|all]   Start the API and/or the background jobs (default: all)
+  gpucloud serve [--role api|worker|all] [--local-agent]
+                                           Start the API and/or the background jobs (default: all);
+                                           --local-agent also runs this host's VMs (GPUCLOUD_LOCAL_AGENT=1)
   gpucloud migrate                         Apply database migrations and exit
+  gpucloud agent --token TOKEN [...]       Run this host's VMs under QEMU (gpucloud agent --help)
   gpucloud admin create-user --email E [--password P] [--name N] [--admin]
                                            Create a user (or reset its password and role)
   gpucloud admin ledger-check              Verify every balance and reservation against the ledger;
@@ -71,10 +74,11 @@ async function readPassword(prompt: string): Promise<string> {
 }
 
 async function serve(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' } }, strict: true });
+  const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' }, 'local-agent': { type: 'boolean', default: false } }, strict: true });
   const role = values.role as Role;
   if (!['api', 'worker', 'all'].includes(role)) throw new UsageError(`--role must be api, worker or all, got "${role}"`);
   const cfg = await config();
+  if (values['local-agent']) cfg.localAgent = true;
   const { startServer } = await import('./server.js');
   const server = await startServer(cfg, role);
   const lines = ['', 'gpucloud is running'];
@@ -82,6 +86,10 @@ async function serve(args: string[]): Promise<void> {
     lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`);
   }
   lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
+  if (server.localAgent) {
+    const dir = process.env.GPUCLOUD_AGENT_DATA_DIR?.trim() || `${cfg.dataDir}/agent`;
+    lines.push(`  Local agent: ${server.localAgent.url} (node ${server.localAgent.node}); add templates with`, `    gpucloud agent template add VMID FILE --data-dir ${dir}`);
+  }
   if (cfg.clock === 'manual') lines.push(`  Clock: manual, now ${server.services.clock.now().toISOString()} (POST /admin/clock/advance)`);
   if (server.demo) {
     lines.push(`  Demo login: ${server.demo.email} / ${server.demo.password}`);
@@ -173,6 +181,16 @@ async function main(argv: string[]): Promise<void> {
       return serve(rest);
     case 'migrate':
       return migrateCmd();
+    case 'agent': {
+      const agent = await import('./agent/main.js');
+      try {
+        return await agent.agentCommand(rest);
+      } catch (err) {
+        const { AgentOptionError } = await import('./agent/options.js');
+        if (err instanceof AgentOptionError || err instanceof agent.AgentUsageError) throw new UsageError(err.message);
+        throw err;
+      }
+    }
     case 'admin':
       return adminCmd(rest);
     case undefined:

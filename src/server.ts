@@ -12,6 +12,8 @@ import { migrate } from './db/migrate.js';
 import { randomToken } from './ids.js';
 import { buildApp, createServices, type Services } from './app.js';
 import { ClockService } from './modules/clock/service.js';
+import { startLocalAgent, type LocalAgent } from './local-agent.js';
+import { ConfigError } from './config.js';
 import { createRateLimitStore, type RateLimitStore } from './http/rate-limit-store.js';
 import { seedDemo, type DemoLogin } from './seed.js';
 
@@ -23,6 +25,7 @@ export interface RunningServer {
   db: Db;
   services: Services;
   demo?: DemoLogin;
+  localAgent?: LocalAgent;
   close(): Promise<void>;
 }
 
@@ -66,6 +69,17 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   }
   const demo = config.demo ? await seedDemo(db, services) : undefined;
 
+  let localAgent: LocalAgent | undefined;
+  if (config.localAgent) {
+    try {
+      localAgent = await startLocalAgent(config, services);
+    } catch (err) {
+      await rateLimitStore.close();
+      await db.close();
+      throw new ConfigError('GPUCLOUD_LOCAL_AGENT', `the local agent cannot start: ${(err as Error).message}`);
+    }
+  }
+
   let app: FastifyInstance | undefined;
   let url: string | undefined;
   if (role === 'api' || role === 'all') {
@@ -80,6 +94,8 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   // clock (D43) work runs only when POST /admin/clock/advance settles it, so states are deterministic.
   const runJobs = role === 'worker' || role === 'all';
   if (runJobs && config.clock === 'system') services.reconciler.start(1000);
+  // Host agents are real processes: their heartbeats run on real time under either clock.
+  if (runJobs) services.agents.start();
 
   return {
     app,
@@ -87,7 +103,10 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     db,
     services,
     demo,
+    localAgent,
     close: async () => {
+      await localAgent?.close();
+      await services.agents.stop();
       await services.reconciler.stop();
       await app?.close();
       await rateLimitStore.close();

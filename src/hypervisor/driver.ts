@@ -1,7 +1,8 @@
 /**
- * The hypervisor behind one small interface (CONTRACT D29). Drivers are
- * called only by the reconcilers, never inside an HTTP request, and every
- * call must be safe to repeat (the reconciler retries after crashes).
+ * The hypervisor behind one small interface. Drivers are called only by the
+ * reconcilers, never inside an HTTP request, and every call must be safe to
+ * repeat (the reconciler retries after crashes). A call may take long (a real
+ * VM boots for tens of seconds): the reconciler runs calls concurrently.
  */
 export type HvAction = 'provision' | 'start' | 'stop' | 'destroy';
 export const HV_ACTIONS: readonly HvAction[] = ['provision', 'start', 'stop', 'destroy'];
@@ -28,10 +29,20 @@ export interface VmRef {
   hvRef: string | null;
 }
 
+/** What building a VM gives back. */
+export interface Provisioned {
+  hvRef: string;
+  ipAddress: string;
+  /** How to reach the VM over SSH, when the driver knows (a host agent does). */
+  access?: { host: string; port: number; user: string };
+  /** Host devices (PCI addresses) passed through to the VM. */
+  gpuDevices?: string[];
+}
+
 export interface HypervisorDriver {
-  readonly name: 'simulator' | 'proxmox';
+  readonly name: 'simulator' | 'agent' | 'per-node';
   /** Clones the template, sets resources, keys or password; does not start it. */
-  provision(spec: VmSpec): Promise<{ hvRef: string; ipAddress: string }>;
+  provision(spec: VmSpec): Promise<Provisioned>;
   start(vm: VmRef): Promise<{ ipAddress?: string }>;
   stop(vm: VmRef): Promise<void>;
   /** Removes the VM and its disks; a VM that does not exist counts as destroyed. */

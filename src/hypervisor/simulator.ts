@@ -5,7 +5,7 @@
  * The provisioning delay is applied by the reconciler on the service clock.
  */
 import type { Db } from '../db/db.js';
-import { DriverError, type HvAction, type HypervisorDriver, type VmRef, type VmSpec } from './driver.js';
+import { DriverError, type HvAction, type HypervisorDriver, type Provisioned, type VmRef, type VmSpec } from './driver.js';
 
 export interface SimCall {
   action: HvAction;
@@ -62,7 +62,7 @@ export class SimulatorDriver implements HypervisorDriver {
     return `10.${100 + ((vmid >> 16) & 63)}.${(vmid >> 8) & 255}.${vmid & 255}`;
   }
 
-  async provision(spec: VmSpec): Promise<{ hvRef: string; ipAddress: string }> {
+  async provision(spec: VmSpec): Promise<Provisioned> {
     await this.call('provision', spec);
     return { hvRef: `sim-${spec.vmid}`, ipAddress: SimulatorDriver.ipFor(spec.vmid) };
   }

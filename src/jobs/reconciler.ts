@@ -1,20 +1,22 @@
 /**
- * The reconcilers (ARCHITECTURE: one claim, one action, one write): VMs whose
- * `hv_action` is due are claimed with FOR UPDATE SKIP LOCKED under a lease,
- * the hypervisor driver is called outside any transaction, and the outcome is
- * written back if the claim still holds. Interrupted VMs with auto_restart go
+ * The reconcilers (one claim, one action, one write): VMs whose `hv_action`
+ * is due are claimed with FOR UPDATE SKIP LOCKED under a lease, the hypervisor
+ * driver is called outside any transaction (concurrently, one action per VM at
+ * most), and the outcome is written back if the claim still holds. Interrupted VMs with auto_restart go
  * back to starting when their node has the GPUs. Several instances can run
  * this at once: each VM action is claimed by exactly one of them.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Clock } from '../clock.js';
 import { newId } from '../ids.js';
-import type { HypervisorDriver } from '../hypervisor/driver.js';
+import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
 
 /** How long a claim holds before another instance may retry (service time). */
 export const CLAIM_LEASE_MS = 5 * 60 * 1000;
 const BATCH = 25;
+/** Driver actions one instance runs at once. */
+const MAX_INFLIGHT = 64;
 
 /** Extra due work other modules run on every pass (metering, reservation ends). */
 export type DueJob = { name: string; run: (now: Date) => Promise<number> };
@@ -22,6 +24,7 @@ export type DueJob = { name: string; run: (now: Date) => Promise<number> };
 export class Reconciler {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<number> | undefined;
+  private looping = false;
   private readonly jobs: DueJob[] = [];
 
   constructor(
@@ -35,42 +38,82 @@ export class Reconciler {
     this.jobs.push(job);
   }
 
-  /** One pass over everything due now; returns how much work it did. */
-  async runOnce(): Promise<number> {
+  /** Driver actions running now, by VM id (at most one per VM: the claim guarantees it across instances). */
+  private readonly inflight = new Map<string, Promise<void>>();
+
+  /**
+   * One pass over everything due now; returns how much work it started.
+   * Driver actions run concurrently, each on its own: a slow boot on one node
+   * holds up neither a stop on another nor the next pass. With `wait` the pass
+   * returns only when its actions are done (the manual clock's settle).
+   */
+  async runOnce(wait = true): Promise<number> {
     let work = 0;
     for (const job of this.jobs) work += await job.run(this.clock.now());
     work += await this.vms.autoRestartDue();
-    const token = newId();
-    const claimed = await this.vms.claimDue(this.clock.now(), CLAIM_LEASE_MS, token, BATCH);
-    for (const vm of claimed) {
-      const action = vm.hv_action!;
-      const ref = { id: vm.id, vmid: vm.vmid, node: vm.node, hvRef: vm.hv_ref };
-      let built: { hvRef: string; ipAddress: string } | undefined;
-      let outcome: ActionOutcome;
-      // Only the driver's own failures count as a failed action: an error writing the
-      // outcome back must not turn a VM the hypervisor built into a `failed` one.
-      try {
-        let ipAddress: string | undefined;
-        if (!vm.provisioned && (action === 'provision' || action === 'start')) {
-          // A VM preempted before it was ever built is built when it starts again; one already
-          // built (its node went offline as the build finished) is not built twice.
-          built = await this.driver.provision(this.vms.specOf(vm));
-          ipAddress = built.ipAddress;
-        }
-        if (action === 'start') ipAddress = (await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
-        if (action === 'stop') await this.driver.stop(ref);
-        if (action === 'destroy') await this.driver.destroy(ref);
-        outcome = { ok: true, hvRef: built?.hvRef, ipAddress };
-      } catch (err) {
-        const message = err instanceof Error ? err.message : String(err);
-        this.log?.warn({ vm: vm.id, action, err: message }, 'hypervisor action failed');
-        // A start that built the VM and then failed to boot it keeps what was built (no second clone).
-        outcome = { ok: false, error: message, built };
+    const started: Promise<void>[] = [];
+    const room = MAX_INFLIGHT - this.inflight.size;
+    if (room > 0) {
+      const token = newId();
+      const claimed = await this.vms.claimDue(this.clock.now(), CLAIM_LEASE_MS, token, Math.min(BATCH, room));
+      for (const vm of claimed) {
+        if (this.inflight.has(vm.id)) continue; // cannot happen while the lease holds; never run two at once
+        const p = this.act(vm, token);
+        started.push(p);
+        this.inflight.set(
+          vm.id,
+          p.catch(() => undefined).finally(() => this.inflight.delete(vm.id)),
+        );
+        work++;
       }
-      await this.vms.completeAction(vm.id, token, action, outcome);
-      work++;
+    }
+    if (wait) {
+      // A settling caller (the manual clock's advance) learns of a failure to record an outcome.
+      const results = await Promise.allSettled(started);
+      await this.drain();
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
     }
     return work;
+  }
+
+  /** Waits for every driver action in flight. */
+  async drain(): Promise<void> {
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight.values()]);
+  }
+
+  private async act(vm: Awaited<ReturnType<VmService['claimDue']>>[number], token: string): Promise<void> {
+    const action = vm.hv_action!;
+    const ref = { id: vm.id, vmid: vm.vmid, node: vm.node, hvRef: vm.hv_ref };
+    let built: Provisioned | undefined;
+    let outcome: ActionOutcome;
+    // Only the driver's own failures count as a failed action: an error writing the
+    // outcome back must not turn a VM the hypervisor built into a `failed` one.
+    try {
+      let ipAddress: string | undefined;
+      if (!vm.provisioned && (action === 'provision' || action === 'start')) {
+        // A VM preempted before it was ever built is built when it starts again; one already
+        // built (its node went offline as the build finished) is not built twice.
+        built = await this.driver.provision(this.vms.specOf(vm));
+        ipAddress = built.ipAddress;
+      }
+      if (action === 'start') ipAddress = (await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
+      if (action === 'stop') await this.driver.stop(ref);
+      if (action === 'destroy') await this.driver.destroy(ref);
+      outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built };
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      this.log?.warn({ vm: vm.id, action, err: message }, 'hypervisor action failed');
+      // A start that built the VM and then failed to boot it keeps what was built (no second clone).
+      outcome = { ok: false, error: message, built };
+    }
+    try {
+      await this.vms.completeAction(vm.id, token, action, outcome);
+    } catch (err) {
+      // The claim's lease runs out and the action is retried: every driver call is safe to repeat.
+      this.log?.error({ vm: vm.id, action, err }, 'could not record a hypervisor action');
+      throw err;
+    }
   }
 
   /** Runs passes until nothing is due (bounded), so a manual-clock advance leaves a settled state (D43). */
@@ -87,18 +130,32 @@ export class Reconciler {
     return next;
   }
 
-  /** The background loop for a system clock. */
+  /** The background loop for a system clock: passes never overlap, and actions run on between them. */
   start(intervalMs = 1000): void {
     if (this.timer) return;
     this.timer = setInterval(() => {
-      this.settle(5).catch((err) => this.log?.error({ err }, 'reconciler pass failed'));
+      if (this.looping) return;
+      this.looping = true;
+      this.runPasses(5)
+        .catch((err) => this.log?.error({ err }, 'reconciler pass failed'))
+        .finally(() => (this.looping = false));
     }, intervalMs);
     this.timer.unref();
+  }
+
+  private async runPasses(max: number): Promise<void> {
+    for (let i = 0; i < max; i++) {
+      const prev = this.running ?? Promise.resolve(0);
+      const next = prev.catch(() => 0).then(() => this.runOnce(false));
+      this.running = next;
+      if ((await next) === 0) return;
+    }
   }
 
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.running?.catch(() => undefined);
+    await this.drain();
   }
 }

@@ -2388,6 +2388,26 @@ export interface paths {
                             created_at: string;
                             /** Format: date-time */
                             updated_at: string;
+                            /** @description The host agent's URL; null for a simulated node */
+                            agent_url: string | null;
+                            /** @description Whether an agent token is stored (the token itself is never shown) */
+                            agent_token_set: boolean;
+                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                            agent_status: ("online" | "offline") | null;
+                            /** @description When the agent last answered */
+                            agent_seen_at: string | null;
+                            agent_version: string | null;
+                            /** @description kvm or tcg, as the agent runs its VMs */
+                            accel: string | null;
+                            host_cpu_model: string | null;
+                            /** @description The GPUs the agent found on its host */
+                            host_gpus: {
+                                pci_address: string;
+                                model: string;
+                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                                vfio: boolean;
+                                iommu_group: number | null;
+                            }[] | null;
                         }[];
                     };
                 };
@@ -2432,7 +2452,7 @@ export interface paths {
         put?: never;
         /**
          * Register a node
-         * @description gpu_ram_mb defaults to the GPU type's; status defaults to active. A taken node id is 400 conflict.
+         * @description gpu_ram_mb defaults to the GPU type's; status defaults to active. A taken node id is 400 conflict. With agent_url and agent_token the node's VMs are real, run by the agent on that host; the agent is asked about its host at once, and a node whose agent does not answer is still registered (201), shown with agent_status offline.
          */
         post: {
             parameters: {
@@ -2479,6 +2499,10 @@ export interface paths {
                          * @enum {string}
                          */
                         status?: "active" | "draining" | "offline";
+                        /** @description Where the node's host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator. */
+                        agent_url?: string;
+                        /** @description The agent's token (its --token). Write-only: never returned. */
+                        agent_token?: string;
                     };
                 };
             };
@@ -2517,6 +2541,26 @@ export interface paths {
                             created_at: string;
                             /** Format: date-time */
                             updated_at: string;
+                            /** @description The host agent's URL; null for a simulated node */
+                            agent_url: string | null;
+                            /** @description Whether an agent token is stored (the token itself is never shown) */
+                            agent_token_set: boolean;
+                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                            agent_status: ("online" | "offline") | null;
+                            /** @description When the agent last answered */
+                            agent_seen_at: string | null;
+                            agent_version: string | null;
+                            /** @description kvm or tcg, as the agent runs its VMs */
+                            accel: string | null;
+                            host_cpu_model: string | null;
+                            /** @description The GPUs the agent found on its host */
+                            host_gpus: {
+                                pci_address: string;
+                                model: string;
+                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                                vfio: boolean;
+                                iommu_group: number | null;
+                            }[] | null;
                         };
                     };
                 };
@@ -2635,6 +2679,26 @@ export interface paths {
                             created_at: string;
                             /** Format: date-time */
                             updated_at: string;
+                            /** @description The host agent's URL; null for a simulated node */
+                            agent_url: string | null;
+                            /** @description Whether an agent token is stored (the token itself is never shown) */
+                            agent_token_set: boolean;
+                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                            agent_status: ("online" | "offline") | null;
+                            /** @description When the agent last answered */
+                            agent_seen_at: string | null;
+                            agent_version: string | null;
+                            /** @description kvm or tcg, as the agent runs its VMs */
+                            accel: string | null;
+                            host_cpu_model: string | null;
+                            /** @description The GPUs the agent found on its host */
+                            host_gpus: {
+                                pci_address: string;
+                                model: string;
+                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                                vfio: boolean;
+                                iommu_group: number | null;
+                            }[] | null;
                         };
                     };
                 };
@@ -2751,7 +2815,7 @@ export interface paths {
         head?: never;
         /**
          * Change a node
-         * @description Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type's unless given.
+         * @description Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type's unless given. agent_url and agent_token change the node's agent (a new token alone rotates it); agent_url null makes it a simulated node. A node with VMs cannot gain or lose its agent (400 invalid_state).
          */
         patch: {
             parameters: {
@@ -2789,6 +2853,9 @@ export interface paths {
                          * @enum {string}
                          */
                         status?: "active" | "draining" | "offline";
+                        agent_url?: string | null;
+                        /** @description The agent's token (its --token). Write-only: never returned. */
+                        agent_token?: string;
                     };
                 };
             };
@@ -2827,6 +2894,26 @@ export interface paths {
                             created_at: string;
                             /** Format: date-time */
                             updated_at: string;
+                            /** @description The host agent's URL; null for a simulated node */
+                            agent_url: string | null;
+                            /** @description Whether an agent token is stored (the token itself is never shown) */
+                            agent_token_set: boolean;
+                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                            agent_status: ("online" | "offline") | null;
+                            /** @description When the agent last answered */
+                            agent_seen_at: string | null;
+                            agent_version: string | null;
+                            /** @description kvm or tcg, as the agent runs its VMs */
+                            accel: string | null;
+                            host_cpu_model: string | null;
+                            /** @description The GPUs the agent found on its host */
+                            host_gpus: {
+                                pci_address: string;
+                                model: string;
+                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                                vfio: boolean;
+                                iommu_group: number | null;
+                            }[] | null;
                         };
                     };
                 };
@@ -4701,6 +4788,10 @@ export interface paths {
                             pcie_gen: string | null;
                             template_vmid: number;
                             destroyed_at: string | null;
+                            /** @description Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes */
+                            gpu_devices: string[] | null;
+                            /** @description The hypervisor's last error for this VM, if any */
+                            last_error: string | null;
                         }[];
                     };
                 };

@@ -7,7 +7,6 @@ import assert from 'node:assert/strict';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
-import { SimulatorDriver } from '../../src/hypervisor/simulator.js';
 
 const H = 3600;
 
@@ -189,7 +188,7 @@ describeEachDb('metering', (t) => {
     await alignToHour(t());
     const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
     await advance(t(), 0);
-    await (t().services.driver as SimulatorDriver).addTraffic(c.body.id, 3_000_000_000);
+    await (t().services.simulator).addTraffic(c.body.id, 3_000_000_000);
     await advance(t(), H);
     const log = (await t().db.query<{ network_bytes: number; network_cost_micros: number }>('SELECT network_bytes, network_cost_micros FROM usage_logs WHERE vm_id = $1', [c.body.id])).rows;
     assert.equal(log.length, 1);

@@ -8,6 +8,12 @@ import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
 import { advance, createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 
 const NODE_KEYS = [
+  'accel',
+  'agent_seen_at',
+  'agent_status',
+  'agent_token_set',
+  'agent_url',
+  'agent_version',
   'cluster_name',
   'cpu_cores',
   'cpu_model',
@@ -17,6 +23,8 @@ const NODE_KEYS = [
   'gpu_type',
   'gpus_allocated',
   'gpus_free',
+  'host_cpu_model',
+  'host_gpus',
   'location',
   'max_storage_gb',
   'node',
@@ -117,6 +125,15 @@ describeEachDb('admin inventory', (t) => {
           gpus_free: 4,
           created_at: nowIso(),
           updated_at: nowIso(),
+          // a node without an agent runs on the simulator
+          agent_url: null,
+          agent_token_set: false,
+          agent_status: null,
+          agent_seen_at: null,
+          agent_version: null,
+          accel: null,
+          host_cpu_model: null,
+          host_gpus: null,
         });
         // GET returns the same record
         const g = await asAdmin('GET', `/admin/nodes/${body.node}`);

@@ -10,7 +10,6 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
 import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
-import type { SimulatorDriver } from '../../src/hypervisor/simulator.js';
 
 type Vm = { id: string; vmid: number; [k: string]: unknown };
 
@@ -43,7 +42,7 @@ describeEachDb('VM reconcilers', (t) => {
   };
   const allocated = async (node: string) => (await ok(req('GET', `/admin/nodes/${node}`, { token: admin.token }))).body.gpus_allocated as number;
   const now = () => t().services.clock.now().toISOString();
-  const sim = () => t().services.driver as SimulatorDriver;
+  const sim = () => t().services.simulator;
   const calls = (v: Vm, action?: string) => sim().calls.filter((c) => c.vmId === v.id && (!action || c.action === action));
   const fault = (body: Record<string, unknown>) => req('POST', '/admin/simulator/faults', { token: admin.token, body });
   const tick = (s: number) => advance(t(), admin.token, s);
@@ -485,7 +484,7 @@ describeEachDb('VM reconcilers', (t) => {
       await b.services.clock.sync();
       assert.equal(b.services.clock.now().getTime(), t().services.clock.now().getTime());
       const simA = sim();
-      const simB = b.services.driver as SimulatorDriver;
+      const simB = b.services.simulator;
       const vms: Vm[] = [];
       for (let i = 0; i < 12; i++) {
         const u = users[i % 2]!;

@@ -36,6 +36,28 @@ export interface NodeRow {
   updated_at: Date;
 }
 
+/** The host-agent columns of a node (null for a simulated node). */
+export interface NodeAgentRow {
+  agent_url: string | null;
+  agent_token_sealed: string | null;
+  agent_status: 'online' | 'offline' | null;
+  agent_seen_at: Date | null;
+  agent_checked_at: Date | null;
+  agent_misses: number;
+  agent_info: AgentInfo | null;
+  agent_offline_from: 'active' | 'draining' | null;
+}
+
+/** What an agent reports about its host. */
+export interface AgentInfo {
+  agent_version: string;
+  accel: string;
+  host_cpu_model: string;
+  host_gpus: { pci_address: string; model: string; vfio: boolean; iommu_group: number | null }[];
+}
+
+export type FullNodeRow = NodeRow & NodeAgentRow;
+
 export interface GpuUsage {
   /** GPUs held by any VM on the node. */
   held: number;
@@ -95,44 +117,77 @@ export async function upsertPricing(q: Queryable, p: Omit<PricingRow, 'updated_a
   return r.rows[0]!;
 }
 
-export async function listNodes(q: Queryable): Promise<NodeRow[]> {
-  return (await q.query<NodeRow>('SELECT * FROM nodes ORDER BY node')).rows;
+export async function listNodes(q: Queryable): Promise<FullNodeRow[]> {
+  return (await q.query<FullNodeRow>('SELECT * FROM nodes ORDER BY node')).rows;
 }
 
 /** A page of nodes, newest first (D3: insertion order, as many share a timestamp under the manual clock). */
-export async function pageNodes(q: Queryable, limit: number, offset: number): Promise<{ rows: NodeRow[]; total: number }> {
-  const rows = await q.query<NodeRow>('SELECT * FROM nodes ORDER BY seq DESC LIMIT $1 OFFSET $2', [limit, offset]);
+export async function pageNodes(q: Queryable, limit: number, offset: number): Promise<{ rows: FullNodeRow[]; total: number }> {
+  const rows = await q.query<FullNodeRow>('SELECT * FROM nodes ORDER BY seq DESC LIMIT $1 OFFSET $2', [limit, offset]);
   const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM nodes');
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
-export async function getNode(q: Queryable, node: string, forUpdate = false): Promise<NodeRow | undefined> {
-  return (await q.query<NodeRow>(`SELECT * FROM nodes WHERE node = $1${forUpdate ? ' FOR UPDATE' : ''}`, [node])).rows[0];
+export async function getNode(q: Queryable, node: string, forUpdate = false): Promise<FullNodeRow | undefined> {
+  return (await q.query<FullNodeRow>(`SELECT * FROM nodes WHERE node = $1${forUpdate ? ' FOR UPDATE' : ''}`, [node])).rows[0];
 }
 
 /** undefined when the node id is taken. */
-export async function insertNode(q: Queryable, n: Omit<NodeRow, 'created_at' | 'updated_at'>, now: Date): Promise<NodeRow | undefined> {
-  const r = await q.query<NodeRow>(
+export async function insertNode(
+  q: Queryable,
+  n: Omit<NodeRow, 'created_at' | 'updated_at'> & Partial<Pick<NodeAgentRow, 'agent_url' | 'agent_token_sealed'>>,
+  now: Date,
+): Promise<FullNodeRow | undefined> {
+  const r = await q.query<FullNodeRow>(
     `INSERT INTO nodes (node, gpu_type, gpu_count, gpu_ram_mb, ram_gb, cpu_cores, cpu_model, pcie_gen, max_storage_gb,
-                        location, cluster_name, status, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13)
+                        location, cluster_name, status, created_at, updated_at, agent_url, agent_token_sealed)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14, $15)
      ON CONFLICT (node) DO NOTHING RETURNING *`,
-    [n.node, n.gpu_type, n.gpu_count, n.gpu_ram_mb, n.ram_gb, n.cpu_cores, n.cpu_model, n.pcie_gen, n.max_storage_gb, n.location, n.cluster_name, n.status, now],
+    [n.node, n.gpu_type, n.gpu_count, n.gpu_ram_mb, n.ram_gb, n.cpu_cores, n.cpu_model, n.pcie_gen, n.max_storage_gb, n.location, n.cluster_name, n.status, now, n.agent_url ?? null, n.agent_token_sealed ?? null],
   );
   return r.rows[0];
 }
 
-export async function updateNode(q: Queryable, node: string, patch: Partial<Omit<NodeRow, 'node' | 'created_at' | 'updated_at'>>, now: Date): Promise<NodeRow | undefined> {
+/** Columns an update may set: the operator's fields and the agent's. */
+const UPDATABLE = [...NODE_FIELDS, 'agent_url', 'agent_token_sealed', 'agent_status', 'agent_seen_at', 'agent_misses', 'agent_info', 'agent_offline_from'] as const;
+type NodePatch = Partial<Omit<FullNodeRow, 'node' | 'created_at' | 'updated_at' | 'agent_checked_at'>>;
+
+/** `touch`: the change is the node's own (an operator's or a status change), so updated_at moves; a heartbeat's is not. */
+export async function updateNode(q: Queryable, node: string, patch: NodePatch, now: Date, touch = true): Promise<FullNodeRow | undefined> {
   const sets: string[] = [];
-  const params: unknown[] = [node, now];
-  for (const k of NODE_FIELDS) {
+  const params: unknown[] = [node];
+  for (const k of UPDATABLE) {
     const v = patch[k];
     if (v === undefined) continue;
-    params.push(v);
-    sets.push(`${k} = $${params.length}`);
+    params.push(k === 'agent_info' && v !== null ? JSON.stringify(v) : v);
+    sets.push(`${k} = $${params.length}${k === 'agent_info' ? '::jsonb' : ''}`);
   }
-  const r = await q.query<NodeRow>(`UPDATE nodes SET ${[...sets, 'updated_at = $2'].join(', ')} WHERE node = $1 RETURNING *`, params);
+  if (touch || sets.length === 0) {
+    params.push(now);
+    sets.push(`updated_at = $${params.length}`);
+  }
+  const r = await q.query<FullNodeRow>(`UPDATE nodes SET ${sets.join(', ')} WHERE node = $1 RETURNING *`, params);
   return r.rows[0];
+}
+
+/**
+ * Claims the agents due for a heartbeat: one whose last check is at least
+ * `intervalMs` old (real time). The claim is the update itself, so of several
+ * service instances exactly one checks each agent per interval.
+ */
+export async function claimAgentChecks(q: Queryable, realNow: Date, intervalMs: number): Promise<FullNodeRow[]> {
+  const r = await q.query<FullNodeRow>(
+    `UPDATE nodes SET agent_checked_at = $1
+      WHERE agent_url IS NOT NULL AND (agent_checked_at IS NULL OR agent_checked_at <= $2 OR agent_checked_at > $1)
+      RETURNING *`,
+    [realNow, new Date(realNow.getTime() - intervalMs)],
+  );
+  return r.rows;
+}
+
+/** The node of each agent (for the driver: which nodes are real). */
+export async function agentOf(q: Queryable, node: string): Promise<{ agent_url: string | null; agent_token_sealed: string | null } | undefined> {
+  return (await q.query<{ agent_url: string | null; agent_token_sealed: string | null }>('SELECT agent_url, agent_token_sealed FROM nodes WHERE node = $1', [node])).rows[0];
 }
 
 export async function deleteNode(q: Queryable, node: string): Promise<boolean> {

@@ -80,6 +80,13 @@ const NodeFields = {
   status: NodeStatus,
 };
 
+const AgentUrl = Type.String({
+  minLength: 1,
+  maxLength: 2048,
+  description: 'Where the node\'s host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator.',
+});
+const AgentToken = Type.String({ minLength: 32, maxLength: 512, writeOnly: true, description: 'The agent\'s token (its --token). Write-only: never returned.' });
+
 const NodeRecord = Type.Object(
   {
     node: Type.String(),
@@ -88,6 +95,29 @@ const NodeRecord = Type.Object(
     gpus_free: Type.Integer(),
     created_at: DateTime(),
     updated_at: DateTime(),
+    agent_url: Type.Union([Type.String(), Type.Null()], { description: 'The host agent\'s URL; null for a simulated node' }),
+    agent_token_set: Type.Boolean({ description: 'Whether an agent token is stored (the token itself is never shown)' }),
+    agent_status: Type.Union([Enum(['online', 'offline'] as const), Type.Null()], {
+      description: 'online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node',
+    }),
+    agent_seen_at: Type.Union([DateTime(), Type.Null()], { description: 'When the agent last answered' }),
+    agent_version: Type.Union([Type.String(), Type.Null()]),
+    accel: Type.Union([Type.String(), Type.Null()], { description: 'kvm or tcg, as the agent runs its VMs' }),
+    host_cpu_model: Type.Union([Type.String(), Type.Null()]),
+    host_gpus: Type.Union(
+      [
+        Type.Array(
+          Type.Object({
+            pci_address: Type.String(),
+            model: Type.String(),
+            vfio: Type.Boolean({ description: 'Bound to vfio-pci, so it can be passed through to a VM' }),
+            iommu_group: Type.Union([Type.Integer(), Type.Null()]),
+          }),
+        ),
+        Type.Null(),
+      ],
+      { description: 'The GPUs the agent found on its host' },
+    ),
   },
   { description: 'A GPU node (D18)' },
 );
@@ -155,13 +185,16 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       schema: {
         tags: ['admin'],
         summary: 'Register a node',
-        description: 'gpu_ram_mb defaults to the GPU type\'s; status defaults to active. A taken node id is 400 conflict.',
+        description:
+          'gpu_ram_mb defaults to the GPU type\'s; status defaults to active. A taken node id is 400 conflict. With agent_url and agent_token the node\'s VMs are real, run by the agent on that host; the agent is asked about its host at once, and a node whose agent does not answer is still registered (201), shown with agent_status offline.',
         body: Type.Object(
           {
             node: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,62}$', description: 'Node id, e.g. vm07' }),
             ...NodeFields,
             gpu_ram_mb: Type.Optional(NodeFields.gpu_ram_mb),
             status: Type.Optional(NodeStatus),
+            agent_url: Type.Optional(AgentUrl),
+            agent_token: Type.Optional(AgentToken),
           },
           {
             additionalProperties: false,
@@ -190,9 +223,13 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       schema: {
         tags: ['admin'],
         summary: 'Change a node',
-        description: 'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type\'s unless given.',
+        description:
+          'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type\'s unless given. agent_url and agent_token change the node\'s agent (a new token alone rotates it); agent_url null makes it a simulated node. A node with VMs cannot gain or lose its agent (400 invalid_state).',
         params: NodeParam,
-        body: Type.Partial(Type.Object(NodeFields), { additionalProperties: false, minProperties: 1, examples: [{ status: 'offline' }] }),
+        body: Type.Partial(
+          Type.Object({ ...NodeFields, agent_url: Type.Union([AgentUrl, Type.Null()]), agent_token: AgentToken }),
+          { additionalProperties: false, minProperties: 1, examples: [{ status: 'offline' }] },
+        ),
         response: { 200: NodeRecord, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
       config: admin,

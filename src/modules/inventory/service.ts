@@ -7,7 +7,8 @@ import type { Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
 import { bpToPercent, percentToBp, toAmount, toMicros } from '../../money.js';
 import * as repo from './repository.js';
-import type { GpuType, GpuUsage, NodeRow, NodeStatus, PricingRow } from './repository.js';
+import type { AgentInfo, FullNodeRow, GpuType, GpuUsage, NodeRow, NodeStatus, PricingRow } from './repository.js';
+import { deriveKey, open, seal } from '../../crypto.js';
 
 export const CURRENCY = 'USD';
 /** D20: an offer's total price is for the whole node offer with the minimum disk. */
@@ -37,7 +38,24 @@ export interface NodeRecord extends Omit<NodeRow, 'created_at' | 'updated_at'> {
   gpus_free: number;
   created_at: string;
   updated_at: string;
+  agent_url: string | null;
+  agent_token_set: boolean;
+  agent_status: 'online' | 'offline' | null;
+  agent_seen_at: string | null;
+  agent_version: string | null;
+  accel: string | null;
+  host_cpu_model: string | null;
+  host_gpus: AgentInfo['host_gpus'] | null;
 }
+
+/** A node's agent, as the control plane calls it. */
+export interface AgentEndpoint {
+  url: string;
+  token: string;
+}
+
+/** After this many unanswered heartbeats in a row a node's agent is offline, and so are its VMs. */
+export const AGENT_MAX_MISSES = 3;
 
 export interface Offer {
   node: string;
@@ -86,7 +104,12 @@ export interface PricingUpdate {
   reserved_discount_6mo?: number;
 }
 
-export type NodeInput = Omit<NodeRow, 'created_at' | 'updated_at' | 'gpu_ram_mb' | 'status'> & { gpu_ram_mb?: number; status?: NodeStatus };
+export type NodeInput = Omit<NodeRow, 'created_at' | 'updated_at' | 'gpu_ram_mb' | 'status'> & {
+  gpu_ram_mb?: number;
+  status?: NodeStatus;
+  agent_url?: string | null;
+  agent_token?: string;
+};
 
 /** Called in the same transaction when a node's status changes (the VM module moves VMs offline and back). */
 export type NodeStatusHook = (tx: Queryable, node: string, from: NodeStatus, to: NodeStatus, now: Date) => Promise<void>;
@@ -105,14 +128,52 @@ export const toPricingRecord = (p: PricingRow): PricingRecord => ({
 
 const free = (n: NodeRow, u: GpuUsage | undefined) => Math.max(0, n.gpu_count - (u?.held ?? 0));
 
-function toNodeRecord(n: NodeRow, u: GpuUsage | undefined): NodeRecord {
+function toNodeRecord(n: FullNodeRow, u: GpuUsage | undefined): NodeRecord {
+  const info = n.agent_url ? n.agent_info : null;
   return {
-    ...n,
+    node: n.node,
+    gpu_type: n.gpu_type,
+    gpu_count: n.gpu_count,
+    gpu_ram_mb: n.gpu_ram_mb,
+    ram_gb: n.ram_gb,
+    cpu_cores: n.cpu_cores,
+    cpu_model: n.cpu_model,
+    pcie_gen: n.pcie_gen,
+    max_storage_gb: n.max_storage_gb,
+    location: n.location,
+    cluster_name: n.cluster_name,
+    status: n.status,
     gpus_allocated: u?.held ?? 0,
     gpus_free: free(n, u),
     created_at: n.created_at.toISOString(),
     updated_at: n.updated_at.toISOString(),
+    agent_url: n.agent_url,
+    agent_token_set: n.agent_token_sealed !== null,
+    agent_status: n.agent_url ? (n.agent_status ?? 'offline') : null,
+    agent_seen_at: n.agent_url && n.agent_seen_at ? n.agent_seen_at.toISOString() : null,
+    agent_version: info?.agent_version ?? null,
+    accel: info?.accel ?? null,
+    host_cpu_model: info?.host_cpu_model ?? null,
+    host_gpus: info?.host_gpus ?? (n.agent_url ? [] : null),
   };
+}
+
+/**
+ * An agent URL: http or https, a host, no credentials, query or fragment (the
+ * token travels in a header). Returned without a trailing slash.
+ */
+export function agentUrl(raw: string, field = 'body.agent_url'): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw validation(field, 'must be a URL like http://10.0.0.7:7070');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw validation(field, 'must use http or https');
+  if (!u.hostname) throw validation(field, 'must name a host');
+  if (u.username || u.password) throw validation(field, 'must not carry credentials: send the token as agent_token');
+  if (u.search || u.hash) throw validation(field, 'must not have a query or fragment');
+  return u.toString().replace(/\/+$/, '');
 }
 
 function moneyField(field: string, v: number | undefined, fallback: number): number {
@@ -132,10 +193,18 @@ function percentField(field: string, v: number | undefined, fallback: number): n
 export class InventoryService {
   private readonly statusHooks: NodeStatusHook[] = [];
 
+  private readonly tokenKey: Buffer;
+
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
-  ) {}
+    /** The service secret: agent tokens are sealed with a key derived from it. */
+    secret: string = 'unset-secret'.padEnd(32, '-'),
+    /** Asks an agent about its host (null when it does not answer); used at registration. */
+    private readonly probeAgent: (endpoint: AgentEndpoint) => Promise<AgentInfo | null> = async () => null,
+  ) {
+    this.tokenKey = deriveKey(secret, 'agent-token');
+  }
 
   onNodeStatusChange(hook: NodeStatusHook): void {
     this.statusHooks.push(hook);
@@ -287,20 +356,133 @@ export class InventoryService {
   }
 
   async createNode(input: NodeInput): Promise<NodeRecord> {
+    const { agent_url: rawUrl, agent_token: token, ...fields } = input;
+    const url = rawUrl == null ? null : agentUrl(rawUrl);
+    if (url && token === undefined) throw validation('body.agent_token', 'is required with agent_url (the agent refuses calls without it)');
+    if (!url && token !== undefined) throw validation('body.agent_url', 'is required with agent_token');
     const pricing = await repo.getPricing(this.db, input.gpu_type);
     const row = await repo.insertNode(
       this.db,
-      { ...input, gpu_ram_mb: input.gpu_ram_mb ?? pricing?.gpu_ram_mb ?? 24_576, status: input.status ?? 'active' },
+      {
+        ...fields,
+        gpu_ram_mb: input.gpu_ram_mb ?? pricing?.gpu_ram_mb ?? 24_576,
+        status: input.status ?? 'active',
+        agent_url: url,
+        agent_token_sealed: token === undefined ? null : seal(this.tokenKey, token),
+      },
       this.clock.now(),
     );
     if (!row) throw new AppError('conflict', `Node ${input.node} already exists`);
+    const endpoint = this.endpointOf(row);
+    // The agent is asked right away, outside any transaction; one that does not answer is still registered.
+    if (endpoint) return this.agentFirstContact(row.node, await this.probeAgent(endpoint).catch(() => null));
     return toNodeRecord(row, undefined);
   }
 
-  async patchNode(node: string, patch: Partial<Omit<NodeInput, 'node'>>): Promise<NodeRecord> {
+  // ---- host agents ----
+
+  /** The agent of a node with one, token unsealed; null for a simulated or unknown node. */
+  async agentEndpoint(node: string): Promise<AgentEndpoint | null> {
+    const row = await repo.agentOf(this.db, node);
+    if (!row?.agent_url || !row.agent_token_sealed) return null;
+    return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };
+  }
+
+  endpointOf(row: FullNodeRow): AgentEndpoint | null {
+    if (!row.agent_url || !row.agent_token_sealed) return null;
+    return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };
+  }
+
+  /** The agents due for a heartbeat, claimed for this instance (real time: agents are real processes). */
+  async claimAgentChecks(realNow: Date, intervalMs: number): Promise<FullNodeRow[]> {
+    return repo.claimAgentChecks(this.db, realNow, intervalMs);
+  }
+
+  /**
+   * The agent answered: it is online, with what it reports. A node that went
+   * offline because its agent had stopped answering comes back to the status
+   * it had, and its VMs with it.
+   */
+  async agentAnswered(node: string, info: AgentInfo): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      const before = await repo.getNode(tx, node, true);
+      if (!before?.agent_url) return;
+      const now = this.clock.now();
+      const back = before.agent_offline_from !== null && before.status === 'offline' ? before.agent_offline_from : null;
+      await repo.updateNode(
+        tx,
+        node,
+        { agent_status: 'online', agent_seen_at: now, agent_misses: 0, agent_info: info, agent_offline_from: null, ...(back ? { status: back } : {}) },
+        now,
+        back !== null,
+      );
+      if (back) for (const hook of this.statusHooks) await hook(tx, node, 'offline', back, now);
+    });
+  }
+
+  /** The agent did not answer: after AGENT_MAX_MISSES in a row it is offline, and so is the node. */
+  async agentMissed(node: string): Promise<{ misses: number; tookOffline: boolean }> {
+    return this.db.transaction(async (tx) => {
+      const before = await repo.getNode(tx, node, true);
+      if (!before?.agent_url) return { misses: 0, tookOffline: false };
+      const now = this.clock.now();
+      const misses = before.agent_misses + 1;
+      const down = misses >= AGENT_MAX_MISSES;
+      const takeOffline = down && before.status !== 'offline';
+      await repo.updateNode(
+        tx,
+        node,
+        {
+          agent_misses: misses,
+          ...(down ? { agent_status: 'offline' as const } : {}),
+          ...(takeOffline ? { status: 'offline' as const, agent_offline_from: before.status as 'active' | 'draining' } : {}),
+        },
+        now,
+        takeOffline,
+      );
+      if (takeOffline) for (const hook of this.statusHooks) await hook(tx, node, before.status, 'offline', now);
+      return { misses, tookOffline: takeOffline };
+    });
+  }
+
+  /** At registration: what the agent said, or that it did not answer (still registered, shown offline). */
+  async agentFirstContact(node: string, info: AgentInfo | null): Promise<NodeRecord> {
+    const now = this.clock.now();
+    const patch = info
+      ? { agent_status: 'online' as const, agent_seen_at: now, agent_misses: 0, agent_info: info }
+      : { agent_status: 'offline' as const, agent_misses: AGENT_MAX_MISSES };
+    await repo.updateNode(this.db, node, patch, now, false);
+    return this.getNode(node);
+  }
+
+  async patchNode(node: string, input: Partial<Omit<NodeInput, 'node'>>): Promise<NodeRecord> {
+    const { agent_url: rawUrl, agent_token: token, ...patch } = input;
+    const url = rawUrl === undefined ? undefined : rawUrl === null ? null : agentUrl(rawUrl);
     return this.db.transaction(async (tx) => {
       const before = await repo.getNode(tx, node, true);
       if (!before) throw notFound(`Node ${node}`);
+      const agentChange: Partial<FullNodeRow> = {};
+      if (url !== undefined || token !== undefined) {
+        const nextUrl = url === undefined ? before.agent_url : url;
+        if (nextUrl === null && token !== undefined) throw validation('body.agent_token', 'needs an agent_url');
+        if (nextUrl !== null && token === undefined && before.agent_token_sealed === null) {
+          throw validation('body.agent_token', 'is required with agent_url (the agent refuses calls without it)');
+        }
+        // The driver of a node's VMs never changes under them: a node with VMs keeps having an agent or not.
+        if ((nextUrl === null) !== (before.agent_url === null) && (await repo.liveVmCount(tx, node)) > 0) {
+          throw invalidState(`Node ${node} has VMs; it cannot ${nextUrl === null ? 'leave its agent' : 'move to an agent'} until they are destroyed`);
+        }
+        Object.assign(agentChange, {
+          agent_url: nextUrl,
+          agent_token_sealed: nextUrl === null ? null : token !== undefined ? seal(this.tokenKey, token) : before.agent_token_sealed,
+          // A new address or token is checked afresh on the next heartbeat.
+          agent_status: nextUrl === null ? null : before.agent_status,
+          agent_misses: 0,
+        });
+        if (nextUrl === null) Object.assign(agentChange, { agent_info: null, agent_seen_at: null, agent_offline_from: null });
+      }
+      // An operator's status decision replaces one the heartbeats made.
+      if (patch.status !== undefined) agentChange.agent_offline_from = null;
       const usage = (await repo.gpuUsage(tx, [node])).get(node);
       if (patch.gpu_count !== undefined && patch.gpu_count < (usage?.held ?? 0)) {
         throw invalidState(`Node ${node} has ${usage!.held} GPUs in use; gpu_count cannot go below that`);
@@ -315,7 +497,7 @@ export class InventoryService {
         if (p) change.gpu_ram_mb = p.gpu_ram_mb;
       }
       const now = this.clock.now();
-      const after = (await repo.updateNode(tx, node, change, now))!;
+      const after = (await repo.updateNode(tx, node, { ...change, ...agentChange }, now))!;
       if (after.status !== before.status) {
         for (const hook of this.statusHooks) await hook(tx, node, before.status, after.status, now);
       }

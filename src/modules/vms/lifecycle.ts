@@ -32,6 +32,8 @@ export type VmEvent =
   | 'stop_requested'
   /** reconciler: the hypervisor stopped it (stopping -> stopped) */
   | 'stopped'
+  /** host agent: the guest powered itself off or its process died (running -> stopped) */
+  | 'powered_off'
   /** API start or auto-restart (stopped | interrupted -> starting) */
   | 'start_requested'
   /** placement: preempted by an on-demand or reserved VM (-> interrupted) */
@@ -51,6 +53,7 @@ export const VM_EVENTS: readonly VmEvent[] = [
   'start_failed',
   'stop_requested',
   'stopped',
+  'powered_off',
   'start_requested',
   'preempted',
   'node_offline',
@@ -92,6 +95,7 @@ const TABLE: Record<VmEvent, Partial<Record<VmStatus, VmStatus>>> = {
   start_failed: { starting: 'stopped' },
   stop_requested: { running: 'stopping' },
   stopped: { stopping: 'stopped' },
+  powered_off: { running: 'stopped' },
   start_requested: { stopped: 'starting', interrupted: 'starting' },
   preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted' },
   node_offline: {

@@ -46,6 +46,12 @@ export interface VmRow {
   cpu_percent: number;
   ram_percent: number;
   seq: number;
+  /** How to reach the VM over SSH, when its host's agent said (null on simulated nodes). */
+  ssh_host: string | null;
+  ssh_port: number | null;
+  ssh_user: string | null;
+  /** Host PCI devices passed through to the VM (agent nodes). */
+  gpu_devices: string[] | null;
 }
 
 export interface InterruptionRow {
@@ -144,9 +150,19 @@ export async function updateVm(q: Queryable, id: string, patch: Partial<Omit<VmR
   const cols = Object.keys(patch).filter((k) => (patch as Record<string, unknown>)[k] !== undefined);
   const r = await q.query<VmRow>(
     `UPDATE vms SET ${cols.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1 RETURNING *`,
-    [id, ...cols.map((c) => (patch as Record<string, unknown>)[c])],
+    [id, ...cols.map((c) => (c === 'gpu_devices' ? JSON.stringify((patch as Record<string, unknown>)[c]) : (patch as Record<string, unknown>)[c]))],
   );
   return r.rows[0]!;
+}
+
+/** Running VMs of a node that no action is working on (what the node's agent reports is compared with these). */
+export async function idleRunningOnNode(q: Queryable, node: string): Promise<VmRow[]> {
+  return (await q.query<VmRow>(`SELECT * FROM vms WHERE node = $1 AND status = 'running' AND hv_action IS NULL AND claim_token IS NULL`, [node])).rows;
+}
+
+/** Traffic counters only grow: a lower reading (a restarted counter) never lowers what was seen. */
+export async function raiseTraffic(q: Queryable, id: string, bytes: number): Promise<void> {
+  await q.query('UPDATE vms SET network_bytes_total = GREATEST(network_bytes_total, $2) WHERE id = $1', [id, bytes]);
 }
 
 /** The user's VMs that count toward limits and committed spend (D22). */

@@ -57,6 +57,16 @@ export const VmSchema = Type.Object(
   },
 );
 
+/** An operator's view of a VM: the user's record, the host devices passed through and the last hypervisor error. */
+const AdminVmSchema = Type.Object(
+  {
+    ...VmSchema.properties,
+    gpu_devices: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes' }),
+    last_error: Type.Union([Type.String(), Type.Null()], { description: 'The hypervisor\'s last error for this VM, if any' }),
+  },
+  { description: 'A VM as operators see it' },
+);
+
 const VmRef = Type.Object({ vm_id: Type.String({ description: 'The VM\'s uuid `id` or its integer `vmid` (D6)' }) });
 
 const WebAccess = Nullable(
@@ -287,14 +297,15 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
           },
           { additionalProperties: false },
         ),
-        response: { 200: Type.Array(VmSchema), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(AdminVmSchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: { auth: 'admin' },
     },
     async (req, reply) =>
       page(
         reply,
-        await vms.list(req.query.user_id, {
+        await vms.adminList({
+          userId: req.query.user_id,
           includeDestroyed: req.query.include_destroyed,
           status: req.query.status,
           node: req.query.node,

@@ -10,7 +10,7 @@ import { AppError, invalidState, notFound, validation } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
 import { discounted, formatAmount, toAmount } from '../../money.js';
 import { deriveKey, open, seal } from '../../crypto.js';
-import type { HvAction, VmSpec } from '../../hypervisor/driver.js';
+import type { HvAction, Provisioned, VmSpec } from '../../hypervisor/driver.js';
 import * as ledger from '../billing/ledger.js';
 import type { InventoryService } from '../inventory/service.js';
 import type { PricingRow } from '../inventory/repository.js';
@@ -165,8 +165,20 @@ export function committedHourly(vms: VmRow[], excludeId?: string): number {
 
 /** What a reconciler learnt from the hypervisor; `built` when a failed start had provisioned the VM first. */
 export type ActionOutcome =
-  | { ok: true; hvRef?: string; ipAddress?: string }
-  | { ok: false; error: string; built?: { hvRef: string; ipAddress: string } };
+  | { ok: true; hvRef?: string; ipAddress?: string; built?: Provisioned }
+  | { ok: false; error: string; built?: Provisioned };
+
+/** The columns a finished build sets: the hypervisor's reference, address, SSH access and devices. */
+function builtColumns(built: Provisioned | undefined, vm: VmRow, outcome?: { hvRef?: string; ipAddress?: string }): Partial<VmRow> {
+  return {
+    provisioned: true,
+    provision_secret: null,
+    hv_ref: built?.hvRef ?? outcome?.hvRef ?? vm.hv_ref,
+    ip_address: outcome?.ipAddress ?? built?.ipAddress ?? vm.ip_address,
+    ...(built?.access ? { ssh_host: built.access.host, ssh_port: built.access.port, ssh_user: built.access.user } : {}),
+    ...(built?.gpuDevices ? { gpu_devices: built.gpuDevices } : {}),
+  };
+}
 
 /** Called inside the transaction of every status change (metering subscribes here). */
 export type TransitionHook = (tx: Queryable, before: VmRow, after: VmRow, now: Date) => Promise<void>;
@@ -413,6 +425,12 @@ export class VmService {
     return { items: r.rows.map(toVmRecord), total: r.total };
   }
 
+  /** The operator's view: also the host devices a VM was given and the hypervisor's last error. */
+  async adminList(f: Omit<repo.VmFilter, 'userId'> & { userId?: number }): Promise<{ items: (VmRecord & { gpu_devices: string[] | null; last_error: string | null })[]; total: number }> {
+    const r = await repo.listVms(this.db, f);
+    return { items: r.rows.map((v) => ({ ...toVmRecord(v), gpu_devices: v.gpu_devices, last_error: v.last_error })), total: r.total };
+  }
+
   async get(userId: number, ref: string): Promise<VmRecord> {
     return toVmRecord(await this.mustFind(this.db, userId, ref));
   }
@@ -518,7 +536,10 @@ export class VmService {
     if (vm.status !== 'running' || !vm.ip_address) {
       throw invalidState(`Access info is available while the VM is running; it is ${vm.status}`);
     }
-    const username = 'ubuntu';
+    // A VM on an agent's host is reached through its own port on the agent's public host.
+    const username = vm.ssh_user ?? 'ubuntu';
+    const host = vm.ssh_host ?? vm.ip_address;
+    const port = vm.ssh_port ?? 22;
     const web = async (service: 'webui' | 'jupyter') => {
       const { token, expiresAt } = await this.tokens.signPurpose('launch', { vm_id: vm.id, user_id: vm.user_id, service }, LAUNCH_TOKEN_TTL_S);
       return { url: `${this.opts.portalUrl}/vms/${vm.vmid}/${service}/?launch_token=${token}`, launch_token: token, expires_at: expiresAt.toISOString() };
@@ -527,7 +548,7 @@ export class VmService {
     return {
       vm_id: vm.id,
       status: vm.status,
-      ssh: { host: vm.ip_address, port: 22, username, command: `ssh ${username}@${vm.ip_address}` },
+      ssh: { host, port, username, command: port === 22 ? `ssh ${username}@${host}` : `ssh -p ${port} ${username}@${host}` },
       web_ui: hasWeb ? await web('webui') : null,
       jupyter: hasWeb ? await web('jupyter') : null,
     };
@@ -598,9 +619,7 @@ export class VmService {
       const pending = vm.hv_action !== action ? { hv_action: vm.hv_action } : {};
       if (!outcome.ok) {
         const attempts = vm.attempts + 1;
-        if (outcome.built) {
-          Object.assign(release, { provisioned: true, hv_ref: outcome.built.hvRef, ip_address: outcome.built.ipAddress, provision_secret: null });
-        }
+        if (outcome.built) Object.assign(release, builtColumns(outcome.built, vm));
         if (vm.hv_action !== action) {
           await repo.updateVm(tx, vm.id, { ...release, last_error: outcome.error });
           return;
@@ -626,13 +645,13 @@ export class VmService {
         const built = action === 'provision' || action === 'start';
         await repo.updateVm(tx, vm.id, {
           ...base,
-          ...(built ? { provisioned: true, hv_ref: outcome.hvRef ?? vm.hv_ref, ip_address: outcome.ipAddress ?? vm.ip_address, provision_secret: null } : {}),
+          ...(built ? builtColumns(outcome.built, vm, outcome) : {}),
           next_action_at: now,
         });
         return;
       }
       if (action === 'provision') {
-        Object.assign(base, { provisioned: true, hv_ref: outcome.hvRef ?? vm.hv_ref, ip_address: outcome.ipAddress ?? vm.ip_address, provision_secret: null });
+        Object.assign(base, builtColumns(outcome.built, vm, outcome));
         if (vm.status === 'creating' && vm.hv_action === 'provision') {
           await this.applyTransition(tx, vm, 'provisioned', now, { ...base, hv_action: 'start', next_action_at: now });
         } else {
@@ -650,10 +669,7 @@ export class VmService {
         // Simulated utilisation figures: steady per VM, so lists are stable.
         const up = await this.applyTransition(tx, vm, 'started', now, {
           ...done,
-          provisioned: true,
-          provision_secret: null,
-          hv_ref: outcome.hvRef ?? vm.hv_ref,
-          ip_address: outcome.ipAddress ?? vm.ip_address,
+          ...builtColumns(outcome.built, vm, outcome),
           cpu_percent: 5 + (vm.vmid % 40),
           ram_percent: 10 + (vm.vmid % 50),
         });
@@ -666,6 +682,35 @@ export class VmService {
         await repo.updateVm(tx, vm.id, done);
       }
     });
+  }
+
+  /**
+   * What a node's agent says about its VMs. A running VM whose QEMU is no
+   * longer running (the guest powered itself off, or the process died) is
+   * stopped, billed as a stop; traffic counters are taken as they are.
+   * Returns the VMs that were stopped.
+   */
+  async agentReport(node: string, reported: { id: string; state: string; exit_reason: string | null; traffic: { rx_bytes: number; tx_bytes: number } }[]): Promise<string[]> {
+    const byId = new Map(reported.map((r) => [r.id, r]));
+    const stopped: string[] = [];
+    for (const vm of await repo.idleRunningOnNode(this.db, node)) {
+      const r = byId.get(vm.id);
+      if (!r) continue; // unknown to the agent: nothing to go on, leave it to the next action
+      const bytes = r.traffic.rx_bytes + r.traffic.tx_bytes;
+      if (bytes > 0) await repo.raiseTraffic(this.db, vm.id, bytes);
+      if (r.state !== 'stopped') continue;
+      const reason = r.exit_reason === 'crashed' ? 'the VM process on its host ended' : 'the guest powered itself off';
+      const done = await this.db.transaction(async (tx) => {
+        const current = await repo.findVm(tx, { id: vm.id }, null, true);
+        // Re-checked under the row lock: an action claimed meanwhile wins.
+        if (!current || current.status !== 'running' || current.hv_action !== null || current.claim_token !== null) return false;
+        await this.applyTransition(tx, current, 'powered_off', this.clock.now(), { last_error: reason, cpu_percent: 0, ram_percent: 0 });
+        await repo.insertEvent(tx, { id: newId(), type: 'vm.powered_off', userId: current.user_id, vmId: current.id, data: { reason: r.exit_reason ?? 'guest_powered_off' }, now: this.clock.now() });
+        return true;
+      });
+      if (done) stopped.push(vm.id);
+    }
+    return stopped;
   }
 
   /** Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free (D25). */

@@ -1,0 +1,139 @@
+/**
+ * The agent's HTTP API (version 1), which only the control plane calls.
+ * Every route needs `Authorization: Bearer TOKEN` (compared in constant
+ * time); errors are `{detail, code}` like the public API's. Every call is
+ * safe to repeat. The control plane's client is src/hypervisor/agent-client.ts.
+ *
+ *   GET    /healthz               liveness, no token
+ *   GET    /v1/host               the host (version, accelerator, CPU, GPUs, templates) and every VM
+ *   PUT    /v1/vms/:id            provision (idempotent): disk overlay, seed, SSH port, GPUs
+ *   GET    /v1/vms/:id            one VM's state
+ *   POST   /v1/vms/:id/start      start QEMU; the VM is `booting` until SSH answers, then `running`
+ *   POST   /v1/vms/:id/stop       {timeout_s}: ACPI power-down, a hard quit after timeout_s
+ *   DELETE /v1/vms/:id            stop hard and remove every file of the VM
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { Type, type Static } from 'typebox';
+import { AgentError, UUID, type VmManager } from './vms.js';
+import type { TemplateStore } from './templates.js';
+
+export const AGENT_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+const ProvisionBody = Type.Object(
+  {
+    vmid: Type.Integer({ minimum: 1, maximum: 999_999_999 }),
+    template_vmid: Type.Integer({ minimum: 1, maximum: 999_999_999 }),
+    cpu_cores: Type.Integer({ minimum: 1, maximum: 256 }),
+    ram_mb: Type.Integer({ minimum: 128, maximum: 4_194_304 }),
+    storage_gb: Type.Integer({ minimum: 1, maximum: 100_000 }),
+    gpu_count: Type.Integer({ minimum: 0, maximum: 16 }),
+    auth_method: Type.Union([Type.Literal('ssh_key'), Type.Literal('password')]),
+    ssh_public_key: Type.Union([Type.String({ minLength: 1, maxLength: 16_384 }), Type.Null()]),
+    password: Type.Union([Type.String({ minLength: 1, maxLength: 1024 }), Type.Null()]),
+  },
+  { additionalProperties: false },
+);
+
+const StopBody = Type.Object({ timeout_s: Type.Integer({ minimum: 0, maximum: 3600 }) }, { additionalProperties: false });
+const IdParams = Type.Object({ id: Type.String({ pattern: UUID.source }) });
+
+export interface AgentServerOptions {
+  token: string;
+  accel: 'kvm' | 'tcg';
+  publicHost: string;
+  https?: { cert: Buffer; key: Buffer } | null;
+  logger?: boolean | object;
+}
+
+function digest(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+export function hostCpuModel(): string {
+  try {
+    const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+    return m?.[1]?.trim() ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+export async function buildAgentApp(vms: VmManager, templates: TemplateStore, opts: AgentServerOptions): Promise<FastifyInstance> {
+  // Strict bodies: an unknown field or a wrong type is refused, never dropped or coerced.
+  const common = {
+    logger: opts.logger ?? false,
+    bodyLimit: 64 * 1024,
+    ajv: { customOptions: { removeAdditional: false as const, coerceTypes: false as const, useDefaults: false } },
+  };
+  // http or https: the routes are the same, so one instance type serves both.
+  const app = (
+    opts.https
+      ? Fastify({ ...common, https: { cert: opts.https.cert, key: opts.https.key } })
+      : Fastify(common)
+  ) as unknown as FastifyInstance;
+  const expected = digest(`Bearer ${opts.token}`);
+  const cpuModel = hostCpuModel();
+
+  app.setErrorHandler((err, _req, reply) => {
+    if (err instanceof AgentError) return reply.code(err.status).send({ detail: err.message, code: err.code });
+    const e = err as { validation?: unknown; statusCode?: number; message: string };
+    if (e.validation) return reply.code(422).send({ detail: e.message, code: 'validation_error' });
+    if (e.statusCode && e.statusCode < 500) return reply.code(e.statusCode).send({ detail: e.message, code: 'bad_request' });
+    reply.log.error({ err }, 'agent request failed');
+    return reply.code(500).send({ detail: 'internal error', code: 'internal' });
+  });
+  app.setNotFoundHandler((_req, reply) => reply.code(404).send({ detail: 'no such route', code: 'not_found' }));
+
+  app.addHook('onRequest', async (req, reply) => {
+    if (req.url === '/healthz') return;
+    const given = req.headers.authorization ?? '';
+    // Digests have one length, so the comparison takes the same time whatever was sent.
+    if (!timingSafeEqual(digest(given), expected)) {
+      reply.header('WWW-Authenticate', 'Bearer');
+      return reply.code(401).send({ detail: 'a valid agent token is required', code: 'unauthorized' });
+    }
+  });
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+
+  app.get('/v1/host', async () => ({
+    agent_version: AGENT_VERSION,
+    accel: opts.accel,
+    host_cpu_model: cpuModel,
+    host_gpus: vms.gpus.map((g) => ({ pci_address: g.pci_address, model: g.model, vfio: g.vfio, iommu_group: g.iommu_group })),
+    public_host: opts.publicHost,
+    templates: templates.list().map((t) => ({ vmid: t.vmid, user: t.user })),
+    vms: vms.list(),
+  }));
+
+  app.put<{ Params: Static<typeof IdParams>; Body: Static<typeof ProvisionBody> }>(
+    '/v1/vms/:id',
+    { schema: { params: IdParams, body: ProvisionBody } },
+    async (req) => {
+      const b = req.body;
+      if (b.auth_method === 'ssh_key' && !b.ssh_public_key) throw new AgentError(422, 'validation_error', 'ssh_public_key is required for auth_method ssh_key');
+      if (b.auth_method === 'password' && !b.password) throw new AgentError(422, 'validation_error', 'password is required for auth_method password');
+      return vms.provision(req.params.id, b);
+    },
+  );
+
+  app.get<{ Params: Static<typeof IdParams> }>('/v1/vms/:id', { schema: { params: IdParams } }, async (req) => vms.view(req.params.id));
+
+  app.post<{ Params: Static<typeof IdParams> }>('/v1/vms/:id/start', { schema: { params: IdParams } }, async (req) => vms.start(req.params.id));
+
+  app.post<{ Params: Static<typeof IdParams>; Body: Static<typeof StopBody> }>(
+    '/v1/vms/:id/stop',
+    { schema: { params: IdParams, body: StopBody } },
+    async (req) => vms.stop(req.params.id, req.body.timeout_s),
+  );
+
+  app.delete<{ Params: Static<typeof IdParams> }>('/v1/vms/:id', { schema: { params: IdParams } }, async (req, reply) => {
+    await vms.destroy(req.params.id);
+    return reply.code(204).send();
+  });
+
+  await app.ready();
+  return app;
+}

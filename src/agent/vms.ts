@@ -1,0 +1,508 @@
+/**
+ * The VMs of one host. Each VM is a folder DATA/vms/VMID holding everything
+ * about it: vm.json (what it is: template, size, SSH port, GPUs), disk.qcow2
+ * (a copy-on-write overlay on its template), the cloud-init seed, and while
+ * QEMU runs its pid file, QMP socket and serial console log.
+ *
+ * Rules:
+ * - QEMU runs daemonized in its own session: it outlives the agent. A new
+ *   agent re-attaches to every VM whose pid is alive (checked against its
+ *   command line, so a recycled pid is not taken for it) through its QMP
+ *   socket, and never stops or restarts a VM because the agent restarted.
+ * - One operation at a time per VM (a per-VM queue); every operation is safe
+ *   to repeat: provisioning a VM that exists returns it, stopping a stopped
+ *   VM or destroying a missing one does nothing.
+ * - A VM is `running` once its guest answers on SSH (the banner is read:
+ *   user-mode networking accepts TCP before the guest listens).
+ * - A VM whose QEMU ends without being asked is `stopped`, with the reason:
+ *   `guest_powered_off` after a SHUTDOWN event from the guest, `crashed`
+ *   when the process died without one.
+ * - Destroy removes the VM's folder: no disk outlives its VM.
+ * - Nothing from a request reaches a path or QEMU's command line without
+ *   passing a narrow check first (ids, numbers, keys, the template's user).
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { qemuArgs, qmpArg, vmFiles } from './qemu/command.js';
+import { isAlive, launchQemu, readPid } from './qemu/process.js';
+import { QmpClient } from './qemu/qmp.js';
+import { fakeGpus, scanGpus, type HostGpu } from './gpus/scan.js';
+import { hashPassword, writeSeed } from './images/seed.js';
+import { freePortInRange, sshBanner } from './network/ssh-probe.js';
+import type { TemplateStore } from './templates.js';
+
+const run = promisify(execFile);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+export class AgentError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'AgentError';
+  }
+}
+
+export interface ProvisionSpec {
+  vmid: number;
+  template_vmid: number;
+  cpu_cores: number;
+  ram_mb: number;
+  storage_gb: number;
+  gpu_count: number;
+  auth_method: 'ssh_key' | 'password';
+  ssh_public_key: string | null;
+  password: string | null;
+}
+
+/** What is kept in vm.json: enough to run the VM again after any restart. */
+interface VmRecord {
+  id: string;
+  vmid: number;
+  template_vmid: number;
+  user: string;
+  cpu_cores: number;
+  ram_mb: number;
+  storage_gb: number;
+  ssh_port: number;
+  gpus: string[];
+  created_at: string;
+}
+
+type State = 'stopped' | 'booting' | 'running' | 'stopping';
+
+interface Runtime {
+  state: State;
+  qmp: QmpClient | null;
+  pid: number | null;
+  exitReason: 'guest_powered_off' | 'crashed' | null;
+  /** Set while the agent itself ends the process (stop, destroy): no crash then. */
+  expectingExit: boolean;
+  guestShutdown: boolean;
+  generation: number;
+}
+
+export interface VmView {
+  id: string;
+  state: State;
+  ssh: { host: string; port: number; user: string };
+  gpus: string[];
+  exit_reason: 'guest_powered_off' | 'crashed' | null;
+  traffic: { rx_bytes: number; tx_bytes: number; counted: boolean };
+}
+
+export interface VmManagerOptions {
+  dataDir: string;
+  accel: 'kvm' | 'tcg';
+  publicHost: string;
+  /** Where QEMU's SSH port forward listens: loopback for a loopback public host, else every address. */
+  forwardHost: string;
+  sshPorts: { from: number; to: number };
+  fakeGpus: number;
+  qemuBinary?: string;
+  /** For tests: where to look for GPUs. */
+  sysRoot?: string;
+  log?: (msg: string, data?: Record<string, unknown>) => void;
+}
+
+export class VmManager {
+  private readonly vmsDir: string;
+  private readonly records = new Map<string, VmRecord>();
+  private readonly runtime = new Map<string, Runtime>();
+  private readonly queues = new Map<string, Promise<unknown>>();
+  private readonly hostGpus: HostGpu[];
+  private closed = false;
+
+  constructor(
+    private readonly opts: VmManagerOptions,
+    private readonly templates: TemplateStore,
+  ) {
+    this.vmsDir = join(opts.dataDir, 'vms');
+    this.hostGpus = opts.fakeGpus > 0 ? fakeGpus(opts.fakeGpus) : scanGpus(opts.sysRoot);
+    // A unix socket path is at most 107 bytes: refuse a data dir that cannot hold one.
+    const probe = join(this.vmsDir, '999999999', 'qmp.sock');
+    if (Buffer.byteLength(probe) > 107) throw new Error(`the data directory path is too long for QEMU's sockets (${probe}); use a shorter --data-dir`);
+  }
+
+  get gpus(): HostGpu[] {
+    return this.hostGpus;
+  }
+
+  /** Loads every VM folder and re-attaches to the QEMU processes still running. */
+  async load(): Promise<void> {
+    mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
+    for (const name of readdirSync(this.vmsDir)) {
+      const file = join(this.vmsDir, name, 'vm.json');
+      if (!/^\d+$/.test(name) || !existsSync(file)) {
+        // A provisioning that died half-way: nothing refers to it.
+        if (name.includes('.tmp-')) rmSync(join(this.vmsDir, name), { recursive: true, force: true });
+        continue;
+      }
+      const rec = JSON.parse(readFileSync(file, 'utf8')) as VmRecord;
+      this.records.set(rec.id, rec);
+      const rt = this.rt(rec.id);
+      const dir = this.dir(rec);
+      const pid = readPid(vmFiles(dir).pidFile);
+      if (pid !== null && isAlive(pid, qmpArg(dir))) {
+        try {
+          await this.attach(rec, pid);
+          rt.state = (await sshBanner(this.probeHost(), rec.ssh_port, 1500)) ? 'running' : 'booting';
+          if (rt.state === 'booting') void this.watchBoot(rec, rt.generation);
+          this.log('re-attached to a running VM', { vm: rec.id, pid, state: rt.state });
+        } catch (err) {
+          this.log('could not re-attach; leaving the VM process alone', { vm: rec.id, pid, err: String(err) });
+          rt.state = 'running';
+          rt.pid = pid;
+          void this.watchPid(rec, rt.generation);
+        }
+      } else {
+        this.cleanRunFiles(dir);
+      }
+    }
+  }
+
+  private log(msg: string, data?: Record<string, unknown>): void {
+    this.opts.log?.(msg, data);
+  }
+
+  private rt(id: string): Runtime {
+    let r = this.runtime.get(id);
+    if (!r) {
+      r = { state: 'stopped', qmp: null, pid: null, exitReason: null, expectingExit: false, guestShutdown: false, generation: 0 };
+      this.runtime.set(id, r);
+    }
+    return r;
+  }
+
+  private dir(rec: Pick<VmRecord, 'vmid'>): string {
+    return join(this.vmsDir, String(rec.vmid));
+  }
+
+  private probeHost(): string {
+    return this.opts.forwardHost === '0.0.0.0' ? '127.0.0.1' : this.opts.forwardHost;
+  }
+
+  /** Runs operations on one VM one after another. */
+  private serial<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.queues.get(id) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(fn);
+    const tail = next.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.queues.set(id, tail);
+    void tail.then(() => {
+      if (this.queues.get(id) === tail) this.queues.delete(id);
+    });
+    return next;
+  }
+
+  private mustGet(id: string): VmRecord {
+    if (!UUID.test(id)) throw new AgentError(404, 'not_found', 'no such VM');
+    const rec = this.records.get(id);
+    if (!rec) throw new AgentError(404, 'not_found', `VM ${id} is not on this host`);
+    return rec;
+  }
+
+  view(id: string): VmView {
+    const rec = this.mustGet(id);
+    const rt = this.rt(id);
+    return {
+      id,
+      state: rt.state,
+      ssh: { host: this.opts.publicHost, port: rec.ssh_port, user: rec.user },
+      gpus: rec.gpus,
+      exit_reason: rt.state === 'stopped' ? rt.exitReason : null,
+      // User-mode networking has no per-VM byte counters (see docs/agent.md).
+      traffic: { rx_bytes: 0, tx_bytes: 0, counted: false },
+    };
+  }
+
+  list(): VmView[] {
+    return [...this.records.keys()].sort().map((id) => this.view(id));
+  }
+
+  templateInUse(vmid: number): boolean {
+    return [...this.records.values()].some((r) => r.template_vmid === vmid);
+  }
+
+  provision(id: string, spec: ProvisionSpec): Promise<VmView> {
+    if (!UUID.test(id)) throw new AgentError(422, 'validation_error', 'the VM id must be a UUID');
+    return this.serial(id, async () => {
+      const existing = this.records.get(id);
+      if (existing) {
+        if (existing.vmid !== spec.vmid) throw new AgentError(409, 'conflict', `VM ${id} exists with another vmid`);
+        return this.view(id);
+      }
+      for (const r of this.records.values()) {
+        if (r.vmid === spec.vmid) throw new AgentError(409, 'conflict', `vmid ${spec.vmid} belongs to VM ${r.id}`);
+      }
+      const template = this.templates.get(spec.template_vmid);
+      if (!template) {
+        throw new AgentError(422, 'template_missing', `template ${spec.template_vmid} is not on this host (add it with: gpucloud agent template add ${spec.template_vmid} FILE)`);
+      }
+      const gpus = this.allocateGpus(spec.gpu_count);
+      const taken = new Set([...this.records.values()].map((r) => r.ssh_port));
+      const port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, taken, this.opts.forwardHost);
+      if (port === null) throw new AgentError(409, 'no_ports', `no free SSH port in ${this.opts.sshPorts.from}-${this.opts.sshPorts.to}`);
+      const rec: VmRecord = {
+        id,
+        vmid: spec.vmid,
+        template_vmid: spec.template_vmid,
+        user: template.user,
+        cpu_cores: spec.cpu_cores,
+        ram_mb: spec.ram_mb,
+        storage_gb: spec.storage_gb,
+        ssh_port: port,
+        gpus,
+        created_at: new Date().toISOString(),
+      };
+      // Built in a temporary folder and renamed into place: a crash leaves no half VM behind.
+      const dir = this.dir(rec);
+      const tmp = `${dir}.tmp-${process.pid}`;
+      rmSync(tmp, { recursive: true, force: true });
+      mkdirSync(tmp, { mode: 0o700 });
+      try {
+        await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', template.path, join(tmp, 'disk.qcow2'), `${spec.storage_gb}G`]);
+        await writeSeed(tmp, {
+          instanceId: id,
+          hostname: `gpucloud-${spec.vmid}`,
+          user: template.user,
+          authMethod: spec.auth_method,
+          sshPublicKeys: spec.auth_method === 'ssh_key' && spec.ssh_public_key ? [spec.ssh_public_key] : [],
+          passwordHash: spec.auth_method === 'password' && spec.password ? await hashPassword(spec.password) : null,
+        });
+        // The seed's source files held the hash; the ISO is all QEMU needs.
+        for (const f of ['user-data', 'meta-data']) rmSync(join(tmp, f), { force: true });
+        writeFileSync(join(tmp, 'vm.json'), JSON.stringify(rec, null, 2) + '\n', { mode: 0o600 });
+        renameSync(tmp, dir);
+      } catch (err) {
+        rmSync(tmp, { recursive: true, force: true });
+        if (err instanceof AgentError) throw err;
+        const detail = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
+        throw new AgentError(422, 'provision_failed', `could not build the VM's disk or seed: ${detail}`);
+      }
+      this.records.set(id, rec);
+      this.rt(id).state = 'stopped';
+      this.log('provisioned', { vm: id, vmid: rec.vmid, port, gpus });
+      return this.view(id);
+    });
+  }
+
+  private allocateGpus(count: number): string[] {
+    if (count === 0) return [];
+    const used = new Set([...this.records.values()].flatMap((r) => r.gpus));
+    const usable = this.hostGpus.filter((g) => !used.has(g.pci_address) && (g.vfio || this.opts.fakeGpus > 0));
+    if (usable.length < count) {
+      const unbound = this.hostGpus.filter((g) => !used.has(g.pci_address) && !g.vfio).length;
+      throw new AgentError(
+        409,
+        'gpus_unavailable',
+        `${count} GPU(s) asked, ${usable.length} free on this host${unbound ? ` (${unbound} more are not bound to vfio-pci)` : ''}`,
+      );
+    }
+    return usable.slice(0, count).map((g) => g.pci_address);
+  }
+
+  start(id: string): Promise<VmView> {
+    const rec = this.mustGet(id);
+    return this.serial(id, async () => {
+      const rt = this.rt(id);
+      if (rt.state !== 'stopped') return this.view(id);
+      const dir = this.dir(rec);
+      this.cleanRunFiles(dir);
+      const args = qemuArgs({
+        binary: this.opts.qemuBinary,
+        name: `gpucloud-${rec.vmid}`,
+        vmDir: dir,
+        accel: this.opts.accel,
+        cpuCores: rec.cpu_cores,
+        ramMb: rec.ram_mb,
+        diskPath: join(dir, 'disk.qcow2'),
+        seedPath: join(dir, 'seed.iso'),
+        // Stand-in GPUs of a host without any are never passed to QEMU.
+        gpus: this.opts.fakeGpus > 0 ? [] : rec.gpus,
+        net: { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
+      });
+      try {
+        await launchQemu(args, { binary: this.opts.qemuBinary });
+      } catch (err) {
+        throw new AgentError(500, 'start_failed', `QEMU did not start: ${(err as Error).message}`);
+      }
+      const pid = readPid(vmFiles(dir).pidFile);
+      if (pid === null) throw new AgentError(500, 'start_failed', 'QEMU started but wrote no pid file');
+      rt.exitReason = null;
+      rt.guestShutdown = false;
+      rt.expectingExit = false;
+      rt.state = 'booting';
+      try {
+        await this.attach(rec, pid);
+      } catch (err) {
+        this.log('QMP did not answer after start', { vm: id, err: String(err) });
+      }
+      void this.watchBoot(rec, rt.generation);
+      this.log('started', { vm: id, pid });
+      return this.view(id);
+    });
+  }
+
+  /** Connects to the VM's QMP socket and follows its events and its end. */
+  private async attach(rec: VmRecord, pid: number): Promise<void> {
+    const rt = this.rt(rec.id);
+    rt.pid = pid;
+    rt.generation++;
+    const generation = rt.generation;
+    const socket = vmFiles(this.dir(rec)).qmpSocket;
+    let qmp: QmpClient | null = null;
+    for (let i = 0; i < 20 && !qmp; i++) {
+      try {
+        qmp = await QmpClient.connect(socket, { timeoutMs: 2000 });
+      } catch (err) {
+        if (i === 19) throw err;
+        await sleep(100);
+      }
+    }
+    rt.qmp = qmp;
+    qmp!.onEvent((ev) => {
+      if (ev.event === 'SHUTDOWN' && (ev.data as { guest?: boolean } | undefined)?.guest) rt.guestShutdown = true;
+    });
+    qmp!.onClose(() => {
+      if (rt.generation !== generation) return;
+      void this.exited(rec, generation);
+    });
+  }
+
+  /** QEMU's socket closed: the process is ending. Waits for it and records why it ended. */
+  private async exited(rec: VmRecord, generation: number): Promise<void> {
+    const rt = this.rt(rec.id);
+    for (let i = 0; i < 50 && rt.pid !== null && isAlive(rt.pid); i++) await sleep(100);
+    if (rt.generation !== generation) return;
+    if (rt.pid !== null && isAlive(rt.pid)) {
+      // The socket closed but the process lives (should not happen): keep watching it.
+      this.log('QMP closed while QEMU still runs', { vm: rec.id, pid: rt.pid });
+      void this.watchPid(rec, generation);
+      return;
+    }
+    const expected = rt.expectingExit;
+    rt.exitReason = expected ? null : rt.guestShutdown ? 'guest_powered_off' : 'crashed';
+    rt.state = 'stopped';
+    rt.qmp = null;
+    rt.pid = null;
+    this.cleanRunFiles(this.dir(rec));
+    if (!expected) this.log('VM ended by itself', { vm: rec.id, reason: rt.exitReason });
+  }
+
+  private async watchPid(rec: VmRecord, generation: number): Promise<void> {
+    const rt = this.rt(rec.id);
+    while (!this.closed && rt.generation === generation && rt.pid !== null && isAlive(rt.pid)) await sleep(1000);
+    if (!this.closed && rt.generation === generation) await this.exited(rec, generation);
+  }
+
+  /** Reads the SSH banner until the guest answers; then the VM is running. */
+  private async watchBoot(rec: VmRecord, generation: number): Promise<void> {
+    const rt = this.rt(rec.id);
+    while (!this.closed && rt.generation === generation && rt.state === 'booting') {
+      if (await sshBanner(this.probeHost(), rec.ssh_port, 1500)) {
+        if (rt.generation === generation && rt.state === 'booting') {
+          rt.state = 'running';
+          this.log('guest answers on SSH', { vm: rec.id });
+        }
+        return;
+      }
+      await sleep(250);
+    }
+  }
+
+  /**
+   * Stops the VM: an ACPI power-down, then after `timeoutS` a hard quit (and a
+   * kill if even that is not obeyed). 0 means a hard stop at once.
+   */
+  stop(id: string, timeoutS: number): Promise<VmView> {
+    const rec = this.mustGet(id);
+    return this.serial(id, async () => {
+      await this.halt(rec, timeoutS);
+      return this.view(id);
+    });
+  }
+
+  private async halt(rec: VmRecord, timeoutS: number): Promise<void> {
+    const rt = this.rt(rec.id);
+    const pid = rt.pid;
+    if (rt.state === 'stopped' || pid === null) {
+      rt.state = 'stopped';
+      return;
+    }
+    rt.expectingExit = true;
+    rt.state = 'stopping';
+    const gone = async (ms: number) => {
+      const until = Date.now() + ms;
+      while (Date.now() < until) {
+        if (!isAlive(pid)) return true;
+        await sleep(100);
+      }
+      return !isAlive(pid);
+    };
+    if (timeoutS > 0 && rt.qmp && !rt.qmp.closed) {
+      await rt.qmp.execute('system_powerdown').catch(() => undefined);
+      if (await gone(timeoutS * 1000)) return this.settleStopped(rec);
+      this.log('no power-down within the timeout: quitting', { vm: rec.id, timeoutS });
+    }
+    if (rt.qmp && !rt.qmp.closed) await rt.qmp.execute('quit').catch(() => undefined);
+    if (!(await gone(5000))) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      await gone(5000);
+    }
+    this.settleStopped(rec);
+  }
+
+  private settleStopped(rec: VmRecord): void {
+    const rt = this.rt(rec.id);
+    rt.generation++; // the old process's close callback no longer applies
+    rt.qmp?.close();
+    rt.qmp = null;
+    rt.pid = null;
+    rt.state = 'stopped';
+    rt.exitReason = null;
+    rt.expectingExit = false;
+    this.cleanRunFiles(this.dir(rec));
+  }
+
+  /** Removes the VM and every file of it. A VM that is not here counts as destroyed. */
+  destroy(id: string): Promise<void> {
+    if (!UUID.test(id)) return Promise.resolve();
+    return this.serial(id, async () => {
+      const rec = this.records.get(id);
+      if (!rec) return;
+      await this.halt(rec, 0);
+      rmSync(this.dir(rec), { recursive: true, force: true });
+      this.records.delete(id);
+      this.runtime.delete(id);
+      this.log('destroyed', { vm: id });
+    });
+  }
+
+  private cleanRunFiles(dir: string): void {
+    const f = vmFiles(dir);
+    rmSync(f.qmpSocket, { force: true });
+    rmSync(f.pidFile, { force: true });
+  }
+
+  /** Lets go of the QMP connections; the VMs themselves run on. */
+  close(): void {
+    this.closed = true;
+    for (const rt of this.runtime.values()) {
+      rt.generation++;
+      rt.qmp?.close();
+    }
+  }
+}

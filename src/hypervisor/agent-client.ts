@@ -1,0 +1,129 @@
+/**
+ * The control plane's side of the host agent's HTTP API (`gpucloud agent`,
+ * see docs/agent.md). Every call carries the node's bearer token and a
+ * timeout; every call is safe to repeat. The shapes here and in
+ * src/agent/server.ts are the versioned contract between the two.
+ */
+
+export const AGENT_API = '/v1';
+
+export interface AgentHostGpu {
+  pci_address: string;
+  model: string;
+  vfio: boolean;
+  iommu_group: number | null;
+}
+
+export interface AgentVmState {
+  id: string;
+  /** stopped: no QEMU process; booting: QEMU runs, SSH not up yet; running: SSH answers. */
+  state: 'stopped' | 'booting' | 'running' | 'stopping';
+  ssh: { host: string; port: number; user: string };
+  gpus: string[];
+  /** Why the VM last stopped without being asked to: the guest powered off, or QEMU died. */
+  exit_reason: 'guest_powered_off' | 'crashed' | null;
+  traffic: { rx_bytes: number; tx_bytes: number; counted: boolean };
+}
+
+export interface AgentHostInfo {
+  agent_version: string;
+  accel: 'kvm' | 'tcg';
+  host_cpu_model: string;
+  host_gpus: AgentHostGpu[];
+  public_host: string;
+  templates: { vmid: number; user: string }[];
+  vms: AgentVmState[];
+}
+
+export interface AgentProvisionSpec {
+  vmid: number;
+  template_vmid: number;
+  cpu_cores: number;
+  ram_mb: number;
+  storage_gb: number;
+  gpu_count: number;
+  auth_method: 'ssh_key' | 'password';
+  ssh_public_key: string | null;
+  password: string | null;
+}
+
+export class AgentCallError extends Error {
+  constructor(
+    message: string,
+    /** HTTP status, or 0 when the agent could not be reached. */
+    readonly status: number,
+    readonly code: string | undefined,
+  ) {
+    super(message);
+    this.name = 'AgentCallError';
+  }
+}
+
+export interface AgentEndpoint {
+  url: string;
+  token: string;
+}
+
+export class AgentClient {
+  constructor(
+    private readonly endpoint: AgentEndpoint,
+    private readonly timeoutMs = 15_000,
+  ) {}
+
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = this.timeoutMs): Promise<T> {
+    const url = this.endpoint.url.replace(/\/+$/, '') + AGENT_API + path;
+    let res: Response;
+    try {
+      res = await fetch(url, {
+        method,
+        headers: {
+          authorization: `Bearer ${this.endpoint.token}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
+        redirect: 'error',
+      });
+    } catch (err) {
+      const why = (err as { name?: string }).name === 'TimeoutError' ? `no answer within ${Math.round(timeoutMs / 1000)} s` : 'unreachable';
+      throw new AgentCallError(`agent at ${this.endpoint.url} ${why}`, 0, undefined);
+    }
+    const text = await res.text();
+    let parsed: unknown = undefined;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      parsed = undefined;
+    }
+    if (!res.ok) {
+      const e = parsed as { detail?: unknown; code?: unknown } | undefined;
+      const detail = typeof e?.detail === 'string' ? e.detail.slice(0, 500) : `HTTP ${res.status}`;
+      throw new AgentCallError(`agent: ${detail}`, res.status, typeof e?.code === 'string' ? e.code : undefined);
+    }
+    return parsed as T;
+  }
+
+  host(timeoutMs?: number): Promise<AgentHostInfo> {
+    return this.call('GET', '/host', undefined, timeoutMs);
+  }
+
+  provision(id: string, spec: AgentProvisionSpec): Promise<AgentVmState> {
+    return this.call('PUT', `/vms/${encodeURIComponent(id)}`, spec, 120_000);
+  }
+
+  start(id: string): Promise<AgentVmState> {
+    return this.call('POST', `/vms/${encodeURIComponent(id)}/start`, {}, 60_000);
+  }
+
+  vm(id: string): Promise<AgentVmState> {
+    return this.call('GET', `/vms/${encodeURIComponent(id)}`);
+  }
+
+  stop(id: string, timeoutS: number): Promise<AgentVmState> {
+    return this.call('POST', `/vms/${encodeURIComponent(id)}/stop`, { timeout_s: timeoutS }, (timeoutS + 30) * 1000);
+  }
+
+  async destroy(id: string): Promise<void> {
+    await this.call('DELETE', `/vms/${encodeURIComponent(id)}`, undefined, 60_000);
+  }
+}

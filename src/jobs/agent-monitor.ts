@@ -1,0 +1,82 @@
+/**
+ * Heartbeats to the host agents. Every GPUCLOUD_AGENT_HEARTBEAT_S (real
+ * time: agents are real processes, whatever the service clock says) each
+ * node with an agent is asked about its host and its VMs, by exactly one
+ * service instance (the check is claimed in the database). An agent that
+ * misses three heartbeats in a row is offline and its node's VMs go offline;
+ * when it answers again they come back as they were. A running VM whose QEMU
+ * is gone (the guest powered off, or the process died) becomes stopped.
+ */
+import type { FastifyBaseLogger } from 'fastify';
+import { realTimeMs } from '../clock.js';
+import { AgentClient, type AgentHostInfo } from '../hypervisor/agent-client.js';
+import type { AgentInfo } from '../modules/inventory/repository.js';
+import type { InventoryService } from '../modules/inventory/service.js';
+import type { VmService } from '../modules/vms/service.js';
+
+export function agentInfoOf(host: AgentHostInfo): AgentInfo {
+  return {
+    agent_version: String(host.agent_version).slice(0, 64),
+    accel: String(host.accel).slice(0, 16),
+    host_cpu_model: String(host.host_cpu_model).slice(0, 256),
+    host_gpus: (Array.isArray(host.host_gpus) ? host.host_gpus : []).slice(0, 64).map((g) => ({
+      pci_address: String(g.pci_address).slice(0, 32),
+      model: String(g.model).slice(0, 128),
+      vfio: g.vfio === true,
+      iommu_group: Number.isInteger(g.iommu_group) ? g.iommu_group : null,
+    })),
+  };
+}
+
+export class AgentMonitor {
+  private timer: NodeJS.Timeout | undefined;
+  private pass: Promise<void> | undefined;
+
+  constructor(
+    private readonly inventory: InventoryService,
+    private readonly vms: VmService,
+    private readonly heartbeatS: number,
+    private readonly log?: FastifyBaseLogger,
+  ) {}
+
+  /** Checks every agent due for a heartbeat now; returns how many were checked. */
+  async checkDue(): Promise<number> {
+    // A little slack so that a 1 s loop does not skip a beat by a few milliseconds.
+    const due = await this.inventory.claimAgentChecks(new Date(realTimeMs()), Math.max(0, this.heartbeatS * 1000 - 500));
+    await Promise.all(due.map((row) => this.check(row.node, this.inventory.endpointOf(row))));
+    return due.length;
+  }
+
+  private async check(node: string, endpoint: ReturnType<InventoryService['endpointOf']>): Promise<void> {
+    if (!endpoint) return;
+    let host: AgentHostInfo;
+    try {
+      host = await new AgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000)).host();
+    } catch (err) {
+      const { misses, tookOffline } = await this.inventory.agentMissed(node);
+      this.log?.warn({ node, misses, err: err instanceof Error ? err.message : String(err) }, tookOffline ? 'agent offline: node set offline' : 'agent missed a heartbeat');
+      return;
+    }
+    await this.inventory.agentAnswered(node, agentInfoOf(host));
+    const stopped = await this.vms.agentReport(node, Array.isArray(host.vms) ? host.vms : []);
+    if (stopped.length) this.log?.info({ node, vms: stopped }, 'VMs stopped on their host');
+  }
+
+  start(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => {
+      if (this.pass) return;
+      this.pass = this.checkDue()
+        .then(() => undefined)
+        .catch((err) => this.log?.error({ err }, 'agent heartbeat pass failed'))
+        .finally(() => (this.pass = undefined));
+    }, 1000);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.pass;
+  }
+}

@@ -1,0 +1,182 @@
+/**
+ * Real VMs end to end: `gpucloud agent` (its own process, QEMU under TCG) and
+ * the API on one database. The node is registered with its agent_url; a
+ * customer creates a VM with an SSH key, it runs once the guest answers on
+ * SSH, and SSH with exactly what access-info says runs a command. Then stop,
+ * start, the agent killed and started again (the VM runs on and is managed
+ * again), the QEMU process killed (the VM becomes stopped), destroy (no
+ * process and no file left), and a VM with auth_method=password.
+ *
+ * Under the manual clock an advance returns once the due hypervisor work is
+ * done, so each step below is settled when its advance returns.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { DB_KINDS } from '../helpers/db.js';
+import { advance, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
+import { qemu, qemuImg, genisoimage } from './qemu-helpers.js';
+import { cli, freePort, kill, qemuPidsUnder, ssh, startAgentProcess, testImage, workDir, type AgentProcess } from './real-vms.js';
+
+const TOKEN = 'e2e-agent-token-'.padEnd(48, 'z');
+const skip = qemu.skip || qemuImg.skip || genisoimage.skip;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
+  let t: TestApp;
+  let dir: string;
+  let dataDir: string;
+  let agent: AgentProcess;
+  let agentArgs: string[];
+  let admin: TestUser;
+  let renter: TestUser;
+  let node: string;
+  let keyFile: string;
+
+  const vm = async (id: string) => (await t.req('GET', `/vms/${id}`, { token: renter.token })).body;
+  const vmDirs = () => (existsSync(join(dataDir, 'vms')) ? readdirSync(join(dataDir, 'vms')) : []);
+  /** Heartbeats until `check` holds (real time: the agent notices, then the control plane asks). */
+  const until = async (what: string, check: () => Promise<boolean>, seconds = 30) => {
+    for (let i = 0; i < seconds * 2; i++) {
+      await t.services.agents.checkDue();
+      if (await check()) return;
+      await sleep(500);
+    }
+    assert.fail(`${what} within ${seconds} s`);
+  };
+
+  before(async () => {
+    for (const tool of [qemu, qemuImg, genisoimage]) tool.ensure();
+    const image = testImage();
+    dir = workDir('e2e');
+    dataDir = join(dir, 'a');
+    keyFile = join(dir, 'id');
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'e2e', '-f', keyFile]);
+
+    const added = cli(['agent', 'template', 'add', '100', image, '--user', 'root', '--data-dir', dataDir]);
+    assert.equal(added.status, 0, added.stderr);
+    assert.match(added.stdout, /Template 100 added \(user root/);
+    const listed = cli(['agent', 'template', 'list', '--data-dir', dataDir]);
+    assert.match(listed.stdout, /^100\tuser root\t/m);
+
+    const port = await freePort();
+    const sshFrom = 20000 + Math.floor(Math.random() * 4000) * 10;
+    agentArgs = ['--listen', `127.0.0.1:${port}`, '--data-dir', dataDir, '--token', TOKEN, '--accel', 'tcg', '--fake-gpus', '2', '--ssh-ports', `${sshFrom}-${sshFrom + 9}`];
+    agent = await startAgentProcess(agentArgs);
+    assert.equal(agent.url, `http://127.0.0.1:${port}`);
+
+    t = await buildTestApp(DB_KINDS[DB_KINDS.length - 1]!, { env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '30' } });
+    t.forbidSecret(TOKEN);
+    admin = await createUser(t, { admin: true });
+    renter = await createUser(t);
+    await credit(t, admin.token, renter.id, 100);
+    const n = await createNode(t, admin.token, { agent_url: agent.url, agent_token: TOKEN, gpu_count: 2, ram_gb: 1, cpu_cores: 2 });
+    node = n.node;
+    assert.equal(n.agent_status, 'online');
+    assert.equal(n.accel, 'tcg');
+    assert.equal((n.host_gpus as unknown[]).length, 2, 'the agent reports its (stand-in) GPUs');
+  });
+
+  after(async () => {
+    if (agent) await kill(agent.child);
+    // Whatever a failed test left running is ended here.
+    if (dir) for (const pid of qemuPidsUnder(dir)) process.kill(pid, 'SIGKILL');
+    await t?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('an SSH-key VM: create, running once SSH answers, ssh in, stop, start, agent restart, crash, destroy', async () => {
+    const pub = readFileSync(`${keyFile}.pub`, 'utf8');
+    const key = await t.req('POST', '/ssh-keys', { token: renter.token, body: { ssh_public_key: pub } });
+    assert.equal(key.status, 201, key.text);
+    const c = await t.req('POST', '/vms', { token: renter.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    assert.equal(c.status, 201, c.text);
+    await advance(t, admin.token, 5);
+    assert.equal((await vm(c.body.id)).status, 'running', 'running once the guest answers on SSH');
+
+    const access = await t.req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token });
+    assert.equal(access.status, 200, access.text);
+    const info = access.body.ssh;
+    assert.equal(info.host, '127.0.0.1');
+    assert.equal(info.username, 'root');
+    assert.equal(info.command, `ssh -p ${info.port} root@127.0.0.1`);
+    const out = ssh(info.command, 'echo hello from $(hostname)', { key: keyFile });
+    assert.equal(out.status, 0, out.stderr);
+    assert.equal(out.stdout.trim(), `hello from gpucloud-${c.body.vmid}`);
+
+    // Stop: an ACPI power-down; QEMU ends.
+    assert.equal((await t.req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(c.body.id)).status, 'stopped');
+    assert.deepEqual(qemuPidsUnder(dataDir), [], 'no QEMU process after a stop');
+
+    assert.equal((await t.req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(c.body.id)).status, 'running');
+    assert.equal(ssh(info.command, 'true', { key: keyFile }).status, 0, 'the same port after a restart');
+    const [pid] = qemuPidsUnder(dataDir);
+    assert.ok(pid);
+
+    // The agent dies and comes back: the VM runs on, untouched, and is managed again.
+    await kill(agent.child);
+    assert.deepEqual(qemuPidsUnder(dataDir), [pid]);
+    assert.equal(ssh(info.command, 'true', { key: keyFile }).status, 0, 'the guest answers while no agent runs');
+    agent = await startAgentProcess(agentArgs);
+    assert.match(agent.output(), /re-attached to a running VM/);
+    await until('the node is online again', async () => (await t.req('GET', `/admin/nodes/${node}`, { token: admin.token })).body.agent_status === 'online');
+    assert.equal((await vm(c.body.id)).status, 'running');
+    assert.deepEqual(qemuPidsUnder(dataDir), [pid], 'the same QEMU process');
+    assert.equal((await t.req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(c.body.id)).status, 'stopped', 'the new agent stops it');
+    assert.deepEqual(qemuPidsUnder(dataDir), []);
+
+    // QEMU killed from outside: noticed within a heartbeat, the VM is stopped.
+    assert.equal((await t.req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(c.body.id)).status, 'running');
+    const [again] = qemuPidsUnder(dataDir);
+    process.kill(again!, 'SIGKILL');
+    await until('the killed VM is stopped', async () => (await vm(c.body.id)).status === 'stopped');
+    const events = await t.db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.powered_off'`, [c.body.id]);
+    assert.deepEqual(events.rows.map((r) => r.data.reason), ['crashed']);
+
+    // Destroy: no process, no file of the VM left on the host.
+    assert.equal(vmDirs().length, 1);
+    assert.equal((await t.req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(c.body.id)).status, 'destroyed');
+    assert.deepEqual(vmDirs(), [], 'the disk and seed are gone');
+    assert.deepEqual(qemuPidsUnder(dataDir), []);
+  });
+
+  test('a password VM logs in with its password, and not with another', async () => {
+    const password = 'correct horse battery staple';
+    const c = await t.req('POST', '/vms', {
+      token: renter.token,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password },
+    });
+    assert.equal(c.status, 201, c.text);
+    t.forbidSecret(password);
+    await advance(t, admin.token, 5);
+    assert.equal((await vm(c.body.id)).status, 'running');
+    const info = (await t.req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token })).body.ssh;
+    const ok = ssh(info.command, 'id -un', { password, dir });
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.equal(ok.stdout.trim(), 'root');
+    const wrong = ssh(info.command, 'true', { password: 'not the password at all', dir });
+    assert.notEqual(wrong.status, 0, 'a wrong password is refused');
+    // The password reaches the guest only as a hash; nothing on the host keeps it.
+    const vmDir = join(dataDir, 'vms', String(c.body.vmid));
+    for (const f of readdirSync(vmDir)) {
+      if (!statSync(join(vmDir, f)).isFile()) continue; // the QMP socket
+      assert.ok(!readFileSync(join(vmDir, f)).includes(password), `${f} holds the password`);
+    }
+    assert.equal((await t.req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+    await advance(t, admin.token, 1);
+    assert.deepEqual(vmDirs(), []);
+  });
+});

@@ -1,0 +1,138 @@
+/**
+ * A stand-in host agent speaking the agent API (v1) over real HTTP, with VMs
+ * in memory, for the control plane's tests: what it is asked is recorded, and
+ * a test can take it down, bring it back, or make a VM stop by itself. The
+ * real agent (QEMU) is tested end to end in test/agent/.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+
+export interface FakeVm {
+  id: string;
+  state: 'stopped' | 'booting' | 'running' | 'stopping';
+  exit_reason: 'guest_powered_off' | 'crashed' | null;
+  port: number;
+  spec: Record<string, unknown>;
+  rx: number;
+  tx: number;
+}
+
+export interface FakeCall {
+  method: string;
+  path: string;
+  body: unknown;
+}
+
+export class FakeAgent {
+  readonly vms = new Map<string, FakeVm>();
+  readonly calls: FakeCall[] = [];
+  templates = [{ vmid: 100, user: 'root' }];
+  /** Polls of a booting VM before it answers on SSH. */
+  bootPolls = 1;
+  private polls = new Map<string, number>();
+  private server: Server | undefined;
+  private sockets = new Set<Socket>();
+  private nextPort = 22000;
+  port = 0;
+
+  constructor(
+    public token: string,
+    readonly publicHost = '203.0.113.7',
+  ) {}
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  async start(port = this.port): Promise<void> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+
+  /** Stops answering: connections are refused until start() again. */
+  async stop(): Promise<void> {
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    this.server = undefined;
+  }
+
+  private view(vm: FakeVm) {
+    return {
+      id: vm.id,
+      state: vm.state,
+      ssh: { host: this.publicHost, port: vm.port, user: this.templates.find((t) => t.vmid === vm.spec.template_vmid)?.user ?? 'root' },
+      gpus: Array.from({ length: Number(vm.spec.gpu_count) }, (_, i) => `0000:0${i + 1}:00.0`),
+      exit_reason: vm.state === 'stopped' ? vm.exit_reason : null,
+      traffic: { rx_bytes: vm.rx, tx_bytes: vm.tx, counted: true },
+    };
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let raw = '';
+    for await (const c of req) raw += c;
+    const body = raw ? JSON.parse(raw) : undefined;
+    const path = (req.url ?? '').split('?')[0]!;
+    this.calls.push({ method: req.method ?? '', path, body });
+    const send = (status: number, value?: unknown) => {
+      res.writeHead(status, value === undefined ? {} : { 'content-type': 'application/json' });
+      res.end(value === undefined ? undefined : JSON.stringify(value));
+    };
+    if (req.headers.authorization !== `Bearer ${this.token}`) return send(401, { detail: 'a valid agent token is required', code: 'unauthorized' });
+    if (req.method === 'GET' && path === '/v1/host') {
+      return send(200, {
+        agent_version: '9.9.9-fake',
+        accel: 'tcg',
+        host_cpu_model: 'Fake CPU @ 1 GHz',
+        host_gpus: [{ pci_address: '0000:01:00.0', model: 'NVIDIA GeForce RTX 4090', vfio: true, iommu_group: 12 }],
+        public_host: this.publicHost,
+        templates: this.templates,
+        vms: [...this.vms.values()].map((v) => this.view(v)),
+      });
+    }
+    const m = /^\/v1\/vms\/([^/]+)(\/start|\/stop)?$/.exec(path);
+    if (!m) return send(404, { detail: 'no such route', code: 'not_found' });
+    const id = decodeURIComponent(m[1]!);
+    const vm = this.vms.get(id);
+    if (req.method === 'PUT' && !m[2]) {
+      if (vm) return send(200, this.view(vm));
+      if (!this.templates.some((t) => t.vmid === body.template_vmid)) {
+        return send(422, { detail: `template ${body.template_vmid} is not on this host`, code: 'template_missing' });
+      }
+      const created: FakeVm = { id, state: 'stopped', exit_reason: null, port: this.nextPort++, spec: body, rx: 0, tx: 0 };
+      this.vms.set(id, created);
+      return send(200, this.view(created));
+    }
+    if (req.method === 'DELETE' && !m[2]) {
+      this.vms.delete(id);
+      return send(204);
+    }
+    if (!vm) return send(404, { detail: 'not on this host', code: 'not_found' });
+    if (req.method === 'GET' && !m[2]) {
+      if (vm.state === 'booting') {
+        const n = (this.polls.get(id) ?? 0) + 1;
+        this.polls.set(id, n);
+        if (n >= this.bootPolls) vm.state = 'running';
+      }
+      return send(200, this.view(vm));
+    }
+    if (req.method === 'POST' && m[2] === '/start') {
+      if (vm.state === 'stopped') {
+        vm.state = this.bootPolls === 0 ? 'running' : 'booting';
+        vm.exit_reason = null;
+        this.polls.set(id, 0);
+      }
+      return send(200, this.view(vm));
+    }
+    if (req.method === 'POST' && m[2] === '/stop') {
+      vm.state = 'stopped';
+      vm.exit_reason = null;
+      return send(200, this.view(vm));
+    }
+    return send(404, { detail: 'no such route', code: 'not_found' });
+  }
+}

@@ -16,6 +16,7 @@ import { TemplateStore, templateVmid } from './templates.js';
 import { VmManager } from './vms.js';
 import { buildAgentApp } from './server.js';
 import { hostAccel, qemuAvailable } from './qemu/process.js';
+import { hostNameservers, parseSubnet } from './network/bridge.js';
 
 export const AGENT_USAGE = `gpucloud agent: runs this host's VMs under QEMU for the control plane
 
@@ -34,6 +35,9 @@ Options (each also an environment variable):
   --ssh-ports FROM-TO    GPUCLOUD_AGENT_SSH_PORTS   default 22000-22999
   --accel kvm|tcg|auto   GPUCLOUD_AGENT_ACCEL       default auto (kvm when /dev/kvm can be used)
   --fake-gpus N          GPUCLOUD_AGENT_FAKE_GPUS   report N GPUs on a host without any (tests, demos)
+  --network user|bridge  GPUCLOUD_AGENT_NETWORK     default user (no root, traffic not counted); bridge: taps on
+                                                    bridge gcbr0 with NAT and counted traffic (root, nftables)
+  --vm-subnet CIDR       GPUCLOUD_AGENT_VM_SUBNET   VM addresses with --network bridge, default 10.88.0.0/16
   --tls-cert F --tls-key F                          serve https
 `;
 
@@ -101,8 +105,13 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
   const logLine = (msg: string, data?: Record<string, unknown>) => {
     if (log) process.stderr.write(JSON.stringify({ time: new Date().toISOString(), msg, ...data }) + '\n');
   };
+  if (options.network === 'bridge' && process.getuid?.() !== 0) {
+    throw new AgentOptionError('--network', 'bridge needs root (it makes a bridge, tap devices and NAT rules); use --network user otherwise');
+  }
+  const network =
+    options.network === 'bridge' ? { kind: 'bridge' as const, subnet: parseSubnet(options.vmSubnet), nameservers: hostNameservers() } : { kind: 'user' as const };
   const vms = new VmManager(
-    { dataDir: options.dataDir, accel, publicHost: options.publicHost, forwardHost, sshPorts: options.sshPorts, fakeGpus: options.fakeGpus, log: logLine },
+    { dataDir: options.dataDir, accel, publicHost: options.publicHost, forwardHost, sshPorts: options.sshPorts, fakeGpus: options.fakeGpus, network, log: logLine },
     templates,
   );
   await vms.load();

@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { parseSubnet } from './network/bridge.js';
 
 export interface AgentOptions {
   listenHost: string;
@@ -18,6 +19,9 @@ export interface AgentOptions {
   accel: 'kvm' | 'tcg' | 'auto';
   fakeGpus: number;
   tls: { cert: Buffer; key: Buffer } | null;
+  /** user: QEMU's user-mode networking; bridge: taps on a bridge with counted traffic (root). */
+  network: 'user' | 'bridge';
+  vmSubnet: string;
 }
 
 export class AgentOptionError extends Error {
@@ -40,6 +44,8 @@ export const AGENT_OPTION_SPEC = {
   'fake-gpus': { type: 'string' },
   'tls-cert': { type: 'string' },
   'tls-key': { type: 'string' },
+  network: { type: 'string' },
+  'vm-subnet': { type: 'string' },
 } as const;
 
 const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
@@ -104,6 +110,17 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
     tls = { cert: readFileSync(cert.value), key: readFileSync(key.value) };
   }
 
+  const net = pick('network', 'GPUCLOUD_AGENT_NETWORK');
+  const network = net.value ?? 'user';
+  if (network !== 'user' && network !== 'bridge') throw new AgentOptionError(net.name, `must be user or bridge, got "${network}"`);
+  const sub = pick('vm-subnet', 'GPUCLOUD_AGENT_VM_SUBNET');
+  const vmSubnet = sub.value ?? '10.88.0.0/16';
+  try {
+    parseSubnet(vmSubnet);
+  } catch (err) {
+    throw new AgentOptionError(sub.name, (err as Error).message);
+  }
+
   const dir = pick('data-dir', 'GPUCLOUD_AGENT_DATA_DIR');
   return {
     listenHost,
@@ -115,5 +132,7 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
     accel: accelValue,
     fakeGpus: Number(fv),
     tls,
+    network,
+    vmSubnet,
   };
 }

@@ -31,7 +31,10 @@ import { QmpClient } from './qemu/qmp.js';
 import { fakeGpus, scanGpus, type HostGpu } from './gpus/scan.js';
 import { hashPassword, writeSeed } from './images/seed.js';
 import { freePortInRange, sshBanner } from './network/ssh-probe.js';
+import { tapCounters } from './network/traffic.js';
+import { applyForwards, ensureBridge, ensureTap, gatewayOf, hostCount, macOf, removeTap, tapName, vmAddress, type Subnet } from './network/bridge.js';
 import type { TemplateStore } from './templates.js';
+import type { AgentProvisionSpec, AgentVmState } from './api.js';
 
 const run = promisify(execFile);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -49,17 +52,7 @@ export class AgentError extends Error {
   }
 }
 
-export interface ProvisionSpec {
-  vmid: number;
-  template_vmid: number;
-  cpu_cores: number;
-  ram_mb: number;
-  storage_gb: number;
-  gpu_count: number;
-  auth_method: 'ssh_key' | 'password';
-  ssh_public_key: string | null;
-  password: string | null;
-}
+export type ProvisionSpec = AgentProvisionSpec;
 
 /** What is kept in vm.json: enough to run the VM again after any restart. */
 interface VmRecord {
@@ -73,9 +66,11 @@ interface VmRecord {
   ssh_port: number;
   gpus: string[];
   created_at: string;
+  /** Bridge networking: the VM's address, MAC and tap device. */
+  net?: { ip: string; mac: string; tap: string };
 }
 
-type State = 'stopped' | 'booting' | 'running' | 'stopping';
+type State = AgentVmState['state'];
 
 interface Runtime {
   state: State;
@@ -88,14 +83,8 @@ interface Runtime {
   generation: number;
 }
 
-export interface VmView {
-  id: string;
-  state: State;
-  ssh: { host: string; port: number; user: string };
-  gpus: string[];
-  exit_reason: 'guest_powered_off' | 'crashed' | null;
-  traffic: { rx_bytes: number; tx_bytes: number; counted: boolean };
-}
+/** A VM as the agent API shows it. */
+export type VmView = AgentVmState;
 
 export interface VmManagerOptions {
   dataDir: string;
@@ -105,6 +94,8 @@ export interface VmManagerOptions {
   forwardHost: string;
   sshPorts: { from: number; to: number };
   fakeGpus: number;
+  /** user: QEMU's user-mode networking (no root, no traffic counters); bridge: taps on a bridge (root). */
+  network?: { kind: 'user' } | { kind: 'bridge'; subnet: Subnet; nameservers: string[] };
   qemuBinary?: string;
   /** For tests: where to look for GPUs. */
   sysRoot?: string;
@@ -137,6 +128,8 @@ export class VmManager {
   /** Loads every VM folder and re-attaches to the QEMU processes still running. */
   async load(): Promise<void> {
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
+    const bridge = this.bridge();
+    if (bridge) await ensureBridge(bridge.subnet);
     for (const name of readdirSync(this.vmsDir)) {
       const file = join(this.vmsDir, name, 'vm.json');
       if (!/^\d+$/.test(name) || !existsSync(file)) {
@@ -146,13 +139,15 @@ export class VmManager {
       }
       const rec = JSON.parse(readFileSync(file, 'utf8')) as VmRecord;
       this.records.set(rec.id, rec);
+      // After a host reboot the taps are gone; a running VM still holds its own.
+      if (bridge && rec.net) await ensureTap(rec.net.tap);
       const rt = this.rt(rec.id);
       const dir = this.dir(rec);
       const pid = readPid(vmFiles(dir).pidFile);
       if (pid !== null && isAlive(pid, qmpArg(dir))) {
         try {
           await this.attach(rec, pid);
-          rt.state = (await sshBanner(this.probeHost(), rec.ssh_port, 1500)) ? 'running' : 'booting';
+          rt.state = (await sshBanner(this.probe(rec).host, this.probe(rec).port, 1500)) ? 'running' : 'booting';
           if (rt.state === 'booting') void this.watchBoot(rec, rt.generation);
           this.log('re-attached to a running VM', { vm: rec.id, pid, state: rt.state });
         } catch (err) {
@@ -165,6 +160,29 @@ export class VmManager {
         this.cleanRunFiles(dir);
       }
     }
+    await this.syncForwards();
+  }
+
+  private bridge(): { subnet: Subnet; nameservers: string[] } | null {
+    const n = this.opts.network;
+    return n && n.kind === 'bridge' ? n : null;
+  }
+
+  /** The NAT rules for every VM's SSH port (bridge networking). */
+  private async syncForwards(): Promise<void> {
+    const bridge = this.bridge();
+    if (!bridge) return;
+    const forwards = [...this.records.values()].filter((r) => r.net).map((r) => ({ port: r.ssh_port, ip: r.net!.ip }));
+    await applyForwards(bridge.subnet, forwards);
+  }
+
+  private allocateAddress(subnet: Subnet): string {
+    const used = new Set([...this.records.values()].map((r) => r.net?.ip));
+    for (let host = 2; host <= hostCount(subnet) + 1; host++) {
+      const ip = vmAddress(subnet, host);
+      if (!used.has(ip)) return ip;
+    }
+    throw new AgentError(409, 'no_addresses', 'no free address left in the VM subnet');
   }
 
   private log(msg: string, data?: Record<string, unknown>): void {
@@ -184,8 +202,10 @@ export class VmManager {
     return join(this.vmsDir, String(rec.vmid));
   }
 
-  private probeHost(): string {
-    return this.opts.forwardHost === '0.0.0.0' ? '127.0.0.1' : this.opts.forwardHost;
+  /** Where the guest's SSH answers from here: its own address on the bridge, else QEMU's forward. */
+  private probe(rec: VmRecord): { host: string; port: number } {
+    if (rec.net) return { host: rec.net.ip, port: 22 };
+    return { host: this.opts.forwardHost === '0.0.0.0' ? '127.0.0.1' : this.opts.forwardHost, port: rec.ssh_port };
   }
 
   /** Runs operations on one VM one after another. */
@@ -219,9 +239,15 @@ export class VmManager {
       ssh: { host: this.opts.publicHost, port: rec.ssh_port, user: rec.user },
       gpus: rec.gpus,
       exit_reason: rt.state === 'stopped' ? rt.exitReason : null,
-      // User-mode networking has no per-VM byte counters (see docs/agent.md).
-      traffic: { rx_bytes: 0, tx_bytes: 0, counted: false },
+      traffic: this.traffic(rec),
     };
+  }
+
+  /** A tap's counters, named from the guest's side; user-mode networking has none (docs/agent.md). */
+  private traffic(rec: VmRecord): VmView['traffic'] {
+    const c = rec.net ? tapCounters(rec.net.tap) : null;
+    // Host side rx is what the guest sent; tx what it received.
+    return c ? { rx_bytes: c.txBytes, tx_bytes: c.rxBytes, counted: true } : { rx_bytes: 0, tx_bytes: 0, counted: false };
   }
 
   list(): VmView[] {
@@ -251,6 +277,8 @@ export class VmManager {
       const taken = new Set([...this.records.values()].map((r) => r.ssh_port));
       const port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, taken, this.opts.forwardHost);
       if (port === null) throw new AgentError(409, 'no_ports', `no free SSH port in ${this.opts.sshPorts.from}-${this.opts.sshPorts.to}`);
+      const bridge = this.bridge();
+      const address = bridge ? this.allocateAddress(bridge.subnet) : null;
       const rec: VmRecord = {
         id,
         vmid: spec.vmid,
@@ -262,6 +290,7 @@ export class VmManager {
         ssh_port: port,
         gpus,
         created_at: new Date().toISOString(),
+        ...(address ? { net: { ip: address, mac: macOf(address), tap: tapName(spec.vmid) } } : {}),
       };
       // Built in a temporary folder and renamed into place: a crash leaves no half VM behind.
       const dir = this.dir(rec);
@@ -277,19 +306,25 @@ export class VmManager {
           authMethod: spec.auth_method,
           sshPublicKeys: spec.auth_method === 'ssh_key' && spec.ssh_public_key ? [spec.ssh_public_key] : [],
           passwordHash: spec.auth_method === 'password' && spec.password ? await hashPassword(spec.password) : null,
+          ...(bridge && rec.net
+            ? { network: { mac: rec.net.mac, address: `${rec.net.ip}/${bridge.subnet.prefix}`, gateway: gatewayOf(bridge.subnet), nameservers: bridge.nameservers } }
+            : {}),
         });
+        if (rec.net) await ensureTap(rec.net.tap);
         // The seed's source files held the hash; the ISO is all QEMU needs.
-        for (const f of ['user-data', 'meta-data']) rmSync(join(tmp, f), { force: true });
+        for (const f of ['user-data', 'meta-data', 'network-config']) rmSync(join(tmp, f), { force: true });
         writeFileSync(join(tmp, 'vm.json'), JSON.stringify(rec, null, 2) + '\n', { mode: 0o600 });
         renameSync(tmp, dir);
       } catch (err) {
         rmSync(tmp, { recursive: true, force: true });
+        if (rec.net) await removeTap(rec.net.tap).catch(() => undefined);
         if (err instanceof AgentError) throw err;
         const detail = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
         throw new AgentError(422, 'provision_failed', `could not build the VM's disk or seed: ${detail}`);
       }
       this.records.set(id, rec);
       this.rt(id).state = 'stopped';
+      await this.syncForwards();
       this.log('provisioned', { vm: id, vmid: rec.vmid, port, gpus });
       return this.view(id);
     });
@@ -328,8 +363,9 @@ export class VmManager {
         seedPath: join(dir, 'seed.iso'),
         // Stand-in GPUs of a host without any are never passed to QEMU.
         gpus: this.opts.fakeGpus > 0 ? [] : rec.gpus,
-        net: { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
+        net: rec.net ? { kind: 'tap', ifname: rec.net.tap, mac: rec.net.mac } : { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
       });
+      if (rec.net) await ensureTap(rec.net.tap);
       try {
         await launchQemu(args, { binary: this.opts.qemuBinary });
       } catch (err) {
@@ -408,7 +444,7 @@ export class VmManager {
   private async watchBoot(rec: VmRecord, generation: number): Promise<void> {
     const rt = this.rt(rec.id);
     while (!this.closed && rt.generation === generation && rt.state === 'booting') {
-      if (await sshBanner(this.probeHost(), rec.ssh_port, 1500)) {
+      if (await sshBanner(this.probe(rec).host, this.probe(rec).port, 1500)) {
         if (rt.generation === generation && rt.state === 'booting') {
           rt.state = 'running';
           this.log('guest answers on SSH', { vm: rec.id });
@@ -487,6 +523,10 @@ export class VmManager {
       rmSync(this.dir(rec), { recursive: true, force: true });
       this.records.delete(id);
       this.runtime.delete(id);
+      if (rec.net) {
+        await removeTap(rec.net.tap);
+        await this.syncForwards();
+      }
       this.log('destroyed', { vm: id });
     });
   }

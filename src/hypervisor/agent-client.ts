@@ -1,51 +1,13 @@
 /**
  * The control plane's side of the host agent's HTTP API (`gpucloud agent`,
  * see docs/agent.md). Every call carries the node's bearer token and a
- * timeout; every call is safe to repeat. The shapes here and in
- * src/agent/server.ts are the versioned contract between the two.
+ * timeout; every call is safe to repeat. The wire shapes, shared with the
+ * agent, are in src/agent/api.ts.
  */
 
-export const AGENT_API = '/v1';
+import { AGENT_API, type AgentHostInfo, type AgentProvisionSpec, type AgentVmState } from '../agent/api.js';
 
-export interface AgentHostGpu {
-  pci_address: string;
-  model: string;
-  vfio: boolean;
-  iommu_group: number | null;
-}
-
-export interface AgentVmState {
-  id: string;
-  /** stopped: no QEMU process; booting: QEMU runs, SSH not up yet; running: SSH answers. */
-  state: 'stopped' | 'booting' | 'running' | 'stopping';
-  ssh: { host: string; port: number; user: string };
-  gpus: string[];
-  /** Why the VM last stopped without being asked to: the guest powered off, or QEMU died. */
-  exit_reason: 'guest_powered_off' | 'crashed' | null;
-  traffic: { rx_bytes: number; tx_bytes: number; counted: boolean };
-}
-
-export interface AgentHostInfo {
-  agent_version: string;
-  accel: 'kvm' | 'tcg';
-  host_cpu_model: string;
-  host_gpus: AgentHostGpu[];
-  public_host: string;
-  templates: { vmid: number; user: string }[];
-  vms: AgentVmState[];
-}
-
-export interface AgentProvisionSpec {
-  vmid: number;
-  template_vmid: number;
-  cpu_cores: number;
-  ram_mb: number;
-  storage_gb: number;
-  gpu_count: number;
-  auth_method: 'ssh_key' | 'password';
-  ssh_public_key: string | null;
-  password: string | null;
-}
+export type { AgentHostGpu, AgentHostInfo, AgentProvisionSpec, AgentVmState } from '../agent/api.js';
 
 export class AgentCallError extends Error {
   constructor(

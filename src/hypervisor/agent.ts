@@ -77,7 +77,7 @@ export class AgentDriver implements HypervisorDriver {
           await agent.stop(vm.id, 0).catch(() => undefined);
           throw new DriverError('start', `the guest did not answer on SSH within ${this.opts.bootTimeoutS} s`);
         }
-        await sleep(this.opts.pollMs ?? 500);
+        await sleep(this.opts.pollMs ?? 250);
         try {
           state = await agent.vm(vm.id);
         } catch (err) {

@@ -25,6 +25,7 @@ export class Reconciler {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<number> | undefined;
   private looping = false;
+  private again = false;
   private readonly jobs: DueJob[] = [];
 
   constructor(
@@ -58,7 +59,8 @@ export class Reconciler {
       const claimed = await this.vms.claimDue(this.clock.now(), CLAIM_LEASE_MS, token, Math.min(BATCH, room));
       for (const vm of claimed) {
         if (this.inflight.has(vm.id)) continue; // cannot happen while the lease holds; never run two at once
-        const p = this.act(vm, token);
+        // Whatever an action leaves due (a built VM's start) runs at once, not a tick later.
+        const p = this.act(vm, token).finally(() => this.kick());
         started.push(p);
         this.inflight.set(
           vm.id,
@@ -133,14 +135,27 @@ export class Reconciler {
   /** The background loop for a system clock: passes never overlap, and actions run on between them. */
   start(intervalMs = 1000): void {
     if (this.timer) return;
-    this.timer = setInterval(() => {
-      if (this.looping) return;
-      this.looping = true;
-      this.runPasses(5)
-        .catch((err) => this.log?.error({ err }, 'reconciler pass failed'))
-        .finally(() => (this.looping = false));
-    }, intervalMs);
+    this.timer = setInterval(() => this.kick(), intervalMs);
     this.timer.unref();
+  }
+
+  /** A pass now, in the background loop (none under the manual clock, whose advance settles instead). */
+  private kick(): void {
+    if (!this.timer) return;
+    if (this.looping) {
+      this.again = true;
+      return;
+    }
+    this.looping = true;
+    this.runPasses(5)
+      .catch((err) => this.log?.error({ err }, 'reconciler pass failed'))
+      .finally(() => {
+        this.looping = false;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
   }
 
   private async runPasses(max: number): Promise<void> {

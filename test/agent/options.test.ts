@@ -23,6 +23,8 @@ describe('gpucloud agent options', () => {
       accel: 'auto',
       fakeGpus: 0,
       tls: null,
+      network: 'user',
+      vmSubnet: '10.88.0.0/16',
     });
   });
 
@@ -62,6 +64,9 @@ describe('gpucloud agent options', () => {
     ['too many fake GPUs', [], { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_FAKE_GPUS: '65' }, /GPUCLOUD_AGENT_FAKE_GPUS/],
     ['a certificate without a key', ['--tls-cert', '/etc/hostname'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--tls-key: TLS needs both/],
     ['a missing certificate file', ['--tls-cert', '/nonexistent.pem', '--tls-key', '/nonexistent.key'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /does not exist/],
+    ['an unknown network', ['--network', 'macvtap'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--network: must be user or bridge/],
+    ['a subnet that is not one', ['--vm-subnet', '10.88.0.1/16'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--vm-subnet: .*not the start of a \/16/],
+    ['a subnet too large', [], { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_VM_SUBNET: '10.0.0.0/8' }, /GPUCLOUD_AGENT_VM_SUBNET: .*\/16 to \/28/],
     ['a stray argument', ['serve'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /unexpected argument "serve"/],
   ];
   for (const [name, args, env, message] of refusals) {
@@ -81,7 +86,7 @@ describe('gpucloud agent options', () => {
     assert.match(r.stderr, /--token: is required/);
     const help = cli(['agent', '--help']);
     assert.equal(help.status, 0);
-    for (const o of ['--listen', '--data-dir', '--token', '--public-host', '--ssh-ports', '--accel', '--fake-gpus', '--tls-cert', 'template add']) assert.ok(help.stdout.includes(o), o);
+    for (const o of ['--listen', '--data-dir', '--token', '--public-host', '--ssh-ports', '--accel', '--fake-gpus', '--network', '--vm-subnet', '--tls-cert', 'template add']) assert.ok(help.stdout.includes(o), o);
     const bad = cli(['agent', 'template', 'add', 'x', '/nonexistent']);
     assert.equal(bad.status, 2);
     assert.match(bad.stderr, /VMID must be a positive whole number/);

@@ -53,8 +53,11 @@ export interface AgentProcess {
 }
 
 /** Starts `gpucloud agent` and waits for its "listening on" line. */
-export async function startAgentProcess(args: string[]): Promise<AgentProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'agent', ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+export async function startAgentProcess(args: string[], opts: { netns?: string } = {}): Promise<AgentProcess> {
+  const argv = [process.execPath, '--import', 'tsx', MAIN, 'agent', ...args];
+  // In a network namespace of the test's own: `ip netns exec NS node ...`.
+  const [cmd, ...rest] = opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...argv] : argv;
+  const child = spawn(cmd!, rest, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));

@@ -15,6 +15,7 @@ import { TemplateStore } from '../../src/agent/templates.js';
 import { VmManager } from '../../src/agent/vms.js';
 import { genisoimage, qemuImg } from './qemu-helpers.js';
 import { workDir } from './real-vms.js';
+import { buildSysfs } from './fake-sysfs.js';
 
 const TOKEN = 'agent-server-test-token-'.padEnd(40, 's');
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop';
@@ -206,5 +207,33 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     assert.deepEqual(templates.list().map((x) => x.vmid), [100, 200]);
     templates.remove(200, false);
     assert.deepEqual(templates.list().map((x) => x.vmid), [100]);
+  });
+
+  test('real GPUs: only devices bound to vfio-pci are given out, each to one VM; the others are named in the refusal', async () => {
+    const sys = join(dir, 'sys');
+    buildSysfs(sys, [
+      { addr: '0000:01:00.0', vendor: '0x10de', device: '0x2684', cls: '0x030000', group: 12, driver: 'vfio-pci' },
+      { addr: '0000:02:00.0', vendor: '0x10de', device: '0x2684', cls: '0x030000', group: 13, driver: 'vfio-pci' },
+      { addr: '0000:03:00.0', vendor: '0x10de', device: '0x2684', cls: '0x030000', group: 14, driver: 'nvidia' },
+    ]);
+    const real = new VmManager(
+      { dataDir: join(dir, 'real'), accel: 'kvm', publicHost: '127.0.0.1', forwardHost: '127.0.0.1', sshPorts: { from: 41100, to: 41110 }, fakeGpus: 0, sysRoot: sys },
+      templates,
+    );
+    await real.load();
+    assert.deepEqual(real.gpus.map((g) => [g.pci_address, g.vfio]), [['0000:01:00.0', true], ['0000:02:00.0', true], ['0000:03:00.0', false]]);
+    const one = await real.provision(randomUUID(), spec({ vmid: 2000, gpu_count: 1 }) as never);
+    const two = await real.provision(randomUUID(), spec({ vmid: 2001, gpu_count: 1 }) as never);
+    assert.deepEqual([one.gpus, two.gpus], [['0000:01:00.0'], ['0000:02:00.0']], 'one device, one VM');
+    await assert.rejects(real.provision(randomUUID(), spec({ vmid: 2002, gpu_count: 1 }) as never), (err: Error & { code?: string }) => {
+      assert.equal(err.code, 'gpus_unavailable');
+      assert.match(err.message, /0 free on this host \(1 more are not bound to vfio-pci\)/);
+      return true;
+    });
+    await real.destroy(one.id);
+    const three = await real.provision(randomUUID(), spec({ vmid: 2003, gpu_count: 1 }) as never);
+    assert.deepEqual(three.gpus, ['0000:01:00.0'], 'a destroyed VM\'s device is free again');
+    for (const v of [two, three]) await real.destroy(v.id);
+    real.close();
   });
 });

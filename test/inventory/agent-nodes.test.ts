@@ -168,6 +168,44 @@ describeEachDb(
       });
     });
 
+    describe('slow hypervisor work', () => {
+      test('a boot still in progress on one node holds up neither a stop on another nor the next pass; one action per VM', async () => {
+        const slow = await node();
+        const sim = await createNode(t(), admin.token, { gpu_count: 1 });
+        const body = (n: string) => ({ node: n, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+        const other = await req('POST', '/vms', { token: renter.token, body: body(sim.node) });
+        await advance(t(), admin.token, 5);
+        assert.equal((await vmOf(other.body.id)).status, 'running');
+
+        agent.bootPolls = 1_000_000; // the guest "boots" until the test says otherwise
+        const booting = await req('POST', '/vms', { token: renter.token, body: body(slow.node) });
+        const reconciler = t().services.reconciler;
+        try {
+          await reconciler.runOnce(false); // provision
+          await reconciler.drain();
+          await reconciler.runOnce(false); // start: in flight, polling the agent
+          await sleep(300);
+          assert.equal((await vmOf(booting.body.id)).status, 'starting');
+
+          assert.equal((await req('POST', `/vms/${other.body.id}/stop`, { token: renter.token })).status, 200);
+          assert.equal(await reconciler.runOnce(false), 1, 'the next pass takes the stop');
+          for (let i = 0; i < 50 && (await vmOf(other.body.id)).status !== 'stopped'; i++) await sleep(100);
+          assert.equal((await vmOf(other.body.id)).status, 'stopped', 'the stop finished while the boot goes on');
+          assert.equal((await vmOf(booting.body.id)).status, 'starting');
+          await reconciler.runOnce(false);
+          const starts = agent.calls.filter((c) => c.method === 'POST' && c.path === `/v1/vms/${booting.body.id}/start`);
+          assert.equal(starts.length, 1, 'a VM with an action in flight is not claimed again');
+        } finally {
+          agent.vms.get(booting.body.id)!.state = 'running';
+          agent.bootPolls = 1;
+          await reconciler.drain();
+        }
+        assert.equal((await vmOf(booting.body.id)).status, 'running');
+        for (const id of [booting.body.id, other.body.id]) await req('DELETE', `/vms/${id}`, { token: renter.token });
+        await advance(t(), admin.token, 1);
+      });
+    });
+
     describe('heartbeats', () => {
       test('three missed heartbeats take the node and its VMs offline; an answer brings them back as they were', async () => {
         const n = await node();

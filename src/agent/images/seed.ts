@@ -29,6 +29,47 @@ export interface SeedSpec {
   authMethod: 'ssh_key' | 'password';
   sshPublicKeys: string[];
   passwordHash: string | null;
+  /** A static address on the host's bridge (bridge networking); without it the guest takes DHCP. */
+  network?: SeedNetwork;
+}
+
+export interface SeedNetwork {
+  mac: string;
+  /** CIDR, like 10.88.0.5/16 */
+  address: string;
+  gateway: string;
+  nameservers: string[];
+}
+
+const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
+const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+
+/**
+ * The NoCloud `network-config` (version 2) of a VM with a static address:
+ * one NIC matched by its MAC, its address, a default route via the bridge,
+ * and name servers. Real cloud images read it; the test image parses it.
+ */
+export function networkConfig(n: SeedNetwork): string {
+  const [ip, prefix] = n.address.split('/');
+  if (!MAC_RE.test(n.mac)) throw new TypeError(`bad MAC address: ${JSON.stringify(n.mac)}`);
+  if (!IPV4.test(ip ?? '') || !/^\d{1,2}$/.test(prefix ?? '') || Number(prefix) < 8 || Number(prefix) > 30) throw new TypeError(`bad address: ${JSON.stringify(n.address)}`);
+  if (!IPV4.test(n.gateway)) throw new TypeError(`bad gateway: ${JSON.stringify(n.gateway)}`);
+  for (const ns of n.nameservers) if (!IPV4.test(ns)) throw new TypeError(`bad name server: ${JSON.stringify(ns)}`);
+  const lines = [
+    'version: 2',
+    'ethernets:',
+    '  eth0:',
+    '    match:',
+    `      macaddress: "${n.mac}"`,
+    '    set-name: eth0',
+    '    addresses:',
+    `      - ${n.address}`,
+    '    routes:',
+    '      - to: default',
+    `        via: ${n.gateway}`,
+  ];
+  if (n.nameservers.length) lines.push('    nameservers:', '      addresses:', ...n.nameservers.map((a) => `        - ${a}`));
+  return lines.join('\n') + '\n';
 }
 
 const USER = /^[a-z_][a-z0-9_-]{0,31}$/;
@@ -70,9 +111,14 @@ export async function writeSeed(dir: string, spec: SeedSpec, opts: { binary?: st
   const iso = join(abs, 'seed.iso');
   await writeFile(join(abs, 'user-data'), ud, { mode: 0o600 });
   await writeFile(join(abs, 'meta-data'), md, { mode: 0o600 });
+  const files = ['user-data', 'meta-data'];
+  if (spec.network) {
+    await writeFile(join(abs, 'network-config'), networkConfig(spec.network), { mode: 0o600 });
+    files.push('network-config');
+  }
   const binary = opts.binary ?? 'genisoimage';
   await new Promise<void>((res, rej) => {
-    const child = spawn(binary, ['-output', iso, '-volid', 'cidata', '-joliet', '-rock', 'user-data', 'meta-data'], {
+    const child = spawn(binary, ['-output', iso, '-volid', 'cidata', '-joliet', '-rock', ...files], {
       cwd: abs,
       stdio: ['ignore', 'ignore', 'pipe'],
     });

@@ -347,7 +347,7 @@ export class InventoryService {
   }
 
   /** For placement: the node row locked for the rest of the transaction (serializes GPU allocation per node). */
-  async lockNode(tx: Queryable, node: string): Promise<NodeRow | undefined> {
+  async lockNode(tx: Queryable, node: string): Promise<FullNodeRow | undefined> {
     return repo.getNode(tx, node, true);
   }
 

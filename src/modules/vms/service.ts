@@ -374,7 +374,8 @@ export class VmService {
         ssh_public_key: sshPublicKey,
         provision_secret: input.password ? seal(this.secretKey, input.password) : null,
         created_at: now,
-        next_action_at: new Date(now.getTime() + this.opts.provisionDelayMs),
+        // The simulated provisioning delay is the simulator's; a host agent takes the real time it takes.
+        next_action_at: new Date(now.getTime() + (node.agent_url ? 0 : this.opts.provisionDelayMs)),
         hv_action: 'provision',
       });
 

@@ -3,7 +3,7 @@
  * admin bootstrap (D16), demo data (D44), the HTTP API and the background
  * jobs, by role (D45: `serve --role api|worker|all`).
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Config } from './config.js';
@@ -34,17 +34,47 @@ export function resolveJwtSecret(config: Config): string {
   if (config.jwtSecret) return config.jwtSecret;
   const dir = resolve(config.dataDir);
   const file = join(dir, 'jwt-secret');
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
-  mkdirSync(dir, { recursive: true });
+  if (existsSync(file)) {
+    chmodSync(file, 0o600);
+    return readFileSync(file, 'utf8').trim();
+  }
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
   const secret = randomToken(48);
   writeFileSync(file, secret + '\n', { mode: 0o600 });
   chmodSync(file, 0o600);
   return secret;
 }
 
+/**
+ * The embedded database and the generated secrets live in the data
+ * directory: only this user may read them (password hashes, TOTP secrets,
+ * the signing secret). Made 0700 with files 0600, and corrected at every
+ * start in case something loosened them.
+ */
+export function secureDataDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const walk = (d: string) => {
+    chmodSync(d, 0o700);
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.isFile()) chmodSync(p, 0o600);
+    }
+  };
+  walk(resolve(dir));
+}
+
 export async function openDatabase(config: Config): Promise<Db> {
+  if (!config.databaseUrl) {
+    // Files the embedded database creates from now on are this user's alone.
+    process.umask(0o077);
+    secureDataDir(config.dataDir);
+  }
   const db = await openDb({ databaseUrl: config.databaseUrl, dataDir: config.databaseUrl ? undefined : join(resolve(config.dataDir), 'pg') });
   await migrate(db);
+  // The embedded database sets its own file modes as it creates files: tighten what it made. Files it
+  // makes later sit in folders no one else can enter, and the next start tightens them too.
+  if (!config.databaseUrl) secureDataDir(config.dataDir);
   return db;
 }
 

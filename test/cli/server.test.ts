@@ -6,7 +6,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -54,6 +54,7 @@ describe('gpucloud command', () => {
           child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
         });
         assert.match(out, /Docs:\s+http:\/\/\S+\/docs/);
+        assert.equal(statSync(join(dir, 'jwt-secret')).mode & 0o777, 0o600, 'the signing secret is the user\'s alone');
         if (round === 1) assert.match(out, /Clock: manual, now 2026-03-31T21:59:30\.000Z/);
         else assert.doesNotMatch(out, /Clock:/);
         assert.match(out, /demo@gpucloud\.local \/ demo-password-123/);
@@ -80,6 +81,33 @@ describe('gpucloud command', () => {
     }
     // D45: the generated signing secret is kept in the data dir, readable by its owner only.
     assert.equal(statSync(join(dir, 'jwt-secret')).mode & 0o777, 0o600);
+  });
+
+  test('the data directory is the user\'s alone: 0700, files 0600, corrected at every start', () => {
+    const dir = freshDir();
+    const loose = (root: string): string[] => {
+      const found: string[] = [];
+      const walk = (d: string) => {
+        if ((statSync(d).mode & 0o077) !== 0) found.push(d);
+        for (const e of readdirSync(d, { withFileTypes: true })) {
+          const p = join(d, e.name);
+          if (e.isDirectory()) walk(p);
+          else if ((statSync(p).mode & 0o077) !== 0) found.push(p);
+        }
+      };
+      walk(root);
+      return found;
+    };
+    assert.equal(run(['migrate'], env(dir)).status, 0);
+    assert.equal(statSync(dir).mode & 0o777, 0o700);
+    assert.deepEqual(loose(dir), [], 'no file or folder readable by others');
+    // Loosened by hand (a backup restored, a careless chmod): the next start corrects it.
+    chmodSync(dir, 0o755);
+    const pgFile = readdirSync(join(dir, 'pg')).find((f) => statSync(join(dir, 'pg', f)).isFile())!;
+    chmodSync(join(dir, 'pg', pgFile), 0o666);
+    assert.ok(loose(dir).length >= 2);
+    assert.equal(run(['migrate'], env(dir)).status, 0);
+    assert.deepEqual(loose(dir), []);
   });
 
   test('migrate and admin create-user work on a fresh data dir', () => {

@@ -183,8 +183,9 @@ export function loadConfig(env: Env = process.env): Config {
     clockStartMs,
     simProvisionMs: int(env, 'GPUCLOUD_SIM_PROVISION_MS', 3000, 0, 3_600_000),
     billingIntervalS: int(env, 'GPUCLOUD_BILLING_INTERVAL_S', 3600, 1, 86_400),
-    // D44: on by default on the embedded database, off with DATABASE_URL unless GPUCLOUD_DEMO=1.
-    demo: demoFlag ?? !databaseUrl,
+    // Demo data (a published login with credit) only where the embedded database runs outside
+    // production; with DATABASE_URL or NODE_ENV=production it takes GPUCLOUD_DEMO=1.
+    demo: demoFlag ?? (!databaseUrl && nodeEnv !== 'production'),
     adminEmail,
     adminPassword,
     corsOrigins,

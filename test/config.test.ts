@@ -102,6 +102,10 @@ describe('config defaults (D45)', () => {
     assert.equal(loadConfig({ DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: SECRET }).demo, false);
     assert.equal(loadConfig({ DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: SECRET, GPUCLOUD_DEMO: '1' }).demo, true);
     assert.equal(loadConfig({ DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: SECRET, GPUCLOUD_DEMO: 'true' }).demo, true);
+    // A published login with credit is never made in production unless asked for.
+    assert.equal(loadConfig({ NODE_ENV: 'production' }).demo, false);
+    assert.equal(loadConfig({ NODE_ENV: 'production', GPUCLOUD_DEMO: '1' }).demo, true);
+    assert.equal(loadConfig({ NODE_ENV: 'test' }).demo, true);
     assert.equal(loadConfig({ DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: SECRET, GPUCLOUD_DEMO: '0' }).demo, false);
   });
 

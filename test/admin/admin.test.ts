@@ -411,7 +411,8 @@ describeEachDb('admin API', (t) => {
       assert.equal(login.status, 403, login.text);
       assert.match(login.body.detail, /suspended/i);
       const wrong = await req('POST', '/auth/login', { body: { email: s.email, password: 'not-the-password' } });
-      assert.equal(wrong.status, 401, 'a wrong password does not reveal the suspension');
+      assert.equal(wrong.status, 403, 'a wrong password gets the same answer: no oracle for the right one');
+      assert.equal(wrong.body.detail, login.body.detail);
       const refresh = await req('POST', '/auth/refresh', { body: { refresh_token: s.refresh } });
       assert.equal(refresh.status, 403, refresh.text);
 

@@ -108,8 +108,13 @@ export class AuthService {
       await this.passwords.verifyDummy(password);
       throw invalidLogin();
     }
+    if (user.suspended) {
+      // The same answer whatever the password, after the same work: a suspended account
+      // must not become an oracle that tells a right password from a wrong one.
+      await this.passwords.verify(user.password_hash, password);
+      throw suspendedError();
+    }
     if (!(await this.passwords.verify(user.password_hash, password))) throw invalidLogin();
-    if (user.suspended) throw suspendedError();
     const now = this.clock.now();
     if (user.totp_enabled) {
       const token = randomToken(32);

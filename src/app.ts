@@ -16,6 +16,7 @@ import { registerMetrics } from './http/metrics.js';
 import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
 import { registerRateLimit } from './http/rate-limit.js';
 import { purgeExpiredIdempotencyKeys, registerIdempotency } from './http/idempotency.js';
+import { registerInputGuards } from './http/input-guards.js';
 import type { RateLimitStore } from './http/rate-limit-store.js';
 import { PasswordHasher } from './modules/auth/passwords.js';
 import { TokenService } from './modules/auth/tokens.js';
@@ -250,6 +251,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   registerAuthentication(app, services.auth, services.apiKeys);
   registerRateLimit(app, deps.rateLimitStore, deps.config.rateLimits);
   registerAuthorization(app);
+  registerInputGuards(app); // before anything walks the body (idempotency hashes it)
   registerIdempotency(app, deps.db, services.clock.clock);
 
   const health = { auth: 'public' as const, rateLimit: false as const };

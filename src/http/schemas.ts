@@ -29,7 +29,7 @@ export const DateTime = (description?: string) => Type.String({ format: 'date-ti
 /** D3: `limit` 1..100 (default 50), `offset` >= 0 (default 0). */
 export const PaginationQuery = {
   limit: Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size, 1..100 (default 50)' }),
-  offset: Type.Integer({ minimum: 0, default: 0, description: 'Items to skip (default 0)' }),
+  offset: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0, description: 'Items to skip (default 0)' }),
 };
 
 export interface Page {

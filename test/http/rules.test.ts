@@ -114,6 +114,51 @@ describeEachDb('HTTP rules', (t) => {
     admin = await createUser(t(), { admin: true });
   });
 
+  describe('input no handler can take (found by an outside audit)', () => {
+    test('an offset beyond what the database can count is 422, not a 500', async () => {
+      for (const offset of ['9223372036854775808', '18446744073709551616', '100000000000000000000']) {
+        const r = await req('GET', '/admin/users', { token: admin.token, query: { offset } });
+        assert.equal(r.status, 422, `${offset}: ${r.text}`);
+        assert.equal(r.body.errors[0].field, 'query.offset');
+      }
+      const max = await req('GET', '/admin/users', { token: admin.token, query: { offset: String(Number.MAX_SAFE_INTEGER) } });
+      assert.equal(max.status, 200, max.text);
+      assert.deepEqual(max.body, []);
+    });
+
+    test('a NUL character in a body, query or path is 422 naming the field, and changes nothing', async () => {
+      const key = await req('POST', '/api-keys', { token: user.token, body: { name: 'a\u0000b', scope: 'read_only' } });
+      assert.equal(key.status, 422, key.text);
+      assert.equal(key.body.errors[0].field, 'body.name');
+      assert.deepEqual((await req('GET', '/api-keys', { token: user.token })).body.filter((k: { name: string }) => k.name.startsWith('a')), []);
+      const label = await req('POST', '/ssh-keys', { token: user.token, body: { ssh_public_key: 'ssh-ed25519 AAAA\u0000', name: 'x' } });
+      assert.equal(label.status, 422, label.text);
+      const credit = await req('POST', `/admin/users/${user.id}/credits`, { token: admin.token, body: { amount: 1, description: 'gift\u0000' } });
+      assert.equal(credit.status, 422, credit.text);
+      assert.equal(credit.body.errors[0].field, 'body.description');
+      const query = await req('GET', '/admin/vms', { token: admin.token, query: { node: 'n\u0000' } });
+      assert.equal(query.status, 422, query.text);
+      assert.equal(query.body.errors[0].field, 'query.node');
+      const path = await req('GET', '/admin/nodes/n%00de', { token: admin.token });
+      assert.equal(path.status, 422, path.text);
+      assert.equal(path.body.errors[0].field, 'path.node');
+      const keyName = await req('POST', '/auth/login', { body: { email: 'a@b.c', password: 'x', ['p\u0000']: 1 } });
+      assert.equal(keyName.status, 422, keyName.text);
+    });
+
+    test('a body nested 10,000 deep (with an Idempotency-Key) is 422, not a stack overflow', async () => {
+      const deep = '{"a":'.repeat(10_000) + '1' + '}'.repeat(10_000);
+      const r = await req('POST', '/api-keys', { token: user.token, body: deep, headers: { 'idempotency-key': 'deep-body-1' } });
+      assert.equal(r.status, 422, r.text.slice(0, 300));
+      assert.match(r.body.detail, /deeper than 32 levels/);
+      const arrays = await req('POST', '/vms', { token: user.token, body: '['.repeat(20_000) + ']'.repeat(20_000), headers: { 'idempotency-key': 'deep-body-2' } });
+      assert.equal(arrays.status, 422, arrays.text.slice(0, 300));
+      // The deepest real body still passes the guard.
+      const ok = await req('POST', '/api-keys', { token: user.token, body: { name: 'shallow', scope: 'read_only' }, headers: { 'idempotency-key': 'shallow-1' } });
+      assert.equal(ok.status, 201, ok.text);
+    });
+  });
+
   describe('bodies (D1, D2)', () => {
     test('an unknown body field is 422 naming the field', async () => {
       const r = await req('POST', '/auth/register', {

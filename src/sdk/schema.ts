@@ -4508,7 +4508,7 @@ export interface paths {
         };
         /**
          * SSH command and web links of a running VM
-         * @description web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes. 400 invalid_state unless running.
+         * @description web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes: interactive access to the VM, so they are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.
          */
         get: {
             parameters: {

@@ -7,7 +7,7 @@ import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
-import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import { advance, createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 import type { VmStatus } from '../../src/modules/vms/lifecycle.js';
 
 describeEachDb('VM actions', (t) => {
@@ -294,6 +294,24 @@ describeEachDb('VM actions', (t) => {
       await advance(t(), admin.token, 2);
       assert.equal(await t().services.tokens.verifyPurpose('launch', token), null, 'expired after 300 s');
       for (const v of Object.values(vms)) await ok(req('DELETE', `/vms/${v.id}`, { token: owner.token }));
+    });
+
+    test('launch tokens are interactive access: a session or a read_write key gets them, a read_only key gets SSH details only', async () => {
+      const v = await create(owner, { template_vmid: 102 });
+      await advance(t(), admin.token, 1);
+      const rw = await createApiKey(t(), owner.token, 'read_write', 'rw');
+      const ro = await createApiKey(t(), owner.token, 'read_only', 'ro');
+      const bo = await createApiKey(t(), owner.token, 'billing_only', 'bo');
+      for (const token of [owner.token, rw]) {
+        const r = await ok(req('GET', `/vms/${v.id}/access-info`, { token }));
+        assert.ok(r.body.web_ui?.launch_token && r.body.jupyter?.launch_token);
+      }
+      const readOnly = await ok(req('GET', `/vms/${v.id}/access-info`, { token: ro }));
+      assert.equal(readOnly.body.web_ui, null);
+      assert.equal(readOnly.body.jupyter, null);
+      assert.ok(readOnly.body.ssh.command.startsWith('ssh '), 'SSH details are not secret: the key is the customer\'s');
+      assert.equal((await req('GET', `/vms/${v.id}/access-info`, { token: bo })).status, 403);
+      await ok(req('DELETE', `/vms/${v.id}`, { token: owner.token }));
     });
   });
 

@@ -257,12 +257,16 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
       schema: {
         tags: ['vms'],
         summary: 'SSH command and web links of a running VM',
-        description: 'web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes. 400 invalid_state unless running.',
+        description:
+          'web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes: interactive access to the VM, so they are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.',
         params: VmRef,
         response: { 200: AccessInfo, ...errorResponses(400, 401, 403, 404, 429) },
       },
     },
-    async (req) => vms.accessInfo(requirePrincipal(req.principal).userId, req.params.vm_id),
+    async (req) => {
+      const p = requirePrincipal(req.principal);
+      return vms.accessInfo(p.userId, req.params.vm_id, { launchTokens: p.scope === 'read_write' });
+    },
   );
 
   r.get(

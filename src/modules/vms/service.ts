@@ -532,7 +532,8 @@ export class VmService {
     });
   }
 
-  async accessInfo(userId: number, ref: string) {
+  /** `launchTokens`: whether the caller may have WebUI/Jupyter launch tokens (interactive access). */
+  async accessInfo(userId: number, ref: string, opts: { launchTokens: boolean } = { launchTokens: true }) {
     const vm = await this.mustFind(this.db, userId, ref);
     if (vm.status !== 'running' || !vm.ip_address) {
       throw invalidState(`Access info is available while the VM is running; it is ${vm.status}`);
@@ -545,7 +546,7 @@ export class VmService {
       const { token, expiresAt } = await this.tokens.signPurpose('launch', { vm_id: vm.id, user_id: vm.user_id, service }, LAUNCH_TOKEN_TTL_S);
       return { url: `${this.opts.portalUrl}/vms/${vm.vmid}/${service}/?launch_token=${token}`, launch_token: token, expires_at: expiresAt.toISOString() };
     };
-    const hasWeb = WEB_TEMPLATES.has(vm.template_vmid);
+    const hasWeb = WEB_TEMPLATES.has(vm.template_vmid) && opts.launchTokens;
     return {
       vm_id: vm.id,
       status: vm.status,

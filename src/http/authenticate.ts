@@ -64,5 +64,9 @@ export function registerAuthorization(app: FastifyInstance): void {
       throw forbidden(`This API key's scope (${p.scope}) does not allow ${req.method} ${route}`);
     }
     if (req.routeOptions.config.auth === 'admin' && p.role !== 'admin') throw forbidden('Administrator role required');
+    // What could lock the owner out of the account takes the owner's own session, whatever a key's scope.
+    if (req.routeOptions.config.sessionOnly && p.via !== 'session') {
+      throw forbidden(`${req.method} ${route} needs a signed-in session; an API key cannot do this`);
+    }
   });
 }

@@ -12,8 +12,8 @@ import { validation } from '../errors.js';
 
 export const MAX_DEPTH = 32;
 
-/** Passwords are hashed, never stored as text: any character is fine in them. */
-const HASHED_ONLY = new Set(['password', 'current_password', 'new_password']);
+/** Passwords and tokens are only hashed, never stored as text: any character is just a wrong one. */
+const HASHED_ONLY = new Set(['password', 'current_password', 'new_password', 'refresh_token', 'challenge_token']);
 
 /** The path of the first string holding a NUL, or null. Iterative: the input may be deep. */
 export function findNul(value: unknown, root: string): string | null {

@@ -25,6 +25,8 @@ declare module 'fastify' {
     rateLimit?: RateBucket | false;
     /** D41: honours the Idempotency-Key header. */
     idempotent?: boolean;
+    /** Only a signed-in session may call it, never an API key (2FA, password, ending sessions). */
+    sessionOnly?: boolean;
   }
   interface FastifyRequest {
     principal?: Principal;

@@ -66,6 +66,10 @@ async function loadRoutes(t: TestApp): Promise<Route[]> {
 
 const show = (r: Route, res: Res) => `${r.method} ${r.path} -> ${res.status} ${res.text.slice(0, 200)}`;
 
+
+/** Routes that could lock the owner out: a signed-in session only, never an API key, whatever its scope. */
+const SESSION_ONLY = ['POST /auth/2fa/setup', 'POST /auth/2fa/enable', 'POST /auth/2fa/disable', 'POST /auth/logout-all', 'POST /account/password'];
+
 describeEachDb('scope matrix', (t) => {
   let cached: Route[] | undefined;
   const routes = async () => (cached ??= await loadRoutes(t()));
@@ -152,18 +156,31 @@ describeEachDb('scope matrix', (t) => {
     }
   });
 
-  test('a JWT session and a read_write key are read_write: no non-admin route refuses them', async () => {
+  test('a JWT session and a read_write key are read_write: no non-admin route refuses them, but the session-only ones refuse every key', async () => {
     const u = await createUser(t());
     const rw = await createApiKey(t(), u.token, 'read_write');
-    for (const r of await routes()) {
+    const sessionOnly = (r: { method: string; path: string }) => SESSION_ONLY.includes(`${r.method} ${r.path}`);
+    const all = await routes();
+    for (const key of SESSION_ONLY) assert.ok(all.some((r) => `${r.method} ${r.path}` === key), `${key} is served`);
+    for (const r of all) {
       if (r.public || r.admin) continue;
-      for (const token of [u.token, rw]) {
+      if (sessionOnly(r)) {
+        const res = await call(r, rw);
+        assert.equal(res.status, 403, `read_write key: ${show(r, res)}`);
+        assert.match(res.body.detail, /needs a signed-in session/);
+        if (r.path === '/auth/logout-all') continue; // would end the session the loop goes on with: below
+      }
+      for (const token of sessionOnly(r) ? [u.token] : [u.token, rw]) {
         const res = await call(r, token);
         assert.ok(res.status !== 403 && res.status !== 401, `${token === rw ? 'read_write key' : 'session'}: ${show(r, res)}`);
       }
     }
-    // The session is still good afterwards (nothing above logged it out).
+    // The session is still good afterwards (nothing above logged it out) ...
     assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200);
+    // ... until it ends every session, itself included; the key goes on working.
+    assert.equal((await t().req('POST', '/auth/logout-all', { token: u.token })).status, 204);
+    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 401);
+    assert.equal((await t().req('GET', '/account', { token: rw })).status, 200);
   });
 
   test('admin routes are 403 for a non-admin, whatever the credential (D16)', async () => {

@@ -18,12 +18,12 @@ const COLS = 'id, user_id, name, scope, prefix, created_at, expires_at, last_use
 
 export async function insertKey(
   q: Queryable,
-  k: { id: string; userId: number; name: string; scope: Scope; prefix: string; keyHash: string; now: Date; expiresAt: Date | null },
+  k: { id: string; userId: number; name: string; scope: Scope; prefix: string; keyHash: string; now: Date; expiresAt: Date | null; createdByKeyId: string | null },
 ): Promise<ApiKeyRow> {
   const r = await q.query<ApiKeyRow>(
-    `INSERT INTO api_keys (id, user_id, name, scope, prefix, key_hash, created_at, expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${COLS}`,
-    [k.id, k.userId, k.name, k.scope, k.prefix, k.keyHash, k.now, k.expiresAt],
+    `INSERT INTO api_keys (id, user_id, name, scope, prefix, key_hash, created_at, expires_at, created_by_key_id)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING ${COLS}`,
+    [k.id, k.userId, k.name, k.scope, k.prefix, k.keyHash, k.now, k.expiresAt, k.createdByKeyId],
   );
   return r.rows[0]!;
 }
@@ -41,9 +41,21 @@ export async function listKeys(q: Queryable, userId: number, limit: number, offs
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
+/**
+ * Revokes a key of the user and every key created through it, at any depth.
+ * False when the user has no such live key.
+ */
 export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<boolean> {
-  const r = await q.query('UPDATE api_keys SET revoked_at = $3 WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL', [id, userId, now]);
-  return r.rowCount === 1;
+  const r = await q.query<{ id: string }>(
+    `WITH RECURSIVE lineage AS (
+       SELECT id FROM api_keys WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL
+       UNION
+       SELECT k.id FROM api_keys k JOIN lineage l ON k.created_by_key_id = l.id WHERE k.user_id = $2
+     )
+     UPDATE api_keys SET revoked_at = $3 WHERE id IN (SELECT id FROM lineage) AND revoked_at IS NULL RETURNING id`,
+    [id, userId, now],
+  );
+  return r.rows.some((row) => row.id === id);
 }
 
 export async function findActiveKeyByHash(q: Queryable, keyHash: string) {

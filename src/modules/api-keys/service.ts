@@ -65,6 +65,7 @@ export class ApiKeyService {
       keyHash: sha256Hex(key),
       now,
       expiresAt,
+      createdByKeyId: p.via === 'api_key' ? (p.apiKeyId ?? null) : null,
     });
     return { ...toRecord(row), key };
   }

@@ -136,16 +136,20 @@ export async function revokeFamily(q: Queryable, familyId: string, userId: numbe
   await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL', [familyId, now]);
 }
 
-/** Every open session of a user (suspension, 2FA changes). */
-export async function revokeAllFamilies(q: Queryable, userId: number, now: Date, reason: string): Promise<void> {
+/** Every open session of a user but `keep` (the caller's own, if any): 2FA and password changes, logout-all. */
+export async function revokeAllFamilies(q: Queryable, userId: number, now: Date, reason: string, keep: string | null = null): Promise<void> {
   await q.query(
     `INSERT INTO revoked_families (family_id, user_id, revoked_at, reason)
      SELECT DISTINCT family_id, user_id, $2::timestamptz, $3 FROM refresh_tokens
-      WHERE user_id = $1 AND revoked_at IS NULL
+      WHERE user_id = $1 AND revoked_at IS NULL AND family_id IS DISTINCT FROM $4::uuid
      ON CONFLICT (family_id) DO NOTHING`,
-    [userId, now, reason],
+    [userId, now, reason, keep],
   );
-  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL', [userId, now]);
+  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL AND family_id IS DISTINCT FROM $3::uuid', [userId, now, keep]);
+}
+
+export async function setPassword(q: Queryable, userId: number, passwordHash: string, now: Date): Promise<void> {
+  await q.query('UPDATE users SET password_hash = $2, updated_at = $3 WHERE id = $1', [userId, passwordHash, now]);
 }
 
 // ---- two-factor (D13) ----

@@ -146,18 +146,58 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
   );
 
   r.post(
+    '/auth/logout-all',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'End every session',
+        description:
+          'Revokes every refresh token of the account and the access tokens issued with them, this session included: everywhere the account is signed in, it is signed out. API keys are not affected (revoke them with DELETE /api-keys/{id}). 204. Needs a signed-in session.',
+        response: { 204: Type.Null({ description: 'Every session ended' }), ...errorResponses(401, 403, 429) },
+      },
+      config: { rateLimit: 'auth', sessionOnly: true },
+    },
+    async (req, reply) => {
+      assertNoBody(req.body);
+      await auth.logoutAll(requirePrincipal(req.principal).userId);
+      reply.code(204).headers(noStore);
+    },
+  );
+
+  r.post(
+    '/account/password',
+    {
+      schema: {
+        tags: ['account'],
+        summary: 'Change the password',
+        description:
+          'Needs the current password (422 on body.current_password when it is wrong) and a new one of at least 12 characters. Every other session of the account ends; this one goes on. Needs a signed-in session: an API key gets 403.',
+        body: Type.Object({ current_password: Type.String({ minLength: 1, maxLength: 1024 }), new_password: Password }, { additionalProperties: false }),
+        response: { 200: MessageResponse, ...errorResponses(401, 403, 415, 422, 429) },
+      },
+      config: { rateLimit: 'auth', sessionOnly: true },
+    },
+    async (req, reply) => {
+      reply.headers(noStore);
+      const p = requirePrincipal(req.principal);
+      return auth.changePassword(p.userId, p.sessionId ?? null, req.body.current_password, req.body.new_password);
+    },
+  );
+
+  r.post(
     '/auth/2fa/setup',
     {
       schema: {
         tags: ['auth'],
         summary: 'Start two-factor setup',
-        description: 'Returns a new TOTP secret and its otpauth:// URL (for a QR code). Not active until POST /auth/2fa/enable with a code.',
+        description:
+          'Returns a new TOTP secret and its otpauth:// URL (for a QR code). Not active until POST /auth/2fa/enable with a code. Needs a signed-in session: an API key gets 403.',
         response: {
           200: Type.Object({ secret: Type.String(), otpauth_url: Type.String() }, { examples: [{ secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP', otpauth_url: 'otpauth://totp/gpucloud:ada%40example.com?secret=...' }] }),
           ...errorResponses(400, 401, 403, 429),
         },
       },
-      config: { rateLimit: 'auth' },
+      config: { rateLimit: 'auth', sessionOnly: true },
     },
     async (req, reply) => {
       reply.headers(noStore);
@@ -172,18 +212,20 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
       schema: {
         tags: ['auth'],
         summary: 'Enable two-factor authentication',
-        description: 'Confirms setup with a current code and returns 10 single-use recovery codes (shown once). A wrong code is 400 `invalid_code`.',
+        description:
+          'Confirms setup with a current code and returns 10 single-use recovery codes (shown once). A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.',
         body: Type.Object({ code: Code }, { additionalProperties: false }),
         response: {
           200: Type.Object({ message: Type.String(), recovery_codes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) }),
           ...errorResponses(400, 401, 403, 422, 429),
         },
       },
-      config: { rateLimit: 'auth' },
+      config: { rateLimit: 'auth', sessionOnly: true },
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return auth.enableTwoFactor(requirePrincipal(req.principal).userId, req.body.code);
+      const p = requirePrincipal(req.principal);
+      return auth.enableTwoFactor(p.userId, req.body.code, p.sessionId ?? null);
     },
   );
 
@@ -193,15 +235,17 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
       schema: {
         tags: ['auth'],
         summary: 'Disable two-factor authentication',
-        description: 'Needs a current TOTP code or an unused recovery code. A wrong code is 400 `invalid_code`.',
+        description:
+          'Needs a current TOTP code or an unused recovery code. A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.',
         body: Type.Object({ code: Code }, { additionalProperties: false }),
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 422, 429) },
       },
-      config: { rateLimit: 'auth' },
+      config: { rateLimit: 'auth', sessionOnly: true },
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return auth.disableTwoFactor(requirePrincipal(req.principal).userId, req.body.code);
+      const p = requirePrincipal(req.principal);
+      return auth.disableTwoFactor(p.userId, req.body.code, p.sessionId ?? null);
     },
   );
 

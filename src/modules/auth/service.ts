@@ -5,7 +5,7 @@
 import type { Db, Queryable } from '../../db/db.js';
 import { pgErrorCode, PG } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import { AppError, invalidState, unauthorized, forbidden } from '../../errors.js';
+import { AppError, invalidState, unauthorized, forbidden, validation } from '../../errors.js';
 import { newId, randomBytes, randomToken, sha256Hex } from '../../ids.js';
 import type { PasswordHasher } from './passwords.js';
 import type { TokenService } from './tokens.js';
@@ -205,7 +205,29 @@ export class AuthService {
     });
   }
 
-  async enableTwoFactor(userId: number, code: string): Promise<{ message: string; recovery_codes: string[] }> {
+  /** Ends every session of the account, the caller's own included. */
+  async logoutAll(userId: number): Promise<void> {
+    await this.db.transaction((tx) => repo.revokeAllFamilies(tx, userId, this.clock.now(), 'logout_all'));
+  }
+
+  /**
+   * A new password, given the current one; every other session of the account
+   * ends (whoever else held one must log in with the new password).
+   */
+  async changePassword(userId: number, currentSession: string | null, current: string, next: string): Promise<{ message: string }> {
+    const u = await repo.findUserById(this.db, userId);
+    if (!u) throw unauthorized();
+    if (!(await this.passwords.verify(u.password_hash, current))) throw validation('body.current_password', 'is not the account\'s password');
+    const hash = await this.passwords.hash(next);
+    await this.db.transaction(async (tx) => {
+      const now = this.clock.now();
+      await repo.setPassword(tx, userId, hash, now);
+      await repo.revokeAllFamilies(tx, userId, now, 'password_changed', currentSession);
+    });
+    return { message: 'Password changed; every other session of this account has ended' };
+  }
+
+  async enableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string; recovery_codes: string[] }> {
     return this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
@@ -217,14 +239,17 @@ export class AuthService {
       await repo.enableTotp(tx, userId, u.totp_pending_secret, step, now);
       const codes = generateRecoveryCodes(randomBytes, 10);
       await repo.replaceRecoveryCodes(tx, userId, codes.map((c) => ({ id: newId(), hash: recoveryHash(c) })));
+      // Sessions opened without the second factor end: from now on every login needs it.
+      await repo.revokeAllFamilies(tx, userId, now, '2fa_enabled', currentSession);
       return {
-        message: 'Two-factor authentication enabled. Store the recovery codes somewhere safe: each works once and they are not shown again.',
+        message:
+          'Two-factor authentication enabled; every other session of this account has ended. Store the recovery codes somewhere safe: each works once and they are not shown again.',
         recovery_codes: codes,
       };
     });
   }
 
-  async disableTwoFactor(userId: number, code: string): Promise<{ message: string }> {
+  async disableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string }> {
     return this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
@@ -232,8 +257,10 @@ export class AuthService {
       if (!(await this.checkSecondFactor(tx, u, code))) {
         throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
       }
-      await repo.disableTotp(tx, userId, this.clock.now());
-      return { message: 'Two-factor authentication disabled' };
+      const now = this.clock.now();
+      await repo.disableTotp(tx, userId, now);
+      await repo.revokeAllFamilies(tx, userId, now, '2fa_disabled', currentSession);
+      return { message: 'Two-factor authentication disabled; every other session of this account has ended' };
     });
   }
 

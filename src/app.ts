@@ -2,6 +2,7 @@
  * Builds the Fastify app: cross-cutting plugins in order, then each module's
  * routes. No listening, no background jobs: those belong to main.ts.
  */
+import { createServer } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify';
 import cors from '@fastify/cors';
 import { Type } from 'typebox';
@@ -208,6 +209,17 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     },
     ajv: { customOptions: { strict: false } },
     routerOptions: { ignoreTrailingSlash: true },
+    // A client has GPUCLOUD_REQUEST_TIMEOUT_S to send a whole request (headers within a third of it,
+    // at most 10 s); an idle keep-alive connection closes after 5 s. Checked every second, so a
+    // client dribbling a body a byte at a time cannot hold a connection open.
+    serverFactory: (handler) => {
+      const requestMs = deps.config.requestTimeoutS * 1000;
+      const server = createServer(
+        { requestTimeout: requestMs, headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000), keepAliveTimeout: 5000, connectionsCheckingInterval: 1000 },
+        handler,
+      );
+      return server;
+    },
   });
   app.decorate('services', services);
   app.setValidatorCompiler(validatorCompiler);

@@ -45,6 +45,8 @@ export interface Config {
   agentBootTimeoutS: number;
   /** Also run a host agent in this process and register this host as a node (`serve --local-agent`). */
   localAgent: boolean;
+  /** Seconds a client has to send a whole request. */
+  requestTimeoutS: number;
 }
 
 export class ConfigError extends Error {
@@ -206,5 +208,6 @@ export function loadConfig(env: Env = process.env): Config {
     // Within the 5-minute claim of a hypervisor action, with room for the rest of the action.
     agentBootTimeoutS: int(env, 'GPUCLOUD_AGENT_BOOT_TIMEOUT_S', 240, 10, 270),
     localAgent: bool(env, 'GPUCLOUD_LOCAL_AGENT') ?? false,
+    requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
   };
 }

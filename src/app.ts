@@ -262,7 +262,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   // Order matters: identify -> count -> reject (D40 counts unauthenticated calls by IP) -> idempotency.
   registerAuthentication(app, services.auth, services.apiKeys);
   registerRateLimit(app, deps.rateLimitStore, deps.config.rateLimits);
-  registerAuthorization(app);
+  registerAuthorization(app, { token: deps.config.metricsToken, loopback: deps.config.metricsLoopback });
   registerInputGuards(app); // before anything walks the body (idempotency hashes it)
   registerIdempotency(app, deps.db, services.clock.clock);
 

@@ -47,6 +47,9 @@ export interface Config {
   localAgent: boolean;
   /** Seconds a client has to send a whole request. */
   requestTimeoutS: number;
+  /** Bearer token for Prometheus scrapers; loopback clients need none unless metricsLoopback is off. */
+  metricsToken: string | undefined;
+  metricsLoopback: boolean;
 }
 
 export class ConfigError extends Error {
@@ -151,6 +154,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (clock === 'manual' && nodeEnv === 'production') {
     throw new ConfigError('GPUCLOUD_CLOCK', 'manual is refused when NODE_ENV=production');
   }
+  const metricsToken = str(env, 'GPUCLOUD_METRICS_TOKEN');
+  if (metricsToken !== undefined && (metricsToken.length < 32 || !/^[\x21-\x7e]+$/.test(metricsToken))) {
+    throw new ConfigError('GPUCLOUD_METRICS_TOKEN', 'must be at least 32 printable characters without spaces');
+  }
   const clockStartMs = instant(env, 'GPUCLOUD_CLOCK_START');
   if (clockStartMs !== undefined && clock !== 'manual') {
     throw new ConfigError('GPUCLOUD_CLOCK_START', 'only applies to the manual clock: set GPUCLOUD_CLOCK=manual too');
@@ -209,5 +216,7 @@ export function loadConfig(env: Env = process.env): Config {
     agentBootTimeoutS: int(env, 'GPUCLOUD_AGENT_BOOT_TIMEOUT_S', 240, 10, 270),
     localAgent: bool(env, 'GPUCLOUD_LOCAL_AGENT') ?? false,
     requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
+    metricsToken,
+    metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
   };
 }

@@ -5,6 +5,7 @@
  * credentials, suspension, role and scope (CONTRACT D14-D16, D47).
  * A valid token or key never touches a password hash.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, forbidden } from '../errors.js';
 import type { AuthService } from '../modules/auth/service.js';
@@ -51,10 +52,35 @@ export function registerAuthentication(app: FastifyInstance, auth: AuthService, 
   });
 }
 
+/** Who may read /metrics besides an administrator. */
+export interface MetricsAccess {
+  /** A token for scrapers (GPUCLOUD_METRICS_TOKEN), sent as a Bearer token. */
+  token: string | undefined;
+  /** Clients on this machine's loopback need no credentials (GPUCLOUD_METRICS_LOOPBACK). */
+  loopback: boolean;
+}
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;
+
+function metricsAllowed(req: FastifyRequest, access: MetricsAccess): boolean {
+  if (access.loopback && LOOPBACK.test(req.socket.remoteAddress ?? '')) return true;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+  if (!access.token || !m) return false;
+  const a = createHash('sha256').update(m[1]!).digest();
+  return timingSafeEqual(a, createHash('sha256').update(access.token).digest());
+}
+
 /** Runs after the rate limiter: rejects what the caller may not do. */
-export function registerAuthorization(app: FastifyInstance): void {
+export function registerAuthorization(app: FastifyInstance, metrics: MetricsAccess = { token: undefined, loopback: true }): void {
   app.addHook('onRequest', async (req) => {
     if (isPublic(req)) return;
+    if (req.routeOptions.config.auth === 'metrics') {
+      if (metricsAllowed(req, metrics)) return;
+      const p = req.principal;
+      if (!p) throw new AppError('unauthorized', 'Metrics need the metrics token or an administrator', undefined, { 'www-authenticate': 'Bearer realm="gpucloud"' });
+      if (p.role !== 'admin' || p.scope !== 'read_write') throw forbidden('Metrics need the metrics token or an administrator\'s session or read_write key');
+      return;
+    }
     const p = req.principal as (Principal & { suspended?: boolean }) | undefined;
     // RFC 6750: a 401 names the scheme the client should use.
     if (!p) throw new AppError('unauthorized', req.authFailure ?? 'Missing or invalid credentials', undefined, { 'www-authenticate': 'Bearer realm="gpucloud"' });

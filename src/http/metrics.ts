@@ -1,6 +1,7 @@
 /** Prometheus metrics at GET /metrics (CONTRACT D8): process defaults plus HTTP request counts and latencies. */
 import type { FastifyInstance } from 'fastify';
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { errorResponses } from './schemas.js';
 
 export function registerMetrics(app: FastifyInstance): Registry {
   const registry = new Registry();
@@ -26,8 +27,14 @@ export function registerMetrics(app: FastifyInstance): Registry {
   app.get(
     '/metrics',
     {
-      schema: { tags: ['system'], summary: 'Prometheus metrics', description: 'Prometheus text exposition format.', security: [] },
-      config: { auth: 'public', rateLimit: false },
+      schema: {
+        tags: ['system'],
+        summary: 'Prometheus metrics',
+        description:
+          'Prometheus text exposition format. Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator\'s session or read_write key; a client on this machine\'s loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.',
+        response: { 200: { type: 'string', description: 'Prometheus text' }, ...errorResponses(401, 403) },
+      },
+      config: { auth: 'metrics', rateLimit: false },
     },
     async (_req, reply) => {
       reply.type(registry.contentType);

@@ -14,7 +14,8 @@ export interface Principal {
 }
 
 /** Route-level options, declared in each route's `config`. */
-export type AuthMode = 'public' | 'user' | 'admin';
+/** metrics: an administrator, the metrics token, or (by default) a client on loopback. */
+export type AuthMode = 'public' | 'user' | 'admin' | 'metrics';
 export type RateBucket = 'login' | 'auth' | 'vm' | 'default';
 
 declare module 'fastify' {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import Fastify, { type FastifyInstance, type InjectOptions } from 'fastify';
 import { Type } from 'typebox';
 import { assertNoSecrets, describeEachDb, JWT_SECRET, testConfig, type ReqOpts, type Res } from '../helpers/app.js';
-import { createUser, type TestUser } from '../helpers/factories.js';
+import { createApiKey, createUser, type TestUser } from '../helpers/factories.js';
 import { DB_KINDS } from '../helpers/db.js';
 import { ERROR_CODES, ERROR_STATUS, type ErrorCode } from '../../src/errors.js';
 import { buildApp, createServices } from '../../src/app.js';
@@ -575,7 +575,8 @@ describeEachDb('HTTP rules', (t) => {
         for (const [method, op] of Object.entries<any>(item)) {
           if (!['get', 'post', 'put', 'patch', 'delete'].includes(method)) continue;
           const url = path.replace(/\{(\w+)\}/g, '1');
-          const r = await req(method.toUpperCase(), url);
+          // From another machine: /metrics lets loopback clients in without credentials.
+          const r = path === '/metrics' ? await raw(t().app, { method: 'GET', url, remoteAddress: '203.0.113.9' }) : await req(method.toUpperCase(), url);
           const isPublic = Array.isArray(op.security) && op.security.length === 0;
           if (isPublic) assert.notEqual(r.status, 401, `${method} ${path} is documented public but wants credentials`);
           else assert.equal(r.status, 401, `${method} ${path} is documented as authenticated but answered ${r.status} without credentials`);
@@ -622,6 +623,24 @@ describeEachDb('HTTP rules', (t) => {
       await req('GET', '/healthz');
       const m2 = await req('GET', '/metrics');
       assert.equal(count(m2.text), before + 2);
+    });
+
+    test('/metrics from another machine needs the metrics token or an administrator; loopback needs nothing', async () => {
+      const from = (headers: Record<string, string> = {}) => raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '203.0.113.9', headers });
+      const anon = await from();
+      assert.equal(anon.status, 401, anon.text);
+      assert.equal(anon.headers['www-authenticate'], 'Bearer realm="gpucloud"');
+      assert.equal((await from({ authorization: `Bearer ${user.token}` })).status, 403, 'a user is not enough');
+      const userKey = await createApiKey(t(), user.token, 'read_write');
+      assert.equal((await from({ authorization: `Bearer ${userKey}` })).status, 403);
+      const adminRo = await createApiKey(t(), admin.token, 'read_only');
+      assert.equal((await from({ authorization: `Bearer ${adminRo}` })).status, 403, 'an admin\'s read_only key is not enough');
+      const ok = await from({ authorization: `Bearer ${admin.token}` });
+      assert.equal(ok.status, 200);
+      assert.match(ok.text, /gpucloud_http_requests_total/);
+      assert.equal((await from({ authorization: 'Bearer not-the-metrics-token-'.padEnd(40, 'x') })).status, 401);
+      assert.equal((await raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '127.0.0.1' })).status, 200, 'loopback');
+      assert.equal((await raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '::1' })).status, 200, 'loopback (IPv6)');
     });
 
     test('unknown paths are counted under one label, never by their raw URL', async () => {

@@ -7,6 +7,10 @@ export type ClockMode = 'system' | 'manual';
 
 export interface RateLimitConfig {
   login: number;
+  /** Logins per client address, whatever the email. */
+  loginPerIp: number;
+  /** Logins to the whole service (every instance, with Redis). */
+  loginGlobal: number;
   auth: number;
   vmMutations: number;
   default: number;
@@ -201,6 +205,8 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
     rateLimits: {
       login: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN', 5, 1, 1_000_000),
+      loginPerIp: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN_IP', 30, 1, 1_000_000),
+      loginGlobal: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL', 600, 1, 10_000_000),
       auth: int(env, 'GPUCLOUD_RATE_LIMIT_AUTH', 10, 1, 1_000_000),
       vmMutations: int(env, 'GPUCLOUD_RATE_LIMIT_VM_MUTATIONS', 30, 1, 1_000_000),
       default: int(env, 'GPUCLOUD_RATE_LIMIT_DEFAULT', 300, 1, 1_000_000),

@@ -1,6 +1,7 @@
 /**
  * Rate limits (CONTRACT D40): fixed 60 s windows on real time, per user when
- * authenticated, per email for login, per client IP otherwise. Every response
+ * authenticated, per email for login (and per client address and in all, so
+ * that guessing across many emails is limited too), per client IP otherwise. Every response
  * of a limited route carries X-RateLimit-Limit/-Remaining/-Reset (seconds);
  * past the limit: 429 `rate_limited` with Retry-After.
  */
@@ -68,7 +69,27 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     const email = (req.body as { email?: unknown } | null | undefined)?.email;
     const subject = typeof email === 'string' && email.trim() !== '' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
     await consume(req, reply, 'login', subject);
+    // Guessing across many emails: limited per client address, and in all (each attempt costs a
+    // password hash). These do not replace the per-email headers; past them the answer is 429 too.
+    await extra(req, reply, `login-ip:${req.ip}`, limits.loginPerIp, 'logins from this address');
+    await extra(req, reply, 'login-all', limits.loginGlobal, 'logins to this service');
   });
+
+  async function extra(req: FastifyRequest, reply: FastifyReply, key: string, limit: number, what: string): Promise<void> {
+    let hit;
+    try {
+      hit = await store.hit(key, limits.windowMs, realTimeMs());
+    } catch (err) {
+      req.log.error({ err }, 'rate-limit store unavailable; request allowed');
+      return;
+    }
+    if (hit.count <= limit) return;
+    const resetS = Math.max(1, Math.ceil(hit.resetMs / 1000));
+    reply.header('X-RateLimit-Limit', String(limit));
+    reply.header('X-RateLimit-Remaining', '0');
+    reply.header('X-RateLimit-Reset', String(resetS));
+    throw new AppError('rate_limited', `Rate limit of ${limit} ${what} per minute exceeded; retry in ${resetS} s`, undefined, { 'retry-after': String(resetS) });
+  }
 
   // A login whose body could not even be read (malformed JSON, too large, wrong
   // media type) never reached preValidation: count it per IP so that its

@@ -16,9 +16,10 @@ import { uniqueEmail } from '../helpers/factories.js';
 import { DB_KINDS } from '../helpers/db.js';
 
 const WINDOW_MS = 60_000;
-const LIMITS = { login: 5, auth: 4, default: 8 };
+const LIMITS = { login: 5, loginIp: 12, auth: 4, default: 8 };
 const ENV = {
   GPUCLOUD_RATE_LIMIT_LOGIN: String(LIMITS.login),
+  GPUCLOUD_RATE_LIMIT_LOGIN_IP: String(LIMITS.loginIp),
   GPUCLOUD_RATE_LIMIT_AUTH: String(LIMITS.auth),
   GPUCLOUD_RATE_LIMIT_DEFAULT: String(LIMITS.default),
 };
@@ -117,6 +118,20 @@ for (const kind of DB_KINDS) {
       app = t.app;
     });
     after(() => t.close());
+
+    test('login: one address trying many emails is stopped after GPUCLOUD_RATE_LIMIT_LOGIN_IP; other addresses go on', async () => {
+      const ip = randomIp();
+      await freshWindow();
+      for (let i = 1; i <= LIMITS.loginIp; i++) {
+        const r = await call(app, 'POST', '/auth/login', { body: { email: uniqueEmail('spray'), password: 'a-guessed-password' }, ip });
+        assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
+      }
+      const over = await call(app, 'POST', '/auth/login', { body: { email: uniqueEmail('spray'), password: 'a-guessed-password' }, ip });
+      assertLimited(over, LIMITS.loginIp);
+      assert.match(over.body.detail, /from this address/);
+      const elsewhere = await call(app, 'POST', '/auth/login', { body: { email: uniqueEmail('spray'), password: 'a-guessed-password' }, ip: randomIp() });
+      assert.equal(elsewhere.status, 401, elsewhere.text);
+    });
 
     test('login: the 6th attempt for one email in a window is 429; other emails go on', async () => {
       const a = await makeUser(t);
@@ -285,7 +300,8 @@ for (const kind of DB_KINDS) {
       for (let i = 0; i < LIMITS.default + 3; i++) {
         for (const url of ['/healthz', '/readyz', '/metrics', '/openapi.json']) {
           const r = await call(app, 'GET', url, { ip });
-          assert.equal(r.status, 200, `${url}: ${r.text.slice(0, 100)}`);
+          // /metrics from another machine wants credentials: refused, but never limited either.
+          assert.equal(r.status, url === '/metrics' ? 401 : 200, `${url}: ${r.text.slice(0, 100)}`);
           assert.equal(r.headers['x-ratelimit-limit'], undefined, url);
         }
       }
@@ -344,5 +360,24 @@ describe('rate limits shared by two instances through Redis (D40)', { skip: shar
       assert.equal(limits(r).remaining, LIMITS.default - i);
     }
     assertLimited(await call(b, 'GET', '/account', { ip }), LIMITS.default);
+  });
+});
+
+describe('global login limit', () => {
+  let t: TestApp;
+  before(async () => {
+    t = await buildTestApp('pglite', { env: { ...ENV, GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL: '6', GPUCLOUD_RATE_LIMIT_LOGIN_IP: '1000' } });
+  });
+  after(() => t.close());
+
+  test('logins from many addresses together stop at GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL (each costs a password hash)', async () => {
+    await freshWindow();
+    for (let i = 1; i <= 6; i++) {
+      const r = await call(t.app, 'POST', '/auth/login', { body: { email: uniqueEmail('g'), password: 'a-guessed-password' }, ip: randomIp() });
+      assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
+    }
+    const over = await call(t.app, 'POST', '/auth/login', { body: { email: uniqueEmail('g'), password: 'a-guessed-password' }, ip: randomIp() });
+    assertLimited(over, 6);
+    assert.match(over.body.detail, /to this service/);
   });
 });

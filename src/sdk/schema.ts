@@ -1030,7 +1030,7 @@ export interface paths {
         put?: never;
         /**
          * Complete a two-factor login
-         * @description Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401.
+         * @description Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401. Ten wrong codes in a row (across logins, and through disable) lock the account's second factor for 15 minutes: 429 with Retry-After.
          */
         post: {
             parameters: {

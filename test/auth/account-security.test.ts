@@ -137,4 +137,36 @@ describeEachDb('account security', (t) => {
     assert.equal((await login(u)).status, 401, 'the old password no longer logs in');
     assert.equal((await login(u, next)).status, 200);
   });
+
+  test('wrong second-factor codes lock the account\'s second factor for 15 minutes, across logins and disable attempts', async () => {
+    const u = await createUser(t());
+    const s = await t().req('POST', '/auth/2fa/setup', { token: u.token });
+    t().forbidSecret(s.body.secret);
+    const e = await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code(s.body.secret) } });
+    assert.equal(e.status, 200, e.text);
+    for (const c of e.body.recovery_codes) t().forbidSecret(c);
+    await t().services.clock.advance(30);
+    const wrong = () => String((Number(code(s.body.secret)) + 500_000) % 1_000_000).padStart(6, '0');
+    // Two wrong codes through disable (the session), eight through logins: ten in a row.
+    for (let i = 0; i < 2; i++) assert.equal((await t().req('POST', '/auth/2fa/disable', { token: u.token, body: { code: wrong() } })).status, 400);
+    let challenge = '';
+    for (let i = 0; i < 8; i++) {
+      if (i % 4 === 0) challenge = (await login(u)).body.challenge_token; // a fresh challenge now and then
+      const r = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: challenge, code: wrong() } });
+      assert.equal(r.status, 401, `wrong code ${i + 3}: ${r.text}`);
+    }
+    // Locked: even the right code is refused, with when to come back.
+    const locked = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: (await login(u)).body.challenge_token, code: code(s.body.secret) } });
+    assert.equal(locked.status, 429, locked.text);
+    assert.equal(locked.body.code, 'rate_limited');
+    assert.equal(locked.headers['retry-after'], '900');
+    assert.equal((await t().req('POST', '/auth/2fa/disable', { token: u.token, body: { code: code(s.body.secret) } })).status, 429);
+    // After the lock, the right code works and the count starts again.
+    await t().services.clock.advance(15 * 60);
+    const ok = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: (await login(u)).body.challenge_token, code: code(s.body.secret) } });
+    assert.equal(ok.status, 200, ok.text);
+    t().forbidSecret(ok.body.refresh_token);
+    const row = await t().db.query<{ f: number; l: Date | null }>('SELECT totp_failures AS f, totp_locked_until AS l FROM users WHERE id = $1', [u.id]);
+    assert.deepEqual([row.rows[0]!.f, row.rows[0]!.l], [0, null]);
+  });
 });

@@ -17,6 +17,8 @@ export interface UserRow {
   totp_pending_secret: string | null;
   totp_enabled: boolean;
   totp_last_step: number | null;
+  totp_failures: number;
+  totp_locked_until: Date | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -173,6 +175,20 @@ export async function disableTotp(q: Queryable, userId: number, now: Date): Prom
     [userId, now],
   );
   await q.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
+}
+
+/** A wrong second-factor code; locks the second factor until `lockUntil` when given (and starts the count again). */
+export async function recordTotpFailure(q: Queryable, userId: number, lockUntil: Date | null): Promise<void> {
+  await q.query(
+    lockUntil
+      ? 'UPDATE users SET totp_failures = 0, totp_locked_until = $2 WHERE id = $1'
+      : 'UPDATE users SET totp_failures = totp_failures + 1 WHERE id = $1 AND $2::timestamptz IS NULL',
+    [userId, lockUntil],
+  );
+}
+
+export async function clearTotpFailures(q: Queryable, userId: number): Promise<void> {
+  await q.query('UPDATE users SET totp_failures = 0, totp_locked_until = NULL WHERE id = $1 AND (totp_failures <> 0 OR totp_locked_until IS NOT NULL)', [userId]);
 }
 
 export async function setTotpLastStep(q: Queryable, userId: number, step: number): Promise<void> {

@@ -256,7 +256,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         tags: ['auth'],
         summary: 'Complete a two-factor login',
         description:
-          'Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401.',
+          'Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401. Ten wrong codes in a row (across logins, and through disable) lock the account\'s second factor for 15 minutes: 429 with Retry-After.',
         security: [],
         body: Type.Object({ challenge_token: Type.String({ minLength: 1, maxLength: 512 }), code: Code }, { additionalProperties: false }),
         response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },

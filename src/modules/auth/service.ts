@@ -22,6 +22,10 @@ import {
 export const REFRESH_TTL_MS = 30 * 24 * 3600 * 1000;
 export const CHALLENGE_TTL_S = 300;
 export const CHALLENGE_MAX_ATTEMPTS = 5;
+/** Wrong second-factor codes in a row (across logins) that lock an account's second factor ... */
+export const TOTP_MAX_FAILURES = 10;
+/** ... for this long (service time). */
+export const TOTP_LOCK_S = 15 * 60;
 
 export interface UserRecord {
   id: number;
@@ -57,6 +61,10 @@ export const toUserRecord = (u: UserRow): UserRecord => ({
 const invalidLogin = () => unauthorized('Invalid email or password');
 const invalidRefresh = () => unauthorized('Invalid or expired refresh token');
 const suspendedError = () => forbidden('This account is suspended; contact the operator');
+const secondFactorLocked = (until: Date, now: Date) => {
+  const s = Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000));
+  return new AppError('rate_limited', `Too many wrong two-factor codes: try again in ${Math.ceil(s / 60)} minute(s)`, undefined, { 'retry-after': String(s) });
+};
 const recoveryHash = (code: string) => sha256Hex('recovery:' + normalizeRecoveryCode(code));
 
 export class AuthService {
@@ -250,30 +258,45 @@ export class AuthService {
   }
 
   async disableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string }> {
-    return this.db.transaction(async (tx) => {
+    const outcome = await this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
       if (!u.totp_enabled || !u.totp_secret) throw invalidState('Two-factor authentication is not enabled');
-      if (!(await this.checkSecondFactor(tx, u, code))) {
-        throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
-      }
+      // A wrong code is answered after the commit, so that it counts toward the account's lock.
+      if (!(await this.checkSecondFactor(tx, u, code))) return { wrong: true } as const;
       const now = this.clock.now();
       await repo.disableTotp(tx, userId, now);
       await repo.revokeAllFamilies(tx, userId, now, '2fa_disabled', currentSession);
-      return { message: 'Two-factor authentication disabled; every other session of this account has ended' };
+      return { wrong: false } as const;
     });
+    if (outcome.wrong) throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
+    return { message: 'Two-factor authentication disabled; every other session of this account has ended' };
   }
 
-  /** A TOTP (never the same step twice) or an unused recovery code; consumes what it accepts. */
+  /**
+   * A TOTP (never the same step twice) or an unused recovery code; consumes
+   * what it accepts. Wrong codes in a row are counted per account: after
+   * TOTP_MAX_FAILURES the second factor is locked for TOTP_LOCK_S (429), so
+   * guessing cannot go on across new logins or challenges.
+   */
   private async checkSecondFactor(tx: Queryable, u: UserRow, code: string): Promise<boolean> {
+    const now = this.clock.now();
+    if (u.totp_locked_until && u.totp_locked_until.getTime() > now.getTime()) throw secondFactorLocked(u.totp_locked_until, now);
+    let ok = false;
     const step = verifyTotp(u.totp_secret!, code, this.clock.nowMs(), u.totp_last_step);
     if (step !== null) {
       await repo.setTotpLastStep(tx, u.id, step);
+      ok = true;
+    } else if (normalizeRecoveryCode(code).length >= 8) {
+      ok = await repo.useRecoveryCode(tx, u.id, recoveryHash(code), now);
+    }
+    if (ok) {
+      await repo.clearTotpFailures(tx, u.id);
       return true;
     }
-    const normalized = normalizeRecoveryCode(code);
-    if (normalized.length < 8) return false;
-    return repo.useRecoveryCode(tx, u.id, recoveryHash(code), this.clock.now());
+    const lock = u.totp_failures + 1 >= TOTP_MAX_FAILURES ? new Date(now.getTime() + TOTP_LOCK_S * 1000) : null;
+    await repo.recordTotpFailure(tx, u.id, lock);
+    return false;
   }
 
   async verifyTwoFactor(challengeToken: string, code: string): Promise<TokenResponse> {

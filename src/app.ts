@@ -124,6 +124,10 @@ export function createServices(deps: AppDeps): Services {
   reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now)); // D38, D39
   vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now)); // D32: periods close at transitions
   vms.onTransition(async (tx, before, after, now) => {
+    // Interrupting others is never free: a VM that preempted any pays at least one billing period.
+    if (after.status === 'destroyed' && before.status !== 'destroyed') await meter.chargePreemptionMinimum(tx, after.id, now);
+  });
+  vms.onTransition(async (tx, before, after, now) => {
     // D38: a reserved VM that ends failed gets its whole deposit back.
     if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id) await reservations.refundFailed(tx, after.reservation_id, now);
   });

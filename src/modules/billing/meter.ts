@@ -200,6 +200,35 @@ export class Meter {
     await this.closeUpTo(tx, vm, now.getTime(), wasRunning, true);
   }
 
+  /**
+   * A VM that interrupted other customers' VMs pays at least one billing
+   * period of itself (GPUs running), however soon it is destroyed: otherwise
+   * creating and destroying an on-demand VM would interrupt others for free.
+   * Called in the destroy's transaction, after its last period was closed;
+   * charges the difference between that minimum and what its usage cost.
+   */
+  async chargePreemptionMinimum(tx: Queryable, vmId: string, now: Date): Promise<number> {
+    const preempted = await tx.query('SELECT 1 FROM interruptions WHERE preempted_by_vm_id = $1 LIMIT 1', [vmId]);
+    if (preempted.rows.length === 0) return 0;
+    const vm = await this.lockVm(tx, vmId);
+    if (!vm) return 0;
+    const minimum = priceOfPeriod(vm, this.intervalMs, true, 0, 0).total;
+    const billed = await tx.query<{ total: number }>('SELECT COALESCE(SUM(total_cost_micros), 0)::int8 AS total FROM usage_logs WHERE vm_id = $1', [vmId]);
+    const owed = minimum - Number(billed.rows[0]!.total);
+    if (owed <= 0) return 0;
+    const t = await ledger.post(tx, {
+      userId: vm.user_id,
+      type: 'charge',
+      amountMicros: -owed,
+      description: `Minimum charge of VM ${vm.vmid}: it interrupted other VMs, so it pays at least one billing period`,
+      breakdown: { vm_id: vm.id, vmid: vm.vmid, minimum: toAmount(minimum), usage: toAmount(minimum - owed), minimum_charge: toAmount(owed) },
+      vmId: vm.id,
+      now,
+    });
+    if (t.balance_after_micros <= 0) await tx.query('UPDATE users SET low_balance_pending = true WHERE id = $1', [vm.user_id]);
+    return owed;
+  }
+
   /** Closes the VM's open period at `now` (before its rates or reservation change). */
   async closeAt(tx: Queryable, vmId: string, now: Date): Promise<void> {
     const vm = await this.lockVm(tx, vmId);

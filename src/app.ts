@@ -302,6 +302,31 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   );
 
   authRoutes(app, services.auth);
+  app.get(
+    '/.well-known/jwks.json',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Public keys of launch tokens',
+        description:
+          'The JSON Web Key Set that verifies the WebUI/Jupyter launch tokens of access-info (EdDSA, Ed25519): a portal checks them with this public key alone and cannot mint any token. Access tokens are signed otherwise and never verify against it.',
+        security: [],
+        response: {
+          200: Type.Object({
+            keys: Type.Array(
+              Type.Object({ kty: Type.String(), crv: Type.String(), x: Type.String(), kid: Type.String(), alg: Type.String(), use: Type.String() }),
+            ),
+          }),
+          ...errorResponses(429),
+        },
+      },
+      config: { auth: 'public' },
+    },
+    async (_req, reply) => {
+      reply.header('Cache-Control', 'public, max-age=300');
+      return services.tokens.jwks();
+    },
+  );
   apiKeyRoutes(app, services.apiKeys);
   sshKeyRoutes(app, services.sshKeys);
   adminRoutes(app, services.adminUsers, services.clock);

@@ -1204,6 +1204,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/.well-known/jwks.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Public keys of launch tokens
+         * @description The JSON Web Key Set that verifies the WebUI/Jupyter launch tokens of access-info (EdDSA, Ed25519): a portal checks them with this public key alone and cannot mint any token. Access tokens are signed otherwise and never verify against it.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Default Response */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            keys: {
+                                kty: string;
+                                crv: string;
+                                x: string;
+                                kid: string;
+                                alg: string;
+                                use: string;
+                            }[];
+                        };
+                    };
+                };
+                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api-keys": {
         parameters: {
             query?: never;

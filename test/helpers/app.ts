@@ -30,6 +30,8 @@ export interface Res {
 
 export interface ReqOpts {
   token?: string;
+  /** The client's address (default 127.0.0.1). */
+  remoteAddress?: string;
   body?: unknown;
   headers?: Record<string, string>;
   query?: Record<string, string | number | boolean>;
@@ -150,7 +152,7 @@ export async function request(
     headers['content-type'] ??= 'application/json';
   }
   const query = o.query ? Object.fromEntries(Object.entries(o.query).map(([k, v]) => [k, String(v)])) : undefined;
-  const res = await app.inject({ method: method as 'GET', url, headers, payload, query });
+  const res = await app.inject({ method: method as 'GET', url, headers, payload, query, ...(o.remoteAddress ? { remoteAddress: o.remoteAddress } : {}) });
   assertNoSecrets(res.body, secrets, `${method} ${url}`);
   let body: unknown = undefined;
   if (res.body && String(res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(res.body);

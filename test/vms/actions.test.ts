@@ -6,7 +6,8 @@
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { createLocalJWKSet, jwtVerify, SignJWT } from 'jose';
+import { describeEachDb, JWT_SECRET, type ReqOpts, type Res } from '../helpers/app.js';
 import { advance, createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 import type { VmStatus } from '../../src/modules/vms/lifecycle.js';
 
@@ -306,6 +307,27 @@ describeEachDb('VM actions', (t) => {
         const r = await ok(req('GET', `/vms/${v.id}/access-info`, { token }));
         assert.ok(r.body.web_ui?.launch_token && r.body.jupyter?.launch_token);
       }
+      // Signed with a key of their own (EdDSA): a portal verifies them with the published public key alone.
+      const info = await ok(req('GET', `/vms/${v.id}/access-info`, { token: owner.token }));
+      const jwks = await ok(req('GET', '/.well-known/jwks.json'));
+      assert.equal(jwks.body.keys.length, 1);
+      assert.deepEqual([jwks.body.keys[0].kty, jwks.body.keys[0].crv, jwks.body.keys[0].alg], ['OKP', 'Ed25519', 'EdDSA']);
+      const keySet = createLocalJWKSet(jwks.body);
+      const checked = await jwtVerify(info.body.web_ui.launch_token, keySet, { currentDate: t().clock.now() });
+      assert.equal(checked.protectedHeader.alg, 'EdDSA');
+      assert.equal(checked.payload.vm_id, v.id);
+      await assert.rejects(jwtVerify(owner.token, keySet, { currentDate: t().clock.now() }), 'an access token does not verify against it');
+      // A launch token forged with the access-token key is refused.
+      const forged = await new SignJWT({ vm_id: v.id, user_id: owner.id, service: 'webui', typ: 'launch' })
+        .setProtectedHeader({ alg: 'HS256' })
+        .setIssuer('gpucloud')
+        .setIssuedAt(Math.floor(t().clock.nowMs() / 1000))
+        .setExpirationTime(Math.floor(t().clock.nowMs() / 1000) + 300)
+        .sign(new TextEncoder().encode(JWT_SECRET));
+      assert.equal(await t().services.tokens.verifyPurpose('launch', forged), null);
+      // The token travels in the URL's fragment, which browsers never send to a server (so nothing logs it).
+      assert.ok(info.body.web_ui.url.endsWith(`/#launch_token=${info.body.web_ui.launch_token}`), info.body.web_ui.url);
+      assert.ok(!info.body.web_ui.url.includes('?'));
       const readOnly = await ok(req('GET', `/vms/${v.id}/access-info`, { token: ro }));
       assert.equal(readOnly.body.web_ui, null);
       assert.equal(readOnly.body.jupyter, null);

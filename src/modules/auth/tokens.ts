@@ -2,8 +2,15 @@
  * Access tokens: HS256 JWTs, 3600 s, with sub, iat, exp, jti and the session
  * family `sid` (D12). Only HS256 is accepted (so `alg: none` and any other
  * algorithm are refused). Expiry follows the service clock (D43).
+ *
+ * Other signed tokens (VM launch tokens) are EdDSA (Ed25519) JWTs under a key
+ * of their own, so that whoever checks them (a web portal) needs only the
+ * public key, published at /.well-known/jwks.json, and can never mint an
+ * access token. The key pair is derived from the service secret, so every
+ * instance signs alike with nothing more to share.
  */
-import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { createHmac, createPrivateKey, createPublicKey, type KeyObject } from 'node:crypto';
+import { SignJWT, calculateJwkThumbprint, exportJWK, jwtVerify, errors as joseErrors, type JWK } from 'jose';
 import type { Clock } from '../../clock.js';
 import { newId, UUID_RE } from '../../ids.js';
 
@@ -16,14 +23,29 @@ export interface AccessClaims {
   jti: string;
 }
 
+/** PKCS#8 DER prefix of an Ed25519 private key; the 32-byte seed follows it. */
+const ED25519_PKCS8_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
+
 export class TokenService {
   private readonly key: Uint8Array;
+  private readonly signingKey: KeyObject;
+  readonly verifyingKey: KeyObject;
 
   constructor(
     secret: string,
     private readonly clock: Clock,
   ) {
     this.key = new TextEncoder().encode(secret);
+    const seed = createHmac('sha256', secret).update('gpucloud:launch-token-ed25519').digest();
+    this.signingKey = createPrivateKey({ key: Buffer.concat([ED25519_PKCS8_PREFIX, seed]), format: 'der', type: 'pkcs8' });
+    this.verifyingKey = createPublicKey(this.signingKey);
+  }
+
+  /** The public key of purpose tokens as a JSON Web Key Set (for /.well-known/jwks.json). */
+  async jwks(): Promise<{ keys: JWK[] }> {
+    const jwk = await exportJWK(this.verifyingKey);
+    const kid = await calculateJwkThumbprint(jwk);
+    return { keys: [{ ...jwk, kid, alg: 'EdDSA', use: 'sig' }] };
   }
 
   async signAccess(userId: number, sid: string): Promise<{ token: string; expiresIn: number }> {
@@ -63,19 +85,20 @@ export class TokenService {
   /** Signed short-lived token for other purposes (e.g. VM launch tokens, D26). */
   async signPurpose(purpose: string, claims: Record<string, unknown>, ttlS: number): Promise<{ token: string; expiresAt: Date }> {
     const iat = Math.floor(this.clock.nowMs() / 1000);
+    const kid = (await this.jwks()).keys[0]!.kid!;
     const token = await new SignJWT({ ...claims, typ: purpose })
-      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setProtectedHeader({ alg: 'EdDSA', typ: 'JWT', kid })
       .setIssuer(ISSUER)
       .setIssuedAt(iat)
       .setExpirationTime(iat + ttlS)
       .setJti(newId())
-      .sign(this.key);
+      .sign(this.signingKey);
     return { token, expiresAt: new Date((iat + ttlS) * 1000) };
   }
 
   async verifyPurpose(purpose: string, token: string): Promise<Record<string, unknown> | null> {
     try {
-      const { payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], issuer: ISSUER, currentDate: this.clock.now() });
+      const { payload } = await jwtVerify(token, this.verifyingKey, { algorithms: ['EdDSA'], issuer: ISSUER, currentDate: this.clock.now() });
       return payload.typ === purpose ? (payload as Record<string, unknown>) : null;
     } catch (err) {
       if (err instanceof joseErrors.JOSEError || err instanceof TypeError) return null;

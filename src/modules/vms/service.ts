@@ -544,7 +544,8 @@ export class VmService {
     const port = vm.ssh_port ?? 22;
     const web = async (service: 'webui' | 'jupyter') => {
       const { token, expiresAt } = await this.tokens.signPurpose('launch', { vm_id: vm.id, user_id: vm.user_id, service }, LAUNCH_TOKEN_TTL_S);
-      return { url: `${this.opts.portalUrl}/vms/${vm.vmid}/${service}/?launch_token=${token}`, launch_token: token, expires_at: expiresAt.toISOString() };
+      // The token rides in the fragment: browsers never send it, so no server or proxy logs it.
+      return { url: `${this.opts.portalUrl}/vms/${vm.vmid}/${service}/#launch_token=${token}`, launch_token: token, expires_at: expiresAt.toISOString() };
     };
     const hasWeb = WEB_TEMPLATES.has(vm.template_vmid) && opts.launchTokens;
     return {

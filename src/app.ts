@@ -9,6 +9,7 @@ import { Type } from 'typebox';
 import type { Config } from './config.js';
 import type { Db } from './db/db.js';
 import { newId } from './ids.js';
+import { deriveKey } from './crypto.js';
 import { validatorCompiler } from './http/validation.js';
 import { frameworkErrors, registerErrorHandler } from './http/error-handler.js';
 import { ErrorResponse, errorResponses } from './http/schemas.js';
@@ -174,7 +175,7 @@ export function createServices(deps: AppDeps): Services {
     clock: deps.clock,
     passwords,
     tokens,
-    auth: new AuthService(deps.db, clock, passwords, tokens),
+    auth: new AuthService(deps.db, clock, passwords, tokens, deriveKey(deps.jwtSecret, 'totp-secret'), deps.config.sessionMaxDays * 86_400_000),
     apiKeys: new ApiKeyService(deps.db, clock),
     sshKeys,
     adminUsers,
@@ -243,6 +244,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   app.addHook('onRequest', async (req, reply) => {
     reply.header('X-Request-Id', req.id);
     reply.header('API-Version', API_VERSION); // D9
+    reply.header('X-Content-Type-Options', 'nosniff');
     const path = req.url.split('?')[0]!;
     if (NO_STORE_PREFIXES.some((p) => path === p || path.startsWith(p + '/'))) reply.header('Cache-Control', 'no-store'); // D46
   });

@@ -54,6 +54,8 @@ export interface Config {
   /** Bearer token for Prometheus scrapers; loopback clients need none unless metricsLoopback is off. */
   metricsToken: string | undefined;
   metricsLoopback: boolean;
+  /** Days a login session lasts at most, however often it is refreshed. */
+  sessionMaxDays: number;
 }
 
 export class ConfigError extends Error {
@@ -224,5 +226,6 @@ export function loadConfig(env: Env = process.env): Config {
     requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
     metricsToken,
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
+    sessionMaxDays: int(env, 'GPUCLOUD_SESSION_MAX_DAYS', 30, 1, 365),
   };
 }

@@ -159,9 +159,12 @@ async function adminCmd(args: string[]): Promise<void> {
   const { PasswordHasher } = await import('./modules/auth/passwords.js');
   const { TokenService } = await import('./modules/auth/tokens.js');
   const { SystemClock } = await import('./clock.js');
+  const { randomBytes } = await import('node:crypto');
   try {
     const clock = new SystemClock();
-    const auth = new AuthService(db, clock, new PasswordHasher(1), new TokenService('unused-for-user-creation-'.padEnd(32, 'x'), clock));
+    // Creating a user signs nothing and reads no TOTP secret: throwaway keys.
+    const throwaway = randomBytes(32);
+    const auth = new AuthService(db, clock, new PasswordHasher(1), new TokenService(throwaway.toString('hex'), clock), throwaway);
     const { user, created } = await auth.ensureUser(values.email, password, values.admin ? 'admin' : 'user', values.name ?? null);
     console.log(`${created ? 'Created' : 'Updated'} ${user.role} ${user.email} (id ${user.id})`);
   } finally {

@@ -55,7 +55,8 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
   });
   await app.register(swaggerUi, {
     routePrefix: '/docs',
-    uiConfig: { docExpansion: 'list', deepLinking: true, persistAuthorization: true },
+    // A token typed into the docs is not kept in the browser's storage for the next visitor.
+    uiConfig: { docExpansion: 'list', deepLinking: true, persistAuthorization: false },
     uiHooks: {},
     staticCSP: true,
   });

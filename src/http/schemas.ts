@@ -27,6 +27,13 @@ export const Nullable = <T extends TSchema>(t: T, opts: TSchemaOptions = {}) => 
 export const DateTime = (description?: string) => Type.String({ format: 'date-time', ...(description ? { description } : {}) });
 
 /** D3: `limit` 1..100 (default 50), `offset` >= 0 (default 0). */
+/**
+ * Text a person names things with: no control characters (an escape sequence
+ * in a key's name would reach the CLI's terminal) and no invisible formatting
+ * ones (a right-to-left override would disguise it).
+ */
+export const NO_CONTROL = '^[^\\p{Cc}\\p{Cf}]*$';
+
 export const PaginationQuery = {
   limit: Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size, 1..100 (default 50)' }),
   offset: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0, description: 'Items to skip (default 0)' }),

@@ -1366,6 +1366,7 @@ export interface paths {
                      *     }
                      */
                     "application/json": {
+                        /** @description A name for you; no control or formatting characters (they would reach terminals) */
                         name: string;
                         /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
                         scope?: "read_write" | "read_only" | "billing_only";

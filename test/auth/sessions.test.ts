@@ -254,20 +254,26 @@ describeEachDb('sessions', (t) => {
     assertUnauthorized(await account(r2.body.access_token), 'successor access');
   });
 
-  test('refresh: valid for 30 days from issue, then 401', async () => {
+  test('refresh: valid for 30 days from issue, and a session no longer than 30 days from its login; then 401', async () => {
     const u = await createUser(t());
     await advance(30 * DAY - 10);
     const r = await refresh(u.refresh);
     assert.equal(r.status, 200, r.text);
     await ok(r.body.access_token, u.id, 'after 30 d - 10 s');
-    // The new token gets its own 30 days.
-    await advance(30 * DAY - 1);
+    // The new token would have its own 30 days, but the session it belongs to ends 30 days after its login.
+    await advance(9);
     const r2 = await refresh(r.body.refresh_token);
     assert.equal(r2.status, 200, r2.text);
+    await advance(1);
+    const ended = await refresh(r2.body.refresh_token);
+    assertUnauthorized(ended, 'at exactly 30 d from the login');
+    assert.match(ended.body.detail, /log in again/i);
+    // A refresh token not refreshed expires 30 days after its issue.
+    const fresh = await login(u);
     await advance(30 * DAY);
-    const expired = await refresh(r2.body.refresh_token);
-    assertUnauthorized(expired, 'at exactly 30 d');
-    assert.match(expired.body.detail, /expired|invalid/i);
+    const expired = await refresh(fresh.refresh_token);
+    assertUnauthorized(expired, 'a token 30 d old');
+    assert.match(expired.body.detail, /expired|invalid|log in again/i);
     // An expired token is not "reuse": a fresh login of the same user is unaffected.
     const again = await login(u);
     await ok(again.access_token, u.id);

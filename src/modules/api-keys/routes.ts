@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, errorResponses, NO_CONTROL, Nullable, PaginationQuery, page } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
@@ -47,7 +47,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
           'The key starts with `gpc_` and appears in this response only; it is stored hashed. Only a login session or a read_write key may manage keys, and never for a broader scope than its own. Honours Idempotency-Key.',
         body: Type.Object(
           {
-            name: Type.String({ minLength: 1, maxLength: 64 }),
+            name: Type.String({ minLength: 1, maxLength: 64, pattern: NO_CONTROL, description: 'A name for you; no control or formatting characters (they would reach terminals)' }),
             scope: Type.Optional(ScopeSchema),
             expires_at: Type.Optional(Nullable(DateTime('Optional expiry, in the future'))),
           },

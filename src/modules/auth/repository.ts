@@ -125,6 +125,12 @@ export async function markRotated(q: Queryable, id: string, now: Date): Promise<
   return r.rowCount === 1;
 }
 
+/** When a session began: its first refresh token. */
+export async function familyStartedAt(q: Queryable, familyId: string): Promise<Date> {
+  const r = await q.query<{ started: Date }>('SELECT min(created_at) AS started FROM refresh_tokens WHERE family_id = $1', [familyId]);
+  return r.rows[0]!.started;
+}
+
 export async function isFamilyRevoked(q: Queryable, familyId: string): Promise<boolean> {
   return (await q.query('SELECT 1 FROM revoked_families WHERE family_id = $1', [familyId])).rows.length > 0;
 }

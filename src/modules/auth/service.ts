@@ -5,6 +5,7 @@
 import type { Db, Queryable } from '../../db/db.js';
 import { pgErrorCode, PG } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
+import { open, seal } from '../../crypto.js';
 import { AppError, invalidState, unauthorized, forbidden, validation } from '../../errors.js';
 import { newId, randomBytes, randomToken, sha256Hex } from '../../ids.js';
 import type { PasswordHasher } from './passwords.js';
@@ -73,7 +74,20 @@ export class AuthService {
     private readonly clock: Clock,
     private readonly passwords: PasswordHasher,
     private readonly tokens: TokenService,
+    /** Seals TOTP secrets at rest (AES-256-GCM): a copy of the database alone does not give them. */
+    private readonly totpKey: Buffer,
+    /** A session (a refresh-token family) ends this long after its login, however often it is refreshed. */
+    private readonly sessionMaxMs: number = REFRESH_TTL_MS,
   ) {}
+
+  private sealTotp(secret: string): string {
+    return seal(this.totpKey, secret);
+  }
+
+  /** A sealed secret, or one stored before secrets were sealed (base32 never starts with "v1:"). */
+  private openTotp(stored: string): string {
+    return stored.startsWith('v1:') ? open(this.totpKey, stored) : stored;
+  }
 
   async register(input: { email: string; password: string; name?: string | null }, role: Role = 'user'): Promise<UserRecord> {
     const passwordHash = await this.passwords.hash(input.password);
@@ -138,7 +152,8 @@ export class AuthService {
     return this.db.transaction((tx) => this.issueTokens(tx, user.id, newId()));
   }
 
-  private async issueTokens(q: Queryable, userId: number, familyId: string): Promise<TokenResponse> {
+  /** `familyStart`: when the session's login happened (now for a new login). */
+  private async issueTokens(q: Queryable, userId: number, familyId: string, familyStart: Date = this.clock.now()): Promise<TokenResponse> {
     const now = this.clock.now();
     const refresh = randomToken(32);
     await repo.insertRefreshToken(q, {
@@ -147,7 +162,7 @@ export class AuthService {
       familyId,
       tokenHash: sha256Hex(refresh),
       now,
-      expiresAt: new Date(now.getTime() + REFRESH_TTL_MS),
+      expiresAt: new Date(Math.min(now.getTime() + REFRESH_TTL_MS, familyStart.getTime() + this.sessionMaxMs)),
     });
     const access = await this.tokens.signAccess(userId, familyId);
     return { access_token: access.token, refresh_token: refresh, token_type: 'bearer', expires_in: access.expiresIn };
@@ -165,12 +180,17 @@ export class AuthService {
         await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'refresh_token_reuse');
         return { error: unauthorized('Refresh token was already used; this session has been revoked, log in again') } as const;
       }
+      const started = await repo.familyStartedAt(tx, row.family_id);
+      if (now.getTime() - started.getTime() >= this.sessionMaxMs) {
+        await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'session_max_age');
+        return { error: unauthorized(`This session began more than ${Math.round(this.sessionMaxMs / 86_400_000)} days ago: log in again`) } as const;
+      }
       if (row.expires_at.getTime() <= now.getTime()) return { error: invalidRefresh() } as const;
       const user = await repo.findUserById(tx, row.user_id);
       if (!user) return { error: invalidRefresh() } as const;
       if (user.suspended) return { error: suspendedError() } as const;
       await repo.markRotated(tx, row.id, now);
-      return { tokens: await this.issueTokens(tx, row.user_id, row.family_id) } as const;
+      return { tokens: await this.issueTokens(tx, row.user_id, row.family_id, started) } as const;
     });
     if ('error' in outcome) throw outcome.error;
     return outcome.tokens;
@@ -208,7 +228,7 @@ export class AuthService {
       if (!u) throw unauthorized();
       if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled; disable it first to set up a new secret');
       const secret = generateTotpSecret(randomBytes);
-      await repo.setPendingTotp(tx, userId, secret, this.clock.now());
+      await repo.setPendingTotp(tx, userId, this.sealTotp(secret), this.clock.now());
       return { secret, otpauth_url: otpauthUrl(secret, u.email) };
     });
   }
@@ -241,7 +261,7 @@ export class AuthService {
       if (!u) throw unauthorized();
       if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled');
       if (!u.totp_pending_secret) throw invalidState('No two-factor setup in progress: call POST /auth/2fa/setup first');
-      const step = verifyTotp(u.totp_pending_secret, code, this.clock.nowMs(), null);
+      const step = verifyTotp(this.openTotp(u.totp_pending_secret), code, this.clock.nowMs(), null);
       if (step === null) throw new AppError('invalid_code', 'The code is not valid for this secret; check the authenticator app and the device clock');
       const now = this.clock.now();
       await repo.enableTotp(tx, userId, u.totp_pending_secret, step, now);
@@ -283,7 +303,7 @@ export class AuthService {
     const now = this.clock.now();
     if (u.totp_locked_until && u.totp_locked_until.getTime() > now.getTime()) throw secondFactorLocked(u.totp_locked_until, now);
     let ok = false;
-    const step = verifyTotp(u.totp_secret!, code, this.clock.nowMs(), u.totp_last_step);
+    const step = verifyTotp(this.openTotp(u.totp_secret!), code, this.clock.nowMs(), u.totp_last_step);
     if (step !== null) {
       await repo.setTotpLastStep(tx, u.id, step);
       ok = true;

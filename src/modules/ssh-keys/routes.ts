@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, errorResponses, NO_CONTROL, Nullable, PaginationQuery, page } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
@@ -39,7 +39,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         body: Type.Object(
           {
             ssh_public_key: Type.String({ minLength: 1, maxLength: 16384 }),
-            label: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64 }))),
+            label: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 64, pattern: NO_CONTROL }))),
           },
           {
             additionalProperties: false,

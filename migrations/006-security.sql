@@ -9,3 +9,10 @@ CREATE INDEX api_keys_created_by ON api_keys (created_by_key_id) WHERE created_b
 -- factor is locked for a while, so guessing cannot go on one login after another.
 ALTER TABLE users ADD COLUMN totp_failures INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE users ADD COLUMN totp_locked_until TIMESTAMPTZ;
+
+-- Idempotency keys survive a crash of the instance that took them: a pending key has an owner
+-- (one request) and a lease on real time; once the lease ran out (the owner died before its
+-- change committed, so nothing was applied) a retry takes the key over. The owner's change and
+-- its recorded answer commit in one transaction, so a retry never applies a change twice.
+ALTER TABLE idempotency_keys ADD COLUMN owner TEXT;
+ALTER TABLE idempotency_keys ADD COLUMN lease_until_ms BIGINT;

@@ -10,6 +10,7 @@ import type { Config } from './config.js';
 import type { Db } from './db/db.js';
 import { newId } from './ids.js';
 import { deriveKey } from './crypto.js';
+import { enterRequestScope } from './db/commit-hook.js';
 import { validatorCompiler } from './http/validation.js';
 import { frameworkErrors, registerErrorHandler } from './http/error-handler.js';
 import { ErrorResponse, errorResponses } from './http/schemas.js';
@@ -227,6 +228,11 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     },
   });
   app.decorate('services', services);
+  // First of all hooks, and synchronous: the request's scope for work that must commit with its change.
+  app.addHook('onRequest', (_req, _reply, done) => {
+    enterRequestScope();
+    done();
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.addSchema(ErrorResponse);
   registerErrorHandler(app);

@@ -42,8 +42,12 @@ describe('config defaults (D45)', () => {
     assert.equal(c.adminPassword, undefined);
     assert.deepEqual(c.corsOrigins, [], 'no CORS origins by default');
     assert.equal(c.logLevel, 'info');
-    assert.deepEqual(c.rateLimits, { login: 5, auth: 10, vmMutations: 30, default: 300, windowMs: 60_000 });
+    assert.deepEqual(c.rateLimits, { login: 5, loginPerIp: 30, loginGlobal: 600, auth: 10, vmMutations: 30, default: 300, windowMs: 60_000 });
     assert.equal(c.nodeEnv, 'development');
+    assert.deepEqual(
+      [c.agentHeartbeatS, c.agentStopTimeoutS, c.agentBootTimeoutS, c.localAgent, c.requestTimeoutS, c.metricsToken, c.metricsLoopback, c.sessionMaxDays, c.clockStartMs],
+      [10, 60, 240, false, 30, undefined, true, 30, undefined],
+    );
   });
 
   test('empty and blank values count as unset', () => {
@@ -76,6 +80,16 @@ describe('config defaults (D45)', () => {
       GPUCLOUD_RATE_LIMIT_AUTH: '2',
       GPUCLOUD_RATE_LIMIT_VM_MUTATIONS: '3',
       GPUCLOUD_RATE_LIMIT_DEFAULT: '4',
+      GPUCLOUD_RATE_LIMIT_LOGIN_IP: '5',
+      GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL: '6',
+      GPUCLOUD_AGENT_HEARTBEAT_S: '7',
+      GPUCLOUD_AGENT_STOP_TIMEOUT_S: '8',
+      GPUCLOUD_AGENT_BOOT_TIMEOUT_S: '90',
+      GPUCLOUD_LOCAL_AGENT: '1',
+      GPUCLOUD_REQUEST_TIMEOUT_S: '11',
+      GPUCLOUD_METRICS_TOKEN: 'm'.repeat(32),
+      GPUCLOUD_METRICS_LOOPBACK: '0',
+      GPUCLOUD_SESSION_MAX_DAYS: '12',
     });
     assert.equal(c.port, 9000);
     assert.equal(c.host, '0.0.0.0');
@@ -92,7 +106,11 @@ describe('config defaults (D45)', () => {
     assert.equal(c.adminPassword, 'a-long-admin-password');
     assert.deepEqual(c.corsOrigins, ['https://console.example.com', 'http://localhost:3000']);
     assert.equal(c.logLevel, 'debug');
-    assert.deepEqual(c.rateLimits, { login: 1, auth: 2, vmMutations: 3, default: 4, windowMs: 60_000 });
+    assert.deepEqual(c.rateLimits, { login: 1, loginPerIp: 5, loginGlobal: 6, auth: 2, vmMutations: 3, default: 4, windowMs: 60_000 });
+    assert.deepEqual(
+      [c.agentHeartbeatS, c.agentStopTimeoutS, c.agentBootTimeoutS, c.localAgent, c.requestTimeoutS, c.metricsToken, c.metricsLoopback, c.sessionMaxDays],
+      [7, 8, 90, true, 11, 'm'.repeat(32), false, 12],
+    );
   });
 
   test('demo data: on without DATABASE_URL, off with it unless GPUCLOUD_DEMO=1 (D44)', () => {

@@ -5,6 +5,7 @@
 import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
 import { mkdirSync } from 'node:fs';
+import { runBeforeCommit } from './commit-hook.js';
 
 export type Row = Record<string, unknown>;
 
@@ -82,7 +83,9 @@ export class PostgresDb implements Db {
           },
         };
         const result = await fn(tx);
+        const committed = await runBeforeCommit(tx, result);
         await client.query('COMMIT');
+        committed();
         return result;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => {});
@@ -124,14 +127,20 @@ export class PgliteDb implements Db {
   }
 
   async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-    return this.pg.transaction(async (t) =>
-      fn({
+    let committed: () => void = () => {};
+    const result = await this.pg.transaction(async (t) => {
+      const tx: Queryable = {
         query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
           const r = await t.query<R>(sql, params as unknown[]);
           return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
         },
-      }),
-    );
+      };
+      const value = await fn(tx);
+      committed = await runBeforeCommit(tx, value);
+      return value;
+    });
+    committed();
+    return result;
   }
 
   async close(): Promise<void> {

@@ -18,16 +18,25 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { createHash, createHmac } from 'node:crypto';
 import { open, seal } from '../crypto.js';
-import type { Db } from '../db/db.js';
+import type { Db, Queryable } from '../db/db.js';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
+import { realTimeMs } from '../clock.js';
+import { newId } from '../ids.js';
+import { bindToNextCommit } from '../db/commit-hook.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000;
 const WAIT_FOR_FIRST_MS = 15_000;
+/**
+ * How long (real time) a pending key belongs to the request that took it.
+ * Longer than any request runs; past it, the owner is taken to be dead (a
+ * crashed instance) and a retry takes the key over.
+ */
+export const IDEMPOTENCY_LEASE_MS = 30_000;
 
 declare module 'fastify' {
   interface FastifyRequest {
-    idempotency?: { userId: number; lookup: string; enc: Buffer };
+    idempotency?: { userId: number; lookup: string; enc: Buffer; owner: string };
   }
 }
 
@@ -70,6 +79,18 @@ interface Stored {
   response_status: number | null;
   response_body: string | null;
   created_at: Date;
+  owner: string | null;
+  lease_until_ms: number | null;
+}
+
+/** Records the answer of the owner of a pending key; false when the key is no longer its own. */
+async function recordAnswer(q: Queryable, idem: NonNullable<FastifyRequest['idempotency']>, status: number, body: string): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE idempotency_keys SET state = 'done', response_status = $4, response_body = $5
+      WHERE user_id = $1 AND idem_key = $2 AND owner = $3`,
+    [idem.userId, idem.lookup, idem.owner, status, body === '' ? null : seal(idem.enc, body)],
+  );
+  return r.rowCount === 1;
 }
 
 export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock): void {
@@ -96,18 +117,27 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
         userId,
         new Date(now.getTime() - IDEMPOTENCY_TTL_MS),
       ]);
+      const owner = newId();
       const claimed = await db.query(
-        `INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at)
-         VALUES ($1, $2, $3, 'pending', $4) ON CONFLICT (user_id, idem_key) DO NOTHING`,
-        [userId, keys.lookup, hash, now],
+        `INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at, owner, lease_until_ms)
+         VALUES ($1, $2, $3, 'pending', $4, $5, $6) ON CONFLICT (user_id, idem_key) DO NOTHING`,
+        [userId, keys.lookup, hash, now, owner, realTimeMs() + IDEMPOTENCY_LEASE_MS],
       );
-      if (claimed.rowCount === 1) {
-        req.idempotency = { userId, lookup: keys.lookup, enc: keys.enc };
-        return;
-      }
+      const own = () => {
+        const idem = { userId, lookup: keys.lookup, enc: keys.enc, owner };
+        req.idempotency = idem;
+        // The change this request makes and its answer commit together (see onSend for answers without a change).
+        bindToNextCommit(async (tx, result) => {
+          const body = reply.serialize(result);
+          if (!(await recordAnswer(tx, idem, reply.statusCode, typeof body === 'string' ? body : Buffer.from(body as ArrayBuffer).toString('utf8')))) {
+            throw new AppError('conflict', 'This request took too long and a retry with the same Idempotency-Key took it over; its answer is the retry\'s');
+          }
+        });
+      };
+      if (claimed.rowCount === 1) return own();
       const stored = (
         await db.query<Stored>(
-          'SELECT request_hash, state, response_status, response_body, created_at FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2',
+          'SELECT request_hash, state, response_status, response_body, created_at, owner, lease_until_ms FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2',
           [userId, keys.lookup],
         )
       ).rows[0];
@@ -125,6 +155,17 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
         if (body !== '') reply.type('application/json; charset=utf-8');
         return reply.send(body);
       }
+      // A pending key whose owner's lease ran out: the owner died before its change committed (a change
+      // commits with its answer, so there is none), and this retry takes the key over.
+      if (stored.lease_until_ms === null || Number(stored.lease_until_ms) < realTimeMs()) {
+        const took = await db.query(
+          `UPDATE idempotency_keys SET owner = $3, lease_until_ms = $4
+            WHERE user_id = $1 AND idem_key = $2 AND state = 'pending' AND owner IS NOT DISTINCT FROM $5`,
+          [userId, keys.lookup, owner, realTimeMs() + IDEMPOTENCY_LEASE_MS, stored.owner],
+        );
+        if (took.rowCount === 1) return own();
+        continue;
+      }
       if (Date.now() > deadline) {
         throw new AppError('conflict', 'A request with this Idempotency-Key is still being processed; retry shortly');
       }
@@ -139,14 +180,12 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
     const body = payload == null ? '' : typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined;
     if (reply.statusCode >= 500 || body === undefined) {
       // Not a definitive answer (or a stream we cannot keep): release the key so the client can retry.
-      await db.query('DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2', [idem.userId, idem.lookup]);
+      await db.query(`DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'pending'`, [idem.userId, idem.lookup, idem.owner]);
       return payload;
     }
-    await db.query(
-      `UPDATE idempotency_keys SET state = 'done', response_status = $3, response_body = $4
-        WHERE user_id = $1 AND idem_key = $2`,
-      [idem.userId, idem.lookup, reply.statusCode, body === '' ? null : seal(idem.enc, body)],
-    );
+    // Answers without a change (a refusal) are recorded here; one with a change was recorded in its
+    // transaction already, and is written again with the very bytes sent.
+    await recordAnswer(db, idem, reply.statusCode, body);
     return payload;
   });
 }

@@ -323,3 +323,59 @@ describeEachDb('idempotency', (t) => {
     t().forbidSecret(ok.body.key);
   });
 });
+
+/**
+ * A crash cannot split a change from its recorded answer: the answer is
+ * written in the change's own transaction (so it is there the moment the
+ * change commits, before the response is sent), and a key left pending by a
+ * dead request (no change was committed) is taken over by a retry once its
+ * lease ran out.
+ */
+describeEachDb('idempotency across crashes', (t) => {
+  test('the answer is recorded in the transaction that makes the change', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const u = await createUser(t());
+    const seen: string[] = [];
+    const db = t().db;
+    const original = db.transaction.bind(db);
+    db.transaction = (async (fn: Parameters<typeof original>[0]) => {
+      const result = await original(fn);
+      // Right after COMMIT, before the response goes out: the key is already answered.
+      const r = await db.query<{ state: string; response_status: number }>(`SELECT state, response_status FROM idempotency_keys WHERE user_id = $1`, [admin.id]);
+      seen.push(...r.rows.map((x) => `${x.state} ${x.response_status}`));
+      return result;
+    }) as typeof db.transaction;
+    try {
+      const r = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body: { amount: 5 }, headers: { 'idempotency-key': 'crash-1' } });
+      assert.equal(r.status, 201, r.text);
+      assert.deepEqual(seen, ['done 201']);
+    } finally {
+      db.transaction = original;
+    }
+    const replay = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body: { amount: 5 }, headers: { 'idempotency-key': 'crash-1' } });
+    assert.equal(replay.status, 201);
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
+    assert.equal((await t().req('GET', '/billing/balance', { token: u.token })).body.balance, 5, 'credited once');
+  });
+
+  test('a key left pending by a dead request is taken over once its lease ran out', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const u = await createUser(t());
+    const body = { amount: 7 };
+    const first = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
+    assert.equal(first.status, 201, first.text);
+    // As if the request had died before its change committed: nothing applied, the key pending, its owner gone.
+    await t().db.query(
+      `UPDATE idempotency_keys SET state = 'pending', response_status = NULL, response_body = NULL, owner = 'dead', lease_until_ms = 1 WHERE user_id = $1`,
+      [admin.id],
+    );
+    await t().db.query(`DELETE FROM transactions WHERE user_id = $1`, [u.id]);
+    await t().db.query(`UPDATE users SET balance_micros = 0 WHERE id = $1`, [u.id]);
+    const retry = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
+    assert.equal(retry.status, 201, retry.text);
+    assert.equal(retry.headers['idempotent-replayed'], undefined, 'executed, not replayed');
+    const again = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal((await t().req('GET', '/billing/balance', { token: u.token })).body.balance, 7, 'applied exactly once');
+  });
+});

@@ -56,18 +56,21 @@ export class ApiKeyService {
     const name = input.name.trim();
     if (!name) throw validation('body.name', 'must not be blank');
     const key = API_KEY_PREFIX + randomToken(32);
-    const row = await repo.insertKey(this.db, {
-      id: newId(),
-      userId: p.userId,
-      name,
-      scope,
-      prefix: key.slice(0, DISPLAY_PREFIX_LEN),
-      keyHash: sha256Hex(key),
-      now,
-      expiresAt,
-      createdByKeyId: p.via === 'api_key' ? (p.apiKeyId ?? null) : null,
+    // In a transaction of its own: the key and the request's recorded answer commit together.
+    return this.db.transaction(async (tx) => {
+      const row = await repo.insertKey(tx, {
+        id: newId(),
+        userId: p.userId,
+        name,
+        scope,
+        prefix: key.slice(0, DISPLAY_PREFIX_LEN),
+        keyHash: sha256Hex(key),
+        now,
+        expiresAt,
+        createdByKeyId: p.via === 'api_key' ? (p.apiKeyId ?? null) : null,
+      });
+      return { ...toRecord(row), key };
     });
-    return { ...toRecord(row), key };
   }
 
   async list(userId: number, limit: number, offset: number): Promise<{ items: ApiKeyRecord[]; total: number }> {

@@ -13,7 +13,7 @@ import { deriveKey } from './crypto.js';
 import { enterRequestScope } from './db/commit-hook.js';
 import { validatorCompiler } from './http/validation.js';
 import { frameworkErrors, registerErrorHandler } from './http/error-handler.js';
-import { ErrorResponse, errorResponses } from './http/schemas.js';
+import { ErrorResponse, errorResponses, frameworkResponses } from './http/schemas.js';
 import { registerOpenApi, API_VERSION } from './http/openapi.js';
 import { registerMetrics } from './http/metrics.js';
 import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
@@ -218,6 +218,26 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     // A client has GPUCLOUD_REQUEST_TIMEOUT_S to send a whole request (headers within a third of it,
     // at most 10 s); an idle keep-alive connection closes after 5 s. Checked every second, so a
     // client dribbling a body a byte at a time cannot hold a connection open.
+    // Requests Node refuses before Fastify sees them (headers too large, a malformed request line, a
+    // timeout) are answered in the error shape too, and the connection is closed cleanly.
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (err.code === 'ECONNRESET' || !socket.writable) {
+        socket.destroy();
+        return;
+      }
+      const [status, reason, detail] =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'Request Header Fields Too Large', 'The request headers are too large (at most 16 KiB in all)']
+          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'Request Timeout', `The request did not arrive within ${deps.config.requestTimeoutS} s`]
+            : [400, 'Bad Request', 'The request is not valid HTTP'];
+      const requestId = newId();
+      const body = JSON.stringify({ detail: `${detail} (request id ${requestId})`, code: status === 400 ? 'malformed_json' : 'validation_error' });
+      socket.end(
+        `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+          `X-Request-Id: ${requestId}\r\nAPI-Version: ${API_VERSION}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`,
+      );
+    },
     serverFactory: (handler) => {
       const requestMs = deps.config.requestTimeoutS * 1000;
       const server = createServer(
@@ -266,6 +286,17 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   app.addHook('onRoute', (route) => {
     if (route.url === '/docs' || route.url.startsWith('/docs/')) {
       route.config = { ...(route.config ?? {}), auth: 'public', rateLimit: false };
+    }
+  });
+  // Every documented operation lists the answers the framework can give before its handler runs.
+  app.addHook('onRoute', (route) => {
+    const schema = route.schema as { hide?: boolean; response?: Record<string, unknown> } | undefined;
+    if (!schema || schema.hide || !schema.response) return;
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const m of methods) {
+      for (const [code, ref] of Object.entries(errorResponses(...frameworkResponses(m)))) {
+        if (!(code in schema.response)) schema.response[code] = ref;
+      }
     }
   });
   await registerOpenApi(app);

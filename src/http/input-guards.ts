@@ -3,7 +3,9 @@
  * can send reaches the database or a recursive walk in a shape they cannot
  * take:
  * - no NUL character anywhere in a body, query string or path parameter
- *   (PostgreSQL text cannot hold one), passwords aside: 422 naming the field;
+ *   (PostgreSQL text cannot hold one), and no byte-order mark U+FEFF (the
+ *   embedded database drops a leading one, so what is stored would differ
+ *   from what was sent), passwords aside: 422 naming the field;
  * - JSON bodies nest at most MAX_DEPTH levels (the API's deepest body has 3):
  *   422, instead of a stack overflow in code that walks the body.
  */
@@ -21,12 +23,12 @@ export function findNul(value: unknown, root: string): string | null {
   while (stack.length) {
     const [v, path] = stack.pop()!;
     if (typeof v === 'string') {
-      if (v.includes('\u0000') && !HASHED_ONLY.has(path.slice(path.lastIndexOf('.') + 1))) return path;
+      if ((v.includes('\u0000') || v.includes('\ufeff')) && !HASHED_ONLY.has(path.slice(path.lastIndexOf('.') + 1))) return path;
     } else if (Array.isArray(v)) {
       v.forEach((x, i) => stack.push([x, `${path}[${i}]`]));
     } else if (v && typeof v === 'object') {
       for (const [k, x] of Object.entries(v)) {
-        if (k.includes('\u0000')) return `${path}.${k.replace(/\u0000/g, '\\0')}`;
+        if (k.includes('\u0000') || k.includes('\ufeff')) return `${path}.${k.replace(/\u0000/g, '\\0').replace(/\ufeff/g, '')}`;
         stack.push([x, `${path}.${k}`]);
       }
     }
@@ -54,7 +56,7 @@ export function registerInputGuards(app: FastifyInstance): void {
   app.addHook('preValidation', async (req) => {
     for (const [where, value] of [['path', req.params], ['query', req.query], ['body', req.body]] as const) {
       const at = findNul(value, where);
-      if (at) throw validation(at, 'must not contain NUL characters');
+      if (at) throw validation(at, 'must not contain NUL characters or a byte-order mark (U+FEFF)');
     }
     if (req.body !== undefined && depthOf(req.body, MAX_DEPTH) > MAX_DEPTH) {
       throw validation('body', `nests deeper than ${MAX_DEPTH} levels`);

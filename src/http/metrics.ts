@@ -32,7 +32,10 @@ export function registerMetrics(app: FastifyInstance): Registry {
         summary: 'Prometheus metrics',
         description:
           'Prometheus text exposition format. Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator\'s session or read_write key; a client on this machine\'s loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.',
-        response: { 200: { type: 'string', description: 'Prometheus text' }, ...errorResponses(401, 403) },
+        response: {
+          200: { description: 'Prometheus text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } },
+          ...errorResponses(401, 403),
+        },
       },
       config: { auth: 'metrics', rateLimit: false },
     },

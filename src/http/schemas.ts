@@ -53,6 +53,7 @@ const ERROR_DESCRIPTIONS: Record<number, string> = {
   415: 'Body sent with a Content-Type other than application/json (code: unsupported_media_type)',
   422: 'Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch)',
   429: 'Rate limit exceeded; see Retry-After (code: rate_limited)',
+  431: 'Request headers too large (code: validation_error); the connection is closed',
   503: 'Not ready',
 };
 
@@ -61,6 +62,18 @@ export function errorResponses(...statuses: number[]): Record<number, TSchema> {
   const out: Record<number, TSchema> = {};
   for (const s of statuses) out[s] = Type.Ref('ErrorResponse', { description: ERROR_DESCRIPTIONS[s] ?? 'Error' }) as TSchema;
   return out;
+}
+
+/**
+ * Answers the framework gives before a handler runs, which any operation can
+ * get: 422 (a NUL in the query or path, a body where none belongs), 431
+ * (headers too large), and for methods that carry a body 400 (malformed
+ * JSON), 413 (over 64 KiB) and 415 (not JSON). Added to every documented
+ * operation that does not list them already.
+ */
+export function frameworkResponses(method: string): number[] {
+  const withBody = ['POST', 'PUT', 'PATCH', 'DELETE'].includes(method.toUpperCase());
+  return withBody ? [400, 413, 415, 422, 431] : [422, 431];
 }
 
 /** D3: a bare array with the total in X-Total-Count. */

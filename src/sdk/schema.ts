@@ -25,13 +25,13 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description Prometheus text */
+                /** @description Prometheus text exposition format */
                 200: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": string;
+                        "text/plain": string;
                     };
                 };
                 /** @description Missing or invalid credentials (code: unauthorized) */
@@ -45,6 +45,24 @@ export interface paths {
                 };
                 /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
                 403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -94,6 +112,24 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         put?: never;
@@ -134,6 +170,24 @@ export interface paths {
                             /** @enum {string} */
                             status: "ready";
                         };
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
                 /** @description Not ready */
@@ -267,6 +321,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -335,6 +398,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -382,6 +454,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -451,6 +532,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -469,6 +559,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -480,6 +588,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -530,6 +647,15 @@ export interface paths {
                     };
                     content?: never;
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -548,6 +674,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -559,6 +703,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -603,6 +756,15 @@ export interface paths {
                     };
                     content?: never;
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -621,8 +783,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -684,6 +882,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -695,6 +902,15 @@ export interface paths {
                 };
                 /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
                 403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -722,6 +938,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -804,8 +1029,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -892,6 +1153,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -903,6 +1182,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -993,6 +1281,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -1004,6 +1310,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1078,6 +1393,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -1096,6 +1420,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -1107,6 +1449,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1185,8 +1536,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1242,8 +1611,26 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1336,6 +1723,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1461,6 +1857,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -1502,6 +1907,15 @@ export interface paths {
                     };
                     content?: never;
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -1529,8 +1943,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1615,6 +2065,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1742,6 +2201,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -1825,8 +2293,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1861,6 +2347,15 @@ export interface paths {
                     };
                     content?: never;
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -1888,8 +2383,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -1982,6 +2513,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2086,6 +2626,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         put?: never;
@@ -2176,6 +2725,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -2196,6 +2754,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2265,8 +2832,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2364,6 +2949,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -2384,6 +2978,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2489,6 +3092,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         put?: never;
@@ -2551,8 +3163,26 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2681,6 +3311,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2832,6 +3471,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -2852,6 +3500,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -2970,8 +3627,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3041,8 +3716,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3194,6 +3905,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -3214,6 +3934,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3287,8 +4016,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3374,6 +4121,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -3401,6 +4157,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -3421,6 +4186,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3490,8 +4264,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3586,6 +4378,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3711,6 +4512,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -3731,6 +4541,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -3852,6 +4671,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4065,6 +4893,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         delete?: never;
@@ -4200,8 +5037,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4281,8 +5136,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4374,6 +5265,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -4385,6 +5294,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4477,6 +5395,24 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
                 422: {
                     headers: {
@@ -4488,6 +5424,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4555,6 +5500,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -4582,6 +5536,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -4602,6 +5565,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4705,6 +5677,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -4725,6 +5706,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4835,8 +5825,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -4939,6 +5947,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -5072,6 +6089,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         put?: never;
@@ -5183,6 +6209,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
             };
         };
         put?: never;
@@ -5257,8 +6292,26 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -5384,6 +6437,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -5404,6 +6466,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -5505,6 +6576,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -5618,8 +6698,44 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+                415: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };
@@ -5691,6 +6807,15 @@ export interface paths {
                         };
                     };
                 };
+                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Missing or invalid credentials (code: unauthorized) */
                 401: {
                     headers: {
@@ -5718,6 +6843,15 @@ export interface paths {
                         "application/json": components["schemas"]["ErrorResponse"];
                     };
                 };
+                /** @description Body over 64 KiB (code: payload_too_large) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
                 /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
                 415: {
                     headers: {
@@ -5738,6 +6872,15 @@ export interface paths {
                 };
                 /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
                 429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ErrorResponse"];
+                    };
+                };
+                /** @description Request headers too large (code: validation_error); the connection is closed */
+                431: {
                     headers: {
                         [name: string]: unknown;
                     };

@@ -53,11 +53,25 @@ describe('request timeouts', () => {
     const r = await slowClient(port, head, body, 300);
     assert.ok(r.seconds < 5, `closed after ${r.seconds} s`);
     assert.match(r.reply, /^HTTP\/1\.1 408/);
+    assert.equal(JSON.parse(r.reply.slice(r.reply.indexOf('\r\n\r\n') + 4)).code, 'validation_error', 'in the error shape');
   });
 
   test('headers sent a byte at a time are cut off sooner', async () => {
     const r = await slowClient(port, 'GET /healthz HTTP/1.1\r\n', 'X-Slow: ' + 'a'.repeat(100), 200);
     assert.ok(r.seconds < 4, `closed after ${r.seconds} s`);
+  });
+
+  test('requests Node refuses itself (headers too large, not HTTP) are answered in the error shape and closed', async () => {
+    const big = await slowClient(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, '', 1000);
+    assert.match(big.reply, /^HTTP\/1\.1 431 /);
+    assert.match(big.reply, /\r\nConnection: close\r\n/i);
+    assert.match(big.reply, /\r\nX-Request-Id: \S+\r\n/i);
+    const body = JSON.parse(big.reply.slice(big.reply.indexOf('\r\n\r\n') + 4));
+    assert.equal(typeof body.detail, 'string');
+    assert.equal(body.code, 'validation_error');
+    const junk = await slowClient(port, 'THIS IS NOT HTTP\r\n\r\n', '', 1000);
+    assert.match(junk.reply, /^HTTP\/1\.1 400 /);
+    assert.equal(JSON.parse(junk.reply.slice(junk.reply.indexOf('\r\n\r\n') + 4)).code, 'malformed_json');
   });
 
   test('a normal request is unaffected', async () => {

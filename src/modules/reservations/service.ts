@@ -7,9 +7,9 @@
  */
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import { invalidState, notFound } from '../../errors.js';
+import { AppError, invalidState, notFound } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
-import { bpToPercent, discounted, mulDiv, toAmount } from '../../money.js';
+import { bpToPercent, discounted, formatAmount, mulDiv, toAmount } from '../../money.js';
 import * as ledger from '../billing/ledger.js';
 import type { Meter } from '../billing/meter.js';
 import type { InventoryService } from '../inventory/service.js';
@@ -37,6 +37,9 @@ export function discountBpFor(p: PricingRow, months: Months): number {
 }
 
 /** D36 (and D31 for the VM's rates): the same numbers the reserved VM is created with. */
+/** The largest prepaid commitment a reservation may be: the largest balance an account may hold. */
+export const MAX_COMMITMENT_MICROS = 1_000_000_000 * 1_000_000;
+
 export function quote(p: PricingRow, gpuCount: number, storageGb: number, months: Months): Quote {
   const discountBp = discountBpFor(p, months);
   const gpuHourlyMicros = gpuCount * discounted(p.gpu_price_hourly_micros, discountBp);
@@ -44,6 +47,11 @@ export function quote(p: PricingRow, gpuCount: number, storageGb: number, months
   const hourlyMicros = gpuHourlyMicros + storageHourlyMicros;
   const monthlyMicros = hourlyMicros * HOURS_PER_MONTH;
   const depositMicros = monthlyMicros * months;
+  // Prices and sizes the API allows can multiply past what money can hold exactly: such a commitment
+  // is refused, never rounded.
+  if (!Number.isSafeInteger(depositMicros) || depositMicros > MAX_COMMITMENT_MICROS) {
+    throw new AppError('limit_exceeded', `A reservation this large (over ${formatAmount(MAX_COMMITMENT_MICROS)} prepaid) is not accepted; reserve fewer GPUs, less disk or fewer months`);
+  }
   return {
     months,
     discountBp,

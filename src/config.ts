@@ -56,6 +56,8 @@ export interface Config {
   metricsLoopback: boolean;
   /** Days a login session lasts at most, however often it is refreshed. */
   sessionMaxDays: number;
+  /** Prefix of this deployment's keys in Redis (several deployments may share one Redis). */
+  redisPrefix: string;
 }
 
 export class ConfigError extends Error {
@@ -164,6 +166,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (metricsToken !== undefined && (metricsToken.length < 32 || !/^[\x21-\x7e]+$/.test(metricsToken))) {
     throw new ConfigError('GPUCLOUD_METRICS_TOKEN', 'must be at least 32 printable characters without spaces');
   }
+  const redisPrefix = str(env, 'GPUCLOUD_REDIS_PREFIX') ?? 'gpucloud:';
+  if (!/^[A-Za-z0-9:_.-]{1,64}$/.test(redisPrefix)) {
+    throw new ConfigError('GPUCLOUD_REDIS_PREFIX', `must be 1 to 64 letters, digits or : _ . -, got "${redisPrefix}"`);
+  }
   const clockStartMs = instant(env, 'GPUCLOUD_CLOCK_START');
   if (clockStartMs !== undefined && clock !== 'manual') {
     throw new ConfigError('GPUCLOUD_CLOCK_START', 'only applies to the manual clock: set GPUCLOUD_CLOCK=manual too');
@@ -227,5 +233,6 @@ export function loadConfig(env: Env = process.env): Config {
     metricsToken,
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
     sessionMaxDays: int(env, 'GPUCLOUD_SESSION_MAX_DAYS', 30, 1, 365),
+    redisPrefix,
   };
 }

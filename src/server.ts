@@ -82,7 +82,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
   const clock = await ClockService.create(db, config.clock, config.clockStartMs);
-  const rateLimitStore: RateLimitStore = createRateLimitStore(config.redisUrl);
+  const rateLimitStore: RateLimitStore = createRateLimitStore(config.redisUrl, { prefix: config.redisPrefix });
   const deps = {
     config,
     db,

@@ -48,6 +48,8 @@ describe('config defaults (D45)', () => {
       [c.agentHeartbeatS, c.agentStopTimeoutS, c.agentBootTimeoutS, c.localAgent, c.requestTimeoutS, c.metricsToken, c.metricsLoopback, c.sessionMaxDays, c.clockStartMs],
       [10, 60, 240, false, 30, undefined, true, 30, undefined],
     );
+    assert.equal(c.redisPrefix, 'gpucloud:');
+    assert.equal(loadConfig({ GPUCLOUD_REDIS_PREFIX: 'staging:gpucloud:' }).redisPrefix, 'staging:gpucloud:');
   });
 
   test('empty and blank values count as unset', () => {
@@ -173,6 +175,7 @@ describe('config errors name the variable (D45)', () => {
     ['PORT fractional', { PORT: '80.5' }, 'PORT'],
     ['clock unknown', { GPUCLOUD_CLOCK: 'moon' }, 'GPUCLOUD_CLOCK'],
     ['manual clock in production', { GPUCLOUD_CLOCK: 'manual', NODE_ENV: 'production' }, 'GPUCLOUD_CLOCK'],
+    ['a Redis prefix with a space', { GPUCLOUD_REDIS_PREFIX: 'my prefix' }, 'GPUCLOUD_REDIS_PREFIX'],
     ['a short metrics token', { GPUCLOUD_METRICS_TOKEN: 'short' }, 'GPUCLOUD_METRICS_TOKEN'],
     ['a metrics token with a space', { GPUCLOUD_METRICS_TOKEN: `${'x'.repeat(32)} y` }, 'GPUCLOUD_METRICS_TOKEN'],
     ['metrics loopback not a boolean', { GPUCLOUD_METRICS_LOOPBACK: 'maybe' }, 'GPUCLOUD_METRICS_LOOPBACK'],

@@ -390,10 +390,20 @@ describeEachDb(
         assert.deepEqual(gpuOverStorage.rows, []);
         const charged = await db.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM transactions t JOIN vms v ON v.id = t.vm_id
-            WHERE t.type = 'charge' AND t.user_id = ANY($1) AND v.first_started_at IS NULL`,
+            WHERE t.type = 'charge' AND t.user_id = ANY($1) AND v.first_started_at IS NULL AND NOT (t.breakdown ? 'minimum_charge')`,
           [ids],
         );
-        assert.equal(charged.rows[0]!.n, 0, 'nothing is charged for a VM that never ran');
+        assert.equal(charged.rows[0]!.n, 0, 'nothing is charged for a VM that never ran (but the minimum of one that interrupted others)');
+        // A minimum charge only for a destroyed VM that interrupted others, once, and never above one period of it.
+        const minimums = await db.query<{ id: string }>(
+          `SELECT t.id FROM transactions t JOIN vms v ON v.id = t.vm_id
+            WHERE t.user_id = ANY($1) AND t.breakdown ? 'minimum_charge'
+              AND (v.status <> 'destroyed'
+                   OR NOT EXISTS (SELECT 1 FROM interruptions i WHERE i.preempted_by_vm_id = v.id)
+                   OR (SELECT count(*) FROM transactions t2 WHERE t2.vm_id = v.id AND t2.breakdown ? 'minimum_charge') > 1)`,
+          [ids],
+        );
+        assert.deepEqual(minimums.rows, [], 'minimum charges only for destroyed VMs that interrupted others, once each');
       }
 
       const pick = <T,>(xs: T[], i: number): T | undefined => (xs.length ? xs[i % xs.length] : undefined);

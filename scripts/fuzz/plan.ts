@@ -169,7 +169,7 @@ function shapeValidBody(op: Operation, body: Arb<unknown>): Arb<unknown> {
       if (!isPlainObject(b) || roll >= 8) return b;
       const out: Record<string, unknown> = { ...b, node: new Ref('node', i, 'node'), gpu_type: new Ref('node', i, 'gpu_type') };
       if (roll < 7) {
-        // The rules across fields (D22): months only for reserved, a password only with auth_method password.
+        // The rules across fields: months only for reserved, a password only with auth_method password.
         if (out.rental_type === 'reserved') out.reservation_months = months;
         else delete out.reservation_months;
         if (out.auth_method === 'password') {

@@ -45,7 +45,7 @@ export async function httpCall(base: string, method: string, path: string, o: Ca
   return { status: res.status, body, text, requestId };
 }
 
-/** The D1 error code of an error answer, if it has one. */
+/** The error code of an error answer, if it has one. */
 export function errorCode(r: Reply): string | undefined {
   const b = r.body as { code?: unknown } | undefined;
   return typeof b?.code === 'string' ? b.code : undefined;

@@ -21,7 +21,7 @@ import { isAlive, launchQemu, qemuAvailable, readPid } from '../src/agent/qemu/p
 import { writeSeed, normalizeSshKey } from '../src/agent/images/seed.js';
 import { freePortInRange, sshBanner } from '../src/agent/network/ssh-probe.js';
 import { AgentClient } from '../src/hypervisor/agent-client.js';
-import { testImage } from '../test/agent/real-vms.js';
+import { qemuPidsUnder, testImage } from '../test/agent/real-vms.js';
 import type { BenchResult } from './run.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -144,6 +144,8 @@ export async function realVmBench(runs: number): Promise<BenchResult[]> {
   } finally {
     await server.close();
     await agent.close();
+    // A run that failed half-way may leave guests behind: they are this run's alone.
+    for (const pid of qemuPidsUnder(dir)) process.kill(pid, 'SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   }
   return results;

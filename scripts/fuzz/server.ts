@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
+import { createScratchDatabase } from '../scratch-db.js';
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -45,30 +45,6 @@ function baseEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
-async function createDatabase(databaseUrl: string): Promise<{ url: string; drop: () => Promise<void> }> {
-  const name = `fuzz_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: databaseUrl });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const u = new URL(databaseUrl);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    drop: async () => {
-      const c = new pg.Client({ connectionString: databaseUrl });
-      await c.connect();
-      try {
-        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
-    },
-  };
-}
 
 export async function startServer(opts: ServerOptions): Promise<StartedServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gpucloud-fuzz-'));
@@ -99,7 +75,7 @@ export async function startServer(opts: ServerOptions): Promise<StartedServer> {
       rmSync(dataDir, { recursive: true, force: true });
       throw new Error('--db postgres needs DATABASE_URL (a PostgreSQL server where this user may CREATE DATABASE)');
     }
-    const created = await createDatabase(base);
+    const created = await createScratchDatabase(base, 'fuzz');
     dropDb = created.drop;
     env.DATABASE_URL = created.url;
     env.GPUCLOUD_JWT_SECRET = randomBytes(32).toString('hex');

@@ -1,9 +1,9 @@
 /** The server under test: a child process on a fresh database, and its RSS. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
+import { createScratchDatabase as createScratch, type ScratchDatabase } from '../scratch-db.js';
+export type { ScratchDatabase };
 
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -138,35 +138,7 @@ export function readRssMb(pid: number): number | undefined {
   }
 }
 
-export interface ScratchDatabase {
-  url: string;
-  name: string;
-  drop(): Promise<void>;
-}
-
 /** A fresh database soak_<random> on the server of `baseUrl`; drop() removes it (and ends its sessions). */
-export async function createScratchDatabase(baseUrl: string): Promise<ScratchDatabase> {
-  const name = `soak_${randomBytes(5).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: baseUrl });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const u = new URL(baseUrl);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    name,
-    drop: async () => {
-      const c = new pg.Client({ connectionString: baseUrl });
-      await c.connect();
-      try {
-        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
-    },
-  };
+export function createScratchDatabase(baseUrl: string): Promise<ScratchDatabase> {
+  return createScratch(baseUrl, 'soak');
 }

@@ -39,6 +39,7 @@ import fc from 'fast-check';
 import { describeEachDb, TEST_CLOCK_START, type ReqOpts, type Res } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
+import { usageGapsSql } from '../helpers/billing-checks.js';
 import { holdsGpus, type RentalType, type VmStatus } from '../../src/modules/vms/lifecycle.js';
 import { quote } from '../../src/modules/reservations/service.js';
 
@@ -316,18 +317,7 @@ describeEachDb(
           }
         }
         // 6. Usage charged exactly once: contiguous periods from the first start, none after destroy, none if never run.
-        const gaps = await db.query(
-          `SELECT l.vm_id, l.period_start, l.prev_end, l.period_end, v.first_started_at, v.destroyed_at, v.status
-             FROM (SELECT vm_id, period_start, period_end, LAG(period_end) OVER (PARTITION BY vm_id ORDER BY period_start) AS prev_end
-                     FROM usage_logs WHERE user_id = ANY($1)) l
-             JOIN vms v ON v.id = l.vm_id
-            WHERE l.period_end <= l.period_start
-               OR (l.prev_end IS NULL AND (v.first_started_at IS NULL OR l.period_start <> v.first_started_at))
-               OR (l.prev_end IS NOT NULL AND l.period_start <> l.prev_end)
-               OR (v.destroyed_at IS NOT NULL AND l.period_end > v.destroyed_at)
-               OR v.status = 'failed'`,
-          [ids],
-        );
+        const gaps = await db.query(usageGapsSql(true), [ids]);
         assert.deepEqual(gaps.rows, [], 'usage periods are contiguous from the first start and end by the destroy');
         // 7. Reservations draw only within their term (until end_at or the cancellation), never after.
         const lateDraws = await db.query(

@@ -5,65 +5,27 @@
  * answer" from "got none" (connection refused, reset or cut mid-response).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { createScratchDatabase, type ScratchDatabase } from '../../scripts/scratch-db.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = join(ROOT, 'src/main.ts');
 
 // ---------- scratch database ----------
 
-export interface ScratchDb {
-  name: string;
-  url: string;
-  drop(): Promise<void>;
-}
+export type ScratchDb = ScratchDatabase;
 
 /** CREATE DATABASE crash_<random> on the server of `baseUrl`; drop() removes it (closing what is still connected). */
-export async function createScratchDb(baseUrl: string, prefix = 'crash'): Promise<ScratchDb> {
-  const name = `${prefix}_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: baseUrl });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const u = new URL(baseUrl);
-  u.pathname = `/${name}`;
-  return {
-    name,
-    url: u.toString(),
-    drop: async () => {
-      const c = new pg.Client({ connectionString: baseUrl });
-      await c.connect();
-      try {
-        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
-    },
-  };
+export function createScratchDb(baseUrl: string, prefix = 'crash'): Promise<ScratchDb> {
+  return createScratchDatabase(baseUrl, prefix);
 }
 
-/** A TCP port free right now on 127.0.0.1 (kept for every restart of the server). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
+export { freePort } from '../helpers/ports.js';
 
 /** One ed25519 public key line made by `ssh-keygen -t ed25519 -N ''`. */
 export function sshKeygen(comment: string): string {

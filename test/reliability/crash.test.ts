@@ -60,6 +60,7 @@ import {
   type Answer,
   type ScratchDb,
 } from './crash-harness.js';
+import { usageGapsSql } from '../helpers/billing-checks.js';
 
 const CRASHES = Number(process.env.CRASH_COUNT ?? 50);
 const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -743,15 +744,7 @@ test(
       // Charged exactly once (test/billing/property.test.ts): periods contiguous from the first start, none after the destroy.
       await expectNone(
         'usage periods are contiguous from the first start (no gap, no overlap) and end by the destroy',
-        `SELECT l.vm_id, l.period_start, l.prev_end, l.period_end, v.first_started_at, v.destroyed_at, v.status
-           FROM (SELECT vm_id, period_start, period_end, LAG(period_end) OVER (PARTITION BY vm_id ORDER BY period_start) AS prev_end
-                   FROM usage_logs) l
-           JOIN vms v ON v.id = l.vm_id
-          WHERE l.period_end <= l.period_start
-             OR (l.prev_end IS NULL AND (v.first_started_at IS NULL OR l.period_start <> v.first_started_at))
-             OR (l.prev_end IS NOT NULL AND l.period_start <> l.prev_end)
-             OR (v.destroyed_at IS NOT NULL AND l.period_end > v.destroyed_at)
-             OR v.status = 'failed'`,
+        usageGapsSql(false),
       );
       await expectNone(
         'every VM is billed up to its destruction, or (after the settling advance) up to the last period boundary',

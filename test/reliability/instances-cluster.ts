@@ -4,11 +4,11 @@
  * records every unexpected answer instead of throwing.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { createScratchDatabase } from '../../scripts/scratch-db.js';
 
 export const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 export const ROOT = new URL('../../', import.meta.url).pathname;
@@ -26,31 +26,15 @@ export interface FreshDatabase {
 
 /** Creates `inst_<random>` on the server of `serverUrl`; drop() removes it (closing every connection to it). */
 export async function createDatabase(serverUrl: string): Promise<FreshDatabase> {
-  const name = `inst_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  try {
-    await admin.query(`CREATE DATABASE ${name}`);
-  } finally {
-    await admin.end();
-  }
-  const u = new URL(serverUrl);
-  u.pathname = `/${name}`;
-  const url = u.toString();
-  const pool = new pg.Pool({ connectionString: url, max: 4 });
+  const scratch = await createScratchDatabase(serverUrl, 'inst');
+  const pool = new pg.Pool({ connectionString: scratch.url, max: 4 });
   return {
-    name,
-    url,
+    name: scratch.name,
+    url: scratch.url,
     pool,
     drop: async () => {
       await pool.end().catch(() => undefined);
-      const c = new pg.Client({ connectionString: serverUrl });
-      await c.connect();
-      try {
-        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
+      await scratch.drop();
     },
   };
 }

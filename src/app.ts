@@ -106,7 +106,7 @@ export function createServices(deps: AppDeps): Services {
     stopTimeoutS: deps.config.agentStopTimeoutS,
     bootTimeoutS: deps.config.agentBootTimeoutS,
   });
-  const driver = new PerNodeDriver(async (node) => (await inventory.agentEndpoint(node)) !== null, agentDriver, simulator);
+  const driver = new PerNodeDriver((node) => inventory.hasAgent(node), agentDriver, simulator);
   const vms = new VmService(deps.db, clock, inventory, sshKeys, tokens, {
     provisionDelayMs: deps.config.simProvisionMs,
     secret: deps.jwtSecret,

@@ -106,15 +106,13 @@ export class AgentDriver implements HypervisorDriver {
     await this.wrap('destroy', async () => (await this.client(vm.node, 'destroy')).destroy(vm.id));
   }
 
-  async trafficBytes(vm: VmRef): Promise<number> {
-    const endpoint = await this.lookup(vm.node);
-    if (!endpoint) return 0;
-    try {
-      const state = await new AgentClient(endpoint, 5_000).vm(vm.id);
-      return state.traffic.rx_bytes + state.traffic.tx_bytes;
-    } catch {
-      return 0; // sampled again on the next pass; counters are cumulative
-    }
+  /**
+   * Nothing to ask: the agent's traffic counters arrive with its heartbeats
+   * (all of a host's VMs in one answer, see jobs/agent-monitor.ts), instead of
+   * one call per VM on every reconciler pass.
+   */
+  async trafficBytes(_vm: VmRef): Promise<number> {
+    return 0;
   }
 }
 

@@ -125,9 +125,10 @@ export class Reconciler {
     }
   }
 
-  private runExclusive(): Promise<number> {
+  /** One pass after the one before it ended: passes never overlap, whoever starts them. */
+  private runExclusive(wait = true): Promise<number> {
     const prev = this.running ?? Promise.resolve(0);
-    const next = prev.catch(() => 0).then(() => this.runOnce());
+    const next = prev.catch(() => 0).then(() => this.runOnce(wait));
     this.running = next;
     return next;
   }
@@ -160,10 +161,7 @@ export class Reconciler {
 
   private async runPasses(max: number): Promise<void> {
     for (let i = 0; i < max; i++) {
-      const prev = this.running ?? Promise.resolve(0);
-      const next = prev.catch(() => 0).then(() => this.runOnce(false));
-      this.running = next;
-      if ((await next) === 0) return;
+      if ((await this.runExclusive(false)) === 0) return;
     }
   }
 

@@ -388,6 +388,12 @@ export class InventoryService {
     return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };
   }
 
+  /** Whether a node is driven by a host agent (without unsealing its token). */
+  async hasAgent(node: string): Promise<boolean> {
+    const row = await repo.agentOf(this.db, node);
+    return !!row?.agent_url && !!row.agent_token_sealed;
+  }
+
   endpointOf(row: FullNodeRow): AgentEndpoint | null {
     if (!row.agent_url || !row.agent_token_sealed) return null;
     return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };

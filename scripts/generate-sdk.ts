@@ -1,12 +1,13 @@
 /**
- * Generates the SDK's committed artefacts from the service itself (issue #5):
+ * Generates the SDK's committed artefacts from the service itself:
  *
- *   sdk/openapi.json    the OpenAPI document the server serves at GET /openapi.json (D8)
+ *   sdk/openapi.json    the OpenAPI document the server serves at GET /openapi.json
  *   src/sdk/schema.ts   TypeScript types for it (openapi-typescript), used by src/sdk/client.ts
  *
  * The app is built in-process on a throwaway in-memory PGlite with the manual
- * clock; nothing listens and no background job runs. The document does not
- * depend on configuration (rate limits, secrets), so the output is stable.
+ * clock; nothing listens and no background job runs. Only GPUCLOUD_PUBLIC_URL
+ * and GPUCLOUD_SUPPORT_EMAIL change the document (servers, contact), and they
+ * are unset here, so the output is stable.
  *
  *   node --import tsx scripts/generate-sdk.ts           write both files
  *   node --import tsx scripts/generate-sdk.ts --check   write nothing; exit 1 naming every committed

@@ -294,12 +294,12 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     if (!schema || schema.hide || !schema.response) return;
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     for (const m of methods) {
-      for (const [code, ref] of Object.entries(errorResponses(...frameworkResponses(m)))) {
+      for (const [code, ref] of Object.entries(frameworkResponses(m))) {
         if (!(code in schema.response)) schema.response[code] = ref;
       }
     }
   });
-  await registerOpenApi(app);
+  await registerOpenApi(app, { publicUrl: deps.config.publicUrl, supportEmail: deps.config.supportEmail });
   registerMetrics(app);
 
   // Order matters: identify -> count -> reject (D40 counts unauthenticated calls by IP) -> idempotency.
@@ -313,7 +313,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   app.get(
     '/healthz',
     {
-      schema: { tags: ['system'], summary: 'Liveness', description: 'The process is up.', security: [], response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+      schema: { tags: ['system'], operationId: 'getLiveness', summary: 'Liveness', description: 'The process is up.', security: [], response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
       config: health,
     },
     async () => ({ status: 'ok' as const }),
@@ -323,6 +323,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     {
       schema: {
         tags: ['system'],
+        operationId: 'getReadiness',
         summary: 'Readiness',
         description: 'The database answers; 503 otherwise.',
         security: [],
@@ -346,6 +347,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     {
       schema: {
         tags: ['auth'],
+        operationId: 'getLaunchTokenKeys',
         summary: 'Public keys of launch tokens',
         description:
           'The JSON Web Key Set that verifies the WebUI/Jupyter launch tokens of access-info (EdDSA, Ed25519): a portal checks them with this public key alone and cannot mint any token. Access tokens are signed otherwise and never verify against it.',

@@ -58,6 +58,10 @@ export interface Config {
   sessionMaxDays: number;
   /** Prefix of this deployment's keys in Redis (several deployments may share one Redis). */
   redisPrefix: string;
+  /** Where clients reach the API (the OpenAPI document's `servers`): an absolute URL, or `/` for "wherever this document came from". */
+  publicUrl: string;
+  /** Where customers write for help (the OpenAPI document's `contact`), if the operator names one. */
+  supportEmail: string | undefined;
 }
 
 export class ConfigError extends Error {
@@ -144,6 +148,22 @@ function url(env: Env, name: string, protocols: string[], requireHost = false): 
   }
   // PostgreSQL may name its host in the query (unix sockets); Redis needs one in the URL.
   if (requireHost && parsed.hostname === '') throw new ConfigError(name, 'must name a host, like redis://cache:6379');
+  return raw;
+}
+
+/** A base URL clients are given: http(s), a host, no query or fragment; kept without a trailing slash. Unset: `/`. */
+function publicUrl(env: Env, name: string): string {
+  const raw = url(env, name, ['https:', 'http:'], true);
+  if (raw === undefined) return '/';
+  const u = new URL(raw);
+  if (u.search || u.hash || raw.includes('?') || raw.includes('#')) throw new ConfigError(name, 'must not have a query or a fragment');
+  return raw.replace(/\/+$/, '');
+}
+
+function email(env: Env, name: string): string | undefined {
+  const raw = str(env, name);
+  if (raw === undefined) return undefined;
+  if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(raw) || raw.length > 254) throw new ConfigError(name, 'is not an email address');
   return raw;
 }
 
@@ -234,5 +254,7 @@ export function loadConfig(env: Env = process.env): Config {
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
     sessionMaxDays: int(env, 'GPUCLOUD_SESSION_MAX_DAYS', 30, 1, 365),
     redisPrefix,
+    publicUrl: publicUrl(env, 'GPUCLOUD_PUBLIC_URL'),
+    supportEmail: email(env, 'GPUCLOUD_SUPPORT_EMAIL'),
   };
 }

@@ -50,6 +50,11 @@ describe('config defaults (D45)', () => {
     );
     assert.equal(c.redisPrefix, 'gpucloud:');
     assert.equal(loadConfig({ GPUCLOUD_REDIS_PREFIX: 'staging:gpucloud:' }).redisPrefix, 'staging:gpucloud:');
+    assert.equal(c.publicUrl, '/');
+    assert.equal(c.supportEmail, undefined);
+    assert.equal(loadConfig({ GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test/' }).publicUrl, 'https://api.gpucloud.test', 'without the trailing slash');
+    assert.equal(loadConfig({ GPUCLOUD_PUBLIC_URL: 'https://gpucloud.test/api/v1/' }).publicUrl, 'https://gpucloud.test/api/v1');
+    assert.equal(loadConfig({ GPUCLOUD_SUPPORT_EMAIL: 'help@gpucloud.test' }).supportEmail, 'help@gpucloud.test');
   });
 
   test('empty and blank values count as unset', () => {
@@ -176,6 +181,10 @@ describe('config errors name the variable (D45)', () => {
     ['clock unknown', { GPUCLOUD_CLOCK: 'moon' }, 'GPUCLOUD_CLOCK'],
     ['manual clock in production', { GPUCLOUD_CLOCK: 'manual', NODE_ENV: 'production' }, 'GPUCLOUD_CLOCK'],
     ['a Redis prefix with a space', { GPUCLOUD_REDIS_PREFIX: 'my prefix' }, 'GPUCLOUD_REDIS_PREFIX'],
+    ['a public URL that is not a URL', { GPUCLOUD_PUBLIC_URL: 'api.gpucloud.test' }, 'GPUCLOUD_PUBLIC_URL'],
+    ['a public URL that is not http(s)', { GPUCLOUD_PUBLIC_URL: 'ftp://api.gpucloud.test' }, 'GPUCLOUD_PUBLIC_URL'],
+    ['a public URL with a query', { GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test/?x=1' }, 'GPUCLOUD_PUBLIC_URL'],
+    ['a support address that is not an email', { GPUCLOUD_SUPPORT_EMAIL: 'support' }, 'GPUCLOUD_SUPPORT_EMAIL'],
     ['a short metrics token', { GPUCLOUD_METRICS_TOKEN: 'short' }, 'GPUCLOUD_METRICS_TOKEN'],
     ['a metrics token with a space', { GPUCLOUD_METRICS_TOKEN: `${'x'.repeat(32)} y` }, 'GPUCLOUD_METRICS_TOKEN'],
     ['metrics loopback not a boolean', { GPUCLOUD_METRICS_LOOPBACK: 'maybe' }, 'GPUCLOUD_METRICS_LOOPBACK'],

@@ -29,6 +29,7 @@ export function registerMetrics(app: FastifyInstance): Registry {
     {
       schema: {
         tags: ['system'],
+        operationId: 'getMetrics',
         summary: 'Prometheus metrics',
         description:
           'Prometheus text exposition format. Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator\'s session or read_write key; a client on this machine\'s loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.',

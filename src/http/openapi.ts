@@ -1,7 +1,13 @@
-/** The OpenAPI 3.1.0 document at /openapi.json and the interactive docs at /docs (CONTRACT D8, D9). */
+/**
+ * The OpenAPI 3.1.0 document at /openapi.json and the interactive docs at
+ * /docs. Operation ids are part of the API (client generators name methods
+ * after them): docs/api.md lists them and a test keeps that list and the
+ * document equal, so renaming one is always on purpose.
+ */
 import type { FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import { SHARED_ERROR_RESPONSES } from './schemas.js';
 
 export const API_VERSION = '1.0.0';
 
@@ -25,11 +31,87 @@ login 5, other /auth 10, VM mutations 30, everything else 300. Headers \`X-RateL
 **Idempotency.** \`Idempotency-Key\` (up to 255 characters) on POST /vms, /ssh-keys, /api-keys and
 /admin/users/{id}/credits replays the first response for 24 h.`;
 
-export async function registerOpenApi(app: FastifyInstance): Promise<void> {
+/** The tags, in the order the docs show them. */
+export const TAGS = [
+  { name: 'auth', description: 'Sign up, sign in, tokens and two-factor authentication' },
+  { name: 'account', description: 'The caller\'s account' },
+  { name: 'ssh-keys', description: 'SSH public keys installed on new VMs' },
+  { name: 'api-keys', description: 'API keys for programs, with read_write, read_only or billing_only scope' },
+  { name: 'offers', description: 'GPU offers and the public price list' },
+  { name: 'vms', description: 'Rent, start, stop and destroy VMs: on-demand, reserved or interruptible' },
+  { name: 'billing', description: 'Credit balance, the ledger, usage and current spend' },
+  { name: 'reservations', description: 'Prepaid 1, 3 or 6-month commitments at a discount' },
+  { name: 'admin', description: 'Operator endpoints: nodes, prices, users, every VM, the clock (admin role)' },
+  { name: 'system', description: 'Health, readiness and metrics' },
+];
+
+export interface OpenApiOptions {
+  /** `servers[0].url`: an absolute URL, or `/` for the origin the document was fetched from. */
+  publicUrl: string;
+  supportEmail?: string | undefined;
+}
+
+type Json = Record<string, unknown>;
+
+/**
+ * Points every error response that is one of the shared ones (same status and
+ * description) at `#/components/responses/NAME`, so each is described once.
+ */
+export function sharedResponseRefs(doc: Json): Json {
+  const byKey = new Map<string, string>();
+  for (const [name, r] of Object.entries(SHARED_ERROR_RESPONSES)) byKey.set(`${r.status} ${r.description}`, name);
+  const responses: Json = {};
+  for (const [name, r] of Object.entries(SHARED_ERROR_RESPONSES)) {
+    const headers: Json = {
+      'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' },
+    };
+    if (r.status === 429) headers['Retry-After'] = { $ref: '#/components/headers/Retry-After' };
+    responses[name] = {
+      description: r.description,
+      headers,
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorResponse' } } },
+    };
+  }
+  const paths = (doc.paths ?? {}) as Record<string, Record<string, Json>>;
+  for (const item of Object.values(paths)) {
+    for (const op of Object.values(item)) {
+      const rs = op.responses as Record<string, Json> | undefined;
+      if (!rs) continue;
+      for (const [status, r] of Object.entries(rs)) {
+        const name = byKey.get(`${status} ${String(r.description)}`);
+        if (name) rs[status] = { $ref: `#/components/responses/${name}` };
+      }
+    }
+  }
+  const components = (doc.components ?? {}) as Json;
+  components.responses = responses;
+  components.headers = {
+    'X-Request-Id': {
+      description: 'The request\'s id: the client\'s own X-Request-Id when it sent a sane one, otherwise a new one. Quote it when reporting a problem.',
+      schema: { type: 'string' },
+    },
+    'Retry-After': { description: 'Seconds until the rate limit window resets', schema: { type: 'integer', minimum: 0 } },
+  };
+  doc.components = components;
+  return doc;
+}
+
+export async function registerOpenApi(app: FastifyInstance, opts: OpenApiOptions): Promise<void> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
-      info: { title: 'gpucloud API', version: API_VERSION, description: DESCRIPTION },
+      info: {
+        title: 'gpucloud API',
+        version: API_VERSION,
+        description: DESCRIPTION,
+        license: { name: 'MIT', identifier: 'MIT' },
+        contact: {
+          name: 'The operator of this service',
+          ...(opts.publicUrl.startsWith('http') ? { url: opts.publicUrl } : {}),
+          ...(opts.supportEmail ? { email: opts.supportEmail } : {}),
+        },
+      },
+      servers: [{ url: opts.publicUrl, description: opts.publicUrl === '/' ? 'The origin this document was served from' : 'The API' }],
       components: {
         securitySchemes: {
           bearer: {
@@ -40,18 +122,12 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
         },
       },
       security: [{ bearer: [] }],
-      tags: [
-        { name: 'auth', description: 'Registration, login, tokens and two-factor authentication' },
-        { name: 'account', description: 'The caller\'s account' },
-        { name: 'api-keys', description: 'API keys for programs' },
-        { name: 'ssh-keys', description: 'SSH public keys for VM access' },
-        { name: 'admin', description: 'Operator endpoints (admin role)' },
-        { name: 'system', description: 'Health, readiness, metrics' },
-      ],
+      tags: TAGS,
     },
     refResolver: {
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
     },
+    transformObject: (doc) => ('openapiObject' in doc ? (sharedResponseRefs(doc.openapiObject as Json) as typeof doc.openapiObject) : doc.swaggerObject),
   });
   await app.register(swaggerUi, {
     routePrefix: '/docs',

@@ -15,6 +15,7 @@ export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, 
     {
       schema: {
         tags: ['admin'],
+        operationId: 'injectSimulatorFaults',
         summary: 'Make the simulated hypervisor fail',
         description:
           'The next `count` (default 1) driver calls of `action` on the node (or only on the VM `vm_id` of that node) fail. A failed provision ends the VM failed, a failed start returns it to stopped, a failed stop or destroy is retried with backoff (5 s up to 5 min). 404 for an unknown node, or with any driver other than the simulator.',

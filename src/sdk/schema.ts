@@ -16,62 +16,7 @@ export interface paths {
          * Prometheus metrics
          * @description Prometheus text exposition format. Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator's session or read_write key; a client on this machine's loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Prometheus text exposition format */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain": string;
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getMetrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -91,47 +36,7 @@ export interface paths {
          * Liveness
          * @description The process is up.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            status: "ok";
-                        };
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getLiveness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -151,56 +56,7 @@ export interface paths {
          * Readiness
          * @description The database answers; 503 otherwise.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            status: "ready";
-                        };
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not ready */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getReadiness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -222,116 +78,7 @@ export interface paths {
          * Create an account
          * @description Email must be unique (case-insensitively); a taken email is 400 `conflict`. Password: 12 characters or more.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "email": "ada@example.com",
-                     *       "password": "correct horse battery",
-                     *       "name": "Ada"
-                     *     }
-                     */
-                    "application/json": {
-                        /** Format: email */
-                        email: string;
-                        /** @description At least 12 characters */
-                        password: string;
-                        name?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A user account (D10) */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": 7,
-                         *       "email": "ada@example.com",
-                         *       "name": "Ada",
-                         *       "role": "user",
-                         *       "two_factor_enabled": false,
-                         *       "created_at": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            id: number;
-                            /** Format: email */
-                            email: string;
-                            name: string | null;
-                            role: "user" | "admin";
-                            two_factor_enabled: boolean;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["register"];
         delete?: never;
         options?: never;
         head?: never;
@@ -351,127 +98,7 @@ export interface paths {
          * Log in with email and password
          * @description Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Limited to 5 attempts per minute per email.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "email": "ada@example.com",
-                     *       "password": "correct horse battery"
-                     *     }
-                     */
-                    "application/json": {
-                        email: string;
-                        password: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description JWT, valid for expires_in seconds */
-                            access_token: string;
-                            /** @description Opaque; single use: each refresh returns a new one (D12) */
-                            refresh_token: string;
-                            /** @enum {string} */
-                            token_type: "bearer";
-                            /** @example 3600 */
-                            expires_in: number;
-                        } | {
-                            /** @enum {boolean} */
-                            two_factor_required: true;
-                            /** @description Send with a TOTP or recovery code to POST /auth/2fa/verify */
-                            challenge_token: string;
-                            /** @example 300 */
-                            expires_in: number;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["login"];
         delete?: never;
         options?: never;
         head?: never;
@@ -491,121 +118,7 @@ export interface paths {
          * Exchange a refresh token for a new token pair
          * @description The refresh token is rotated: the one sent stops working at once. Sending an already-rotated token revokes the whole session (every token from the same login) and answers 401.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        refresh_token: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Token pair */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "access_token": "eyJhbGciOiJIUzI1NiJ9...",
-                         *       "refresh_token": "n3Q...",
-                         *       "token_type": "bearer",
-                         *       "expires_in": 3600
-                         *     }
-                         */
-                        "application/json": {
-                            /** @description JWT, valid for expires_in seconds */
-                            access_token: string;
-                            /** @description Opaque; single use: each refresh returns a new one (D12) */
-                            refresh_token: string;
-                            /** @enum {string} */
-                            token_type: "bearer";
-                            /** @example 3600 */
-                            expires_in: number;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["refreshTokens"];
         delete?: never;
         options?: never;
         head?: never;
@@ -625,102 +138,7 @@ export interface paths {
          * Revoke a session
          * @description Revokes the refresh token's whole family and the access tokens issued with it. 204.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        refresh_token: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Logged out */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["logout"];
         delete?: never;
         options?: never;
         head?: never;
@@ -740,96 +158,7 @@ export interface paths {
          * End every session
          * @description Revokes every refresh token of the account and the access tokens issued with them, this session included: everywhere the account is signed in, it is signed out. API keys are not affected (revoke them with DELETE /api-keys/{id}). 204. Needs a signed-in session.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Every session ended */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["logoutAll"];
         delete?: never;
         options?: never;
         head?: never;
@@ -849,113 +178,7 @@ export interface paths {
          * Change the password
          * @description Needs the current password (422 on body.current_password when it is wrong) and a new one of at least 12 characters. Every other session of the account ends; this one goes on. Needs a signed-in session: an API key gets 403.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        current_password: string;
-                        /** @description At least 12 characters */
-                        new_password: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["changePassword"];
         delete?: never;
         options?: never;
         head?: never;
@@ -975,107 +198,7 @@ export interface paths {
          * Start two-factor setup
          * @description Returns a new TOTP secret and its otpauth:// URL (for a QR code). Not active until POST /auth/2fa/enable with a code. Needs a signed-in session: an API key gets 403.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "secret": "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP",
-                         *       "otpauth_url": "otpauth://totp/gpucloud:ada%40example.com?secret=..."
-                         *     }
-                         */
-                        "application/json": {
-                            secret: string;
-                            otpauth_url: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["setupTwoFactor"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1095,111 +218,7 @@ export interface paths {
          * Enable two-factor authentication
          * @description Confirms setup with a current code and returns 10 single-use recovery codes (shown once). A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description A 6-digit TOTP code (or, where allowed, a recovery code)
-                         * @example 123456
-                         */
-                        code: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            message: string;
-                            recovery_codes: string[];
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["enableTwoFactor"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1219,115 +238,7 @@ export interface paths {
          * Disable two-factor authentication
          * @description Needs a current TOTP code or an unused recovery code. A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description A 6-digit TOTP code (or, where allowed, a recovery code)
-                         * @example 123456
-                         */
-                        code: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["disableTwoFactor"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1347,126 +258,7 @@ export interface paths {
          * Complete a two-factor login
          * @description Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401. Ten wrong codes in a row (across logins, and through disable) lock the account's second factor for 15 minutes: 429 with Retry-After.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        challenge_token: string;
-                        /**
-                         * @description A 6-digit TOTP code (or, where allowed, a recovery code)
-                         * @example 123456
-                         */
-                        code: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Token pair */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "access_token": "eyJhbGciOiJIUzI1NiJ9...",
-                         *       "refresh_token": "n3Q...",
-                         *       "token_type": "bearer",
-                         *       "expires_in": 3600
-                         *     }
-                         */
-                        "application/json": {
-                            /** @description JWT, valid for expires_in seconds */
-                            access_token: string;
-                            /** @description Opaque; single use: each refresh returns a new one (D12) */
-                            refresh_token: string;
-                            /** @enum {string} */
-                            token_type: "bearer";
-                            /** @example 3600 */
-                            expires_in: number;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["verifyTwoFactor"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1480,91 +272,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The caller's account */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A user account (D10) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": 7,
-                         *       "email": "ada@example.com",
-                         *       "name": "Ada",
-                         *       "role": "user",
-                         *       "two_factor_enabled": false,
-                         *       "created_at": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            id: number;
-                            /** Format: email */
-                            email: string;
-                            name: string | null;
-                            role: "user" | "admin";
-                            two_factor_enabled: boolean;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * The caller's account
+         * @description The account the access token or API key belongs to: email, name, role and whether two-factor authentication is on. Every key scope can read it.
+         */
+        get: operations["getAccount"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1584,62 +296,7 @@ export interface paths {
          * Public keys of launch tokens
          * @description The JSON Web Key Set that verifies the WebUI/Jupyter launch tokens of access-info (EdDSA, Ed25519): a portal checks them with this public key alone and cannot mint any token. Access tokens are signed otherwise and never verify against it.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            keys: {
-                                kty: string;
-                                crv: string;
-                                x: string;
-                                kid: string;
-                                alg: string;
-                                use: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getLaunchTokenKeys"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1659,215 +316,13 @@ export interface paths {
          * List API keys
          * @description Active keys, newest first, without the key itself. X-Total-Count holds the total.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            name: string;
-                            /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
-                            scope: "read_write" | "read_only" | "billing_only";
-                            /** @description The first characters of the key, to tell keys apart */
-                            prefix: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            expires_at: string | null;
-                            last_used_at: string | null;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["listApiKeys"];
         put?: never;
         /**
          * Create an API key
          * @description The key starts with `gpc_` and appears in this response only; it is stored hashed. Only a login session or a read_write key may manage keys, and never for a broader scope than its own. Honours Idempotency-Key.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "name": "ci",
-                     *       "scope": "read_only"
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description A name for you; no control or formatting characters (they would reach terminals) */
-                        name: string;
-                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
-                        scope?: "read_write" | "read_only" | "billing_only";
-                        expires_at?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description The new key, including `key` (shown once) */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            name: string;
-                            /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
-                            scope: "read_write" | "read_only" | "billing_only";
-                            /** @description The first characters of the key, to tell keys apart */
-                            prefix: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            expires_at: string | null;
-                            last_used_at: string | null;
-                            /** @description The key: shown in this response only, store it now */
-                            key: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["createApiKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1888,108 +343,7 @@ export interface paths {
          * Revoke an API key
          * @description The key stops working at once. 204; 404 for an unknown, revoked or another user's key.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description API key id (uuid) */
-                    key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Revoked */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        delete: operations["revokeApiKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2002,216 +356,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List SSH keys */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            label: string;
-                            /** @description The key algorithm, e.g. ssh-ed25519 */
-                            key_type: string;
-                            /** @description SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it */
-                            fingerprint: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * List SSH keys
+         * @description Your SSH public keys, newest first, with label, key type and SHA256 fingerprint. The key material is never returned.
+         */
+        get: operations["listSshKeys"];
         put?: never;
         /**
          * Upload an SSH public key
          * @description OpenSSH one-line form: ssh-ed25519, ssh-rsa (2048 bits or more), ecdsa-sha2-nistp256/384/521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com. `label` defaults to the key's comment, else "key-N". At most 5 keys (400 `limit_exceeded`); the same key twice is 400 `conflict`. Honours Idempotency-Key.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLE ada@laptop",
-                     *       "label": "laptop"
-                     *     }
-                     */
-                    "application/json": {
-                        ssh_public_key: string;
-                        label?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description An SSH public key (metadata only) */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": "5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
-                         *       "label": "laptop",
-                         *       "key_type": "ssh-ed25519",
-                         *       "fingerprint": "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
-                         *       "created_at": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            label: string;
-                            /** @description The key algorithm, e.g. ssh-ed25519 */
-                            key_type: string;
-                            /** @description SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it */
-                            fingerprint: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["createSshKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2225,211 +380,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get an SSH key */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description SSH key id (uuid) */
-                    key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description An SSH public key (metadata only) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": "5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
-                         *       "label": "laptop",
-                         *       "key_type": "ssh-ed25519",
-                         *       "fingerprint": "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
-                         *       "created_at": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            label: string;
-                            /** @description The key algorithm, e.g. ssh-ed25519 */
-                            key_type: string;
-                            /** @description SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it */
-                            fingerprint: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Get an SSH key
+         * @description One of your SSH keys by id. Another user's key is 404.
+         */
+        get: operations["getSshKey"];
         put?: never;
         post?: never;
         /**
          * Delete an SSH key
          * @description 204. VMs created with the key keep it.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description SSH key id (uuid) */
-                    key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Deleted */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteSshKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2446,91 +408,7 @@ export interface paths {
          * List users
          * @description `email` filters by substring, case-insensitively. Newest first; X-Total-Count holds the total.
          */
-        get: {
-            parameters: {
-                query?: {
-                    email?: string;
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            id: number;
-                            /** Format: email */
-                            email: string;
-                            name: string | null;
-                            role: "user" | "admin";
-                            two_factor_enabled: boolean;
-                            /** Format: date-time */
-                            created_at: string;
-                            suspended: boolean;
-                            max_vms: number | null;
-                            max_gpus: number | null;
-                            /** Format: date-time */
-                            updated_at: string;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["listUsers"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2546,97 +424,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a user */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    user_id: number;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A user account as an administrator sees it */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            id: number;
-                            /** Format: email */
-                            email: string;
-                            name: string | null;
-                            role: "user" | "admin";
-                            two_factor_enabled: boolean;
-                            /** Format: date-time */
-                            created_at: string;
-                            suspended: boolean;
-                            max_vms: number | null;
-                            max_gpus: number | null;
-                            /** Format: date-time */
-                            updated_at: string;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Get a user
+         * @description One account as an operator sees it: role, balance, suspension and the per-user VM and GPU limits. Admin role.
+         */
+        get: operations["getUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2646,132 +438,7 @@ export interface paths {
          * Change role, suspension or limits of a user
          * @description A suspended user gets 403 on every call and its running VMs are stopped. `max_vms` / `max_gpus` override the defaults (10 VMs, 16 GPUs); null restores them. Administrators cannot suspend or demote themselves.
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    user_id: number;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        role?: "user" | "admin";
-                        suspended?: boolean;
-                        max_vms?: number | null;
-                        max_gpus?: number | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A user account as an administrator sees it */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            id: number;
-                            /** Format: email */
-                            email: string;
-                            name: string | null;
-                            role: "user" | "admin";
-                            two_factor_enabled: boolean;
-                            /** Format: date-time */
-                            created_at: string;
-                            suspended: boolean;
-                            max_vms: number | null;
-                            max_gpus: number | null;
-                            /** Format: date-time */
-                            updated_at: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        patch: operations["updateUser"];
         trace?: never;
     };
     "/admin/clock": {
@@ -2783,84 +450,9 @@ export interface paths {
         };
         /**
          * The service clock
-         * @description The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock (D43).
+         * @description The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "now": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            /**
-                             * Format: date-time
-                             * @description The service clock
-                             */
-                            now: string;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getClock"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2880,122 +472,9 @@ export interface paths {
         put?: never;
         /**
          * Advance the manual clock
-         * @description Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run (D43).
+         * @description Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "seconds": 3600
-                     *     }
-                     */
-                    "application/json": {
-                        seconds: number;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "now": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            /**
-                             * Format: date-time
-                             * @description The service clock
-                             */
-                            now: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["advanceClock"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3013,96 +492,7 @@ export interface paths {
          * Search GPU offers
          * @description No authentication. One offer per active node with at least one GPU rentable for the rental type; sorted by gpu_price_hourly, then node. max_price is per GPU-hour, compared with gpu_price_hourly (or interruptible_rate for rental_type=interruptible).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description GPU type */
-                    gpu_type?: "5090" | "4090" | "pro6000";
-                    min_gpus?: number;
-                    max_price?: number;
-                    rental_type?: "on_demand" | "reserved" | "interruptible";
-                    location?: string;
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            node: string;
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            /** @description GPUs rentable now for the requested rental type */
-                            gpu_count: number;
-                            gpu_ram_mb: number;
-                            total_gpu_ram_mb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            cpu_model: string;
-                            pcie_gen: string;
-                            max_storage_gb: number;
-                            /** @description On-demand price per GPU-hour */
-                            gpu_price_hourly: number;
-                            /** @description Interruptible price per GPU-hour */
-                            interruptible_rate: number;
-                            /** @description Price per GB-hour of disk */
-                            storage_price_hourly: number;
-                            /** @description gpu_count x gpu_price_hourly + 50 GB of disk */
-                            total_price_hourly: number;
-                            reserved_discount_1mo: number;
-                            reserved_discount_3mo: number;
-                            reserved_discount_6mo: number;
-                            available_ondemand: boolean;
-                            available_interruptible: boolean;
-                            available_reserved: boolean;
-                            location: string;
-                            cluster_name: string;
-                        }[];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["searchOffers"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3118,80 +508,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Current prices */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Current prices for every GPU type (D21) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @example USD */
-                            currency: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            gpu_types: {
-                                /**
-                                 * @description GPU type
-                                 * @enum {string}
-                                 */
-                                gpu_type: "5090" | "4090" | "pro6000";
-                                gpu_ram_mb: number;
-                                gpu_price_hourly: number;
-                                interruptible_rate: number;
-                                storage_price_gb_hourly: number;
-                                /** @description Percent */
-                                reserved_discount_1mo: number;
-                                /** @description Percent */
-                                reserved_discount_3mo: number;
-                                /** @description Percent */
-                                reserved_discount_6mo: number;
-                                /** @description GPUs on active nodes */
-                                total_gpus: number;
-                                /** @description Free GPUs on active nodes */
-                                available_gpus: number;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Current prices
+         * @description The price list for every GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour, reserved discounts per term, and how many GPUs are on active nodes and free. No authentication.
+         */
+        get: operations["getPricing"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3211,313 +532,13 @@ export interface paths {
          * List nodes
          * @description Newest first; X-Total-Count holds the total.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            node: string;
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            gpu_count: number;
-                            gpu_ram_mb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            cpu_model: string;
-                            pcie_gen: string;
-                            max_storage_gb: number;
-                            location: string;
-                            cluster_name: string;
-                            /**
-                             * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
-                             * @enum {string}
-                             */
-                            status: "active" | "draining" | "offline";
-                            /** @description GPUs held by VMs now */
-                            gpus_allocated: number;
-                            gpus_free: number;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @description The host agent's URL; null for a simulated node */
-                            agent_url: string | null;
-                            /** @description Whether an agent token is stored (the token itself is never shown) */
-                            agent_token_set: boolean;
-                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
-                            agent_status: ("online" | "offline") | null;
-                            /** @description When the agent last answered */
-                            agent_seen_at: string | null;
-                            agent_version: string | null;
-                            /** @description kvm or tcg, as the agent runs its VMs */
-                            accel: string | null;
-                            host_cpu_model: string | null;
-                            /** @description The GPUs the agent found on its host */
-                            host_gpus: {
-                                pci_address: string;
-                                model: string;
-                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
-                                vfio: boolean;
-                                iommu_group: number | null;
-                            }[] | null;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["listNodes"];
         put?: never;
         /**
          * Register a node
          * @description gpu_ram_mb defaults to the GPU type's; status defaults to active. A taken node id is 400 conflict. With agent_url and agent_token the node's VMs are real, run by the agent on that host; the agent is asked about its host at once, and a node whose agent does not answer is still registered (201), shown with agent_status offline.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "node": "vm07",
-                     *       "gpu_type": "4090",
-                     *       "gpu_count": 8,
-                     *       "ram_gb": 512,
-                     *       "cpu_cores": 128,
-                     *       "cpu_model": "AMD EPYC 9554",
-                     *       "pcie_gen": "4.0",
-                     *       "max_storage_gb": 4000,
-                     *       "location": "eu-central",
-                     *       "cluster_name": "fra-1"
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description Node id, e.g. vm07 */
-                        node: string;
-                        /**
-                         * @description GPU type
-                         * @enum {string}
-                         */
-                        gpu_type: "5090" | "4090" | "pro6000";
-                        gpu_count: number;
-                        gpu_ram_mb?: number;
-                        ram_gb: number;
-                        cpu_cores: number;
-                        cpu_model: string;
-                        pcie_gen: string;
-                        max_storage_gb: number;
-                        location: string;
-                        cluster_name: string;
-                        /**
-                         * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
-                         * @enum {string}
-                         */
-                        status?: "active" | "draining" | "offline";
-                        /** @description Where the node's host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator. */
-                        agent_url?: string;
-                        /** @description The agent's token (its --token). Write-only: never returned. */
-                        agent_token?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A GPU node (D18) */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            node: string;
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            gpu_count: number;
-                            gpu_ram_mb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            cpu_model: string;
-                            pcie_gen: string;
-                            max_storage_gb: number;
-                            location: string;
-                            cluster_name: string;
-                            /**
-                             * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
-                             * @enum {string}
-                             */
-                            status: "active" | "draining" | "offline";
-                            /** @description GPUs held by VMs now */
-                            gpus_allocated: number;
-                            gpus_free: number;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @description The host agent's URL; null for a simulated node */
-                            agent_url: string | null;
-                            /** @description Whether an agent token is stored (the token itself is never shown) */
-                            agent_token_set: boolean;
-                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
-                            agent_status: ("online" | "offline") | null;
-                            /** @description When the agent last answered */
-                            agent_seen_at: string | null;
-                            agent_version: string | null;
-                            /** @description kvm or tcg, as the agent runs its VMs */
-                            accel: string | null;
-                            host_cpu_model: string | null;
-                            /** @description The GPUs the agent found on its host */
-                            host_gpus: {
-                                pci_address: string;
-                                model: string;
-                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
-                                vfio: boolean;
-                                iommu_group: number | null;
-                            }[] | null;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["createNode"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3531,427 +552,25 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a node */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    node: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A GPU node (D18) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            node: string;
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            gpu_count: number;
-                            gpu_ram_mb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            cpu_model: string;
-                            pcie_gen: string;
-                            max_storage_gb: number;
-                            location: string;
-                            cluster_name: string;
-                            /**
-                             * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
-                             * @enum {string}
-                             */
-                            status: "active" | "draining" | "offline";
-                            /** @description GPUs held by VMs now */
-                            gpus_allocated: number;
-                            gpus_free: number;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @description The host agent's URL; null for a simulated node */
-                            agent_url: string | null;
-                            /** @description Whether an agent token is stored (the token itself is never shown) */
-                            agent_token_set: boolean;
-                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
-                            agent_status: ("online" | "offline") | null;
-                            /** @description When the agent last answered */
-                            agent_seen_at: string | null;
-                            agent_version: string | null;
-                            /** @description kvm or tcg, as the agent runs its VMs */
-                            accel: string | null;
-                            host_cpu_model: string | null;
-                            /** @description The GPUs the agent found on its host */
-                            host_gpus: {
-                                pci_address: string;
-                                model: string;
-                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
-                                vfio: boolean;
-                                iommu_group: number | null;
-                            }[] | null;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Get a node
+         * @description One node with its hardware, status, the GPUs allocated and free and, when it runs `gpucloud agent`, the agent's status and host report. Admin role.
+         */
+        get: operations["getNode"];
         put?: never;
         post?: never;
         /**
          * Remove a node
          * @description 204. Refused (400 invalid_state) while the node has VMs that are not destroyed or failed.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    node: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteNode"];
         options?: never;
         head?: never;
         /**
          * Change a node
          * @description Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type's unless given. agent_url and agent_token change the node's agent (a new token alone rotates it); agent_url null makes it a simulated node. A node with VMs cannot gain or lose its agent (400 invalid_state).
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    node: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "status": "offline"
-                     *     }
-                     */
-                    "application/json": {
-                        /**
-                         * @description GPU type
-                         * @enum {string}
-                         */
-                        gpu_type?: "5090" | "4090" | "pro6000";
-                        gpu_count?: number;
-                        gpu_ram_mb?: number;
-                        ram_gb?: number;
-                        cpu_cores?: number;
-                        cpu_model?: string;
-                        pcie_gen?: string;
-                        max_storage_gb?: number;
-                        location?: string;
-                        cluster_name?: string;
-                        /**
-                         * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
-                         * @enum {string}
-                         */
-                        status?: "active" | "draining" | "offline";
-                        agent_url?: string | null;
-                        /** @description The agent's token (its --token). Write-only: never returned. */
-                        agent_token?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A GPU node (D18) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            node: string;
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            gpu_count: number;
-                            gpu_ram_mb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            cpu_model: string;
-                            pcie_gen: string;
-                            max_storage_gb: number;
-                            location: string;
-                            cluster_name: string;
-                            /**
-                             * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
-                             * @enum {string}
-                             */
-                            status: "active" | "draining" | "offline";
-                            /** @description GPUs held by VMs now */
-                            gpus_allocated: number;
-                            gpus_free: number;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @description The host agent's URL; null for a simulated node */
-                            agent_url: string | null;
-                            /** @description Whether an agent token is stored (the token itself is never shown) */
-                            agent_token_set: boolean;
-                            /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
-                            agent_status: ("online" | "offline") | null;
-                            /** @description When the agent last answered */
-                            agent_seen_at: string | null;
-                            agent_version: string | null;
-                            /** @description kvm or tcg, as the agent runs its VMs */
-                            accel: string | null;
-                            host_cpu_model: string | null;
-                            /** @description The GPUs the agent found on its host */
-                            host_gpus: {
-                                pci_address: string;
-                                model: string;
-                                /** @description Bound to vfio-pci, so it can be passed through to a VM */
-                                vfio: boolean;
-                                iommu_group: number | null;
-                            }[] | null;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        patch: operations["updateNode"];
         trace?: never;
     };
     "/admin/pricing": {
@@ -3961,90 +580,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Prices per GPU type */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            gpu_ram_mb: number;
-                            gpu_price_hourly: number;
-                            interruptible_rate: number;
-                            storage_price_gb_hourly: number;
-                            /** @description Percent */
-                            reserved_discount_1mo: number;
-                            /** @description Percent */
-                            reserved_discount_3mo: number;
-                            /** @description Percent */
-                            reserved_discount_6mo: number;
-                            /** Format: date-time */
-                            updated_at: string;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Prices per GPU type
+         * @description The pricing table per GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour and the reserved discounts, with when each row last changed. Admin role.
+         */
+        get: operations["listGpuPrices"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4063,147 +603,9 @@ export interface paths {
         get?: never;
         /**
          * Set the prices of a GPU type
-         * @description Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only (D31).
+         * @description Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    gpu_type: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "gpu_price_hourly": 0.49,
-                     *       "interruptible_rate": 0.25
-                     *     }
-                     */
-                    "application/json": {
-                        gpu_ram_mb?: number;
-                        gpu_price_hourly?: number;
-                        interruptible_rate?: number;
-                        storage_price_gb_hourly?: number;
-                        reserved_discount_1mo?: number;
-                        reserved_discount_3mo?: number;
-                        reserved_discount_6mo?: number;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /**
-                             * @description GPU type
-                             * @enum {string}
-                             */
-                            gpu_type: "5090" | "4090" | "pro6000";
-                            gpu_ram_mb: number;
-                            gpu_price_hourly: number;
-                            interruptible_rate: number;
-                            storage_price_gb_hourly: number;
-                            /** @description Percent */
-                            reserved_discount_1mo: number;
-                            /** @description Percent */
-                            reserved_discount_3mo: number;
-                            /** @description Percent */
-                            reserved_discount_6mo: number;
-                            /** Format: date-time */
-                            updated_at: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        put: operations["setGpuPrices"];
         post?: never;
         delete?: never;
         options?: never;
@@ -4218,81 +620,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Your credit balance */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "balance": 42.5,
-                         *       "currency": "USD"
-                         *     }
-                         */
-                        "application/json": {
-                            balance: number;
-                            currency: string;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Your credit balance
+         * @description Your prepaid credit balance in the currency's major unit (at most 6 decimals). Running VMs are charged from it every hour.
+         */
+        get: operations["getBalance"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4312,90 +644,7 @@ export interface paths {
          * Your transactions
          * @description Newest first; limit at most 100 (default 50). X-Total-Count holds the total.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            id: string;
-                            /** @enum {string} */
-                            type: "credit" | "charge" | "deposit" | "refund" | "adjustment";
-                            /** @description Signed: positive adds to the balance */
-                            amount: number;
-                            balance_after: number;
-                            description: string;
-                            /** @description Free-form details (usage figures, fee and refund, ...) */
-                            breakdown: {
-                                [key: string]: unknown;
-                            };
-                            /** Format: date-time */
-                            created_at: string;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["listTransactions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4415,150 +664,9 @@ export interface paths {
         put?: never;
         /**
          * Credit (or debit) a user
-         * @description A positive amount writes a `credit` transaction, a negative one an `adjustment` (D35). Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key (D41).
+         * @description A positive amount writes a `credit` transaction, a negative one an `adjustment`. Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    user_id: number;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "amount": 100,
-                     *       "description": "Welcome credit"
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description In the currency's major unit */
-                        amount: number;
-                        description?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A ledger entry: credit, charge, deposit, refund or adjustment (D30) */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": "0f1e2d3c-4b5a-4968-8776-655443322110",
-                         *       "type": "credit",
-                         *       "amount": 50,
-                         *       "balance_after": 50,
-                         *       "description": "Top-up",
-                         *       "breakdown": {},
-                         *       "created_at": "2026-11-22T10:00:00.000Z"
-                         *     }
-                         */
-                        "application/json": {
-                            id: string;
-                            /** @enum {string} */
-                            type: "credit" | "charge" | "deposit" | "refund" | "adjustment";
-                            /** @description Signed: positive adds to the balance */
-                            amount: number;
-                            balance_after: number;
-                            description: string;
-                            /** @description Free-form details (usage figures, fee and refund, ...) */
-                            breakdown: {
-                                [key: string]: unknown;
-                            };
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["addCredits"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4576,334 +684,13 @@ export interface paths {
          * List your VMs
          * @description Newest first; destroyed VMs only with include_destroyed=true (or status=destroyed). X-Total-Count holds the total.
          */
-        get: {
-            parameters: {
-                query?: {
-                    include_destroyed?: boolean;
-                    /** @description VM status */
-                    status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** @description Numeric VM number (from 1000 up) */
-                            vmid: number;
-                            user_id: number;
-                            node: string;
-                            instance_label: string | null;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            ip_address: string | null;
-                            /**
-                             * @description VM status
-                             * @enum {string}
-                             */
-                            status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                            /** Format: date-time */
-                            created_at: string;
-                            started_at: string | null;
-                            stopped_at: string | null;
-                            /**
-                             * @description Rental type
-                             * @enum {string}
-                             */
-                            rental_type: "on_demand" | "reserved" | "interruptible";
-                            reservation_id: string | null;
-                            auto_restart: boolean | null;
-                            /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation (D31) */
-                            hourly_rate: number;
-                            gpu_hourly_rate: number;
-                            storage_hourly_rate: number;
-                            cpu_percent: number;
-                            ram_percent: number;
-                            cpu_model: string | null;
-                            pcie_gen: string | null;
-                            template_vmid: number;
-                            destroyed_at: string | null;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["listVms"];
         put?: never;
         /**
          * Create a VM
-         * @description Checks, in this order (D22): validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts `creating` (201); provisioning runs in the background. Honours Idempotency-Key.
+         * @description Checks, in this order: validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts `creating` (201); provisioning runs in the background. Honours Idempotency-Key.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "node": "vm01",
-                     *       "gpu_type": "4090",
-                     *       "gpu_count": 1,
-                     *       "storage_gb": 100,
-                     *       "template_vmid": 101
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description Node id from GET /search */
-                        node: string;
-                        /** @enum {string} */
-                        gpu_type: "5090" | "4090" | "pro6000";
-                        /** @description 1, 2, 4 or 8 */
-                        gpu_count: 1 | 2 | 4 | 8;
-                        /** @description Disk size in GB, at least 50 (at most the node's max_storage_gb) */
-                        storage_gb: number;
-                        /** @description 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop */
-                        template_vmid: number;
-                        /**
-                         * @description Rental type
-                         * @enum {string}
-                         */
-                        rental_type?: "on_demand" | "reserved" | "interruptible";
-                        /** @description Required for reserved */
-                        reservation_months?: 1 | 3 | 6;
-                        /** @enum {string} */
-                        auth_method?: "ssh_key" | "password";
-                        /** @description Defaults to your oldest SSH key */
-                        ssh_key_id?: string;
-                        /** @description Required for auth_method password */
-                        password?: string;
-                        instance_label?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A virtual machine */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": "8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a",
-                         *       "vmid": 1000,
-                         *       "user_id": 7,
-                         *       "node": "vm01",
-                         *       "instance_label": "training",
-                         *       "gpu_type": "4090",
-                         *       "gpu_count": 1,
-                         *       "storage_gb": 100,
-                         *       "ram_gb": 64,
-                         *       "cpu_cores": 16,
-                         *       "ip_address": "10.100.3.232",
-                         *       "status": "running",
-                         *       "created_at": "2026-11-22T10:00:00.000Z",
-                         *       "started_at": "2026-11-22T10:00:03.000Z",
-                         *       "stopped_at": null,
-                         *       "rental_type": "on_demand",
-                         *       "reservation_id": null,
-                         *       "auto_restart": null,
-                         *       "hourly_rate": 0.46,
-                         *       "gpu_hourly_rate": 0.44,
-                         *       "storage_hourly_rate": 0.02,
-                         *       "cpu_percent": 12,
-                         *       "ram_percent": 30,
-                         *       "cpu_model": "AMD EPYC 7B13",
-                         *       "pcie_gen": "4.0",
-                         *       "template_vmid": 101,
-                         *       "destroyed_at": null
-                         *     }
-                         */
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** @description Numeric VM number (from 1000 up) */
-                            vmid: number;
-                            user_id: number;
-                            node: string;
-                            instance_label: string | null;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            ip_address: string | null;
-                            /**
-                             * @description VM status
-                             * @enum {string}
-                             */
-                            status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                            /** Format: date-time */
-                            created_at: string;
-                            started_at: string | null;
-                            stopped_at: string | null;
-                            /**
-                             * @description Rental type
-                             * @enum {string}
-                             */
-                            rental_type: "on_demand" | "reserved" | "interruptible";
-                            reservation_id: string | null;
-                            auto_restart: boolean | null;
-                            /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation (D31) */
-                            hourly_rate: number;
-                            gpu_hourly_rate: number;
-                            storage_hourly_rate: number;
-                            cpu_percent: number;
-                            ram_percent: number;
-                            cpu_model: string | null;
-                            pcie_gen: string | null;
-                            template_vmid: number;
-                            destroyed_at: string | null;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["createVm"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4917,272 +704,18 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a VM */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A virtual machine */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "id": "8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a",
-                         *       "vmid": 1000,
-                         *       "user_id": 7,
-                         *       "node": "vm01",
-                         *       "instance_label": "training",
-                         *       "gpu_type": "4090",
-                         *       "gpu_count": 1,
-                         *       "storage_gb": 100,
-                         *       "ram_gb": 64,
-                         *       "cpu_cores": 16,
-                         *       "ip_address": "10.100.3.232",
-                         *       "status": "running",
-                         *       "created_at": "2026-11-22T10:00:00.000Z",
-                         *       "started_at": "2026-11-22T10:00:03.000Z",
-                         *       "stopped_at": null,
-                         *       "rental_type": "on_demand",
-                         *       "reservation_id": null,
-                         *       "auto_restart": null,
-                         *       "hourly_rate": 0.46,
-                         *       "gpu_hourly_rate": 0.44,
-                         *       "storage_hourly_rate": 0.02,
-                         *       "cpu_percent": 12,
-                         *       "ram_percent": 30,
-                         *       "cpu_model": "AMD EPYC 7B13",
-                         *       "pcie_gen": "4.0",
-                         *       "template_vmid": 101,
-                         *       "destroyed_at": null
-                         *     }
-                         */
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** @description Numeric VM number (from 1000 up) */
-                            vmid: number;
-                            user_id: number;
-                            node: string;
-                            instance_label: string | null;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            ip_address: string | null;
-                            /**
-                             * @description VM status
-                             * @enum {string}
-                             */
-                            status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                            /** Format: date-time */
-                            created_at: string;
-                            started_at: string | null;
-                            stopped_at: string | null;
-                            /**
-                             * @description Rental type
-                             * @enum {string}
-                             */
-                            rental_type: "on_demand" | "reserved" | "interruptible";
-                            reservation_id: string | null;
-                            auto_restart: boolean | null;
-                            /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation (D31) */
-                            hourly_rate: number;
-                            gpu_hourly_rate: number;
-                            storage_hourly_rate: number;
-                            cpu_percent: number;
-                            ram_percent: number;
-                            cpu_model: string | null;
-                            pcie_gen: string | null;
-                            template_vmid: number;
-                            destroyed_at: string | null;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Get a VM
+         * @description One of your VMs by its uuid `id` or its integer `vmid`: status, node, resources, rental type and the hourly rates fixed at creation. Another user's VM is 404.
+         */
+        get: operations["getVm"];
         put?: never;
         post?: never;
         /**
          * Destroy a VM
          * @description Permanent: the VM and its data are gone. Billing ends now and its GPUs are freed at once; the hypervisor cleanup runs in the background. 400 invalid_state when already destroyed.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        delete: operations["destroyVm"];
         options?: never;
         head?: never;
         patch?: never;
@@ -5201,117 +734,7 @@ export interface paths {
          * Start a stopped or interrupted VM
          * @description Needs free GPUs on the VM's node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["startVm"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5331,117 +754,7 @@ export interface paths {
          * Stop a running VM
          * @description GPU billing pauses, storage continues; the GPUs are released (a reserved VM keeps them). 400 invalid_state unless running.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["stopVm"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5461,128 +774,7 @@ export interface paths {
          * Set or clear the label
          * @description 1 to 32 printable ASCII characters; null clears it.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "instance_label": "training-run-3"
-                     *     }
-                     */
-                    "application/json": {
-                        instance_label: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["setVmLabel"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5602,128 +794,7 @@ export interface paths {
          * Turn auto-restart of an interruptible VM on or off
          * @description With auto-restart an interrupted VM starts again as soon as its node has the GPUs free. 400 invalid_state for other rental types.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "auto_restart": false
-                     *     }
-                     */
-                    "application/json": {
-                        auto_restart: boolean;
-                    };
-                };
-            };
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["setVmAutoRestart"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5741,119 +812,7 @@ export interface paths {
          * SSH command and web links of a running VM
          * @description web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes: interactive access to the VM, so they are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description How to reach a running VM (D26); web_ui and jupyter only for templates 102-104 */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            vm_id: string;
-                            /**
-                             * @description VM status
-                             * @enum {string}
-                             */
-                            status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                            ssh: {
-                                host: string;
-                                port: number;
-                                username: string;
-                                command: string;
-                            };
-                            web_ui: {
-                                url: string;
-                                /** @description Signed, names the VM and user, valid 5 minutes */
-                                launch_token: string;
-                                /** Format: date-time */
-                                expires_at: string;
-                            } | null;
-                            jupyter: {
-                                url: string;
-                                /** @description Signed, names the VM and user, valid 5 minutes */
-                                launch_token: string;
-                                /** Format: date-time */
-                                expires_at: string;
-                            } | null;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getVmAccessInfo"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5873,98 +832,7 @@ export interface paths {
          * Preemptions of an interruptible VM
          * @description Newest first. status: interrupted (still down), restored (with restored_at and downtime_seconds) or abandoned (destroyed while interrupted).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path: {
-                    /** @description The VM's uuid `id` or its integer `vmid` (D6) */
-                    vm_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            id: string;
-                            interruptible_vm_id: string;
-                            preempted_by_vm_id: string;
-                            /** Format: date-time */
-                            preempted_at: string;
-                            restored_at: string | null;
-                            downtime_seconds: number | null;
-                            /** @enum {string} */
-                            status: "interrupted" | "restored" | "abandoned";
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getVmInterruptionHistory"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5980,126 +848,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Every user's VMs */
-        get: {
-            parameters: {
-                query?: {
-                    user_id?: number;
-                    node?: string;
-                    include_destroyed?: boolean;
-                    /** @description VM status */
-                    status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** @description Numeric VM number (from 1000 up) */
-                            vmid: number;
-                            user_id: number;
-                            node: string;
-                            instance_label: string | null;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                            ram_gb: number;
-                            cpu_cores: number;
-                            ip_address: string | null;
-                            /**
-                             * @description VM status
-                             * @enum {string}
-                             */
-                            status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
-                            /** Format: date-time */
-                            created_at: string;
-                            started_at: string | null;
-                            stopped_at: string | null;
-                            /**
-                             * @description Rental type
-                             * @enum {string}
-                             */
-                            rental_type: "on_demand" | "reserved" | "interruptible";
-                            reservation_id: string | null;
-                            auto_restart: boolean | null;
-                            /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation (D31) */
-                            hourly_rate: number;
-                            gpu_hourly_rate: number;
-                            storage_hourly_rate: number;
-                            cpu_percent: number;
-                            ram_percent: number;
-                            cpu_model: string | null;
-                            pcie_gen: string | null;
-                            template_vmid: number;
-                            destroyed_at: string | null;
-                            /** @description Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes */
-                            gpu_devices: string[] | null;
-                            /** @description The hypervisor's last error for this VM, if any */
-                            last_error: string | null;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Every user's VMs
+         * @description Every user's VMs, newest first, filtered by owner, node or status; destroyed VMs only with `include_destroyed=true`. Admin role.
+         */
+        get: operations["listAllVms"];
         put?: never;
         post?: never;
         delete?: never;
@@ -6119,107 +872,7 @@ export interface paths {
          * Usage history
          * @description start_date and end_date are UTC days (YYYY-MM-DD), inclusive; the default is the last 30 days. start after end is 422.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @example 2026-11-01 */
-                    start_date?: string;
-                    end_date?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Usage between two dates (D34) */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            logs: {
-                                id: string;
-                                vm_id: string;
-                                /**
-                                 * Format: date-time
-                                 * @description End of the period the log covers
-                                 */
-                                timestamp: string;
-                                /** @description GPU-seconds: seconds running x GPUs */
-                                gpu_seconds: number;
-                                storage_gb: number;
-                                network_bytes: number;
-                                gpu_cost: number;
-                                storage_cost: number;
-                                network_cost: number;
-                                total_cost: number;
-                            }[];
-                            total_cost: number;
-                            /** @description Hours the VMs ran (GPU time, wall clock) */
-                            total_hours: number;
-                            /** @description YYYY-MM-DD */
-                            period_start: string;
-                            /** @description YYYY-MM-DD */
-                            period_end: string;
-                            vm_breakdown: {
-                                vm_id: string;
-                                vmid: number;
-                                gpu_model: string;
-                                hours: number;
-                                cost: number;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        get: operations["getUsage"];
         put?: never;
         post?: never;
         delete?: never;
@@ -6235,92 +888,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Current spend rate */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description What accrues now (D34): running VMs at their full rate, other VMs that have run at their storage rate */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            total_per_hour: number;
-                            total_per_day: number;
-                            /** @description total_per_hour x 730 */
-                            total_per_month: number;
-                            hourly_rate: number;
-                            running_vms: number;
-                            vms: {
-                                vm_id: string;
-                                vmid: number;
-                                gpu_type: string;
-                                gpu_count: number;
-                                storage_gb: number;
-                                gpu_cost_per_hour: number;
-                                storage_cost_per_hour: number;
-                                network_cost_per_hour: number;
-                                total_cost_per_hour: number;
-                            }[];
-                            /** Format: date-time */
-                            last_updated: string;
-                        };
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Current spend rate
+         * @description What your VMs cost per hour right now: running VMs at their full rate, and VMs that are stopped but keep a disk at their storage rate.
+         */
+        get: operations["getCurrentSpend"];
         put?: never;
         post?: never;
         delete?: never;
@@ -6340,150 +912,9 @@ export interface paths {
         put?: never;
         /**
          * Price a reservation
-         * @description What a reserved VM of this shape would cost (D36). Commit by creating a VM with rental_type reserved.
+         * @description What a reserved VM of this shape would cost. Commit by creating a VM with rental_type reserved.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "gpu_type": "4090",
-                     *       "gpu_count": 1,
-                     *       "storage_gb": 100,
-                     *       "reservation_months": 3
-                     *     }
-                     */
-                    "application/json": {
-                        /** @enum {string} */
-                        gpu_type: "5090" | "4090" | "pro6000";
-                        /** @enum {integer} */
-                        gpu_count: 1 | 2 | 4 | 8;
-                        storage_gb: number;
-                        /**
-                         * @description 1, 3 or 6 months
-                         * @enum {integer}
-                         */
-                        reservation_months?: 1 | 3 | 6;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "discount_percent": 10,
-                         *       "deposit_required": 319.74,
-                         *       "monthly_cost": 319.74,
-                         *       "hourly_rate_after_discount": 0.438,
-                         *       "cancellation_fee_25_percent": 79.935,
-                         *       "reservation_months": 1,
-                         *       "gpu_type": "4090",
-                         *       "gpu_count": 1,
-                         *       "storage_gb": 100
-                         *     }
-                         */
-                        "application/json": {
-                            discount_percent: number;
-                            /** @description monthly_cost x months: the whole commitment is prepaid */
-                            deposit_required: number;
-                            /** @description hourly_rate_after_discount x 730 */
-                            monthly_cost: number;
-                            /** @description gpu_count x gpu_price_hourly x (1 - discount) + storage_gb x storage_price_gb_hourly */
-                            hourly_rate_after_discount: number;
-                            /** @description 25 % of the deposit */
-                            cancellation_fee_25_percent: number;
-                            reservation_months: number;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["calculateReservation"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6497,103 +928,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Your reservations */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1..100 (default 50) */
-                    limit?: number;
-                    /** @description Items to skip (default 0) */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            user_id: number;
-                            vm_id: string;
-                            reservation_months: number;
-                            discount_percent: number;
-                            /** @description The whole commitment, prepaid at creation */
-                            deposit_amount: number;
-                            /** @description What usage has not drawn yet */
-                            remaining_balance: number;
-                            /** @enum {string} */
-                            status: "active" | "completed" | "cancelled" | "converted_to_on_demand";
-                            /** Format: date-time */
-                            created_at: string;
-                            /**
-                             * Format: date-time
-                             * @description created_at + months x 730 h
-                             */
-                            end_at: string;
-                            cancelled_at: string | null;
-                            cancellation_fee: number;
-                            refund_amount: number;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                        }[];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        /**
+         * Your reservations
+         * @description Your reservations, newest first: term, GPU type and count, deposit, the GPU hours used and left, and status.
+         */
+        get: operations["listReservations"];
         put?: never;
         post?: never;
         delete?: never;
@@ -6616,135 +955,7 @@ export interface paths {
          * Cancel a reservation
          * @description Active reservations only (else 400 invalid_state). 25 % of the remaining balance is kept as a fee, 75 % is refunded to your credit balance; the VM, if it still exists, goes on as on-demand at on-demand prices.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    reservation_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A reserved-instance commitment */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            user_id: number;
-                            vm_id: string;
-                            reservation_months: number;
-                            discount_percent: number;
-                            /** @description The whole commitment, prepaid at creation */
-                            deposit_amount: number;
-                            /** @description What usage has not drawn yet */
-                            remaining_balance: number;
-                            /** @enum {string} */
-                            status: "active" | "completed" | "cancelled" | "converted_to_on_demand";
-                            /** Format: date-time */
-                            created_at: string;
-                            /**
-                             * Format: date-time
-                             * @description created_at + months x 730 h
-                             */
-                            end_at: string;
-                            cancelled_at: string | null;
-                            cancellation_fee: number;
-                            refund_amount: number;
-                            gpu_type: string;
-                            gpu_count: number;
-                            storage_gb: number;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        delete: operations["cancelReservation"];
         options?: never;
         head?: never;
         patch?: never;
@@ -6763,133 +974,7 @@ export interface paths {
          * Make the simulated hypervisor fail
          * @description The next `count` (default 1) driver calls of `action` on the node (or only on the VM `vm_id` of that node) fail. A failed provision ends the VM failed, a failed start returns it to stopped, a failed stop or destroy is retried with backoff (5 s up to 5 min). 404 for an unknown node, or with any driver other than the simulator.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "node": "vm01",
-                     *       "action": "provision",
-                     *       "count": 1
-                     *     }
-                     */
-                    "application/json": {
-                        node: string;
-                        /** @enum {string} */
-                        action: "provision" | "start" | "stop" | "destroy";
-                        /** @default 1 */
-                        count?: number;
-                        /** @description Limit the fault to this VM (uuid) */
-                        vm_id?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A message response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        /**
-                         * @example {
-                         *       "message": "VM stop requested"
-                         *     }
-                         */
-                        "application/json": {
-                            message: string;
-                        };
-                    };
-                };
-                /** @description Invalid request for the current state (codes: invalid_state, conflict, limit_exceeded, malformed_json, ...) */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Missing or invalid credentials (code: unauthorized) */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Authenticated but not allowed: scope, role or suspended account (code: forbidden) */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Not found, or not yours (code: not_found) */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body over 64 KiB (code: payload_too_large) */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Body sent with a Content-Type other than application/json (code: unsupported_media_type) */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Validation error; `errors` names each field (codes: validation_error, idempotency_mismatch) */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Rate limit exceeded; see Retry-After (code: rate_limited) */
-                429: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-                /** @description Request headers too large (code: validation_error); the connection is closed */
-                431: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorResponse"];
-                    };
-                };
-            };
-        };
+        post: operations["injectSimulatorFaults"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6900,15 +985,16 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description Every error response (CONTRACT D1) */
+        /** @description The body of every error response */
         ErrorResponse: {
             /** @description Human-readable message */
             detail: string;
             /**
-             * @description Stable machine-readable code (CONTRACT D1)
+             * @description Stable machine-readable code. A later version may add codes: treat an unknown one by its HTTP status
              * @example not_found
+             * @enum {string}
              */
-            code: string;
+            code: "insufficient_balance" | "gpu_unavailable" | "invalid_state" | "not_found" | "rate_limited" | "validation_error" | "malformed_json" | "payload_too_large" | "unsupported_media_type" | "invalid_code" | "unauthorized" | "forbidden" | "limit_exceeded" | "conflict" | "idempotency_mismatch" | "internal";
             /** @description Present on 422 validation errors: one entry per offending field */
             errors?: {
                 field: string;
@@ -6916,11 +1002,3136 @@ export interface components {
             }[];
         };
     };
-    responses: never;
+    responses: {
+        /** @description Not possible in the current state, or a malformed body (codes: invalid_state, conflict, limit_exceeded, insufficient_balance, gpu_unavailable, malformed_json, ...) */
+        BadRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The body is not valid JSON, or Content-Length does not match it (code: malformed_json) */
+        MalformedRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description Missing, expired or invalid credentials (code: unauthorized) */
+        Unauthorized: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description Authenticated but not allowed: key scope, role or suspended account (code: forbidden) */
+        Forbidden: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description Not found, or not yours (code: not_found) */
+        NotFound: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The body is over 64 KiB (code: payload_too_large) */
+        PayloadTooLarge: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description A body sent with a Content-Type other than application/json (code: unsupported_media_type) */
+        UnsupportedMediaType: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description Validation error; `errors` names each offending field (codes: validation_error, idempotency_mismatch) */
+        ValidationFailed: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description Rate limit exceeded: retry after the Retry-After header's seconds (code: rate_limited) */
+        RateLimited: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                "Retry-After": components["headers"]["Retry-After"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The request headers are over 16 KiB (code: validation_error); the connection is closed */
+        HeadersTooLarge: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description Not ready to serve: the database cannot be reached or is not migrated */
+        NotReady: {
+            headers: {
+                "X-Request-Id": components["headers"]["X-Request-Id"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description The request's id: the client's own X-Request-Id when it sent a sane one, otherwise a new one. Quote it when reporting a problem. */
+        "X-Request-Id": string;
+        /** @description Seconds until the rate limit window resets */
+        "Retry-After": number;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text exposition format */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getLiveness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status: "ok";
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status: "ready";
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["NotReady"];
+        };
+    };
+    register: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "email": "ada@example.com",
+                 *       "password": "correct horse battery",
+                 *       "name": "Ada"
+                 *     }
+                 */
+                "application/json": {
+                    /** Format: email */
+                    email: string;
+                    /** @description At least 12 characters */
+                    password: string;
+                    name?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A user account */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 7,
+                     *       "email": "ada@example.com",
+                     *       "name": "Ada",
+                     *       "role": "user",
+                     *       "two_factor_enabled": false,
+                     *       "created_at": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        id: number;
+                        /** Format: email */
+                        email: string;
+                        name: string | null;
+                        role: "user" | "admin";
+                        two_factor_enabled: boolean;
+                        /** Format: date-time */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    login: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "email": "ada@example.com",
+                 *       "password": "correct horse battery"
+                 *     }
+                 */
+                "application/json": {
+                    email: string;
+                    password: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description JWT, valid for expires_in seconds */
+                        access_token: string;
+                        /** @description Opaque; single use: each refresh returns a new one */
+                        refresh_token: string;
+                        /** @enum {string} */
+                        token_type: "bearer";
+                        /** @example 3600 */
+                        expires_in: number;
+                    } | {
+                        /** @enum {boolean} */
+                        two_factor_required: true;
+                        /** @description Send with a TOTP or recovery code to POST /auth/2fa/verify */
+                        challenge_token: string;
+                        /** @example 300 */
+                        expires_in: number;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    refreshTokens: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    refresh_token: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Token pair */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "access_token": "eyJhbGciOiJIUzI1NiJ9...",
+                     *       "refresh_token": "n3Q...",
+                     *       "token_type": "bearer",
+                     *       "expires_in": 3600
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description JWT, valid for expires_in seconds */
+                        access_token: string;
+                        /** @description Opaque; single use: each refresh returns a new one */
+                        refresh_token: string;
+                        /** @enum {string} */
+                        token_type: "bearer";
+                        /** @example 3600 */
+                        expires_in: number;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    logout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    refresh_token: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Logged out */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    logoutAll: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every session ended */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    changePassword: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    current_password: string;
+                    /** @description At least 12 characters */
+                    new_password: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    setupTwoFactor: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "secret": "JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP",
+                     *       "otpauth_url": "otpauth://totp/gpucloud:ada%40example.com?secret=..."
+                     *     }
+                     */
+                    "application/json": {
+                        secret: string;
+                        otpauth_url: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    enableTwoFactor: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description A 6-digit TOTP code (or, where allowed, a recovery code)
+                     * @example 123456
+                     */
+                    code: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        message: string;
+                        recovery_codes: string[];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    disableTwoFactor: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description A 6-digit TOTP code (or, where allowed, a recovery code)
+                     * @example 123456
+                     */
+                    code: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    verifyTwoFactor: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    challenge_token: string;
+                    /**
+                     * @description A 6-digit TOTP code (or, where allowed, a recovery code)
+                     * @example 123456
+                     */
+                    code: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Token pair */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "access_token": "eyJhbGciOiJIUzI1NiJ9...",
+                     *       "refresh_token": "n3Q...",
+                     *       "token_type": "bearer",
+                     *       "expires_in": 3600
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description JWT, valid for expires_in seconds */
+                        access_token: string;
+                        /** @description Opaque; single use: each refresh returns a new one */
+                        refresh_token: string;
+                        /** @enum {string} */
+                        token_type: "bearer";
+                        /** @example 3600 */
+                        expires_in: number;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A user account */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 7,
+                     *       "email": "ada@example.com",
+                     *       "name": "Ada",
+                     *       "role": "user",
+                     *       "two_factor_enabled": false,
+                     *       "created_at": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        id: number;
+                        /** Format: email */
+                        email: string;
+                        name: string | null;
+                        role: "user" | "admin";
+                        two_factor_enabled: boolean;
+                        /** Format: date-time */
+                        created_at: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getLaunchTokenKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        keys: {
+                            kty: string;
+                            crv: string;
+                            x: string;
+                            kid: string;
+                            alg: string;
+                            use: string;
+                        }[];
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listApiKeys: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
+                        scope: "read_write" | "read_only" | "billing_only";
+                        /** @description The first characters of the key, to tell keys apart */
+                        prefix: string;
+                        /** Format: date-time */
+                        created_at: string;
+                        expires_at: string | null;
+                        last_used_at: string | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "ci",
+                 *       "scope": "read_only"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description A name for you; no control or formatting characters (they would reach terminals) */
+                    name: string;
+                    /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
+                    scope?: "read_write" | "read_only" | "billing_only";
+                    expires_at?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The new key, including `key` (shown once) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
+                        scope: "read_write" | "read_only" | "billing_only";
+                        /** @description The first characters of the key, to tell keys apart */
+                        prefix: string;
+                        /** Format: date-time */
+                        created_at: string;
+                        expires_at: string | null;
+                        last_used_at: string | null;
+                        /** @description The key: shown in this response only, store it now */
+                        key: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    revokeApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description API key id (uuid) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listSshKeys: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        label: string;
+                        /** @description The key algorithm, e.g. ssh-ed25519 */
+                        key_type: string;
+                        /** @description SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it */
+                        fingerprint: string;
+                        /** Format: date-time */
+                        created_at: string;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createSshKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLE ada@laptop",
+                 *       "label": "laptop"
+                 *     }
+                 */
+                "application/json": {
+                    ssh_public_key: string;
+                    label?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description An SSH public key (metadata only) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
+                     *       "label": "laptop",
+                     *       "key_type": "ssh-ed25519",
+                     *       "fingerprint": "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
+                     *       "created_at": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        label: string;
+                        /** @description The key algorithm, e.g. ssh-ed25519 */
+                        key_type: string;
+                        /** @description SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it */
+                        fingerprint: string;
+                        /** Format: date-time */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getSshKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description SSH key id (uuid) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An SSH public key (metadata only) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
+                     *       "label": "laptop",
+                     *       "key_type": "ssh-ed25519",
+                     *       "fingerprint": "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
+                     *       "created_at": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        label: string;
+                        /** @description The key algorithm, e.g. ssh-ed25519 */
+                        key_type: string;
+                        /** @description SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it */
+                        fingerprint: string;
+                        /** Format: date-time */
+                        created_at: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    deleteSshKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description SSH key id (uuid) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listUsers: {
+        parameters: {
+            query?: {
+                /** @description Only users whose email contains this text (case-insensitive) */
+                email?: string;
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: number;
+                        /** Format: email */
+                        email: string;
+                        name: string | null;
+                        role: "user" | "admin";
+                        two_factor_enabled: boolean;
+                        /** Format: date-time */
+                        created_at: string;
+                        suspended: boolean;
+                        max_vms: number | null;
+                        max_gpus: number | null;
+                        /** Format: date-time */
+                        updated_at: string;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's id */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A user account as an administrator sees it */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: number;
+                        /** Format: email */
+                        email: string;
+                        name: string | null;
+                        role: "user" | "admin";
+                        two_factor_enabled: boolean;
+                        /** Format: date-time */
+                        created_at: string;
+                        suspended: boolean;
+                        max_vms: number | null;
+                        max_gpus: number | null;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    updateUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's id */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    role?: "user" | "admin";
+                    suspended?: boolean;
+                    max_vms?: number | null;
+                    max_gpus?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A user account as an administrator sees it */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: number;
+                        /** Format: email */
+                        email: string;
+                        name: string | null;
+                        role: "user" | "admin";
+                        two_factor_enabled: boolean;
+                        /** Format: date-time */
+                        created_at: string;
+                        suspended: boolean;
+                        max_vms: number | null;
+                        max_gpus: number | null;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getClock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "now": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /**
+                         * Format: date-time
+                         * @description The service clock
+                         */
+                        now: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    advanceClock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "seconds": 3600
+                 *     }
+                 */
+                "application/json": {
+                    seconds: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "now": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /**
+                         * Format: date-time
+                         * @description The service clock
+                         */
+                        now: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    searchOffers: {
+        parameters: {
+            query?: {
+                /** @description GPU type */
+                gpu_type?: "5090" | "4090" | "pro6000";
+                /** @description Only offers with at least this many GPUs rentable */
+                min_gpus?: number;
+                /** @description Only offers at or under this price per GPU-hour for the rental type */
+                max_price?: number;
+                /** @description Price and count GPUs for this rental type (default on_demand) */
+                rental_type?: "on_demand" | "reserved" | "interruptible";
+                /** @description Only nodes at this location */
+                location?: string;
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: string;
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        /** @description GPUs rentable now for the requested rental type */
+                        gpu_count: number;
+                        gpu_ram_mb: number;
+                        total_gpu_ram_mb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        cpu_model: string;
+                        pcie_gen: string;
+                        max_storage_gb: number;
+                        /** @description On-demand price per GPU-hour */
+                        gpu_price_hourly: number;
+                        /** @description Interruptible price per GPU-hour */
+                        interruptible_rate: number;
+                        /** @description Price per GB-hour of disk */
+                        storage_price_hourly: number;
+                        /** @description gpu_count x gpu_price_hourly + 50 GB of disk */
+                        total_price_hourly: number;
+                        reserved_discount_1mo: number;
+                        reserved_discount_3mo: number;
+                        reserved_discount_6mo: number;
+                        available_ondemand: boolean;
+                        available_interruptible: boolean;
+                        available_reserved: boolean;
+                        location: string;
+                        cluster_name: string;
+                    }[];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getPricing: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Current prices for every GPU type */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @example USD */
+                        currency: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        gpu_types: {
+                            /**
+                             * @description GPU type
+                             * @enum {string}
+                             */
+                            gpu_type: "5090" | "4090" | "pro6000";
+                            gpu_ram_mb: number;
+                            gpu_price_hourly: number;
+                            interruptible_rate: number;
+                            storage_price_gb_hourly: number;
+                            /** @description Percent */
+                            reserved_discount_1mo: number;
+                            /** @description Percent */
+                            reserved_discount_3mo: number;
+                            /** @description Percent */
+                            reserved_discount_6mo: number;
+                            /** @description GPUs on active nodes */
+                            total_gpus: number;
+                            /** @description Free GPUs on active nodes */
+                            available_gpus: number;
+                        }[];
+                    };
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listNodes: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: string;
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        gpu_count: number;
+                        gpu_ram_mb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        cpu_model: string;
+                        pcie_gen: string;
+                        max_storage_gb: number;
+                        location: string;
+                        cluster_name: string;
+                        /**
+                         * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
+                         * @enum {string}
+                         */
+                        status: "active" | "draining" | "offline";
+                        /** @description GPUs held by VMs now */
+                        gpus_allocated: number;
+                        gpus_free: number;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        /** @description The host agent's URL; null for a simulated node */
+                        agent_url: string | null;
+                        /** @description Whether an agent token is stored (the token itself is never shown) */
+                        agent_token_set: boolean;
+                        /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                        agent_status: ("online" | "offline") | null;
+                        /** @description When the agent last answered */
+                        agent_seen_at: string | null;
+                        agent_version: string | null;
+                        /** @description kvm or tcg, as the agent runs its VMs */
+                        accel: string | null;
+                        host_cpu_model: string | null;
+                        /** @description The GPUs the agent found on its host */
+                        host_gpus: {
+                            pci_address: string;
+                            model: string;
+                            /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                            vfio: boolean;
+                            iommu_group: number | null;
+                        }[] | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "node": "vm07",
+                 *       "gpu_type": "4090",
+                 *       "gpu_count": 8,
+                 *       "ram_gb": 512,
+                 *       "cpu_cores": 128,
+                 *       "cpu_model": "AMD EPYC 9554",
+                 *       "pcie_gen": "4.0",
+                 *       "max_storage_gb": 4000,
+                 *       "location": "eu-central",
+                 *       "cluster_name": "fra-1"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description Node id, e.g. vm07 */
+                    node: string;
+                    /**
+                     * @description GPU type
+                     * @enum {string}
+                     */
+                    gpu_type: "5090" | "4090" | "pro6000";
+                    gpu_count: number;
+                    gpu_ram_mb?: number;
+                    ram_gb: number;
+                    cpu_cores: number;
+                    cpu_model: string;
+                    pcie_gen: string;
+                    max_storage_gb: number;
+                    location: string;
+                    cluster_name: string;
+                    /**
+                     * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
+                     * @enum {string}
+                     */
+                    status?: "active" | "draining" | "offline";
+                    /** @description Where the node's host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator. */
+                    agent_url?: string;
+                    /** @description The agent's token (its --token). Write-only: never returned. */
+                    agent_token?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A GPU node */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: string;
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        gpu_count: number;
+                        gpu_ram_mb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        cpu_model: string;
+                        pcie_gen: string;
+                        max_storage_gb: number;
+                        location: string;
+                        cluster_name: string;
+                        /**
+                         * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
+                         * @enum {string}
+                         */
+                        status: "active" | "draining" | "offline";
+                        /** @description GPUs held by VMs now */
+                        gpus_allocated: number;
+                        gpus_free: number;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        /** @description The host agent's URL; null for a simulated node */
+                        agent_url: string | null;
+                        /** @description Whether an agent token is stored (the token itself is never shown) */
+                        agent_token_set: boolean;
+                        /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                        agent_status: ("online" | "offline") | null;
+                        /** @description When the agent last answered */
+                        agent_seen_at: string | null;
+                        agent_version: string | null;
+                        /** @description kvm or tcg, as the agent runs its VMs */
+                        accel: string | null;
+                        host_cpu_model: string | null;
+                        /** @description The GPUs the agent found on its host */
+                        host_gpus: {
+                            pci_address: string;
+                            model: string;
+                            /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                            vfio: boolean;
+                            iommu_group: number | null;
+                        }[] | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's name */
+                node: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A GPU node */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: string;
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        gpu_count: number;
+                        gpu_ram_mb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        cpu_model: string;
+                        pcie_gen: string;
+                        max_storage_gb: number;
+                        location: string;
+                        cluster_name: string;
+                        /**
+                         * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
+                         * @enum {string}
+                         */
+                        status: "active" | "draining" | "offline";
+                        /** @description GPUs held by VMs now */
+                        gpus_allocated: number;
+                        gpus_free: number;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        /** @description The host agent's URL; null for a simulated node */
+                        agent_url: string | null;
+                        /** @description Whether an agent token is stored (the token itself is never shown) */
+                        agent_token_set: boolean;
+                        /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                        agent_status: ("online" | "offline") | null;
+                        /** @description When the agent last answered */
+                        agent_seen_at: string | null;
+                        agent_version: string | null;
+                        /** @description kvm or tcg, as the agent runs its VMs */
+                        accel: string | null;
+                        host_cpu_model: string | null;
+                        /** @description The GPUs the agent found on its host */
+                        host_gpus: {
+                            pci_address: string;
+                            model: string;
+                            /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                            vfio: boolean;
+                            iommu_group: number | null;
+                        }[] | null;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    deleteNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's name */
+                node: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    updateNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's name */
+                node: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "status": "offline"
+                 *     }
+                 */
+                "application/json": {
+                    /**
+                     * @description GPU type
+                     * @enum {string}
+                     */
+                    gpu_type?: "5090" | "4090" | "pro6000";
+                    gpu_count?: number;
+                    gpu_ram_mb?: number;
+                    ram_gb?: number;
+                    cpu_cores?: number;
+                    cpu_model?: string;
+                    pcie_gen?: string;
+                    max_storage_gb?: number;
+                    location?: string;
+                    cluster_name?: string;
+                    /**
+                     * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
+                     * @enum {string}
+                     */
+                    status?: "active" | "draining" | "offline";
+                    agent_url?: string | null;
+                    /** @description The agent's token (its --token). Write-only: never returned. */
+                    agent_token?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A GPU node */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: string;
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        gpu_count: number;
+                        gpu_ram_mb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        cpu_model: string;
+                        pcie_gen: string;
+                        max_storage_gb: number;
+                        location: string;
+                        cluster_name: string;
+                        /**
+                         * @description active: rentable; draining: no new VMs; offline: its VMs are offline too
+                         * @enum {string}
+                         */
+                        status: "active" | "draining" | "offline";
+                        /** @description GPUs held by VMs now */
+                        gpus_allocated: number;
+                        gpus_free: number;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        /** @description The host agent's URL; null for a simulated node */
+                        agent_url: string | null;
+                        /** @description Whether an agent token is stored (the token itself is never shown) */
+                        agent_token_set: boolean;
+                        /** @description online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node */
+                        agent_status: ("online" | "offline") | null;
+                        /** @description When the agent last answered */
+                        agent_seen_at: string | null;
+                        agent_version: string | null;
+                        /** @description kvm or tcg, as the agent runs its VMs */
+                        accel: string | null;
+                        host_cpu_model: string | null;
+                        /** @description The GPUs the agent found on its host */
+                        host_gpus: {
+                            pci_address: string;
+                            model: string;
+                            /** @description Bound to vfio-pci, so it can be passed through to a VM */
+                            vfio: boolean;
+                            iommu_group: number | null;
+                        }[] | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listGpuPrices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        gpu_ram_mb: number;
+                        gpu_price_hourly: number;
+                        interruptible_rate: number;
+                        storage_price_gb_hourly: number;
+                        /** @description Percent */
+                        reserved_discount_1mo: number;
+                        /** @description Percent */
+                        reserved_discount_3mo: number;
+                        /** @description Percent */
+                        reserved_discount_6mo: number;
+                        /** Format: date-time */
+                        updated_at: string;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    setGpuPrices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The GPU type, e.g. 4090 */
+                gpu_type: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "gpu_price_hourly": 0.49,
+                 *       "interruptible_rate": 0.25
+                 *     }
+                 */
+                "application/json": {
+                    gpu_ram_mb?: number;
+                    gpu_price_hourly?: number;
+                    interruptible_rate?: number;
+                    storage_price_gb_hourly?: number;
+                    reserved_discount_1mo?: number;
+                    reserved_discount_3mo?: number;
+                    reserved_discount_6mo?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description GPU type
+                         * @enum {string}
+                         */
+                        gpu_type: "5090" | "4090" | "pro6000";
+                        gpu_ram_mb: number;
+                        gpu_price_hourly: number;
+                        interruptible_rate: number;
+                        storage_price_gb_hourly: number;
+                        /** @description Percent */
+                        reserved_discount_1mo: number;
+                        /** @description Percent */
+                        reserved_discount_3mo: number;
+                        /** @description Percent */
+                        reserved_discount_6mo: number;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getBalance: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "balance": 42.5,
+                     *       "currency": "USD"
+                     *     }
+                     */
+                    "application/json": {
+                        balance: number;
+                        currency: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listTransactions: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: string;
+                        /** @enum {string} */
+                        type: "credit" | "charge" | "deposit" | "refund" | "adjustment";
+                        /** @description Signed: positive adds to the balance */
+                        amount: number;
+                        balance_after: number;
+                        description: string;
+                        /** @description Free-form details (usage figures, fee and refund, ...) */
+                        breakdown: {
+                            [key: string]: unknown;
+                        };
+                        /** Format: date-time */
+                        created_at: string;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    addCredits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The user's id */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "amount": 100,
+                 *       "description": "Welcome credit"
+                 *     }
+                 */
+                "application/json": {
+                    /** @description In the currency's major unit */
+                    amount: number;
+                    description?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A ledger entry: credit, charge, deposit, refund or adjustment */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "0f1e2d3c-4b5a-4968-8776-655443322110",
+                     *       "type": "credit",
+                     *       "amount": 50,
+                     *       "balance_after": 50,
+                     *       "description": "Top-up",
+                     *       "breakdown": {},
+                     *       "created_at": "2026-11-22T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        id: string;
+                        /** @enum {string} */
+                        type: "credit" | "charge" | "deposit" | "refund" | "adjustment";
+                        /** @description Signed: positive adds to the balance */
+                        amount: number;
+                        balance_after: number;
+                        description: string;
+                        /** @description Free-form details (usage figures, fee and refund, ...) */
+                        breakdown: {
+                            [key: string]: unknown;
+                        };
+                        /** Format: date-time */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listVms: {
+        parameters: {
+            query?: {
+                /** @description Also list destroyed VMs */
+                include_destroyed?: boolean;
+                /** @description VM status */
+                status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /** @description Numeric VM number (from 1000 up) */
+                        vmid: number;
+                        user_id: number;
+                        node: string;
+                        instance_label: string | null;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        ip_address: string | null;
+                        /**
+                         * @description VM status
+                         * @enum {string}
+                         */
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        /** Format: date-time */
+                        created_at: string;
+                        started_at: string | null;
+                        stopped_at: string | null;
+                        /**
+                         * @description Rental type
+                         * @enum {string}
+                         */
+                        rental_type: "on_demand" | "reserved" | "interruptible";
+                        reservation_id: string | null;
+                        auto_restart: boolean | null;
+                        /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
+                        hourly_rate: number;
+                        gpu_hourly_rate: number;
+                        storage_hourly_rate: number;
+                        cpu_percent: number;
+                        ram_percent: number;
+                        cpu_model: string | null;
+                        pcie_gen: string | null;
+                        template_vmid: number;
+                        destroyed_at: string | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createVm: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "node": "vm01",
+                 *       "gpu_type": "4090",
+                 *       "gpu_count": 1,
+                 *       "storage_gb": 100,
+                 *       "template_vmid": 101
+                 *     }
+                 */
+                "application/json": {
+                    /** @description Node id from GET /search */
+                    node: string;
+                    /** @enum {string} */
+                    gpu_type: "5090" | "4090" | "pro6000";
+                    /** @description 1, 2, 4 or 8 */
+                    gpu_count: 1 | 2 | 4 | 8;
+                    /** @description Disk size in GB, at least 50 (at most the node's max_storage_gb) */
+                    storage_gb: number;
+                    /** @description 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop */
+                    template_vmid: number;
+                    /**
+                     * @description Rental type
+                     * @enum {string}
+                     */
+                    rental_type?: "on_demand" | "reserved" | "interruptible";
+                    /** @description Required for reserved */
+                    reservation_months?: 1 | 3 | 6;
+                    /** @enum {string} */
+                    auth_method?: "ssh_key" | "password";
+                    /** @description Defaults to your oldest SSH key */
+                    ssh_key_id?: string;
+                    /** @description Required for auth_method password */
+                    password?: string;
+                    instance_label?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A virtual machine */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a",
+                     *       "vmid": 1000,
+                     *       "user_id": 7,
+                     *       "node": "vm01",
+                     *       "instance_label": "training",
+                     *       "gpu_type": "4090",
+                     *       "gpu_count": 1,
+                     *       "storage_gb": 100,
+                     *       "ram_gb": 64,
+                     *       "cpu_cores": 16,
+                     *       "ip_address": "10.100.3.232",
+                     *       "status": "running",
+                     *       "created_at": "2026-11-22T10:00:00.000Z",
+                     *       "started_at": "2026-11-22T10:00:03.000Z",
+                     *       "stopped_at": null,
+                     *       "rental_type": "on_demand",
+                     *       "reservation_id": null,
+                     *       "auto_restart": null,
+                     *       "hourly_rate": 0.46,
+                     *       "gpu_hourly_rate": 0.44,
+                     *       "storage_hourly_rate": 0.02,
+                     *       "cpu_percent": 12,
+                     *       "ram_percent": 30,
+                     *       "cpu_model": "AMD EPYC 7B13",
+                     *       "pcie_gen": "4.0",
+                     *       "template_vmid": 101,
+                     *       "destroyed_at": null
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /** @description Numeric VM number (from 1000 up) */
+                        vmid: number;
+                        user_id: number;
+                        node: string;
+                        instance_label: string | null;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        ip_address: string | null;
+                        /**
+                         * @description VM status
+                         * @enum {string}
+                         */
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        /** Format: date-time */
+                        created_at: string;
+                        started_at: string | null;
+                        stopped_at: string | null;
+                        /**
+                         * @description Rental type
+                         * @enum {string}
+                         */
+                        rental_type: "on_demand" | "reserved" | "interruptible";
+                        reservation_id: string | null;
+                        auto_restart: boolean | null;
+                        /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
+                        hourly_rate: number;
+                        gpu_hourly_rate: number;
+                        storage_hourly_rate: number;
+                        cpu_percent: number;
+                        ram_percent: number;
+                        cpu_model: string | null;
+                        pcie_gen: string | null;
+                        template_vmid: number;
+                        destroyed_at: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getVm: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A virtual machine */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a",
+                     *       "vmid": 1000,
+                     *       "user_id": 7,
+                     *       "node": "vm01",
+                     *       "instance_label": "training",
+                     *       "gpu_type": "4090",
+                     *       "gpu_count": 1,
+                     *       "storage_gb": 100,
+                     *       "ram_gb": 64,
+                     *       "cpu_cores": 16,
+                     *       "ip_address": "10.100.3.232",
+                     *       "status": "running",
+                     *       "created_at": "2026-11-22T10:00:00.000Z",
+                     *       "started_at": "2026-11-22T10:00:03.000Z",
+                     *       "stopped_at": null,
+                     *       "rental_type": "on_demand",
+                     *       "reservation_id": null,
+                     *       "auto_restart": null,
+                     *       "hourly_rate": 0.46,
+                     *       "gpu_hourly_rate": 0.44,
+                     *       "storage_hourly_rate": 0.02,
+                     *       "cpu_percent": 12,
+                     *       "ram_percent": 30,
+                     *       "cpu_model": "AMD EPYC 7B13",
+                     *       "pcie_gen": "4.0",
+                     *       "template_vmid": 101,
+                     *       "destroyed_at": null
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /** @description Numeric VM number (from 1000 up) */
+                        vmid: number;
+                        user_id: number;
+                        node: string;
+                        instance_label: string | null;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        ip_address: string | null;
+                        /**
+                         * @description VM status
+                         * @enum {string}
+                         */
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        /** Format: date-time */
+                        created_at: string;
+                        started_at: string | null;
+                        stopped_at: string | null;
+                        /**
+                         * @description Rental type
+                         * @enum {string}
+                         */
+                        rental_type: "on_demand" | "reserved" | "interruptible";
+                        reservation_id: string | null;
+                        auto_restart: boolean | null;
+                        /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
+                        hourly_rate: number;
+                        gpu_hourly_rate: number;
+                        storage_hourly_rate: number;
+                        cpu_percent: number;
+                        ram_percent: number;
+                        cpu_model: string | null;
+                        pcie_gen: string | null;
+                        template_vmid: number;
+                        destroyed_at: string | null;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    destroyVm: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    startVm: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    stopVm: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    setVmLabel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "instance_label": "training-run-3"
+                 *     }
+                 */
+                "application/json": {
+                    instance_label: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    setVmAutoRestart: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "auto_restart": false
+                 *     }
+                 */
+                "application/json": {
+                    auto_restart: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getVmAccessInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description How to reach a running VM; web_ui and jupyter only for templates 102-104 */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        vm_id: string;
+                        /**
+                         * @description VM status
+                         * @enum {string}
+                         */
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        ssh: {
+                            host: string;
+                            port: number;
+                            username: string;
+                            command: string;
+                        };
+                        web_ui: {
+                            url: string;
+                            /** @description Signed, names the VM and user, valid 5 minutes */
+                            launch_token: string;
+                            /** Format: date-time */
+                            expires_at: string;
+                        } | null;
+                        jupyter: {
+                            url: string;
+                            /** @description Signed, names the VM and user, valid 5 minutes */
+                            launch_token: string;
+                            /** Format: date-time */
+                            expires_at: string;
+                        } | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getVmInterruptionHistory: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The VM's uuid `id` or its integer `vmid` */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        id: string;
+                        interruptible_vm_id: string;
+                        preempted_by_vm_id: string;
+                        /** Format: date-time */
+                        preempted_at: string;
+                        restored_at: string | null;
+                        downtime_seconds: number | null;
+                        /** @enum {string} */
+                        status: "interrupted" | "restored" | "abandoned";
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listAllVms: {
+        parameters: {
+            query?: {
+                /** @description Only this user's VMs */
+                user_id?: number;
+                /** @description Only VMs on this node */
+                node?: string;
+                /** @description Also list destroyed VMs */
+                include_destroyed?: boolean;
+                /** @description VM status */
+                status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /** @description Numeric VM number (from 1000 up) */
+                        vmid: number;
+                        user_id: number;
+                        node: string;
+                        instance_label: string | null;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                        ram_gb: number;
+                        cpu_cores: number;
+                        ip_address: string | null;
+                        /**
+                         * @description VM status
+                         * @enum {string}
+                         */
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        /** Format: date-time */
+                        created_at: string;
+                        started_at: string | null;
+                        stopped_at: string | null;
+                        /**
+                         * @description Rental type
+                         * @enum {string}
+                         */
+                        rental_type: "on_demand" | "reserved" | "interruptible";
+                        reservation_id: string | null;
+                        auto_restart: boolean | null;
+                        /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
+                        hourly_rate: number;
+                        gpu_hourly_rate: number;
+                        storage_hourly_rate: number;
+                        cpu_percent: number;
+                        ram_percent: number;
+                        cpu_model: string | null;
+                        pcie_gen: string | null;
+                        template_vmid: number;
+                        destroyed_at: string | null;
+                        /** @description Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes */
+                        gpu_devices: string[] | null;
+                        /** @description The hypervisor's last error for this VM, if any */
+                        last_error: string | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /**
+                 * @description First UTC day (YYYY-MM-DD), inclusive
+                 * @example 2026-11-01
+                 */
+                start_date?: string;
+                /**
+                 * @description Last UTC day (YYYY-MM-DD), inclusive
+                 * @example 2026-11-30
+                 */
+                end_date?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Usage between two dates */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        logs: {
+                            id: string;
+                            vm_id: string;
+                            /**
+                             * Format: date-time
+                             * @description End of the period the log covers
+                             */
+                            timestamp: string;
+                            /** @description GPU-seconds: seconds running x GPUs */
+                            gpu_seconds: number;
+                            storage_gb: number;
+                            network_bytes: number;
+                            gpu_cost: number;
+                            storage_cost: number;
+                            network_cost: number;
+                            total_cost: number;
+                        }[];
+                        total_cost: number;
+                        /** @description Hours the VMs ran (GPU time, wall clock) */
+                        total_hours: number;
+                        /** @description YYYY-MM-DD */
+                        period_start: string;
+                        /** @description YYYY-MM-DD */
+                        period_end: string;
+                        vm_breakdown: {
+                            vm_id: string;
+                            vmid: number;
+                            gpu_model: string;
+                            hours: number;
+                            cost: number;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getCurrentSpend: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What accrues now: running VMs at their full rate, other VMs that have run at their storage rate */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        total_per_hour: number;
+                        total_per_day: number;
+                        /** @description total_per_hour x 730 */
+                        total_per_month: number;
+                        hourly_rate: number;
+                        running_vms: number;
+                        vms: {
+                            vm_id: string;
+                            vmid: number;
+                            gpu_type: string;
+                            gpu_count: number;
+                            storage_gb: number;
+                            gpu_cost_per_hour: number;
+                            storage_cost_per_hour: number;
+                            network_cost_per_hour: number;
+                            total_cost_per_hour: number;
+                        }[];
+                        /** Format: date-time */
+                        last_updated: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    calculateReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "gpu_type": "4090",
+                 *       "gpu_count": 1,
+                 *       "storage_gb": 100,
+                 *       "reservation_months": 3
+                 *     }
+                 */
+                "application/json": {
+                    /** @enum {string} */
+                    gpu_type: "5090" | "4090" | "pro6000";
+                    /** @enum {integer} */
+                    gpu_count: 1 | 2 | 4 | 8;
+                    storage_gb: number;
+                    /**
+                     * @description 1, 3 or 6 months
+                     * @enum {integer}
+                     */
+                    reservation_months?: 1 | 3 | 6;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "discount_percent": 10,
+                     *       "deposit_required": 319.74,
+                     *       "monthly_cost": 319.74,
+                     *       "hourly_rate_after_discount": 0.438,
+                     *       "cancellation_fee_25_percent": 79.935,
+                     *       "reservation_months": 1,
+                     *       "gpu_type": "4090",
+                     *       "gpu_count": 1,
+                     *       "storage_gb": 100
+                     *     }
+                     */
+                    "application/json": {
+                        discount_percent: number;
+                        /** @description monthly_cost x months: the whole commitment is prepaid */
+                        deposit_required: number;
+                        /** @description hourly_rate_after_discount x 730 */
+                        monthly_cost: number;
+                        /** @description gpu_count x gpu_price_hourly x (1 - discount) + storage_gb x storage_price_gb_hourly */
+                        hourly_rate_after_discount: number;
+                        /** @description 25 % of the deposit */
+                        cancellation_fee_25_percent: number;
+                        reservation_months: number;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listReservations: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        user_id: number;
+                        vm_id: string;
+                        reservation_months: number;
+                        discount_percent: number;
+                        /** @description The whole commitment, prepaid at creation */
+                        deposit_amount: number;
+                        /** @description What usage has not drawn yet */
+                        remaining_balance: number;
+                        /** @enum {string} */
+                        status: "active" | "completed" | "cancelled" | "converted_to_on_demand";
+                        /** Format: date-time */
+                        created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description created_at + months x 730 h
+                         */
+                        end_at: string;
+                        cancelled_at: string | null;
+                        cancellation_fee: number;
+                        refund_amount: number;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    cancelReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The reservation's id (uuid) */
+                reservation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A reserved-instance commitment */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        user_id: number;
+                        vm_id: string;
+                        reservation_months: number;
+                        discount_percent: number;
+                        /** @description The whole commitment, prepaid at creation */
+                        deposit_amount: number;
+                        /** @description What usage has not drawn yet */
+                        remaining_balance: number;
+                        /** @enum {string} */
+                        status: "active" | "completed" | "cancelled" | "converted_to_on_demand";
+                        /** Format: date-time */
+                        created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description created_at + months x 730 h
+                         */
+                        end_at: string;
+                        cancelled_at: string | null;
+                        cancellation_fee: number;
+                        refund_amount: number;
+                        gpu_type: string;
+                        gpu_count: number;
+                        storage_gb: number;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    injectSimulatorFaults: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "node": "vm01",
+                 *       "action": "provision",
+                 *       "count": 1
+                 *     }
+                 */
+                "application/json": {
+                    node: string;
+                    /** @enum {string} */
+                    action: "provision" | "start" | "stop" | "destroy";
+                    /** @default 1 */
+                    count?: number;
+                    /** @description Limit the fault to this VM (uuid) */
+                    vm_id?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A message response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "message": "VM stop requested"
+                     *     }
+                     */
+                    "application/json": {
+                        message: string;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+}

@@ -504,9 +504,12 @@ describeEachDb('HTTP rules', (t) => {
           const statuses = Object.keys(op.responses ?? {});
           assert.ok(statuses.some((s) => /^2\d\d$/.test(s)), `${where}: no 2xx response`);
           for (const s of statuses) {
-            assert.ok(op.responses[s].description, `${where} ${s}: no description`);
+            // Error responses are shared: `{$ref: '#/components/responses/NAME'}`.
+            const ref: string | undefined = op.responses[s].$ref;
+            const r = ref ? doc.components.responses[ref.replace('#/components/responses/', '')] : op.responses[s];
+            assert.ok(r?.description, `${where} ${s}: no description`);
             if (Number(s) >= 400) {
-              assert.equal(op.responses[s].content?.['application/json']?.schema?.$ref, '#/components/schemas/ErrorResponse', `${where} ${s}`);
+              assert.equal(r.content?.['application/json']?.schema?.$ref, '#/components/schemas/ErrorResponse', `${where} ${s}`);
             }
           }
           const isPublic = Array.isArray(op.security) && op.security.length === 0;

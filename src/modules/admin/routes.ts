@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, errorResponses, Nullable, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { UserRecordSchema } from '../auth/routes.js';
 import type { AdminUserService } from './service.js';
@@ -19,7 +19,7 @@ const AdminUser = Type.Object(
   { description: 'A user account as an administrator sees it' },
 );
 
-const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
+const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The user\'s id' }) });
 const noStore = { 'cache-control': 'no-store' };
 
 export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock: ClockService): void {
@@ -31,23 +31,24 @@ export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock
     {
       schema: {
         tags: ['admin'],
+        operationId: 'listUsers',
         summary: 'List users',
         description: '`email` filters by substring, case-insensitively. Newest first; X-Total-Count holds the total.',
-        querystring: Type.Object({ email: Type.Optional(Type.String({ maxLength: 254 })), ...PaginationQuery }, { additionalProperties: false }),
+        querystring: Type.Object({ email: Type.Optional(Type.String({ maxLength: 254, description: 'Only users whose email contains this text (case-insensitive)' })), ...PaginationQuery }, { additionalProperties: false }),
         response: { 200: Type.Array(AdminUser), ...errorResponses(401, 403, 422, 429) },
       },
       config: admin,
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return page(reply, await users.list(req.query));
+      return page(reply, await users.list({ ...req.query, ...paging(req.query) }));
     },
   );
 
   r.get(
     '/admin/users/:user_id',
     {
-      schema: { tags: ['admin'], summary: 'Get a user', params: UserId, response: { 200: AdminUser, ...errorResponses(401, 403, 404, 422, 429) } },
+      schema: { tags: ['admin'], operationId: 'getUser', summary: 'Get a user', description: 'One account as an operator sees it: role, balance, suspension and the per-user VM and GPU limits. Admin role.', params: UserId, response: { 200: AdminUser, ...errorResponses(401, 403, 404, 422, 429) } },
       config: admin,
     },
     async (req, reply) => {
@@ -61,6 +62,7 @@ export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock
     {
       schema: {
         tags: ['admin'],
+        operationId: 'updateUser',
         summary: 'Change role, suspension or limits of a user',
         description:
           'A suspended user gets 403 on every call and its running VMs are stopped. `max_vms` / `max_gpus` override the defaults (10 VMs, 16 GPUs); null restores them. Administrators cannot suspend or demote themselves.',
@@ -91,8 +93,9 @@ export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock
     {
       schema: {
         tags: ['admin'],
+        operationId: 'getClock',
         summary: 'The service clock',
-        description: 'The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock (D43).',
+        description: 'The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock.',
         response: { 200: ClockNow, ...errorResponses(401, 403, 429) },
       },
       config: admin,
@@ -106,9 +109,10 @@ export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock
     {
       schema: {
         tags: ['admin'],
+        operationId: 'advanceClock',
         summary: 'Advance the manual clock',
         description:
-          'Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run (D43).',
+          'Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run.',
         body: Type.Object(
           { seconds: Type.Integer({ minimum: 1, maximum: 10 * 366 * 86_400 }) },
           { additionalProperties: false, examples: [{ seconds: 3600 }] },

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, NO_CONTROL, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
@@ -42,6 +42,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
     {
       schema: {
         tags: ['api-keys'],
+        operationId: 'createApiKey',
         summary: 'Create an API key',
         description:
           'The key starts with `gpc_` and appears in this response only; it is stored hashed. Only a login session or a read_write key may manage keys, and never for a broader scope than its own. Honours Idempotency-Key.',
@@ -68,6 +69,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
     {
       schema: {
         tags: ['api-keys'],
+        operationId: 'listApiKeys',
         summary: 'List API keys',
         description: 'Active keys, newest first, without the key itself. X-Total-Count holds the total.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
@@ -76,7 +78,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return page(reply, await keys.list(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset));
+      return page(reply, await keys.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query)));
     },
   );
 
@@ -85,6 +87,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
     {
       schema: {
         tags: ['api-keys'],
+        operationId: 'revokeApiKey',
         summary: 'Revoke an API key',
         description: 'The key stops working at once. 204; 404 for an unknown, revoked or another user\'s key.',
         // Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length (D6).

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { errorResponses, MessageResponse, Nullable, DateTime } from '../../http/schemas.js';
+import { DateTime, errorResponses, MessageResponse, NO_CONTROL_CC, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { assertNoBody } from '../../http/no-body.js';
 import { validation } from '../../errors.js';
@@ -18,7 +18,7 @@ export const UserRecordSchema = Type.Object(
     created_at: DateTime(),
   },
   {
-    description: 'A user account (D10)',
+    description: 'A user account',
     examples: [{ id: 7, email: 'ada@example.com', name: 'Ada', role: 'user', two_factor_enabled: false, created_at: '2026-11-22T10:00:00.000Z' }],
   },
 );
@@ -26,7 +26,7 @@ export const UserRecordSchema = Type.Object(
 const TokenResponse = Type.Object(
   {
     access_token: Type.String({ description: 'JWT, valid for expires_in seconds' }),
-    refresh_token: Type.String({ description: 'Opaque; single use: each refresh returns a new one (D12)' }),
+    refresh_token: Type.String({ description: 'Opaque; single use: each refresh returns a new one' }),
     token_type: Type.Literal('bearer'),
     expires_in: Type.Integer({ examples: [3600] }),
   },
@@ -42,7 +42,7 @@ const ChallengeResponse = Type.Object(
     challenge_token: Type.String({ description: 'Send with a TOTP or recovery code to POST /auth/2fa/verify' }),
     expires_in: Type.Integer({ examples: [300] }),
   },
-  { description: 'Returned by login instead of tokens when two-factor authentication is on (D13)' },
+  { description: 'Returned by login instead of tokens when two-factor authentication is on' },
 );
 
 const Password = Type.String({ minLength: 12, maxLength: 1024, description: 'At least 12 characters' });
@@ -62,6 +62,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'register',
         summary: 'Create an account',
         description: 'Email must be unique (case-insensitively); a taken email is 400 `conflict`. Password: 12 characters or more.',
         security: [],
@@ -70,7 +71,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
             email: Type.String({ format: 'email', maxLength: 254 }),
             password: Password,
             // No control characters: a display name is one line of text (and PostgreSQL text cannot hold U+0000).
-            name: Type.Optional(Nullable(Type.String({ maxLength: 100, pattern: '^\\P{Cc}*$' }))),
+            name: Type.Optional(Nullable(Type.String({ maxLength: 100, pattern: NO_CONTROL_CC }))),
           },
           { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery', name: 'Ada' }] },
         ),
@@ -89,6 +90,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'login',
         summary: 'Log in with email and password',
         description:
           'Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Limited to 5 attempts per minute per email.',
@@ -112,6 +114,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'refreshTokens',
         summary: 'Exchange a refresh token for a new token pair',
         description:
           'The refresh token is rotated: the one sent stops working at once. Sending an already-rotated token revokes the whole session (every token from the same login) and answers 401.',
@@ -132,6 +135,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'logout',
         summary: 'Revoke a session',
         description: 'Revokes the refresh token\'s whole family and the access tokens issued with it. 204.',
         body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false }),
@@ -150,6 +154,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'logoutAll',
         summary: 'End every session',
         description:
           'Revokes every refresh token of the account and the access tokens issued with them, this session included: everywhere the account is signed in, it is signed out. API keys are not affected (revoke them with DELETE /api-keys/{id}). 204. Needs a signed-in session.',
@@ -169,6 +174,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['account'],
+        operationId: 'changePassword',
         summary: 'Change the password',
         description:
           'Needs the current password (422 on body.current_password when it is wrong) and a new one of at least 12 characters. Every other session of the account ends; this one goes on. Needs a signed-in session: an API key gets 403.',
@@ -189,6 +195,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'setupTwoFactor',
         summary: 'Start two-factor setup',
         description:
           'Returns a new TOTP secret and its otpauth:// URL (for a QR code). Not active until POST /auth/2fa/enable with a code. Needs a signed-in session: an API key gets 403.',
@@ -211,6 +218,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'enableTwoFactor',
         summary: 'Enable two-factor authentication',
         description:
           'Confirms setup with a current code and returns 10 single-use recovery codes (shown once). A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.',
@@ -234,6 +242,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'disableTwoFactor',
         summary: 'Disable two-factor authentication',
         description:
           'Needs a current TOTP code or an unused recovery code. A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.',
@@ -254,6 +263,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['auth'],
+        operationId: 'verifyTwoFactor',
         summary: 'Complete a two-factor login',
         description:
           'Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401. Ten wrong codes in a row (across logins, and through disable) lock the account\'s second factor for 15 minutes: 429 with Retry-After.',
@@ -274,7 +284,9 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     {
       schema: {
         tags: ['account'],
+        operationId: 'getAccount',
         summary: 'The caller\'s account',
+        description: 'The account the access token or API key belongs to: email, name, role and whether two-factor authentication is on. Every key scope can read it.',
         response: { 200: UserRecordSchema, ...errorResponses(401, 403, 429) },
       },
     },

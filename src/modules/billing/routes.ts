@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, Enum, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, Enum, errorResponses, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { TRANSACTION_TYPES } from './ledger.js';
 import type { BillingService } from './service.js';
@@ -18,12 +18,12 @@ export const TransactionSchema = Type.Object(
     created_at: DateTime(),
   },
   {
-    description: 'A ledger entry: credit, charge, deposit, refund or adjustment (D30)',
+    description: 'A ledger entry: credit, charge, deposit, refund or adjustment',
     examples: [{ id: '0f1e2d3c-4b5a-4968-8776-655443322110', type: 'credit', amount: 50, balance_after: 50, description: 'Top-up', breakdown: {}, created_at: '2026-11-22T10:00:00.000Z' }],
   },
 );
 
-const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }) });
+const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The user\'s id' }) });
 
 export function billingRoutes(app: FastifyInstance, billing: BillingService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -33,7 +33,9 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
     {
       schema: {
         tags: ['billing'],
+        operationId: 'getBalance',
         summary: 'Your credit balance',
+        description: 'Your prepaid credit balance in the currency\'s major unit (at most 6 decimals). Running VMs are charged from it every hour.',
         response: { 200: Type.Object({ balance: Type.Number(), currency: Type.String() }, { examples: [{ balance: 42.5, currency: 'USD' }] }), ...errorResponses(401, 403, 429) },
       },
     },
@@ -45,13 +47,14 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
     {
       schema: {
         tags: ['billing'],
+        operationId: 'listTransactions',
         summary: 'Your transactions',
         description: 'Newest first; limit at most 100 (default 50). X-Total-Count holds the total.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(TransactionSchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
-    async (req, reply) => page(reply, await billing.transactions(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset)),
+    async (req, reply) => page(reply, await billing.transactions(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
 
   r.post(
@@ -59,8 +62,9 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
     {
       schema: {
         tags: ['admin'],
+        operationId: 'addCredits',
         summary: 'Credit (or debit) a user',
-        description: 'A positive amount writes a `credit` transaction, a negative one an `adjustment` (D35). Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key (D41).',
+        description: 'A positive amount writes a `credit` transaction, a negative one an `adjustment`. Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key.',
         params: UserId,
         body: Type.Object(
           { amount: Type.Number({ description: 'In the currency\'s major unit' }), description: Type.Optional(Type.String({ maxLength: 500 })) },

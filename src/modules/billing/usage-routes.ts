@@ -28,7 +28,7 @@ const UsageReport = Type.Object(
     period_end: Type.String({ description: 'YYYY-MM-DD' }),
     vm_breakdown: Type.Array(Type.Object({ vm_id: Type.String(), vmid: Type.Integer(), gpu_model: Type.String(), hours: Type.Number(), cost: Type.Number() })),
   },
-  { description: 'Usage between two dates (D34)' },
+  { description: 'Usage between two dates' },
 );
 
 const CurrentSpend = Type.Object(
@@ -53,7 +53,7 @@ const CurrentSpend = Type.Object(
     ),
     last_updated: DateTime(),
   },
-  { description: 'What accrues now (D34): running VMs at their full rate, other VMs that have run at their storage rate' },
+  { description: 'What accrues now: running VMs at their full rate, other VMs that have run at their storage rate' },
 );
 
 export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
@@ -63,10 +63,14 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
     {
       schema: {
         tags: ['billing'],
+        operationId: 'getUsage',
         summary: 'Usage history',
         description: 'start_date and end_date are UTC days (YYYY-MM-DD), inclusive; the default is the last 30 days. start after end is 422.',
         querystring: Type.Object(
-          { start_date: Type.Optional(Type.String({ maxLength: 10, examples: ['2026-11-01'] })), end_date: Type.Optional(Type.String({ maxLength: 10 })) },
+          {
+            start_date: Type.Optional(Type.String({ maxLength: 10, examples: ['2026-11-01'], description: 'First UTC day (YYYY-MM-DD), inclusive' })),
+            end_date: Type.Optional(Type.String({ maxLength: 10, examples: ['2026-11-30'], description: 'Last UTC day (YYYY-MM-DD), inclusive' })),
+          },
           { additionalProperties: false },
         ),
         response: { 200: UsageReport, ...errorResponses(401, 403, 422, 429) },
@@ -76,7 +80,7 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
   );
   r.get(
     '/billing/current-spend',
-    { schema: { tags: ['billing'], summary: 'Current spend rate', response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) } } },
+    { schema: { tags: ['billing'], operationId: 'getCurrentSpend', summary: 'Current spend rate', description: 'What your VMs cost per hour right now: running VMs at their full rate, and VMs that are stopped but keep a disk at their storage rate.', response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) } } },
     async (req) => usage.currentSpend(requirePrincipal(req.principal).userId),
   );
 }

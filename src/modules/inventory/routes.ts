@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, Enum, errorResponses, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, Enum, errorResponses, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { GPU_TYPES, NODE_STATUSES } from './repository.js';
 import type { InventoryService } from './service.js';
 
@@ -35,7 +35,7 @@ const Offer = Type.Object(
     location: Type.String(),
     cluster_name: Type.String(),
   },
-  { description: 'A GPU offer: one per active node with GPUs rentable now (D20)' },
+  { description: 'A GPU offer: one per active node with GPUs rentable now' },
 );
 
 const PriceFields = {
@@ -61,7 +61,7 @@ const PublicPricing = Type.Object(
       }),
     ),
   },
-  { description: 'Current prices for every GPU type (D21)' },
+  { description: 'Current prices for every GPU type' },
 );
 
 const AdminPricing = Type.Object({ ...PriceFields, updated_at: DateTime() });
@@ -119,10 +119,10 @@ const NodeRecord = Type.Object(
       { description: 'The GPUs the agent found on its host' },
     ),
   },
-  { description: 'A GPU node (D18)' },
+  { description: 'A GPU node' },
 );
 
-const NodeParam = Type.Object({ node: Type.String({ maxLength: 200 }) });
+const NodeParam = Type.Object({ node: Type.String({ maxLength: 200, description: 'The node\'s name' }) });
 
 export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -133,6 +133,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
     {
       schema: {
         tags: ['offers'],
+        operationId: 'searchOffers',
         summary: 'Search GPU offers',
         description:
           'No authentication. One offer per active node with at least one GPU rentable for the rental type; sorted by gpu_price_hourly, then node. max_price is per GPU-hour, compared with gpu_price_hourly (or interruptible_rate for rental_type=interruptible).',
@@ -140,10 +141,10 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
         querystring: Type.Object(
           {
             gpu_type: Type.Optional(GpuType),
-            min_gpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64 })),
-            max_price: Type.Optional(Type.Number({ minimum: 0 })),
-            rental_type: Type.Optional(Enum(['on_demand', 'reserved', 'interruptible'] as const)),
-            location: Type.Optional(Type.String({ maxLength: 128 })),
+            min_gpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64, description: 'Only offers with at least this many GPUs rentable' })),
+            max_price: Type.Optional(Type.Number({ minimum: 0, description: 'Only offers at or under this price per GPU-hour for the rental type' })),
+            rental_type: Type.Optional(Enum(['on_demand', 'reserved', 'interruptible'] as const, 'Price and count GPUs for this rental type (default on_demand)')),
+            location: Type.Optional(Type.String({ maxLength: 128, description: 'Only nodes at this location' })),
             ...PaginationQuery,
           },
           { additionalProperties: false },
@@ -152,13 +153,13 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: { auth: 'public' },
     },
-    async (req, reply) => page(reply, await inv.search(req.query)),
+    async (req, reply) => page(reply, await inv.search({ ...req.query, ...paging(req.query) })),
   );
 
   r.get(
     '/pricing',
     {
-      schema: { tags: ['offers'], summary: 'Current prices', security: [], response: { 200: PublicPricing, ...errorResponses(429) } },
+      schema: { tags: ['offers'], operationId: 'getPricing', summary: 'Current prices', description: 'The price list for every GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour, reserved discounts per term, and how many GPUs are on active nodes and free. No authentication.', security: [], response: { 200: PublicPricing, ...errorResponses(429) } },
       config: { auth: 'public' },
     },
     async () => inv.publicPricing(),
@@ -169,6 +170,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
     {
       schema: {
         tags: ['admin'],
+        operationId: 'listNodes',
         summary: 'List nodes',
         description: 'Newest first; X-Total-Count holds the total.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
@@ -176,7 +178,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: admin,
     },
-    async (req, reply) => page(reply, await inv.listNodes(req.query)),
+    async (req, reply) => page(reply, await inv.listNodes(paging(req.query))),
   );
 
   r.post(
@@ -184,6 +186,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
     {
       schema: {
         tags: ['admin'],
+        operationId: 'createNode',
         summary: 'Register a node',
         description:
           'gpu_ram_mb defaults to the GPU type\'s; status defaults to active. A taken node id is 400 conflict. With agent_url and agent_token the node\'s VMs are real, run by the agent on that host; the agent is asked about its host at once, and a node whose agent does not answer is still registered (201), shown with agent_status offline.',
@@ -213,7 +216,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
 
   r.get(
     '/admin/nodes/:node',
-    { schema: { tags: ['admin'], summary: 'Get a node', params: NodeParam, response: { 200: NodeRecord, ...errorResponses(401, 403, 404, 429) } }, config: admin },
+    { schema: { tags: ['admin'], operationId: 'getNode', summary: 'Get a node', description: 'One node with its hardware, status, the GPUs allocated and free and, when it runs `gpucloud agent`, the agent\'s status and host report. Admin role.', params: NodeParam, response: { 200: NodeRecord, ...errorResponses(401, 403, 404, 429) } }, config: admin },
     async (req) => inv.getNode(req.params.node),
   );
 
@@ -222,6 +225,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
     {
       schema: {
         tags: ['admin'],
+        operationId: 'updateNode',
         summary: 'Change a node',
         description:
           'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type\'s unless given. agent_url and agent_token change the node\'s agent (a new token alone rotates it); agent_url null makes it a simulated node. A node with VMs cannot gain or lose its agent (400 invalid_state).',
@@ -242,6 +246,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
     {
       schema: {
         tags: ['admin'],
+        operationId: 'deleteNode',
         summary: 'Remove a node',
         description: '204. Refused (400 invalid_state) while the node has VMs that are not destroyed or failed.',
         params: NodeParam,
@@ -257,7 +262,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
 
   r.get(
     '/admin/pricing',
-    { schema: { tags: ['admin'], summary: 'Prices per GPU type', response: { 200: Type.Array(AdminPricing), ...errorResponses(401, 403, 429) } }, config: admin },
+    { schema: { tags: ['admin'], operationId: 'listGpuPrices', summary: 'Prices per GPU type', description: 'The pricing table per GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour and the reserved discounts, with when each row last changed. Admin role.', response: { 200: Type.Array(AdminPricing), ...errorResponses(401, 403, 429) } }, config: admin },
     async () => inv.adminPricing(),
   );
 
@@ -266,9 +271,10 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
     {
       schema: {
         tags: ['admin'],
+        operationId: 'setGpuPrices',
         summary: 'Set the prices of a GPU type',
-        description: 'Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only (D31).',
-        params: Type.Object({ gpu_type: Type.String({ maxLength: 32 }) }),
+        description: 'Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only.',
+        params: Type.Object({ gpu_type: Type.String({ maxLength: 32, description: 'The GPU type, e.g. 4090' }) }),
         body: Type.Object(
           {
             gpu_ram_mb: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_048_576 })),

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, errorResponses, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import type { ReservationService } from './service.js';
 
@@ -56,8 +56,9 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
     {
       schema: {
         tags: ['reservations'],
+        operationId: 'calculateReservation',
         summary: 'Price a reservation',
-        description: 'What a reserved VM of this shape would cost (D36). Commit by creating a VM with rental_type reserved.',
+        description: 'What a reserved VM of this shape would cost. Commit by creating a VM with rental_type reserved.',
         body: Type.Object(
           {
             gpu_type: Type.Unsafe<'5090' | '4090' | 'pro6000'>({ type: 'string', enum: ['5090', '4090', 'pro6000'] }),
@@ -78,12 +79,14 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
     {
       schema: {
         tags: ['reservations'],
+        operationId: 'listReservations',
         summary: 'Your reservations',
+        description: 'Your reservations, newest first: term, GPU type and count, deposit, the GPU hours used and left, and status.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(ReservationSchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
-    async (req, reply) => page(reply, await reservations.list(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset)),
+    async (req, reply) => page(reply, await reservations.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
 
   r.delete(
@@ -91,10 +94,11 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
     {
       schema: {
         tags: ['reservations'],
+        operationId: 'cancelReservation',
         summary: 'Cancel a reservation',
         description:
           'Active reservations only (else 400 invalid_state). 25 % of the remaining balance is kept as a fee, 75 % is refunded to your credit balance; the VM, if it still exists, goes on as on-demand at on-demand prices.',
-        params: Type.Object({ reservation_id: Type.String() }),
+        params: Type.Object({ reservation_id: Type.String({ description: 'The reservation\'s id (uuid)' }) }),
         response: { 200: ReservationSchema, ...errorResponses(400, 401, 403, 404, 429) },
       },
     },

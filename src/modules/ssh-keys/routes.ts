@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, NO_CONTROL, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
@@ -33,6 +33,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
     {
       schema: {
         tags: ['ssh-keys'],
+        operationId: 'createSshKey',
         summary: 'Upload an SSH public key',
         description:
           'OpenSSH one-line form: ssh-ed25519, ssh-rsa (2048 bits or more), ecdsa-sha2-nistp256/384/521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com. `label` defaults to the key\'s comment, else "key-N". At most 5 keys (400 `limit_exceeded`); the same key twice is 400 `conflict`. Honours Idempotency-Key.',
@@ -61,12 +62,14 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
     {
       schema: {
         tags: ['ssh-keys'],
+        operationId: 'listSshKeys',
         summary: 'List SSH keys',
+        description: 'Your SSH public keys, newest first, with label, key type and SHA256 fingerprint. The key material is never returned.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(SshKeyRecord), ...errorResponses(401, 403, 422, 429) },
       },
     },
-    async (req, reply) => page(reply, await keys.list(requirePrincipal(req.principal).userId, req.query.limit, req.query.offset)),
+    async (req, reply) => page(reply, await keys.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
 
   r.get(
@@ -74,7 +77,9 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
     {
       schema: {
         tags: ['ssh-keys'],
+        operationId: 'getSshKey',
         summary: 'Get an SSH key',
+        description: 'One of your SSH keys by id. Another user\'s key is 404.',
         params: KeyId,
         response: { 200: SshKeyRecord, ...errorResponses(401, 403, 404, 429) },
       },
@@ -90,6 +95,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
     {
       schema: {
         tags: ['ssh-keys'],
+        operationId: 'deleteSshKey',
         summary: 'Delete an SSH key',
         description: '204. VMs created with the key keep it.',
         params: KeyId,

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, Enum, errorResponses, MessageResponse, Nullable, PaginationQuery, page } from '../../http/schemas.js';
+import { DateTime, Enum, errorResponses, MessageResponse, Nullable, page, pageArgs, PaginationQuery, paging } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { assertNoBody } from '../../http/no-body.js';
 import { VM_STATUSES } from './lifecycle.js';
@@ -33,7 +33,7 @@ export const VmSchema = Type.Object(
     rental_type: RentalSchema,
     reservation_id: Nullable(Type.String()),
     auto_restart: Nullable(Type.Boolean({ description: 'Interruptible VMs only; null for other rental types' })),
-    hourly_rate: Type.Number({ description: 'gpu_hourly_rate + storage_hourly_rate, fixed at creation (D31)' }),
+    hourly_rate: Type.Number({ description: 'gpu_hourly_rate + storage_hourly_rate, fixed at creation' }),
     gpu_hourly_rate: Type.Number(),
     storage_hourly_rate: Type.Number(),
     cpu_percent: Type.Number(),
@@ -67,7 +67,7 @@ const AdminVmSchema = Type.Object(
   { description: 'A VM as operators see it' },
 );
 
-const VmRef = Type.Object({ vm_id: Type.String({ description: 'The VM\'s uuid `id` or its integer `vmid` (D6)' }) });
+const VmRef = Type.Object({ vm_id: Type.String({ description: 'The VM\'s uuid `id` or its integer `vmid`' }) });
 
 const WebAccess = Nullable(
   Type.Object({ url: Type.String(), launch_token: Type.String({ description: 'Signed, names the VM and user, valid 5 minutes' }), expires_at: DateTime() }),
@@ -81,7 +81,7 @@ const AccessInfo = Type.Object(
     web_ui: WebAccess,
     jupyter: WebAccess,
   },
-  { description: 'How to reach a running VM (D26); web_ui and jupyter only for templates 102-104' },
+  { description: 'How to reach a running VM; web_ui and jupyter only for templates 102-104' },
 );
 
 const Interruption = Type.Object({
@@ -123,8 +123,9 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'createVm',
         summary: 'Create a VM',
-        description: `Checks, in this order (D22): validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts \`creating\` (201); provisioning runs in the background. Honours Idempotency-Key.`,
+        description: `Checks, in this order: validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts \`creating\` (201); provisioning runs in the background. Honours Idempotency-Key.`,
         body: CreateBody,
         response: { 201: VmSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
       },
@@ -141,10 +142,11 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'listVms',
         summary: 'List your VMs',
         description: 'Newest first; destroyed VMs only with include_destroyed=true (or status=destroyed). X-Total-Count holds the total.',
         querystring: Type.Object(
-          { include_destroyed: Type.Boolean({ default: false }), status: Type.Optional(StatusSchema), ...PaginationQuery },
+          { include_destroyed: Type.Optional(Type.Boolean({ default: false, description: 'Also list destroyed VMs' })), status: Type.Optional(StatusSchema), ...PaginationQuery },
           { additionalProperties: false },
         ),
         response: { 200: Type.Array(VmSchema), ...errorResponses(401, 403, 422, 429) },
@@ -154,17 +156,16 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
       page(
         reply,
         await vms.list(requirePrincipal(req.principal).userId, {
-          includeDestroyed: req.query.include_destroyed,
+          includeDestroyed: req.query.include_destroyed ?? false,
           status: req.query.status,
-          limit: req.query.limit,
-          offset: req.query.offset,
+          ...paging(req.query),
         }),
       ),
   );
 
   r.get(
     '/vms/:vm_id',
-    { schema: { tags: ['vms'], summary: 'Get a VM', params: VmRef, response: { 200: VmSchema, ...errorResponses(401, 403, 404, 429) } } },
+    { schema: { tags: ['vms'], operationId: 'getVm', summary: 'Get a VM', description: 'One of your VMs by its uuid `id` or its integer `vmid`: status, node, resources, rental type and the hourly rates fixed at creation. Another user\'s VM is 404.', params: VmRef, response: { 200: VmSchema, ...errorResponses(401, 403, 404, 429) } } },
     async (req) => vms.get(requirePrincipal(req.principal).userId, req.params.vm_id),
   );
 
@@ -173,6 +174,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'destroyVm',
         summary: 'Destroy a VM',
         description: 'Permanent: the VM and its data are gone. Billing ends now and its GPUs are freed at once; the hypervisor cleanup runs in the background. 400 invalid_state when already destroyed.',
         params: VmRef,
@@ -188,6 +190,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'startVm',
         summary: 'Start a stopped or interrupted VM',
         description: 'Needs free GPUs on the VM\'s node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.',
         params: VmRef,
@@ -206,6 +209,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'stopVm',
         summary: 'Stop a running VM',
         description: 'GPU billing pauses, storage continues; the GPUs are released (a reserved VM keeps them). 400 invalid_state unless running.',
         params: VmRef,
@@ -224,6 +228,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'setVmLabel',
         summary: 'Set or clear the label',
         description: '1 to 32 printable ASCII characters; null clears it.',
         params: VmRef,
@@ -240,6 +245,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'setVmAutoRestart',
         summary: 'Turn auto-restart of an interruptible VM on or off',
         description: 'With auto-restart an interrupted VM starts again as soon as its node has the GPUs free. 400 invalid_state for other rental types.',
         params: VmRef,
@@ -256,6 +262,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'getVmAccessInfo',
         summary: 'SSH command and web links of a running VM',
         description:
           'web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes: interactive access to the VM, so they are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.',
@@ -274,6 +281,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['vms'],
+        operationId: 'getVmInterruptionHistory',
         summary: 'Preemptions of an interruptible VM',
         description: 'Newest first. status: interrupted (still down), restored (with restored_at and downtime_seconds) or abandoned (destroyed while interrupted).',
         params: VmRef,
@@ -282,7 +290,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
       },
     },
     async (req, reply) =>
-      page(reply, await vms.interruptions(requirePrincipal(req.principal).userId, req.params.vm_id, req.query.limit, req.query.offset)),
+      page(reply, await vms.interruptions(requirePrincipal(req.principal).userId, req.params.vm_id, ...pageArgs(req.query))),
   );
 
   r.get(
@@ -290,12 +298,14 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
     {
       schema: {
         tags: ['admin'],
+        operationId: 'listAllVms',
         summary: 'Every user\'s VMs',
+        description: 'Every user\'s VMs, newest first, filtered by owner, node or status; destroyed VMs only with `include_destroyed=true`. Admin role.',
         querystring: Type.Object(
           {
-            user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })),
-            node: Type.Optional(Type.String({ maxLength: 63 })),
-            include_destroyed: Type.Boolean({ default: false }),
+            user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'Only this user\'s VMs' })),
+            node: Type.Optional(Type.String({ maxLength: 63, description: 'Only VMs on this node' })),
+            include_destroyed: Type.Optional(Type.Boolean({ default: false, description: 'Also list destroyed VMs' })),
             status: Type.Optional(StatusSchema),
             ...PaginationQuery,
           },
@@ -310,11 +320,10 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         reply,
         await vms.adminList({
           userId: req.query.user_id,
-          includeDestroyed: req.query.include_destroyed,
+          includeDestroyed: req.query.include_destroyed ?? false,
           status: req.query.status,
           node: req.query.node,
-          limit: req.query.limit,
-          offset: req.query.offset,
+          ...paging(req.query),
         }),
       ),
   );

@@ -15,6 +15,7 @@ import { validatorCompiler } from './http/validation.js';
 import { frameworkErrors, registerErrorHandler } from './http/error-handler.js';
 import { ErrorResponse, errorResponses, frameworkResponses } from './http/schemas.js';
 import { registerOpenApi, API_VERSION } from './http/openapi.js';
+import { consoleDir, registerConsole } from './http/console.js';
 import { registerMetrics } from './http/metrics.js';
 import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
 import { registerRateLimit } from './http/rate-limit.js';
@@ -31,6 +32,7 @@ import { SshKeyService } from './modules/ssh-keys/service.js';
 import { sshKeyRoutes } from './modules/ssh-keys/routes.js';
 import { AdminUserService } from './modules/admin/service.js';
 import { adminRoutes } from './modules/admin/routes.js';
+import { ledgerCheck } from './modules/billing/ledger-check.js';
 import type { ClockService } from './modules/clock/service.js';
 import { InventoryService } from './modules/inventory/service.js';
 import { inventoryRoutes } from './modules/inventory/routes.js';
@@ -61,6 +63,8 @@ export interface AppDeps {
   rateLimitStore: RateLimitStore;
   jwtSecret: string;
   logger?: FastifyServerOptions['logger'];
+  /** The web console's built files (default: dist/console, if built). */
+  consoleDir?: string;
 }
 
 export interface Services {
@@ -282,9 +286,9 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     });
   }
 
-  // The docs UI's own routes (registered by @fastify/swagger-ui) are public and not rate limited.
+  // The docs UI's and the console's files (registered by @fastify/swagger-ui and @fastify/static) are public and not rate limited.
   app.addHook('onRoute', (route) => {
-    if (route.url === '/docs' || route.url.startsWith('/docs/')) {
+    if (route.url === '/docs' || route.url.startsWith('/docs/') || route.url === '/console' || route.url.startsWith('/console/')) {
       route.config = { ...(route.config ?? {}), auth: 'public', rateLimit: false };
     }
   });
@@ -300,6 +304,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     }
   });
   await registerOpenApi(app, { publicUrl: deps.config.publicUrl, supportEmail: deps.config.supportEmail });
+  await registerConsole(app, deps.consoleDir ?? consoleDir());
   registerMetrics(app);
 
   // Order matters: identify -> count -> reject (D40 counts unauthenticated calls by IP) -> idempotency.
@@ -370,7 +375,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   );
   apiKeyRoutes(app, services.apiKeys);
   sshKeyRoutes(app, services.sshKeys);
-  adminRoutes(app, services.adminUsers, services.clock);
+  adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db));
   inventoryRoutes(app, services.inventory);
   billingRoutes(app, services.billing);
   vmRoutes(app, services.vms);

@@ -83,7 +83,7 @@ async function serve(args: string[]): Promise<void> {
   const server = await startServer(cfg, role);
   const lines = ['', 'gpucloud is running'];
   if (server.url) {
-    lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`);
+    lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`, `  Web console: ${server.url}/console/`);
   }
   lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
   if (server.localAgent) {

@@ -7,6 +7,7 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaCompiler } from 'fastify';
 import type { FieldError } from '../errors.js';
+import { NO_CONTROL, NO_CONTROL_CC } from './schemas.js';
 
 // ajv-formats is CommonJS; its default export arrives wrapped under ESM.
 const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ??
@@ -71,6 +72,12 @@ export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, http
   return strict;
 };
 
+/** Patterns whose regular expression would mean nothing to a person, said in words. */
+const PATTERN_MESSAGES: Record<string, string> = {
+  [NO_CONTROL]: 'must not contain control characters or invisible formatting characters',
+  [NO_CONTROL_CC]: 'must not contain control characters',
+};
+
 const PART_NAME: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
 
 /** Turns Ajv errors into D1 field errors such as `{field: "body.gpu_count", message: "..."}`. */
@@ -93,6 +100,8 @@ export function fieldErrors(errors: ErrorObject[], httpPart: string | undefined)
       message = 'is not an allowed field';
     } else if (e.keyword === 'enum') {
       message = `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
+    } else if (e.keyword === 'pattern' && PATTERN_MESSAGES[(e.params as { pattern: string }).pattern]) {
+      message = PATTERN_MESSAGES[(e.params as { pattern: string }).pattern]!;
     } else if (e.keyword === 'const') {
       message = `must be ${JSON.stringify((e.params as { allowedValue: unknown }).allowedValue)}`;
     } else if (e.keyword === 'anyOf' || e.keyword === 'oneOf') {

@@ -481,6 +481,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/ledger-check": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Verify the ledger
+         * @description The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction's balance_after is the running sum, every reservation's remaining balance and its deposit and refund transactions agree, and every usage log's cost was paid exactly once. Each problem names the account. Admin role.
+         */
+        get: operations["checkLedger"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/search": {
         parameters: {
             query?: never;
@@ -2067,6 +2087,8 @@ export interface operations {
                         two_factor_enabled: boolean;
                         /** Format: date-time */
                         created_at: string;
+                        /** @description Credit balance in the major unit (at most 6 decimals) */
+                        balance: number;
                         suspended: boolean;
                         max_vms: number | null;
                         max_gpus: number | null;
@@ -2109,6 +2131,8 @@ export interface operations {
                         two_factor_enabled: boolean;
                         /** Format: date-time */
                         created_at: string;
+                        /** @description Credit balance in the major unit (at most 6 decimals) */
+                        balance: number;
                         suspended: boolean;
                         max_vms: number | null;
                         max_gpus: number | null;
@@ -2161,6 +2185,8 @@ export interface operations {
                         two_factor_enabled: boolean;
                         /** Format: date-time */
                         created_at: string;
+                        /** @description Credit balance in the major unit (at most 6 decimals) */
+                        balance: number;
                         suspended: boolean;
                         max_vms: number | null;
                         max_gpus: number | null;
@@ -2261,6 +2287,52 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    checkLedger: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "ok": true,
+                     *       "checked_at": "2026-11-22T10:00:00.000Z",
+                     *       "problems": []
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description True when no problem was found */
+                        ok: boolean;
+                        /**
+                         * Format: date-time
+                         * @description When the check ran (the service clock)
+                         */
+                        checked_at: string;
+                        problems: {
+                            kind: "balance" | "transaction" | "reservation" | "usage";
+                            user_id: number;
+                            email: string;
+                            detail: string;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];

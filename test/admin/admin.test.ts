@@ -10,7 +10,7 @@ import { createApiKey, createUser, uniqueEmail, type TestUser } from '../helpers
 import { ClockService } from '../../src/modules/clock/service.js';
 import { AppError } from '../../src/errors.js';
 
-const ADMIN_USER_FIELDS = ['created_at', 'email', 'id', 'max_gpus', 'max_vms', 'name', 'role', 'suspended', 'two_factor_enabled', 'updated_at'];
+const ADMIN_USER_FIELDS = ['balance', 'created_at', 'email', 'id', 'max_gpus', 'max_vms', 'name', 'role', 'suspended', 'two_factor_enabled', 'updated_at'];
 const MAX_ADVANCE_S = 10 * 366 * 86_400;
 
 describeEachDb('admin API', (t) => {
@@ -290,6 +290,12 @@ describeEachDb('admin API', (t) => {
       assert.equal(r.body.suspended, false);
       assert.equal(r.body.max_vms, null);
       assert.equal(r.body.max_gpus, null);
+      assert.equal(r.body.balance, 0);
+      const credited = await req('POST', `/admin/users/${user.id}/credits`, { token: admin.token, body: { amount: 12.345678, description: 'test' } });
+      assert.equal(credited.status, 201, credited.text);
+      assert.equal((await req('GET', `/admin/users/${user.id}`, { token: admin.token })).body.balance, 12.345678);
+      const listed = await req('GET', '/admin/users', { token: admin.token, query: { email: user.email } });
+      assert.equal(listed.body[0].balance, 12.345678, 'the list shows balances too');
       const missing = await req('GET', '/admin/users/987654321', { token: admin.token });
       assert.equal(missing.status, 404);
       assert.equal(missing.body.code, 'not_found');
@@ -484,6 +490,35 @@ describeEachDb('admin API', (t) => {
         { role: r.body[0].role, suspended: r.body[0].suspended, max_vms: r.body[0].max_vms, max_gpus: r.body[0].max_gpus, name: r.body[0].name },
         { role: 'user', suspended: false, max_vms: null, max_gpus: null, name: 'Fresh' },
       );
+    });
+  });
+
+  describe('ledger check', () => {
+    test('GET /admin/ledger-check: ok on a sound ledger; a balance moved outside the ledger is named; admins only', async () => {
+      const sound = await req('GET', '/admin/ledger-check', { token: admin.token });
+      assert.equal(sound.status, 200, sound.text);
+      assert.equal(sound.body.ok, true, JSON.stringify(sound.body.problems));
+      assert.deepEqual(sound.body.problems, []);
+      assert.equal(sound.body.checked_at, new Date(await clockNow()).toISOString());
+
+      const victim = await createUser(t());
+      await t().db.query('UPDATE users SET balance_micros = balance_micros + 1000000 WHERE id = $1', [victim.id]);
+      try {
+        const broken = await req('GET', '/admin/ledger-check', { token: admin.token });
+        assert.equal(broken.body.ok, false);
+        const mine = broken.body.problems.filter((p: { user_id: number }) => p.user_id === victim.id);
+        assert.equal(mine.length, 1);
+        assert.equal(mine[0].kind, 'balance');
+        assert.equal(mine[0].email, victim.email);
+        assert.match(mine[0].detail, /balance 1 but transactions sum to 0/);
+      } finally {
+        await t().db.query('UPDATE users SET balance_micros = balance_micros - 1000000 WHERE id = $1', [victim.id]);
+      }
+
+      assert.equal((await req('GET', '/admin/ledger-check')).status, 401);
+      assert.equal((await req('GET', '/admin/ledger-check', { token: user.token })).status, 403);
+      const key = await createApiKey(t(), user.token, 'read_write');
+      assert.equal((await req('GET', '/admin/ledger-check', { token: key })).status, 403);
     });
   });
 });

@@ -19,6 +19,8 @@ export interface TestAppOptions {
   env?: Record<string, string>;
   /** Use Redis for rate limits when available (default: on PostgreSQL runs). */
   redis?: boolean;
+  /** Serve the web console from this build (default: dist/console, if built). */
+  consoleDir?: string;
 }
 
 export interface Res {
@@ -100,7 +102,7 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
   const sharedMemory = useRedis ? undefined : makeStore();
   const rateLimitStore = sharedMemory ?? makeStore();
   const clockService = await ClockService.create(testDb.db, 'manual', config.clockStartMs);
-  const deps = { config, db: testDb.db, clock: clockService, rateLimitStore, jwtSecret: JWT_SECRET };
+  const deps = { config, db: testDb.db, clock: clockService, rateLimitStore, jwtSecret: JWT_SECRET, ...(opts.consoleDir ? { consoleDir: opts.consoleDir } : {}) };
   const services = createServices(deps);
   await services.inventory.ensureDefaultPricing();
   const app = await buildApp(deps, services);

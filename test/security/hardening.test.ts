@@ -69,6 +69,7 @@ describeEachDb(
         const r = await t().req('POST', '/api-keys', { token: u.token, body: { name, scope: 'read_only' } });
         assert.equal(r.status, 422, `${JSON.stringify(name)}: ${r.text}`);
         assert.equal(r.body.errors[0].field, 'body.name');
+        assert.equal(r.body.errors[0].message, 'must not contain control characters or invisible formatting characters', 'said in words, not as a regular expression');
       }
       const ok = await t().req('POST', '/api-keys', { token: u.token, body: { name: 'Büro ключ 鍵 🔑', scope: 'read_only' } });
       assert.equal(ok.status, 201, ok.text);
@@ -77,6 +78,7 @@ describeEachDb(
       const bad = await t().req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: key, label: 'laptop\u001b]0;pwned\u0007' } });
       assert.equal(bad.status, 422, bad.text);
       assert.equal(bad.body.errors[0].field, 'body.label');
+      assert.match(bad.body.errors[0].message, /^must not contain control characters or invisible formatting characters/);
       const good = await t().req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: key, label: 'laptop (work)' } });
       assert.equal(good.status, 201, good.text);
     });

@@ -1,4 +1,4 @@
-/** /admin/users (D47) and /admin/clock (D43). Admin role required (D16). */
+/** /admin/users, /admin/clock and /admin/ledger-check: the admin role only. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -7,10 +7,12 @@ import { requirePrincipal } from '../../http/principal.js';
 import { UserRecordSchema } from '../auth/routes.js';
 import type { AdminUserService } from './service.js';
 import type { ClockService } from '../clock/service.js';
+import type { LedgerProblem } from '../billing/ledger-check.js';
 
 const AdminUser = Type.Object(
   {
     ...UserRecordSchema.properties,
+    balance: Type.Number({ description: 'Credit balance in the major unit (at most 6 decimals)' }),
     suspended: Type.Boolean(),
     max_vms: Nullable(Type.Integer({ description: 'Per-user VM limit; null means the default (10)' })),
     max_gpus: Nullable(Type.Integer({ description: 'Per-user GPU limit; null means the default (16)' })),
@@ -22,7 +24,12 @@ const AdminUser = Type.Object(
 const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The user\'s id' }) });
 const noStore = { 'cache-control': 'no-store' };
 
-export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock: ClockService): void {
+export function adminRoutes(
+  app: FastifyInstance,
+  users: AdminUserService,
+  clock: ClockService,
+  ledgerCheck: () => Promise<LedgerProblem[]>,
+): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
   const admin = { auth: 'admin' as const };
 
@@ -122,5 +129,41 @@ export function adminRoutes(app: FastifyInstance, users: AdminUserService, clock
       config: admin,
     },
     async (req) => ({ now: (await clock.advance(req.body.seconds)).toISOString() }),
+  );
+
+  const LedgerCheck = Type.Object(
+    {
+      ok: Type.Boolean({ description: 'True when no problem was found' }),
+      checked_at: DateTime('When the check ran (the service clock)'),
+      problems: Type.Array(
+        Type.Object({
+          kind: Type.Union([Type.Literal('balance'), Type.Literal('transaction'), Type.Literal('reservation'), Type.Literal('usage')]),
+          user_id: Type.Integer(),
+          email: Type.String(),
+          detail: Type.String(),
+        }),
+      ),
+    },
+    { examples: [{ ok: true, checked_at: '2026-11-22T10:00:00.000Z', problems: [] }] },
+  );
+
+  r.get(
+    '/admin/ledger-check',
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'checkLedger',
+        summary: 'Verify the ledger',
+        description:
+          'The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction\'s balance_after is the running sum, every reservation\'s remaining balance and its deposit and refund transactions agree, and every usage log\'s cost was paid exactly once. Each problem names the account. Admin role.',
+        response: { 200: LedgerCheck, ...errorResponses(401, 403, 429) },
+      },
+      config: admin,
+    },
+    async (_req, reply) => {
+      reply.headers(noStore);
+      const problems = await ledgerCheck();
+      return { ok: problems.length === 0, checked_at: clock.clock.now().toISOString(), problems };
+    },
   );
 }

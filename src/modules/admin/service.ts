@@ -1,12 +1,15 @@
-/** Operator view of accounts (CONTRACT D47). */
+/** The operator's view of accounts: list, look up, change role, suspension and limits. */
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { invalidState, notFound } from '../../errors.js';
+import { toAmount } from '../../money.js';
 import * as users from '../auth/repository.js';
 import type { Role, UserRow } from '../auth/repository.js';
 import { toUserRecord, type UserRecord } from '../auth/service.js';
 
 export interface AdminUserRecord extends UserRecord {
+  /** Credit balance in the major unit. */
+  balance: number;
   suspended: boolean;
   max_vms: number | null;
   max_gpus: number | null;
@@ -25,6 +28,7 @@ export type SuspensionHook = (tx: import('../../db/db.js').Queryable, userId: nu
 
 const toAdminRecord = (u: UserRow): AdminUserRecord => ({
   ...toUserRecord(u),
+  balance: toAmount(u.balance_micros),
   suspended: u.suspended,
   max_vms: u.max_vms,
   max_gpus: u.max_gpus,

@@ -13,6 +13,8 @@ export interface UserRow {
   suspended: boolean;
   max_vms: number | null;
   max_gpus: number | null;
+  /** The credit balance in micro-units; written only by the billing ledger. */
+  balance_micros: number;
   totp_secret: string | null;
   totp_pending_secret: string | null;
   totp_enabled: boolean;

@@ -1,0 +1,513 @@
+/**
+ * The launch form for one node's offer: rental type, GPU count, template,
+ * access, disk and label, top to bottom, with a price summary that follows
+ * every choice (and the reservation quote from the API for reserved), then
+ * `Launch`. The offer is re-read every 10 s, so the GPU counts offered are
+ * the ones free now.
+ */
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type { ComponentChildren } from 'preact';
+import type { CreateVmRequest, Offer, operations } from '../../../src/sdk/index.js';
+import { api, call, client, GpuCloudError } from '../api.js';
+import { navigate } from '../router.js';
+import { ErrorText, Field, Form, Link, Loaded, Money, Page, Select, Submit, formatMoney, notify, useAsync } from '../ui.js';
+import { RENTAL_LABELS, formatRam, isRentalType, sumMoney, unitPrice, useDebounced, type RentalType } from './offers.js';
+
+type GpuCount = CreateVmRequest['gpu_count'];
+type Months = 1 | 3 | 6;
+type AuthMethod = 'ssh_key' | 'password';
+type Quote = operations['calculateReservation']['responses'][200]['content']['application/json'];
+
+const GPU_COUNTS: GpuCount[] = [1, 2, 4, 8];
+const MONTHS: Months[] = [1, 3, 6];
+const MIN_DISK_GB = 50;
+const DEFAULT_DISK_GB = 100;
+const MIN_PASSWORD = 12;
+const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
+const POLL_MS = 10_000;
+
+export const TEMPLATES: { vmid: number; name: string; about: string }[] = [
+  { vmid: 100, name: 'Ubuntu 22.04', about: 'with GPU drivers' },
+  { vmid: 101, name: 'Ubuntu 24.04', about: 'with GPU drivers' },
+  { vmid: 102, name: 'Stable Diffusion', about: 'WebUI in the browser, plus Jupyter' },
+  { vmid: 103, name: 'ComfyUI', about: 'node-based image, video and audio generation, plus Jupyter' },
+  { vmid: 104, name: 'Desktop', about: 'a Linux desktop in the browser, plus Jupyter' },
+];
+
+const RENTAL_ABOUT: Record<RentalType, string> = {
+  on_demand: 'Pay by the hour; stop or destroy at any time.',
+  interruptible: 'Cheapest; stopped when an on-demand or reserved VM needs the GPUs, restarted when they are free again.',
+  reserved: 'Prepaid for 1, 3 or 6 months at a discount; the GPUs stay yours while stopped.',
+};
+
+/** The node's offer for a rental type, reading every page of GET /search; undefined when it has no GPUs for it. */
+async function findOffer(node: string, rental: RentalType): Promise<Offer | undefined> {
+  const limit = 100;
+  for (let offset = 0; ; offset += limit) {
+    const page = await call(api.GET('/search', { params: { query: { rental_type: rental, limit, offset } } }));
+    const hit = page.find((o) => o.node === node);
+    if (hit || page.length < limit) return hit;
+  }
+}
+
+function newKey(): string {
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+function Choice<T extends string | number>(props: {
+  name: string;
+  value: T;
+  selected: T;
+  onSelect: (v: T) => void;
+  disabled?: boolean;
+  children: ComponentChildren;
+}) {
+  return (
+    <label class="choice">
+      <input
+        type="radio"
+        name={props.name}
+        value={String(props.value)}
+        checked={props.value === props.selected}
+        disabled={props.disabled}
+        onChange={() => props.onSelect(props.value)}
+      />
+      <span>{props.children}</span>
+    </label>
+  );
+}
+
+export function Launch({ node }: { node: string }) {
+  const offers = useAsync(
+    async () => {
+      // On-demand and reserved may take GPUs held by interruptible VMs; interruptible only free ones.
+      const [standard, interruptible] = await Promise.all([findOffer(node, 'on_demand'), findOffer(node, 'interruptible')]);
+      return { standard, interruptible };
+    },
+    [node],
+    POLL_MS,
+  );
+  // Once seen, the offer stays on screen if a later poll finds no GPUs (the form is not pulled away mid-way).
+  const seen = useRef<Offer | undefined>(undefined);
+  if (seen.current && seen.current.node !== node) seen.current = undefined;
+  if (offers.data?.standard?.node === node) seen.current = offers.data.standard;
+
+  return (
+    <Page
+      title={`Launch on ${node}`}
+      actions={
+        <Link href="/offers" class="btn btn-plain">
+          Back
+        </Link>
+      }
+    >
+      <Loaded value={offers}>
+        {(d) =>
+          seen.current ? (
+            <LaunchForm
+              key={node}
+              offer={seen.current}
+              available={{
+                on_demand: d.standard?.gpu_count ?? 0,
+                reserved: d.standard?.gpu_count ?? 0,
+                interruptible: d.interruptible?.gpu_count ?? 0,
+              }}
+              onGpusGone={() => void offers.reload()}
+            />
+          ) : (
+            <div class="card">
+              <p>
+                The offer for node <strong>{node}</strong> is gone: the node has no GPUs free right now, or it is no longer offered.
+              </p>
+              <p>
+                <Link href="/offers">Pick another one</Link> from the list.
+              </p>
+            </div>
+          )
+        }
+      </Loaded>
+    </Page>
+  );
+}
+
+function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available: Record<RentalType, number>; onGpusGone: () => void }) {
+  const fromUrl = new URLSearchParams(location.search).get('rental_type');
+  const [rental, setRental] = useState<RentalType>(isRentalType(fromUrl) ? fromUrl : 'on_demand');
+  const [months, setMonths] = useState<Months>(1);
+  const [gpuCount, setGpuCount] = useState<GpuCount>(1);
+  const [template, setTemplate] = useState(101);
+  const [auth, setAuth] = useState<AuthMethod>('ssh_key');
+  const [keyId, setKeyId] = useState('');
+  const [password, setPassword] = useState('');
+  const [disk, setDisk] = useState(String(Math.min(DEFAULT_DISK_GB, Math.max(MIN_DISK_GB, offer.max_storage_gb))));
+  const [label, setLabel] = useState('');
+  const [failure, setFailure] = useState<string | undefined>(undefined);
+  const idem = useRef<{ key: string; body: string } | undefined>(undefined);
+
+  const keys = useAsync(() => call(api.GET('/ssh-keys', { params: { query: { limit: 100 } } })), []);
+  const balance = useAsync(() => call(api.GET('/billing/balance')), [], 30_000);
+
+  // Without an SSH key the password is the way in; with keys, the newest is preselected.
+  useEffect(() => {
+    if (!keys.data) return;
+    if (keys.data.length === 0) setAuth('password');
+    else if (!keys.data.some((k) => k.id === keyId)) setKeyId(keys.data[0]!.id);
+  }, [keys.data, keyId]);
+
+  const free = available[rental];
+  const counts = GPU_COUNTS.filter((n) => n <= free);
+  // Keep the GPU count within what the rental type has free (the largest that fits).
+  useEffect(() => {
+    if (counts.length && !counts.includes(gpuCount)) setGpuCount(counts[counts.length - 1]!);
+  }, [free, gpuCount]); // eslint-disable-line react-hooks/exhaustive-deps
+
+  const diskGb = Number(disk);
+  const diskOk = Number.isInteger(diskGb) && diskGb >= MIN_DISK_GB && diskGb <= offer.max_storage_gb;
+  const discount = months === 6 ? offer.reserved_discount_6mo : months === 3 ? offer.reserved_discount_3mo : offer.reserved_discount_1mo;
+
+  // The reservation quote, asked again when the shape changes (the disk once typing pauses).
+  const quoteKey = useDebounced(JSON.stringify(rental === 'reserved' && diskOk ? [offer.gpu_type, gpuCount, diskGb, months] : null), 300);
+  const quote = useAsync(async () => {
+    const k = JSON.parse(quoteKey) as [Offer['gpu_type'], GpuCount, number, Months] | null;
+    if (!k) return null;
+    return call(api.POST('/reservations/calculate', { body: { gpu_type: k[0], gpu_count: k[1], storage_gb: k[2], reservation_months: k[3] } }));
+  }, [quoteKey]);
+
+  const body = (): CreateVmRequest => {
+    if (counts.length === 0) throw new Error(`Node ${offer.node} has no GPUs free for ${RENTAL_LABELS[rental].toLowerCase()} rental right now. Choose another rental type, or another offer.`);
+    if (!diskOk) throw new Error(`Disk size must be a whole number of GB from ${MIN_DISK_GB} to ${offer.max_storage_gb}.`);
+    if (auth === 'password' && password.length < MIN_PASSWORD) throw new Error(`The password needs at least ${MIN_PASSWORD} characters.`);
+    if (auth === 'ssh_key' && !keyId) throw new Error('Choose an SSH key, or use a password.');
+    const name = label.trim();
+    if (name && !LABEL_RE.test(name)) throw new Error('The label must be 1 to 32 printable ASCII characters.');
+    return {
+      node: offer.node,
+      gpu_type: offer.gpu_type,
+      gpu_count: gpuCount,
+      storage_gb: diskGb,
+      template_vmid: template,
+      rental_type: rental,
+      ...(rental === 'reserved' ? { reservation_months: months } : {}),
+      auth_method: auth,
+      ...(auth === 'ssh_key' ? { ssh_key_id: keyId } : { password }),
+      ...(name ? { instance_label: name } : {}),
+    };
+  };
+
+  const submit = async () => {
+    setFailure(undefined);
+    const b = body();
+    // One key per request body: a retry after a lost answer finds the VM already made instead of making another.
+    const json = JSON.stringify(b);
+    if (!idem.current || idem.current.body !== json) idem.current = { key: newKey(), body: json };
+    try {
+      const vm = await client.createVm(b, { idempotencyKey: idem.current.key });
+      idem.current = undefined;
+      notify(`VM ${vm.vmid} is being created on ${vm.node}.`);
+      navigate(`/vms/${vm.id}`);
+    } catch (e) {
+      if (e instanceof GpuCloudError) {
+        // The API answered: the next try (after adding credit, say) is a new request.
+        idem.current = undefined;
+        setFailure(e.code);
+        if (e.code === 'gpu_unavailable') onGpusGone();
+      }
+      throw e;
+    }
+  };
+
+  const unit = unitPrice(offer, rental);
+  const gpuHourly = rental === 'reserved' ? sumMoney(gpuCount * unit * (1 - discount / 100)) : sumMoney(gpuCount * unit);
+  const diskHourly = diskOk ? sumMoney(diskGb * offer.storage_price_hourly) : 0;
+  // The quote on screen must be for the shape chosen now, not the one before the last click.
+  const q =
+    rental === 'reserved' && quote.data && quote.data.gpu_count === gpuCount && quote.data.storage_gb === diskGb && quote.data.reservation_months === months
+      ? quote.data
+      : null;
+  const perHour = q ? q.hourly_rate_after_discount : sumMoney(gpuHourly, diskHourly);
+  const keyList = keys.data ?? [];
+
+  return (
+    <>
+      <div class="card">
+        <dl class="props">
+          <dt>Node</dt>
+          <dd>
+            <strong>{offer.node}</strong>
+            {offer.cluster_name ? <span class="muted"> · {offer.cluster_name}</span> : null} · {offer.location}
+          </dd>
+          <dt>GPU</dt>
+          <dd>
+            {offer.gpu_type}, {formatRam(offer.gpu_ram_mb)} each
+          </dd>
+          <dt>Host</dt>
+          <dd>
+            {offer.cpu_cores} cores ({offer.cpu_model}), {offer.ram_gb} GB RAM{offer.pcie_gen ? `, PCIe ${offer.pcie_gen}` : ''}; CPU and RAM are shared out by GPU
+          </dd>
+        </dl>
+      </div>
+      <Form class="card launch-form" onSubmit={submit}>
+        <fieldset class="launch-step">
+          <legend>1. Rental type</legend>
+          <div class="choices">
+            {(['on_demand', 'interruptible', 'reserved'] as RentalType[]).map((r) => (
+              <Choice key={r} name="rental_type" value={r} selected={rental} onSelect={setRental} disabled={available[r] === 0 && r !== rental}>
+                <strong>{RENTAL_LABELS[r]}</strong>{' '}
+                <span class="cell-sub">
+                  {formatMoney(unitPrice(offer, r), 'USD', true)}/h per GPU{r === 'reserved' ? ' before discount' : ''} · {available[r]} free
+                </span>
+              </Choice>
+            ))}
+          </div>
+          <small class="muted">{RENTAL_ABOUT[rental]}</small>
+          {rental === 'reserved' ? (
+            <fieldset class="launch-step">
+              <legend>Reservation length</legend>
+              <div class="choices">
+                {MONTHS.map((m) => (
+                  <Choice key={m} name="reservation_months" value={m} selected={months} onSelect={setMonths}>
+                    {m} {m === 1 ? 'month' : 'months'}{' '}
+                    <span class="cell-sub">−{m === 6 ? offer.reserved_discount_6mo : m === 3 ? offer.reserved_discount_3mo : offer.reserved_discount_1mo}%</span>
+                  </Choice>
+                ))}
+              </div>
+            </fieldset>
+          ) : null}
+        </fieldset>
+
+        <fieldset class="launch-step">
+          <legend>2. GPUs</legend>
+          {counts.length ? (
+            <div class="choices">
+              {counts.map((n) => (
+                <Choice key={n} name="gpu_count" value={n} selected={gpuCount} onSelect={setGpuCount}>
+                  {n} {n === 1 ? 'GPU' : 'GPUs'}
+                </Choice>
+              ))}
+            </div>
+          ) : (
+            <p class="warning" role="alert">
+              No GPUs are free for {RENTAL_LABELS[rental].toLowerCase()} rental on {offer.node} right now. Choose another rental type, or{' '}
+              <Link href="/offers">another offer</Link>.
+            </p>
+          )}
+          <small class="muted">
+            {free} {offer.gpu_type} {free === 1 ? 'GPU is' : 'GPUs are'} free for {RENTAL_LABELS[rental].toLowerCase()} rental; a VM takes 1, 2, 4 or 8.
+          </small>
+        </fieldset>
+
+        <fieldset class="launch-step">
+          <legend>3. Template</legend>
+          <div class="choices">
+            {TEMPLATES.map((t) => (
+              <Choice key={t.vmid} name="template_vmid" value={t.vmid} selected={template} onSelect={setTemplate}>
+                <strong>{t.name}</strong> <span class="cell-sub">{t.about}</span>
+              </Choice>
+            ))}
+          </div>
+        </fieldset>
+
+        <fieldset class="launch-step">
+          <legend>4. Access</legend>
+          <Select
+            label="Access method"
+            value={auth}
+            onChange={(v) => setAuth(v === 'password' ? 'password' : 'ssh_key')}
+            options={[
+              { value: 'ssh_key', label: 'SSH key' },
+              { value: 'password', label: 'Password' },
+            ]}
+          />
+          {auth === 'ssh_key' ? (
+            keys.data === undefined ? (
+              keys.error ? (
+                <ErrorText error={keys.error} />
+              ) : (
+                <p class="muted" role="status">
+                  <span class="spinner" aria-hidden="true" /> Loading your SSH keys…
+                </p>
+              )
+            ) : keyList.length ? (
+              <Select
+                label="SSH key"
+                value={keyId}
+                onChange={setKeyId}
+                options={keyList.map((k) => ({ value: k.id, label: `${k.label} (${k.key_type}, ${k.fingerprint.slice(0, 19)}…)` }))}
+              />
+            ) : (
+              <p class="warning">
+                You have no SSH key yet. <Link href="/ssh-keys">Add an SSH key</Link>, or choose Password as the access method.
+              </p>
+            )
+          ) : (
+            <>
+              {keys.data && keyList.length === 0 ? (
+                <p class="muted">
+                  You have no SSH key, so the VM is reached with a password. To use a key instead, <Link href="/ssh-keys">add an SSH key</Link>.
+                </p>
+              ) : null}
+              <Field
+                label="Password"
+                type="password"
+                value={password}
+                onInput={(e) => setPassword(e.currentTarget.value)}
+                autoComplete="new-password"
+                minLength={MIN_PASSWORD}
+                maxLength={128}
+                hint={
+                  password && password.length < MIN_PASSWORD
+                    ? `${MIN_PASSWORD - password.length} more characters needed (at least ${MIN_PASSWORD}).`
+                    : `At least ${MIN_PASSWORD} characters. For signing in to the VM; it is not shown again.`
+                }
+              />
+            </>
+          )}
+        </fieldset>
+
+        <fieldset class="launch-step">
+          <legend>5. Disk and label</legend>
+          <div class="grid2">
+            <Field
+              label="Disk size (GB)"
+              type="number"
+              min={MIN_DISK_GB}
+              max={offer.max_storage_gb}
+              step={1}
+              inputMode="numeric"
+              value={disk}
+              onInput={(e) => setDisk(e.currentTarget.value)}
+              aria-invalid={!diskOk || undefined}
+              hint={`${MIN_DISK_GB} to ${offer.max_storage_gb} GB, at ${formatMoney(offer.storage_price_hourly, 'USD', true)} per GB-hour.`}
+            />
+            <Field
+              label="Label (optional)"
+              value={label}
+              onInput={(e) => setLabel(e.currentTarget.value)}
+              maxLength={32}
+              placeholder="e.g. training-run-3"
+              hint="Up to 32 characters, to tell your VMs apart."
+            />
+          </div>
+        </fieldset>
+
+        <fieldset class="launch-step">
+          <legend>6. Price</legend>
+          <div class="launch-price" aria-live="polite">
+            <dl class="props">
+              <dt>GPUs</dt>
+              <dd>
+                {gpuCount} × {formatMoney(unit, 'USD', true)}/h{rental === 'reserved' ? ` − ${discount}%` : ''} ={' '}
+                <Money value={gpuHourly} precise perHour />
+              </dd>
+              <dt>Disk</dt>
+              <dd>
+                {diskOk ? (
+                  <>
+                    {diskGb} GB × {formatMoney(offer.storage_price_hourly, 'USD', true)}/h = <Money value={diskHourly} precise perHour />
+                  </>
+                ) : (
+                  <span class="muted">enter a disk size from {MIN_DISK_GB} to {offer.max_storage_gb} GB</span>
+                )}
+              </dd>
+              <dt>Per hour</dt>
+              <dd>
+                <strong data-testid="price-per-hour">
+                  <Money value={perHour} precise perHour />
+                </strong>{' '}
+                <span class="muted">({RENTAL_LABELS[rental].toLowerCase()})</span>
+              </dd>
+              {rental === 'reserved' ? <ReservationQuote quote={q} error={quote.error} diskOk={diskOk} /> : null}
+              {q && balance.data && balance.data.balance < q.deposit_required ? (
+                <dd class="warning launch-short" role="note">
+                  Your balance of {formatMoney(balance.data.balance, balance.data.currency)} does not cover this deposit.{' '}
+                  <Link href="/billing">Add credit</Link> first, or choose a shorter reservation or fewer GPUs.
+                </dd>
+              ) : null}
+              <dt>Balance</dt>
+              <dd>
+                {balance.data ? <Money value={balance.data.balance} currency={balance.data.currency} /> : '…'}{' '}
+                <span class="muted">
+                  {rental === 'reserved'
+                    ? '(the deposit is charged at launch)'
+                    : '(launching needs an hour of this VM plus an hour of your other VMs in credit)'}
+                </span>{' '}
+                <Link href="/billing">Add credit</Link>
+              </dd>
+            </dl>
+          </div>
+        </fieldset>
+
+        <div class="actions">
+          <Submit>Launch</Submit>
+        </div>
+      </Form>
+      <FailureHint code={failure} />
+    </>
+  );
+}
+
+function ReservationQuote({ quote: q, error, diskOk }: { quote: Quote | null; error: string | undefined; diskOk: boolean }) {
+  if (!diskOk) return null;
+  if (error) {
+    return (
+      <>
+        <dt>Reservation</dt>
+        <dd>
+          <ErrorText error={error} />
+        </dd>
+      </>
+    );
+  }
+  if (!q) {
+    return (
+      <>
+        <dt>Reservation</dt>
+        <dd class="muted" role="status">
+          <span class="spinner" aria-hidden="true" /> Pricing the reservation…
+        </dd>
+      </>
+    );
+  }
+  return (
+    <>
+      <dt>Discount</dt>
+      <dd>
+        {q.discount_percent}% for {q.reservation_months} {q.reservation_months === 1 ? 'month' : 'months'}
+      </dd>
+      <dt>Per month</dt>
+      <dd>
+        <Money value={q.monthly_cost} />
+      </dd>
+      <dt>Deposit</dt>
+      <dd>
+        <strong>
+          <Money value={q.deposit_required} />
+        </strong>{' '}
+        <span class="muted">prepaid now, the whole commitment</span>
+      </dd>
+      <dt>Cancellation fee</dt>
+      <dd>
+        <Money value={q.cancellation_fee_25_percent} /> <span class="muted">(25% of the deposit)</span>
+      </dd>
+    </>
+  );
+}
+
+function FailureHint({ code }: { code: string | undefined }) {
+  if (code === 'insufficient_balance') {
+    return (
+      <p class="warning" role="note">
+        Your balance does not cover this launch. <Link href="/billing">See how to add credit</Link>, then launch again.
+      </p>
+    );
+  }
+  if (code === 'gpu_unavailable') {
+    return (
+      <p class="warning" role="note">
+        Those GPUs are gone: someone else took them, or the node stopped taking VMs. Choose fewer GPUs if some are still free, or{' '}
+        <Link href="/offers">pick another node</Link>.
+      </p>
+    );
+  }
+  return null;
+}

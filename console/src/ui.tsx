@@ -1,0 +1,414 @@
+/**
+ * The console's small component kit: links, forms that cannot double-submit,
+ * buttons that show their work, tables, money, status badges, a confirm
+ * dialog, copy buttons and notices. Plain elements with their native roles,
+ * so everything is reachable by keyboard and named for screen readers.
+ */
+import type { ComponentChildren, InputHTMLAttributes, TextareaHTMLAttributes } from 'preact';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { BASE, navigate } from './router.js';
+import { errorMessage } from './api.js';
+
+// ---------------------------------------------------------------------------
+// Navigation
+
+export function Link(props: { href: string; children: ComponentChildren; class?: string; 'aria-current'?: 'page' | undefined }) {
+  const { href, children, ...rest } = props;
+  return (
+    <a
+      {...rest}
+      href={BASE + href}
+      onClick={(e) => {
+        if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+        e.preventDefault();
+        navigate(href);
+      }}
+    >
+      {children}
+    </a>
+  );
+}
+
+// ---------------------------------------------------------------------------
+// Data loading
+
+export interface Async<T> {
+  data: T | undefined;
+  error: string | undefined;
+  loading: boolean;
+  reload: () => Promise<void>;
+}
+
+/**
+ * Runs `load` now and whenever `deps` change; with `pollMs`, again every
+ * pollMs while the page is visible (live status without reloading).
+ */
+export function useAsync<T>(load: () => Promise<T>, deps: unknown[] = [], pollMs?: number): Async<T> {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const [loading, setLoading] = useState(true);
+  const seq = useRef(0);
+  const loadRef = useRef(load);
+  loadRef.current = load;
+  const reload = useCallback(async () => {
+    const mine = ++seq.current;
+    try {
+      const v = await loadRef.current();
+      if (mine !== seq.current) return;
+      setData(v);
+      setError(undefined);
+    } catch (e) {
+      if (mine !== seq.current) return;
+      setError(errorMessage(e));
+    } finally {
+      if (mine === seq.current) setLoading(false);
+    }
+  }, []);
+  useEffect(() => {
+    setLoading(true);
+    void reload();
+    if (!pollMs) return;
+    const t = setInterval(() => {
+      if (document.visibilityState === 'visible') void reload();
+    }, pollMs);
+    return () => clearInterval(t);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, deps);
+  return { data, error, loading, reload };
+}
+
+// ---------------------------------------------------------------------------
+// Notices
+
+type NoticeKind = 'ok' | 'error' | 'info';
+interface Notice {
+  id: number;
+  kind: NoticeKind;
+  text: string;
+}
+const noticeListeners = new Set<(n: Notice[]) => void>();
+let notices: Notice[] = [];
+let noticeSeq = 0;
+
+/** Shows a short message at the top of the page (errors stay until dismissed). */
+export function notify(text: string, kind: NoticeKind = 'ok'): void {
+  const n = { id: ++noticeSeq, kind, text };
+  notices = [...notices.slice(-3), n];
+  noticeListeners.forEach((f) => f(notices));
+  if (kind !== 'error') setTimeout(() => dismiss(n.id), 5000);
+}
+
+function dismiss(id: number): void {
+  notices = notices.filter((n) => n.id !== id);
+  noticeListeners.forEach((f) => f(notices));
+}
+
+export function Notices() {
+  const [list, setList] = useState<Notice[]>(notices);
+  useEffect(() => {
+    noticeListeners.add(setList);
+    return () => noticeListeners.delete(setList);
+  }, []);
+  return (
+    <div class="notices" aria-live="polite">
+      {list.map((n) => (
+        <div key={n.id} class={`notice notice-${n.kind}`} role={n.kind === 'error' ? 'alert' : 'status'}>
+          <span>{n.text}</span>
+          <button type="button" class="link" aria-label="Dismiss" onClick={() => dismiss(n.id)}>
+            ×
+          </button>
+        </div>
+      ))}
+    </div>
+  );
+}
+
+export function ErrorText({ error }: { error: string | undefined }) {
+  if (!error) return null;
+  return (
+    <p class="error" role="alert">
+      {error}
+    </p>
+  );
+}
+
+// ---------------------------------------------------------------------------
+// Forms and buttons
+
+/**
+ * A form whose submit runs once at a time: a second click or Enter while the
+ * first request runs does nothing. Shows the API's message on failure.
+ */
+export function Form(props: {
+  onSubmit: () => Promise<void>;
+  children: ComponentChildren;
+  class?: string;
+  'aria-label'?: string;
+}) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | undefined>(undefined);
+  const running = useRef(false);
+  return (
+    <form
+      class={props.class}
+      aria-label={props['aria-label']}
+      aria-busy={busy}
+      // The API checks every field and says what is wrong: let it, so its message is the one shown.
+      noValidate
+      onSubmit={async (e) => {
+        e.preventDefault();
+        if (running.current) return;
+        running.current = true;
+        setBusy(true);
+        setError(undefined);
+        try {
+          await props.onSubmit();
+        } catch (err) {
+          setError(errorMessage(err));
+        } finally {
+          running.current = false;
+          setBusy(false);
+        }
+      }}
+    >
+      <fieldset disabled={busy}>{props.children}</fieldset>
+      <ErrorText error={error} />
+    </form>
+  );
+}
+
+/** A submit button that shows a spinner while its form works. */
+export function Submit({ children, variant = 'primary' }: { children: ComponentChildren; variant?: 'primary' | 'danger' | 'plain' }) {
+  return (
+    <button type="submit" class={`btn btn-${variant}`}>
+      {children}
+    </button>
+  );
+}
+
+/**
+ * A button for one action (stop, start, revoke...). Runs once at a time,
+ * shows a spinner, and reports a failure as a notice with the API's message.
+ */
+export function Action(props: {
+  onClick: () => Promise<unknown>;
+  children: ComponentChildren;
+  variant?: 'primary' | 'danger' | 'plain';
+  disabled?: boolean;
+  title?: string;
+  'aria-label'?: string;
+}) {
+  const [busy, setBusy] = useState(false);
+  const running = useRef(false);
+  return (
+    <button
+      type="button"
+      class={`btn btn-${props.variant ?? 'plain'}`}
+      disabled={props.disabled || busy}
+      aria-busy={busy}
+      title={props.title}
+      aria-label={props['aria-label']}
+      onClick={async () => {
+        if (running.current) return;
+        running.current = true;
+        setBusy(true);
+        try {
+          await props.onClick();
+        } catch (e) {
+          notify(errorMessage(e), 'error');
+        } finally {
+          running.current = false;
+          setBusy(false);
+        }
+      }}
+    >
+      {busy ? <span class="spinner" aria-hidden="true" /> : null}
+      {props.children}
+    </button>
+  );
+}
+
+let fieldSeq = 0;
+
+/** A labelled input; the label names it for `getByLabel` and screen readers. */
+export function Field(
+  props: { label: string; hint?: ComponentChildren; multiline?: boolean } & Omit<InputHTMLAttributes<HTMLInputElement>, 'label'>,
+) {
+  const { label, hint, multiline, ...input } = props;
+  const id = useRef(`f${++fieldSeq}`).current;
+  return (
+    <div class="field">
+      <label for={id}>{label}</label>
+      {multiline ? (
+        <textarea id={id} {...(input as unknown as TextareaHTMLAttributes<HTMLTextAreaElement>)} />
+      ) : (
+        <input id={id} {...input} />
+      )}
+      {hint ? (
+        <small class="hint" id={`${id}-hint`}>
+          {hint}
+        </small>
+      ) : null}
+    </div>
+  );
+}
+
+export function Select(props: { label: string; value: string; onChange: (v: string) => void; options: { value: string; label: string }[]; hint?: string }) {
+  const id = useRef(`s${++fieldSeq}`).current;
+  return (
+    <div class="field">
+      <label for={id}>{props.label}</label>
+      <select id={id} value={props.value} onChange={(e) => props.onChange((e.target as HTMLSelectElement).value)}>
+        {props.options.map((o) => (
+          <option key={o.value} value={o.value}>
+            {o.label}
+          </option>
+        ))}
+      </select>
+      {props.hint ? <small class="hint">{props.hint}</small> : null}
+    </div>
+  );
+}
+
+// ---------------------------------------------------------------------------
+// Dialogs
+
+/**
+ * A modal confirmation. The confirming button carries `confirmLabel`; while
+ * the dialog is open the caller should not render another button with the
+ * same name.
+ */
+export function Confirm(props: {
+  title: string;
+  children: ComponentChildren;
+  confirmLabel: string;
+  onConfirm: () => Promise<unknown>;
+  onClose: () => void;
+  danger?: boolean;
+}) {
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    const d = ref.current;
+    if (d && !d.open) d.showModal();
+  }, []);
+  return (
+    <dialog ref={ref} class="dialog" aria-label={props.title} onClose={props.onClose} onCancel={props.onClose}>
+      <h2>{props.title}</h2>
+      <div class="dialog-body">{props.children}</div>
+      <div class="actions">
+        <button type="button" class="btn btn-plain" onClick={() => ref.current?.close()}>
+          Cancel
+        </button>
+        <Action
+          variant={props.danger ? 'danger' : 'primary'}
+          onClick={async () => {
+            await props.onConfirm();
+            ref.current?.close();
+          }}
+        >
+          {props.confirmLabel}
+        </Action>
+      </div>
+    </dialog>
+  );
+}
+
+// ---------------------------------------------------------------------------
+// Display
+
+const moneyFormats = new Map<string, Intl.NumberFormat>();
+
+/** An amount in the major unit, as money: `$42.50`; `precise` keeps up to 6 decimals (hourly rates). */
+export function formatMoney(value: number, currency = 'USD', precise = false): string {
+  const key = `${currency}:${precise}`;
+  let f = moneyFormats.get(key);
+  if (!f) {
+    f = new Intl.NumberFormat(undefined, { style: 'currency', currency, minimumFractionDigits: 2, maximumFractionDigits: precise ? 6 : 2 });
+    moneyFormats.set(key, f);
+  }
+  return f.format(value);
+}
+
+export function Money({ value, currency = 'USD', precise = false, perHour = false }: { value: number; currency?: string; precise?: boolean; perHour?: boolean }) {
+  return (
+    <span class="money">
+      {formatMoney(value, currency, precise)}
+      {perHour ? <span class="unit">/h</span> : null}
+    </span>
+  );
+}
+
+export function formatTime(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+}
+
+/** A VM, node or reservation status, spelled exactly as the API does. */
+export function Status({ status }: { status: string }) {
+  return <span class={`status status-${status}`}>{status}</span>;
+}
+
+export function CopyButton({ text, label = 'Copy' }: { text: string; label?: string }) {
+  const [done, setDone] = useState(false);
+  return (
+    <button
+      type="button"
+      class="btn btn-plain btn-small"
+      onClick={async () => {
+        try {
+          await navigator.clipboard.writeText(text);
+        } catch {
+          // Without the async clipboard (a plain-HTTP origin), copy through a selection.
+          const t = document.createElement('textarea');
+          t.value = text;
+          document.body.appendChild(t);
+          t.select();
+          document.execCommand('copy');
+          t.remove();
+        }
+        setDone(true);
+        setTimeout(() => setDone(false), 1500);
+      }}
+    >
+      {done ? 'Copied' : label}
+    </button>
+  );
+}
+
+export function Page(props: { title: string; actions?: ComponentChildren; children: ComponentChildren }) {
+  useEffect(() => {
+    document.title = `${props.title} · gpucloud`;
+  }, [props.title]);
+  return (
+    <section class="page">
+      <header class="page-header">
+        <h1>{props.title}</h1>
+        {props.actions ? <div class="actions">{props.actions}</div> : null}
+      </header>
+      {props.children}
+    </section>
+  );
+}
+
+/** Loading, error or the content of an async value. */
+export function Loaded<T>({ value, children }: { value: Async<T>; children: (data: T) => ComponentChildren }) {
+  if (value.data === undefined) {
+    if (value.error) return <ErrorText error={value.error} />;
+    return (
+      <p class="muted" role="status">
+        <span class="spinner" aria-hidden="true" /> Loading…
+      </p>
+    );
+  }
+  return (
+    <>
+      {value.error ? <ErrorText error={value.error} /> : null}
+      {children(value.data)}
+    </>
+  );
+}
+
+export function Empty({ children }: { children: ComponentChildren }) {
+  return <p class="empty">{children}</p>;
+}

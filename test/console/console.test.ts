@@ -1,0 +1,283 @@
+/**
+ * The web console in headless Chromium against a real server (the embedded
+ * database, the simulator, the manual clock the test moves): sign-up,
+ * sign-in with two-factor authentication, staying signed in across a reload
+ * and an expired access token, an SSH key, renting from an offer to
+ * `running` and destroying, an API key shown once, an operator changing a
+ * price that customers then see, and the failures a user meets on the way.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { createNode, createUser, credit, uniqueEmail, type TestUser } from '../helpers/factories.js';
+import { browserSkipReason, buildConsole, launchChromium } from '../helpers/browser.js';
+import { generateKey } from '../ssh-keys/keygen.js';
+import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
+
+const skip = browserSkipReason();
+const PASSWORD = 'a-long-password-123';
+
+describe('web console in Chromium', { skip: skip ?? false }, () => {
+  let t: TestApp;
+  let base: string;
+  let browser: Browser;
+  let built: { dir: string; cleanup: () => void };
+  let admin: TestUser;
+  let node: string;
+  const contexts: BrowserContext[] = [];
+
+  before(async () => {
+    built = buildConsole();
+    t = await buildTestApp('pglite', { consoleDir: built.dir });
+    base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    admin = await createUser(t, { admin: true });
+    node = (await createNode(t, admin.token, { gpu_type: '5090', gpu_count: 4 })).node;
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    await t?.close();
+    built?.cleanup();
+  });
+
+  /** A fresh page in its own browser profile (its own storage: a separate person). */
+  async function newPage(opts: { mobile?: boolean; dark?: boolean } = {}): Promise<Page> {
+    const ctx = await browser.newContext({
+      baseURL: base,
+      ...(opts.mobile ? { viewport: { width: 390, height: 800 }, isMobile: true, hasTouch: true } : { viewport: { width: 1280, height: 900 } }),
+      colorScheme: opts.dark ? 'dark' : 'light',
+    });
+    contexts.push(ctx);
+    const page = await ctx.newPage();
+    page.setDefaultTimeout(15_000);
+    return page;
+  }
+
+  async function adminToken(): Promise<string> {
+    const r = await t.req('POST', '/auth/login', { body: { email: admin.email, password: admin.password } });
+    assert.equal(r.status, 200, r.text);
+    return r.body.access_token;
+  }
+
+  /** Moves the manual clock (jobs that came due run: provisioning, stopping, destroying). */
+  async function advance(seconds: number): Promise<void> {
+    const r = await t.req('POST', '/admin/clock/advance', { token: await adminToken(), body: { seconds } });
+    assert.equal(r.status, 200, r.text);
+  }
+
+  /** Advances the clock a few seconds at a time until `check` holds (the page polls on its own). */
+  async function advanceUntil(check: () => Promise<boolean>, what: string): Promise<void> {
+    for (let i = 0; i < 40; i++) {
+      if (await check()) return;
+      await advance(5);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    assert.fail(`timed out waiting for ${what}`);
+  }
+
+  async function signIn(page: Page, email: string, password = PASSWORD): Promise<void> {
+    await page.goto('/console/');
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('link', { name: 'VMs', exact: true }).waitFor();
+  }
+
+  async function registerApi(email = uniqueEmail('console')): Promise<TestUser> {
+    const u = await createUser(t, { email, password: PASSWORD });
+    return u;
+  }
+
+  test('/ redirects to the console; the page carries a strict CSP', async () => {
+    const res = await fetch(`${base}/`, { redirect: 'manual' });
+    assert.equal(res.status, 302);
+    assert.equal(res.headers.get('location'), '/console/');
+    const page = await fetch(`${base}/console/vms/anything`);
+    assert.equal(page.status, 200);
+    assert.match(page.headers.get('content-security-policy') ?? '', /script-src 'self'/);
+    assert.match(await page.text(), /<div id="app">/);
+  });
+
+  test('sign up, see the balance, sign out; a wrong password shows the API message', async () => {
+    const page = await newPage();
+    await page.goto('/console/');
+    await page.getByRole('link', { name: 'Create account' }).click();
+    const email = uniqueEmail('signup');
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Create account' }).click();
+    await page.getByText('Balance', { exact: true }).waitFor();
+    await page.getByText('$0.00').first().waitFor();
+    for (const name of ['Offers', 'VMs', 'SSH keys', 'API keys', 'Billing', 'Reservations', 'Account']) {
+      assert.equal(await page.getByRole('link', { name, exact: true }).count(), 1, name);
+    }
+    assert.equal(await page.getByRole('link', { name: 'Nodes', exact: true }).count(), 0, 'no operator pages for a customer');
+
+    // The account really exists.
+    const login = await t.req('POST', '/auth/login', { body: { email, password: PASSWORD } });
+    assert.equal(login.status, 200);
+
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('button', { name: 'Sign in' }).waitFor();
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill('not-the-password-1');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').filter({ hasText: /invalid|incorrect|wrong/i }).waitFor();
+  });
+
+  test('a session survives a reload and an expired access token (refresh-token rotation)', async () => {
+    const u = await registerApi();
+    const page = await newPage();
+    await signIn(page, u.email);
+    const before = await page.evaluate(() => localStorage.getItem('gpucloud.session'));
+    assert.ok(before, 'the session is kept in this origin only');
+    await page.reload();
+    await page.getByRole('link', { name: 'VMs', exact: true }).waitFor();
+    // Two hours later the access token has expired; the console refreshes and rotates.
+    await advance(7200);
+    await page.getByRole('link', { name: 'Billing', exact: true }).click();
+    await page.getByText('Balance', { exact: false }).first().waitFor();
+    await page.reload();
+    await page.getByRole('link', { name: 'VMs', exact: true }).waitFor();
+    const after = JSON.parse((await page.evaluate(() => localStorage.getItem('gpucloud.session')))!);
+    assert.notEqual(after.refreshToken, JSON.parse(before!).refreshToken, 'the refresh token was rotated');
+  });
+
+  test('sign in with two-factor authentication: the Code step', async () => {
+    const u = await registerApi();
+    const setup = await t.req('POST', '/auth/2fa/setup', { token: u.token });
+    assert.equal(setup.status, 200, setup.text);
+    const secret: string = setup.body.secret;
+    const code = () => totpAt(secret, stepAt(t.clock.now().getTime()));
+    const enable = await t.req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code() } });
+    assert.equal(enable.status, 200, enable.text);
+    await advance(60); // a code is good once: the next step's code for the sign-in
+
+    const page = await newPage();
+    await page.goto('/console/');
+    await page.getByLabel('Email').fill(u.email);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByLabel('Code').fill('000000');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('alert').waitFor();
+    await page.getByLabel('Code').fill(code());
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('link', { name: 'VMs', exact: true }).waitFor();
+  });
+
+  test('add an SSH key (a double click adds it once); its row shows the fingerprint', async () => {
+    const u = await registerApi();
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.getByRole('link', { name: 'SSH keys', exact: true }).click();
+    const key = generateKey('ed25519');
+    await page.getByLabel('Public key').fill(key.line);
+    await page.getByLabel('Label').fill('laptop');
+    await page.getByRole('button', { name: 'Add key' }).dblclick();
+    await page.getByText(key.fingerprint).waitFor();
+    const keys = await t.req('GET', '/ssh-keys', { token: u.token });
+    assert.equal(keys.body.length, 1, 'a double click submits once');
+    assert.equal(keys.body[0].fingerprint, key.fingerprint);
+
+    await page.getByLabel('Public key').fill('ssh-ed25519 not-a-key');
+    await page.getByRole('button', { name: 'Add key' }).click();
+    await page.getByRole('alert').first().waitFor();
+  });
+
+  test('rent from an offer to running, see the SSH command, destroy after confirming', async () => {
+    const u = await registerApi();
+    await credit(t, await adminToken(), u.id, 500);
+    await t.req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: generateKey('ed25519').line } });
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.getByRole('link', { name: 'Offers', exact: true }).click();
+    const row = page.getByRole('row').filter({ hasText: node });
+    await row.getByRole('button', { name: 'Rent' }).click();
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page.waitForURL(/\/console\/vms\/[0-9a-f-]{36}$/);
+    const vmId = page.url().split('/').pop()!;
+    const vm = await t.req('GET', `/vms/${vmId}`, { token: u.token });
+    assert.equal(vm.status, 200, 'the page shows the VM just created');
+    assert.equal(vm.body.node, node);
+
+    await advanceUntil(async () => (await page.getByText('running', { exact: true }).count()) > 0, 'the VM to show running');
+    await page.getByText(/ssh .*@/).first().waitFor();
+    await page.getByRole('button', { name: 'Stop' }).waitFor();
+
+    await page.getByRole('button', { name: 'Destroy' }).click();
+    const dialog = page.getByRole('dialog');
+    await dialog.getByRole('button', { name: 'Destroy' }).click();
+    await advanceUntil(async () => (await page.getByText('destroyed', { exact: true }).count()) > 0, 'the VM to show destroyed');
+    const gone = await t.req('GET', `/vms/${vmId}`, { token: u.token });
+    assert.equal(gone.body.status, 'destroyed');
+
+    // The VMs page lists it by id with its status as the API spells it.
+    await page.getByRole('link', { name: 'VMs', exact: true }).click();
+    await page.getByText(vmId).first().waitFor({ state: 'attached' }).catch(() => undefined);
+  });
+
+  test('a launch without credit shows the API message (insufficient balance)', async () => {
+    const u = await registerApi();
+    await t.req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: generateKey('ed25519').line } });
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.goto(`/console/offers/${node}/launch`);
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page.getByRole('alert').filter({ hasText: /balance|credit/i }).first().waitFor();
+    assert.equal((await t.req('GET', '/vms', { token: u.token })).body.length, 0);
+  });
+
+  test('create an API key: the secret is shown once, and works', async () => {
+    const u = await registerApi();
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.getByRole('link', { name: 'API keys', exact: true }).click();
+    await page.getByLabel(/name/i).first().fill('ci');
+    await page.getByRole('button', { name: /create/i }).click();
+    const secret = page.getByText(/gpc_[A-Za-z0-9_-]{20,}/).first();
+    await secret.waitFor();
+    const key = (await secret.textContent())!.match(/gpc_[A-Za-z0-9_-]+/)![0];
+    t.forbidSecret(key);
+    const me = await fetch(`${base}/account`, { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(me.status, 200);
+    await page.reload();
+    await page.getByRole('cell', { name: 'ci', exact: true }).waitFor();
+    assert.equal(await page.getByText(key).count(), 0, 'the secret is not shown again');
+  });
+
+  test('an operator changes a price; customers see it on the offers page', async () => {
+    const page = await newPage();
+    await signIn(page, admin.email, admin.password);
+    await page.getByRole('link', { name: 'Pricing', exact: true }).click();
+    const field = page.getByLabel(/5090.*price per GPU-hour/i).first();
+    await field.fill('3.21');
+    await page.getByRole('row').filter({ has: field }).getByRole('button', { name: 'Save' }).click();
+    await advanceUntil(async () => {
+      const r = await t.req('GET', '/pricing');
+      return r.body.gpu_types.some((g: { gpu_type: string; gpu_price_hourly: number }) => g.gpu_type === '5090' && g.gpu_price_hourly === 3.21);
+    }, 'the new price');
+    const customer = await registerApi();
+    const shopper = await newPage();
+    await signIn(shopper, customer.email);
+    await shopper.getByRole('link', { name: 'Offers', exact: true }).click();
+    await shopper.getByRole('row').filter({ hasText: node }).getByText(/3\.21/).first().waitFor();
+  });
+
+  test('on a phone, in the dark: the menu opens and the theme follows the system', async () => {
+    const u = await registerApi();
+    const page = await newPage({ mobile: true, dark: true });
+    await page.goto('/console/');
+    await page.getByLabel('Email').fill(u.email);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Menu' }).click();
+    await page.getByRole('link', { name: 'Billing', exact: true }).click();
+    const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const [r, g, b] = bg.match(/\d+/g)!.map(Number);
+    assert.ok(r! + g! + b! < 150, `a dark background, got ${bg}`);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 390, `nothing wider than the phone's screen (${width}px)`);
+  });
+});

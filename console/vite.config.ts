@@ -50,10 +50,7 @@ function precompress(): Plugin {
 export default defineConfig({
   root: fileURLToPath(new URL('.', import.meta.url)),
   base: '/console/',
-  esbuild: { jsx: 'automatic', jsxImportSource: 'preact' },
-  resolve: {
-    alias: { react: 'preact/compat', 'react-dom': 'preact/compat' },
-  },
+  oxc: { jsx: { runtime: 'automatic', importSource: 'preact' } },
   build: {
     outDir: OUT,
     emptyOutDir: true,

@@ -1,47 +1,172 @@
 /**
- * `npm run bench [-- CASE ...] [--runs N]`: the benchmarks, printed as a
- * table and written to bench/results.json. Speed targets live here, never in
- * timed tests. Cases so far:
+ * `npm run bench [-- CASE ...] [--db embedded|postgres|both] [--duration S] [--repo DIR] [--runs N]`:
+ * the benchmarks, printed as tables and written to bench/results.json. Speed
+ * targets live here, never in timed tests. Cases (all of them when none is
+ * named, real-vm only when --db includes embedded; real-vm skips itself
+ * without QEMU):
+ *   search pricing vm vms balance login vm-cycle
+ *             the service's endpoints under load (autocannon, 50
+ *             connections, --duration seconds each, default 10), each
+ *             against a bare-Fastify baseline (bench/http.ts)
+ *   startup   seconds to the first GET /healthz 200 and idle RSS, first and
+ *             second start (bench/startup.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
- *             alone, and bare QEMU as the baseline (needs QEMU)
+ *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
+ *             default 3; embedded only)
+ * --db: which database the HTTP and startup cases run on (default embedded;
+ * postgres makes a scratch database on DATABASE_URL, default
+ * postgres://postgres@127.0.0.1:5432/test, with Redis at GPUCLOUD_REDIS_URL,
+ * default redis://127.0.0.1:6379). --repo: the checkout whose built
+ * dist/main.js is measured (default this one; run npm run build there first),
+ * for before/after figures; the baselines always come from this checkout.
  */
 import { writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { REPO_ROOT } from '../scripts/soak/server.js';
+import { releaseOnSignals } from './cleanup.js';
+import { httpBench, SERVICE_CASES } from './http.js';
 import { realVmBench } from './real-vm.js';
+import type { DbKind } from './service.js';
+import { startupBench } from './startup.js';
 
 export interface BenchResult {
+  /** Which table prints it: HTTP load, start-up, or (absent) the real-VM timings. */
+  kind?: 'http' | 'startup';
   name: string;
   db: string;
+  /** HTTP: successful answers per second and their latency; null where not measured. */
+  rps?: number | null;
+  p50_ms?: number | null;
+  p99_ms?: number | null;
+  /** The name of what this is compared with, its req/s, and rps / baseline_rps. */
+  baseline?: string | null;
+  baseline_rps?: number | null;
+  ratio?: number | null;
+  /** HTTP: non-2xx answers plus socket errors and timeouts, all requests answered, answers per status. */
+  errors?: number;
+  requests?: number;
+  statuses?: Record<string, number>;
+  /** HTTP, create/destroy cycle: error answers by "METHOD status code". */
+  error_codes?: Record<string, number>;
+  /** Start-up: VmRSS after 5 s idle. */
+  rss_mb?: number | null;
+  /** HTTP: length of the measured run; start-up: time to ready; real-VM: the median. */
   seconds?: number;
   min_s?: number;
   max_s?: number;
   runs?: number;
-  baseline?: number;
+  /** Real-VM: the baseline's median seconds. */
+  baseline_s?: number;
   target_s?: number;
   ok?: boolean;
 }
 
-const CASES: Record<string, (runs: number) => Promise<BenchResult[]>> = {
-  'real-vm': realVmBench,
-};
+export interface BenchOptions {
+  db: DbKind;
+  durationS: number;
+  repo: string;
+}
 
-async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({ options: { runs: { type: 'string', default: '3' } }, allowPositionals: true, strict: true });
+const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
+const CASES = [...HTTP_CASES, 'startup', 'real-vm'];
+
+interface Args {
+  cases: string[];
+  dbs: DbKind[];
+  durationS: number;
+  repo: string;
+  runs: number;
+}
+
+function parse(): Args {
+  const { values, positionals } = parseArgs({
+    options: {
+      runs: { type: 'string', default: '3' },
+      db: { type: 'string', default: 'embedded' },
+      duration: { type: 'string', default: '10' },
+      repo: { type: 'string', default: REPO_ROOT },
+    },
+    allowPositionals: true,
+    strict: true,
+  });
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1 || runs > 50) throw new Error('--runs must be 1 to 50');
-  const chosen = positionals.length ? positionals : Object.keys(CASES);
-  for (const c of chosen) if (!CASES[c]) throw new Error(`unknown case "${c}"; cases: ${Object.keys(CASES).join(', ')}`);
+  const durationS = Number(values.duration);
+  if (!Number.isInteger(durationS) || durationS < 1 || durationS > 3600) throw new Error('--duration must be 1 to 3600 (seconds)');
+  if (!['embedded', 'postgres', 'both'].includes(values.db)) throw new Error('--db must be embedded, postgres or both');
+  const dbs: DbKind[] = values.db === 'both' ? ['embedded', 'postgres'] : [values.db as DbKind];
+  for (const c of positionals) if (!CASES.includes(c)) throw new Error(`unknown case "${c}"; cases: ${CASES.join(', ')}`);
+  // real-vm runs on the embedded database alone: not by default on --db postgres.
+  const all = dbs.includes('embedded') ? CASES : CASES.filter((c) => c !== 'real-vm');
+  return { cases: positionals.length ? positionals : all, dbs, durationS, repo: resolve(values.repo), runs };
+}
+
+async function runCases(a: Args): Promise<BenchResult[]> {
   const results: BenchResult[] = [];
-  for (const c of chosen) {
-    console.log(`== ${c}`);
-    results.push(...(await CASES[c]!(runs)));
+  const http = HTTP_CASES.filter((c) => a.cases.includes(c));
+  for (const db of a.dbs) {
+    const o: BenchOptions = { db, durationS: a.durationS, repo: a.repo };
+    if (http.length) {
+      console.log(`== http (${db}): ${http.join(', ')}`);
+      results.push(...(await httpBench(o, http)));
+    }
+    if (a.cases.includes('startup')) {
+      console.log(`== startup (${db})`);
+      results.push(...(await startupBench(o)));
+    }
   }
-  const fmt = (n: number | undefined) => (n === undefined ? '' : n.toFixed(2));
+  if (a.cases.includes('real-vm')) {
+    console.log('== real-vm');
+    results.push(...(await realVmBench(a.runs)));
+  }
+  return results;
+}
+
+const num = (n: number | null | undefined, digits = 2) => (n === undefined || n === null ? '-' : n.toFixed(digits));
+
+function printHttp(rows: BenchResult[]): void {
+  console.log(['endpoint'.padEnd(46), 'db'.padEnd(9), 'req/s'.padStart(8), 'p50 ms'.padStart(7), 'p99 ms'.padStart(7), '  baseline'.padEnd(40), 'base r/s'.padStart(9), 'ratio'.padStart(6), 'errors'.padStart(7)].join(' '));
+  for (const r of rows) {
+    console.log(
+      [r.name.padEnd(46), r.db.padEnd(9), num(r.rps, 0).padStart(8), num(r.p50_ms).padStart(7), num(r.p99_ms).padStart(7), `  ${r.baseline ?? '-'}`.padEnd(40), num(r.baseline_rps, 0).padStart(9), num(r.ratio).padStart(6), String(r.errors ?? '').padStart(7)].join(' '),
+    );
+  }
+}
+
+function printStartup(rows: BenchResult[]): void {
+  console.log(['start-up'.padEnd(46), 'db'.padEnd(9), 'seconds'.padStart(8), 'idle RSS MB'.padStart(12)].join(' '));
+  for (const r of rows) console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(8), num(r.rss_mb, 0).padStart(12)].join(' '));
+}
+
+function printRealVm(rows: BenchResult[]): void {
   console.log(['case'.padEnd(46), 'db'.padEnd(9), 'median s'.padStart(9), 'min s'.padStart(7), 'max s'.padStart(7), '  target'].join(' '));
-  for (const r of results) {
+  for (const r of rows) {
     const target = r.target_s === undefined ? '' : `  < ${r.target_s} s ${r.ok ? 'ok' : 'MISSED'}`;
-    console.log([r.name.padEnd(46), r.db.padEnd(9), fmt(r.seconds).padStart(9), fmt(r.min_s).padStart(7), fmt(r.max_s).padStart(7), target].join(' '));
+    console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(9), num(r.min_s).padStart(7), num(r.max_s).padStart(7), target].join(' '));
   }
+}
+
+function print(results: BenchResult[]): void {
+  const tables: [BenchResult['kind'], (rows: BenchResult[]) => void][] = [
+    ['http', printHttp],
+    ['startup', printStartup],
+    [undefined, printRealVm],
+  ];
+  for (const [kind, printer] of tables) {
+    const rows = results.filter((r) => r.kind === kind);
+    if (rows.length) {
+      console.log('');
+      printer(rows);
+    }
+  }
+}
+
+async function main(): Promise<void> {
+  const args = parse();
+  releaseOnSignals();
+  const results = await runCases(args);
+  print(results);
   writeFileSync(new URL('./results.json', import.meta.url), JSON.stringify(results, null, 2) + '\n');
   console.log('written: bench/results.json');
 }

@@ -22,15 +22,22 @@ export interface ChildServer {
  * copy of ours from which every server setting was removed (so a DATABASE_URL
  * or GPUCLOUD_* of the caller cannot leak in). The server runs in the child
  * process itself (tsx is a loader), so the child's pid is the server's.
+ * `command` starts something else that prints the same banner line (the
+ * bench starts `node DIR/dist/main.js serve` and its baseline servers).
  */
-export async function startChildServer(env: Record<string, string>, startTimeoutMs: number, onLine: (line: string) => void): Promise<ChildServer> {
+export async function startChildServer(
+  env: Record<string, string>,
+  startTimeoutMs: number,
+  onLine: (line: string) => void,
+  command: { args: string[]; cwd: string } = { args: ['--import', 'tsx', 'src/main.ts', 'serve'], cwd: REPO_ROOT },
+): Promise<ChildServer> {
   const base: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (k.startsWith('GPUCLOUD_') || ['DATABASE_URL', 'PORT', 'HOST', 'LOG_LEVEL', 'NODE_OPTIONS'].includes(k)) continue;
     base[k] = v;
   }
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
-    cwd: REPO_ROOT,
+  const child: ChildProcess = spawn(process.execPath, command.args, {
+    cwd: command.cwd,
     env: { ...base, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -80,7 +87,7 @@ export async function startChildServer(env: Record<string, string>, startTimeout
           continue;
         }
         // The rest of the banner, then anything the server says while it runs.
-        if (/^\s*(Docs|Role|Database|gpucloud is running):?/.test(line) || line.trim() === '') continue;
+        if (/^\s*(Docs|Web console|Role|Database|gpucloud is running):?/.test(line) || line.trim() === '') continue;
         tail.push(`${name}: ${line}`);
         if (tail.length > 50) tail.shift();
         onLine(`${name}: ${line}`);

@@ -138,6 +138,8 @@ export function createServices(deps: AppDeps): Services {
     if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id) await reservations.refundFailed(tx, after.reservation_id, now);
   });
   adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now).then(() => undefined)); // D47
+  // Offers are read from a snapshot; GPUs taken or freed replace it once their transaction commits.
+  vms.onGpuUsageChange(() => inventory.offersChanged());
   inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // D23
 
   // Background work, in this order on every pass: reservation ends (their usage draws on the

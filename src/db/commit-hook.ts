@@ -50,3 +50,22 @@ export async function runBeforeCommit(tx: Queryable, result: unknown): Promise<(
     slot.committed = true;
   };
 }
+
+/**
+ * Work to do once the current transaction has committed, and never if it
+ * rolls back: telling a cache that what it holds changed, say. Outside a
+ * transaction it runs at once. Db.transaction opens the scope.
+ */
+export function afterCommit(fn: () => void): void {
+  const list = transactionScope.getStore();
+  if (list) list.push(fn);
+  else fn();
+}
+
+const transactionScope = new AsyncLocalStorage<(() => void)[]>();
+
+/** Runs a transaction's body with its own after-commit list; the caller runs the list after COMMIT. */
+export function withAfterCommit<T>(body: () => Promise<T>): { result: Promise<T>; callbacks: (() => void)[] } {
+  const callbacks: (() => void)[] = [];
+  return { result: transactionScope.run(callbacks, body), callbacks };
+}

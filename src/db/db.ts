@@ -5,7 +5,7 @@
 import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
 import { mkdirSync } from 'node:fs';
-import { runBeforeCommit } from './commit-hook.js';
+import { runBeforeCommit, withAfterCommit } from './commit-hook.js';
 
 export type Row = Record<string, unknown>;
 
@@ -82,10 +82,12 @@ export class PostgresDb implements Db {
             return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
           },
         };
-        const result = await fn(tx);
+        const body = withAfterCommit(() => fn(tx));
+        const result = await body.result;
         const committed = await runBeforeCommit(tx, result);
         await client.query('COMMIT');
         committed();
+        for (const f of body.callbacks) f();
         return result;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => {});
@@ -128,6 +130,7 @@ export class PgliteDb implements Db {
 
   async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
     let committed: () => void = () => {};
+    let callbacks: (() => void)[] = [];
     const result = await this.pg.transaction(async (t) => {
       const tx: Queryable = {
         query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
@@ -135,11 +138,14 @@ export class PgliteDb implements Db {
           return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
         },
       };
-      const value = await fn(tx);
+      const body = withAfterCommit(() => fn(tx));
+      callbacks = body.callbacks;
+      const value = await body.result;
       committed = await runBeforeCommit(tx, value);
       return value;
     });
     committed();
+    for (const f of callbacks) f();
     return result;
   }
 

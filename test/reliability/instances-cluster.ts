@@ -28,6 +28,8 @@ export interface FreshDatabase {
 export async function createDatabase(serverUrl: string): Promise<FreshDatabase> {
   const scratch = await createScratchDatabase(serverUrl, 'inst');
   const pool = new pg.Pool({ connectionString: scratch.url, max: 4 });
+  // Dropping the database ends its connections; an idle client's error then is expected, not a crash.
+  pool.on('error', () => undefined);
   return {
     name: scratch.name,
     url: scratch.url,

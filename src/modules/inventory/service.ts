@@ -9,6 +9,8 @@ import { bpToPercent, percentToBp, toAmount, toMicros } from '../../money.js';
 import * as repo from './repository.js';
 import type { AgentInfo, FullNodeRow, GpuType, GpuUsage, NodeRow, NodeStatus, PricingRow } from './repository.js';
 import { deriveKey, open, seal } from '../../crypto.js';
+import { performance } from 'node:perf_hooks';
+import { afterCommit } from '../../db/commit-hook.js';
 
 export const CURRENCY = 'USD';
 /** D20: an offer's total price is for the whole node offer with the minimum disk. */
@@ -190,6 +192,16 @@ function percentField(field: string, v: number | undefined, fallback: number): n
   return bp;
 }
 
+/** What offers and the public price list are made of. */
+interface OfferInputs {
+  prices: PricingRow[];
+  nodes: NodeRow[];
+  usage: Map<string, GpuUsage>;
+}
+
+/** The longest an offers snapshot is served: a change made elsewhere shows within this. */
+export const OFFERS_MAX_AGE_MS = 1000;
+
 export class InventoryService {
   private readonly statusHooks: NodeStatusHook[] = [];
 
@@ -210,6 +222,43 @@ export class InventoryService {
     this.statusHooks.push(hook);
   }
 
+  // ---- the offers snapshot ----
+
+  /**
+   * Offers and the public price list are made of three things that change
+   * only when an operator changes prices or nodes, or VMs take or free GPUs:
+   * they are read once into a snapshot that every search shares. A change
+   * through this instance replaces it as soon as its transaction commits
+   * (`offersChanged`); a change through another instance or a worker shows
+   * within OFFERS_MAX_AGE_MS, the snapshot's longest life. Placement never
+   * reads it: creating a VM counts GPUs under the node's row lock.
+   */
+  private offersSnapshot: { loadedAt: number; epoch: number; inputs: Promise<OfferInputs> } | undefined;
+  private offersEpoch = 0;
+
+  private offerInputs(): Promise<OfferInputs> {
+    const now = performance.now();
+    const s = this.offersSnapshot;
+    if (s && s.epoch === this.offersEpoch && now - s.loadedAt < OFFERS_MAX_AGE_MS) return s.inputs;
+    const inputs = Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]).then(([prices, nodes, usage]) => ({ prices, nodes, usage }));
+    const mine = { loadedAt: now, epoch: this.offersEpoch, inputs };
+    this.offersSnapshot = mine;
+    inputs.catch(() => {
+      if (this.offersSnapshot === mine) this.offersSnapshot = undefined; // a failed read is not kept
+    });
+    return inputs;
+  }
+
+  /** What offers are made of has changed (call once the change has committed). */
+  offersChanged(): void {
+    this.offersEpoch++;
+  }
+
+  /** Marks the current transaction as changing offers: the snapshot is replaced after it commits. */
+  private changesOffers(): void {
+    afterCommit(() => this.offersChanged());
+  }
+
   /** Ships the default prices once; never overwrites an operator's prices. */
   async ensureDefaultPricing(): Promise<void> {
     const now = this.clock.now();
@@ -221,6 +270,7 @@ export class InventoryService {
         [p.gpu_type, p.gpu_ram_mb, p.gpu_price_hourly_micros, p.interruptible_rate_micros, p.storage_price_gb_hourly_micros, p.reserved_discount_1mo_bp, p.reserved_discount_3mo_bp, p.reserved_discount_6mo_bp, now],
       );
     }
+    this.offersChanged();
   }
 
   // ---- prices (D19, D21) ----
@@ -243,6 +293,7 @@ export class InventoryService {
   async putPricing(gpuType: string, u: PricingUpdate): Promise<PricingRecord> {
     if (!(repo.GPU_TYPES as readonly string[]).includes(gpuType)) throw notFound(`GPU type ${gpuType}`);
     const row = await this.db.transaction(async (tx) => {
+      this.changesOffers();
       const current = (await repo.getPricing(tx, gpuType, true)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
       return repo.upsertPricing(
         tx,
@@ -264,7 +315,7 @@ export class InventoryService {
 
   /** D21: public prices with GPU totals and free GPUs on active nodes. */
   async publicPricing() {
-    const [prices, nodes, usage] = await Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]);
+    const { prices, nodes, usage } = await this.offerInputs();
     const updated = prices.reduce((m, p) => Math.max(m, p.updated_at.getTime()), 0);
     return {
       currency: CURRENCY,
@@ -285,7 +336,7 @@ export class InventoryService {
 
   async search(f: SearchFilters): Promise<{ items: Offer[]; total: number }> {
     const rental = f.rental_type ?? 'on_demand';
-    const [prices, nodes, usage] = await Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]);
+    const { prices, nodes, usage } = await this.offerInputs();
     const priceOf = new Map(prices.map((p) => [p.gpu_type, p]));
     const offers: Offer[] = [];
     for (const n of nodes) {
@@ -373,6 +424,7 @@ export class InventoryService {
       this.clock.now(),
     );
     if (!row) throw new AppError('conflict', `Node ${input.node} already exists`);
+    this.offersChanged(); // a single statement: committed already
     const endpoint = this.endpointOf(row);
     // The agent is asked right away, outside any transaction; one that does not answer is still registered.
     if (endpoint) return this.agentFirstContact(row.node, await this.probeAgent(endpoint).catch(() => null));
@@ -422,7 +474,10 @@ export class InventoryService {
         now,
         back !== null,
       );
-      if (back) for (const hook of this.statusHooks) await hook(tx, node, 'offline', back, now);
+      if (back) {
+        this.changesOffers();
+        for (const hook of this.statusHooks) await hook(tx, node, 'offline', back, now);
+      }
     });
   }
 
@@ -446,7 +501,10 @@ export class InventoryService {
         now,
         takeOffline,
       );
-      if (takeOffline) for (const hook of this.statusHooks) await hook(tx, node, before.status, 'offline', now);
+      if (takeOffline) {
+        this.changesOffers();
+        for (const hook of this.statusHooks) await hook(tx, node, before.status, 'offline', now);
+      }
       return { misses, tookOffline: takeOffline };
     });
   }
@@ -467,6 +525,7 @@ export class InventoryService {
     return this.db.transaction(async (tx) => {
       const before = await repo.getNode(tx, node, true);
       if (!before) throw notFound(`Node ${node}`);
+      this.changesOffers();
       const agentChange: Partial<FullNodeRow> = {};
       if (url !== undefined || token !== undefined) {
         const nextUrl = url === undefined ? before.agent_url : url;
@@ -518,6 +577,7 @@ export class InventoryService {
       const live = await repo.liveVmCount(tx, node);
       if (live > 0) throw invalidState(`Node ${node} still has ${live} VM(s); destroy them or set the node offline`);
       await repo.deleteNode(tx, node);
+      this.changesOffers();
     });
   }
 }

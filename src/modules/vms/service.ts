@@ -20,6 +20,7 @@ import { quote, type Months, type ReservationService } from '../reservations/ser
 import { holdsGpus, transition, PREEMPTIBLE, type RentalType, type VmEvent, type VmStatus } from './lifecycle.js';
 import * as repo from './repository.js';
 import type { InterruptionRow, VmRow } from './repository.js';
+import { afterCommit } from '../../db/commit-hook.js';
 
 export const DEFAULT_MAX_VMS = 10;
 export const DEFAULT_MAX_GPUS = 16;
@@ -189,6 +190,7 @@ export interface Principalish {
 
 export class VmService {
   private readonly transitionHooks: TransitionHook[] = [];
+  private readonly usageHooks: (() => void)[] = [];
   private readonly secretKey: Buffer;
 
   constructor(
@@ -200,6 +202,17 @@ export class VmService {
     private readonly opts: { provisionDelayMs: number; secret: string; portalUrl: string },
   ) {
     this.secretKey = deriveKey(opts.secret, 'vm-provision-secret');
+  }
+
+  /** Called after a transaction that changed which GPUs VMs hold (a new VM, a status, a rental type) has committed. */
+  onGpuUsageChange(hook: () => void): void {
+    this.usageHooks.push(hook);
+  }
+
+  private gpuUsageChanged(): void {
+    afterCommit(() => {
+      for (const hook of this.usageHooks) hook();
+    });
   }
 
   onTransition(hook: TransitionHook): void {
@@ -230,6 +243,7 @@ export class VmService {
       // A stopped reserved VM held its GPUs (D24); as on-demand it no longer does.
       holds_gpus: holdsGpus(vm.status, 'on_demand', vm.offline_from),
     });
+    this.gpuUsageChanged();
     return true;
   }
 
@@ -246,6 +260,7 @@ export class VmService {
     if (t.setStoppedAt) patch.stopped_at = now;
     if (t.to === 'destroyed') patch.destroyed_at = now;
     const after = await repo.updateVm(tx, vm.id, patch);
+    this.gpuUsageChanged();
     for (const hook of this.transitionHooks) await hook(tx, vm, after, now);
     return after;
   }
@@ -349,6 +364,7 @@ export class VmService {
 
       const id = newId();
       const reservationId = reservationQuote ? newId() : null;
+      this.gpuUsageChanged();
       const vm = await repo.insertVm(tx, {
         id,
         user_id: userId,

@@ -94,6 +94,8 @@ export function createServices(deps: AppDeps): Services {
   const tokens = new TokenService(deps.jwtSecret, clock);
   const sshKeys = new SshKeyService(deps.db, clock);
   const adminUsers = new AdminUserService(deps.db, clock);
+  const auth = new AuthService(deps.db, clock, passwords, tokens, deriveKey(deps.jwtSecret, 'totp-secret'), deps.config.sessionMaxDays * 86_400_000);
+  const apiKeys = new ApiKeyService(deps.db, clock);
   const inventory = new InventoryService(deps.db, clock, deps.jwtSecret, (endpoint) =>
     new AgentClient(endpoint, 3_000)
       .host()
@@ -140,6 +142,11 @@ export function createServices(deps: AppDeps): Services {
   adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now).then(() => undefined)); // D47
   // Offers are read from a snapshot; GPUs taken or freed replace it once their transaction commits.
   vms.onGpuUsageChange(() => inventory.offersChanged());
+  // A suspension or a new role applies to remembered sessions and keys at once.
+  adminUsers.onChange((userId) => {
+    auth.forgetUser(userId);
+    apiKeys.forgetUser(userId);
+  });
   inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // D23
 
   // Background work, in this order on every pass: reservation ends (their usage draws on the
@@ -182,8 +189,8 @@ export function createServices(deps: AppDeps): Services {
     clock: deps.clock,
     passwords,
     tokens,
-    auth: new AuthService(deps.db, clock, passwords, tokens, deriveKey(deps.jwtSecret, 'totp-secret'), deps.config.sessionMaxDays * 86_400_000),
-    apiKeys: new ApiKeyService(deps.db, clock),
+    auth,
+    apiKeys,
     sshKeys,
     adminUsers,
     inventory,

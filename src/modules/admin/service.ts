@@ -37,6 +37,7 @@ const toAdminRecord = (u: UserRow): AdminUserRecord => ({
 
 export class AdminUserService {
   private readonly suspensionHooks: SuspensionHook[] = [];
+  private readonly changeHooks: ((userId: number) => void)[] = [];
 
   constructor(
     private readonly db: Db,
@@ -45,6 +46,11 @@ export class AdminUserService {
 
   onSuspend(hook: SuspensionHook): void {
     this.suspensionHooks.push(hook);
+  }
+
+  /** Called after a change of role, suspension or limits has committed (remembered credentials are forgotten). */
+  onChange(hook: (userId: number) => void): void {
+    this.changeHooks.push(hook);
   }
 
   async list(f: { email?: string; limit: number; offset: number }): Promise<{ items: AdminUserRecord[]; total: number }> {
@@ -59,7 +65,7 @@ export class AdminUserService {
   }
 
   async patch(actorId: number, id: number, patch: UserPatch): Promise<AdminUserRecord> {
-    return this.db.transaction(async (tx) => {
+    const record = await this.db.transaction(async (tx) => {
       const before = await users.findUserById(tx, id, true);
       if (!before) throw notFound('User');
       if (id === actorId && (patch.suspended === true || patch.role === 'user')) {
@@ -72,5 +78,7 @@ export class AdminUserService {
       }
       return toAdminRecord(after);
     });
+    for (const hook of this.changeHooks) hook(id);
+    return record;
   }
 }

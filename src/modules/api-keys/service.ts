@@ -10,6 +10,10 @@ import { SCOPE_RANK, type Scope } from '../../http/scopes.js';
 import type { Principal } from '../../http/principal.js';
 import * as repo from './repository.js';
 import type { ApiKeyRow } from './repository.js';
+import { CredentialCache } from '../../credential-cache.js';
+
+/** How often a key's last_used_at is written at most. */
+const TOUCH_EVERY_MS = 60_000;
 
 export const API_KEY_PREFIX = 'gpc_';
 /** How much of the key is kept in clear to tell keys apart in lists. */
@@ -36,6 +40,8 @@ const toRecord = (k: ApiKeyRow): ApiKeyRecord => ({
 });
 
 export class ApiKeyService {
+  private readonly keys = new CredentialCache<Awaited<ReturnType<typeof repo.findActiveKeyByHash>> | null>();
+
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
@@ -80,18 +86,35 @@ export class ApiKeyService {
 
   async revoke(p: Principal, id: string): Promise<void> {
     if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
-    if (!(await repo.revokeKey(this.db, p.userId, id, this.clock.now()))) throw notFound('API key');
+    const revoked = await repo.revokeKey(this.db, p.userId, id, this.clock.now());
+    // The keys made with it went too: forget every key of the user, not just this one.
+    this.forgetUser(p.userId);
+    if (!revoked) throw notFound('API key');
   }
 
-  /** Authenticates a presented key; null when unknown, revoked or expired. */
+  /**
+   * Authenticates a presented key; null when unknown, revoked or expired.
+   * The key's row is remembered for up to a second (see CredentialCache);
+   * `last_used_at` is written at most once a minute per key, and only when
+   * the remembered value says it is due, so a busy key costs no write.
+   */
   async authenticate(key: string) {
     if (!key.startsWith(API_KEY_PREFIX) || key.length > 200) return null;
-    const row = await repo.findActiveKeyByHash(this.db, sha256Hex(key));
+    const hash = sha256Hex(key);
+    const row = await this.keys.through(hash, async () => (await repo.findActiveKeyByHash(this.db, hash)) ?? null, (r) => r?.user_id);
     if (!row) return null;
     const now = this.clock.now();
     if (row.expires_at && row.expires_at.getTime() <= now.getTime()) return null;
-    await repo.touchKey(this.db, row.id, now);
+    if (!row.last_used_at || now.getTime() - row.last_used_at.getTime() >= TOUCH_EVERY_MS) {
+      row.last_used_at = now;
+      await repo.touchKey(this.db, row.id, now);
+    }
     return row;
+  }
+
+  /** Forgets what was remembered about the user's keys (after a change to them or their owner has committed). */
+  forgetUser(userId: number): void {
+    this.keys.forgetUser(userId);
   }
 }
 

@@ -11,6 +11,7 @@ import { newId, randomBytes, randomToken, sha256Hex } from '../../ids.js';
 import type { PasswordHasher } from './passwords.js';
 import type { TokenService } from './tokens.js';
 import * as repo from './repository.js';
+import { CredentialCache } from '../../credential-cache.js';
 import type { Role, UserRow } from './repository.js';
 import {
   generateRecoveryCodes,
@@ -69,6 +70,8 @@ const secondFactorLocked = (until: Date, now: Date) => {
 const recoveryHash = (code: string) => sha256Hex('recovery:' + normalizeRecoveryCode(code));
 
 export class AuthService {
+  private readonly sessions = new CredentialCache<Awaited<ReturnType<typeof repo.findUserForSession>> | null>();
+
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
@@ -178,12 +181,12 @@ export class AuthService {
       if (row.rotated_at) {
         // Reuse of a rotated token: someone holds a copy. Kill the family; commit that, then refuse.
         await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'refresh_token_reuse');
-        return { error: unauthorized('Refresh token was already used; this session has been revoked, log in again') } as const;
+        return { error: unauthorized('Refresh token was already used; this session has been revoked, log in again'), revoked: row.user_id } as const;
       }
       const started = await repo.familyStartedAt(tx, row.family_id);
       if (now.getTime() - started.getTime() >= this.sessionMaxMs) {
         await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'session_max_age');
-        return { error: unauthorized(`This session began more than ${Math.round(this.sessionMaxMs / 86_400_000)} days ago: log in again`) } as const;
+        return { error: unauthorized(`This session began more than ${Math.round(this.sessionMaxMs / 86_400_000)} days ago: log in again`), revoked: row.user_id } as const;
       }
       if (row.expires_at.getTime() <= now.getTime()) return { error: invalidRefresh() } as const;
       const user = await repo.findUserById(tx, row.user_id);
@@ -192,7 +195,11 @@ export class AuthService {
       await repo.markRotated(tx, row.id, now);
       return { tokens: await this.issueTokens(tx, row.user_id, row.family_id, started) } as const;
     });
-    if ('error' in outcome) throw outcome.error;
+    if ('error' in outcome) {
+      const revoked = (outcome as { revoked?: number }).revoked;
+      if (revoked !== undefined) this.forgetUser(revoked);
+      throw outcome.error;
+    }
     return outcome.tokens;
   }
 
@@ -203,6 +210,7 @@ export class AuthService {
       if (!row || row.user_id !== userId) throw invalidRefresh();
       await repo.revokeFamily(tx, row.family_id, userId, this.clock.now(), 'logout');
     });
+    this.forgetUser(userId);
   }
 
   async account(userId: number): Promise<UserRecord> {
@@ -211,13 +219,27 @@ export class AuthService {
     return toUserRecord(u);
   }
 
-  /** Authenticates an access token: claims, user, suspension and session revocation. */
+  /**
+   * Authenticates an access token: claims, user, suspension and session
+   * revocation. The session's state is remembered for up to a second (see
+   * CredentialCache): revocations through this instance apply at once,
+   * through another within that second.
+   */
   async authenticateAccessToken(token: string) {
     const claims = await this.tokens.verifyAccess(token);
     if (!claims) return null;
-    const u = await repo.findUserForSession(this.db, claims.userId, claims.sid);
+    const u = await this.sessions.through(
+      `${claims.userId}:${claims.sid}`,
+      async () => (await repo.findUserForSession(this.db, claims.userId, claims.sid)) ?? null,
+      () => claims.userId,
+    );
     if (!u || u.family_revoked) return null;
     return { user: u, sessionId: claims.sid };
+  }
+
+  /** Forgets what was remembered about the user's sessions (after a change to them has committed). */
+  forgetUser(userId: number): void {
+    this.sessions.forgetUser(userId);
   }
 
   // ---- two-factor (D13) ----
@@ -236,6 +258,7 @@ export class AuthService {
   /** Ends every session of the account, the caller's own included. */
   async logoutAll(userId: number): Promise<void> {
     await this.db.transaction((tx) => repo.revokeAllFamilies(tx, userId, this.clock.now(), 'logout_all'));
+    this.forgetUser(userId);
   }
 
   /**
@@ -252,11 +275,12 @@ export class AuthService {
       await repo.setPassword(tx, userId, hash, now);
       await repo.revokeAllFamilies(tx, userId, now, 'password_changed', currentSession);
     });
+    this.forgetUser(userId);
     return { message: 'Password changed; every other session of this account has ended' };
   }
 
   async enableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string; recovery_codes: string[] }> {
-    return this.db.transaction(async (tx) => {
+    const enabled = await this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
       if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled');
@@ -275,6 +299,8 @@ export class AuthService {
         recovery_codes: codes,
       };
     });
+    this.forgetUser(userId);
+    return enabled;
   }
 
   async disableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string }> {
@@ -290,6 +316,7 @@ export class AuthService {
       return { wrong: false } as const;
     });
     if (outcome.wrong) throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
+    this.forgetUser(userId);
     return { message: 'Two-factor authentication disabled; every other session of this account has ended' };
   }
 

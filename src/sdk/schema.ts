@@ -341,7 +341,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke an API key
-         * @description The key stops working at once. 204; 404 for an unknown, revoked or another user's key.
+         * @description The key and every key created with it stop working: at once on the instance that answers, within a second on every other instance. 204; 404 for an unknown, revoked or another user's key.
          */
         delete: operations["revokeApiKey"];
         options?: never;

@@ -89,8 +89,9 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         tags: ['api-keys'],
         operationId: 'revokeApiKey',
         summary: 'Revoke an API key',
-        description: 'The key stops working at once. 204; 404 for an unknown, revoked or another user\'s key.',
-        // Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length (D6).
+        description:
+          'The key and every key created with it stop working: at once on the instance that answers, within a second on every other instance. 204; 404 for an unknown, revoked or another user\'s key.',
+        // Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length.
         params: Type.Object({ key_id: Type.String({ description: 'API key id (uuid)' }) }),
         response: { 204: Type.Null({ description: 'Revoked' }), ...errorResponses(401, 403, 404, 429) },
       },

@@ -11,7 +11,10 @@
  * refresh with the same token: a refresh runs under a Web Lock shared by the
  * tabs, and a tab that finds the stored token already rotated by another tab
  * adopts the new pair instead of sending its stale one. Signing out, here or
- * in another tab, clears the storage everywhere. The console sets a strict
+ * in another tab, clears the storage everywhere. One case is left: a tab
+ * closed or reloaded in the instant between the server rotating the token
+ * and the tab storing the answer (once an hour at most) loses the new token,
+ * and the strict reuse rule then ends the session: the user signs in again. The console sets a strict
  * Content Security Policy (scripts from this origin only) to keep injected
  * scripts away from the storage.
  */

@@ -144,6 +144,29 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     assert.notEqual(after.refreshToken, JSON.parse(before!).refreshToken, 'the refresh token was rotated');
   });
 
+  test('two tabs whose access token expired refresh one at a time: the session survives in both', async () => {
+    const u = await registerApi();
+    const first = await newPage();
+    await signIn(first, u.email);
+    const second = await first.context().newPage(); // the same profile: a second tab
+    await second.goto('/console/billing');
+    await second.getByRole('link', { name: 'VMs', exact: true }).waitFor();
+    for (let round = 0; round < 3; round++) {
+      await advance(7200); // both tabs' access tokens are expired now
+      // Both tabs ask the API at once (in-app navigation: a page load in the middle of a refresh
+      // would lose the rotated token the server already answered with).
+      const pages = [first, second];
+      const targets = round % 2 ? ['Billing', 'VMs'] : ['VMs', 'Billing'];
+      await Promise.all(pages.map((p, i) => p.getByRole('link', { name: targets[i]!, exact: true }).click()));
+      await Promise.all(pages.map((p, i) => p.getByRole('heading', { name: targets[i]!, exact: true }).waitFor()));
+      for (const p of pages) assert.equal(await p.getByRole('button', { name: 'Sign in' }).count(), 0, 'still signed in');
+    }
+    // Had a tab presented a refresh token the other had already rotated, the whole session would be revoked.
+    const stored = JSON.parse((await first.evaluate(() => localStorage.getItem('gpucloud.session')))!);
+    const refreshed = await t.req('POST', '/auth/refresh', { body: { refresh_token: stored.refreshToken } });
+    assert.equal(refreshed.status, 200, `the session is alive: ${refreshed.text}`);
+  });
+
   test('sign in with two-factor authentication: the Code step', async () => {
     const u = await registerApi();
     const setup = await t.req('POST', '/auth/2fa/setup', { token: u.token });

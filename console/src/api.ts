@@ -36,8 +36,8 @@ function store(tokens: SessionTokens | undefined): void {
   else localStorage.removeItem(KEY);
 }
 
-/** A random idempotency key; crypto.randomUUID exists only on secure origins, getRandomValues everywhere. */
-function randomKey(): string {
+/** A random Idempotency-Key; crypto.randomUUID exists only on secure origins, getRandomValues everywhere. */
+export function randomKey(): string {
   const b = crypto.getRandomValues(new Uint8Array(16));
   return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
@@ -122,6 +122,17 @@ export async function call<T>(p: Promise<{ data?: T; error?: unknown; response: 
 
 function hasSessionStill(): boolean {
   return readStored() !== undefined;
+}
+
+/** The data of a list call and its X-Total-Count (the page length when the header is missing). */
+export async function callWithTotal<T extends unknown[]>(
+  p: Promise<{ data?: T; error?: unknown; response: Response }>,
+): Promise<{ items: T; total: number }> {
+  const items = await call(p);
+  const { response } = await p;
+  const raw = response.headers.get('x-total-count');
+  const total = raw !== null && /^\d+$/.test(raw.trim()) ? Number(raw) : items.length;
+  return { items, total };
 }
 
 /** The message to show for a failed action: the API's own words. */

@@ -194,6 +194,8 @@ export function Action(props: {
   onClick: () => Promise<unknown>;
   children: ComponentChildren;
   variant?: 'primary' | 'danger' | 'plain';
+  /** The compact size for buttons in table rows. */
+  small?: boolean;
   disabled?: boolean;
   title?: string;
   'aria-label'?: string;
@@ -203,7 +205,7 @@ export function Action(props: {
   return (
     <button
       type="button"
-      class={`btn btn-${props.variant ?? 'plain'}`}
+      class={`btn btn-${props.variant ?? 'plain'}${props.small ? ' btn-small' : ''}`}
       disabled={props.disabled || busy}
       aria-busy={busy}
       title={props.title}
@@ -411,4 +413,79 @@ export function Loaded<T>({ value, children }: { value: Async<T>; children: (dat
 
 export function Empty({ children }: { children: ComponentChildren }) {
   return <p class="empty">{children}</p>;
+}
+
+/** "1–50 of 123" with Previous / Next; nothing when everything fits on one page. */
+export function Pager(props: { offset: number; limit: number; total: number; shown: number; onOffset: (o: number) => void; noun: string }) {
+  const { offset, limit, total, shown, onOffset, noun } = props;
+  if (total <= limit && offset === 0) return null;
+  return (
+    <nav class="actions adm-pager" aria-label={`Pages of ${noun}`}>
+      <span class="muted">
+        {shown === 0 ? `${total} ${noun} in all` : `${offset + 1}–${offset + shown} of ${total} ${noun}`}
+      </span>
+      <button type="button" class="btn btn-plain btn-small" disabled={offset === 0} onClick={() => onOffset(Math.max(0, offset - limit))}>
+        Previous
+      </button>
+      <button type="button" class="btn btn-plain btn-small" disabled={offset + limit >= total} onClick={() => onOffset(offset + limit)}>
+        Next
+      </button>
+    </nav>
+  );
+}
+
+/**
+ * A modal dialog holding a form: the submit runs once at a time, the API's
+ * message shows under the form, and a success closes the dialog.
+ */
+export function FormDialog(props: {
+  title: string;
+  submitLabel: string;
+  onSubmit: () => Promise<unknown>;
+  onClose: () => void;
+  children: ComponentChildren;
+  danger?: boolean;
+}) {
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    const d = ref.current;
+    if (d && !d.open) d.showModal();
+  }, []);
+  return (
+    <dialog ref={ref} class="dialog" aria-label={props.title} onClose={props.onClose} onCancel={props.onClose}>
+      <h2>{props.title}</h2>
+      <Form
+        aria-label={props.title}
+        onSubmit={async () => {
+          await props.onSubmit();
+          ref.current?.close();
+        }}
+      >
+        {props.children}
+        <div class="actions adm-dialog-actions">
+          <button type="button" class="btn btn-plain" onClick={() => ref.current?.close()}>
+            Cancel
+          </button>
+          <Submit variant={props.danger ? 'danger' : 'primary'}>{props.submitLabel}</Submit>
+        </div>
+      </Form>
+    </dialog>
+  );
+}
+
+/** An integer from a form field; undefined for blank, NaN for anything else that is not a whole number. */
+export function parseIntField(v: string): number | undefined {
+  const t = v.trim();
+  if (t === '') return undefined;
+  return /^-?\d+$/.test(t) ? Number(t) : NaN;
+}
+
+/** Debounces a changing value (search boxes). */
+export function useDebounced<T>(value: T, ms: number): T {
+  const [v, setV] = useState(value);
+  useEffect(() => {
+    const t = setTimeout(() => setV(value), ms);
+    return () => clearTimeout(t);
+  }, [value, ms]);
+  return v;
 }

@@ -5,9 +5,8 @@
  */
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
-import { api, call } from '../api.js';
-import { Confirm, Empty, Field, Form, Loaded, Page, Select, Status, Submit, formatTime, notify, useAsync } from '../ui.js';
-import { FormDialog, Pager, RowAction, callWithTotal, parseIntField } from './users.js';
+import { api, call, callWithTotal } from '../api.js';
+import { Action, Confirm, Empty, Field, Form, FormDialog, Loaded, Page, Pager, Select, Status, Submit, formatTime, notify, parseIntField, useAsync } from '../ui.js';
 
 type NodeRecord = paths['/admin/nodes']['get']['responses'][200]['content']['application/json'][number];
 type NodeStatus = NodeRecord['status'];
@@ -175,10 +174,10 @@ function NodeRow(props: { n: NodeRecord; setStatus: (n: NodeRecord, s: NodeStatu
       <td>
         <div class="actions adm-row-actions adm-wrap">
           {n.status !== 'draining' ? (
-            <RowAction label="Drain" title="Stop new VMs landing here; VMs on it keep running" run={() => setStatus(n, 'draining')} />
+            <Action small onClick={() => setStatus(n, 'draining')} title="Stop new VMs landing here; VMs on it keep running">Drain</Action>
           ) : null}
-          {n.status !== 'offline' ? <RowAction label="Offline" title="Take the node and its VMs offline" run={() => setStatus(n, 'offline')} /> : null}
-          {n.status !== 'active' ? <RowAction label="Activate" title="Make the node rentable again" run={() => setStatus(n, 'active')} /> : null}
+          {n.status !== 'offline' ? <Action small onClick={() => setStatus(n, 'offline')} title="Take the node and its VMs offline">Offline</Action> : null}
+          {n.status !== 'active' ? <Action small onClick={() => setStatus(n, 'active')} title="Make the node rentable again">Activate</Action> : null}
           <button type="button" class="btn btn-plain btn-small" onClick={props.onEdit}>
             Edit
           </button>

@@ -1,14 +1,12 @@
 /**
  * Operator pages: users. Search by email, page through every account, and per
  * user: credit or debit, suspend or unsuspend, promote or demote, and the VM
- * and GPU limits. Also the small pieces the other admin pages share (a pager,
- * a dialog holding a form, random idempotency keys).
+ * and GPU limits.
  */
-import type { ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
-import { api, call, errorMessage, GpuCloudError } from '../api.js';
-import { Confirm, Empty, Field, Form, Loaded, Money, Page, Submit, formatMoney, formatTime, notify, useAsync } from '../ui.js';
+import { api, call, callWithTotal, GpuCloudError, randomKey } from '../api.js';
+import { Action, Confirm, Empty, Field, FormDialog, Loaded, Money, Page, Pager, formatMoney, formatTime, notify, parseIntField, useAsync, useDebounced } from '../ui.js';
 
 type AdminUser = paths['/admin/users']['get']['responses'][200]['content']['application/json'][number];
 
@@ -16,101 +14,6 @@ type AdminUser = paths['/admin/users']['get']['responses'][200]['content']['appl
 const DEFAULT_MAX_VMS = 10;
 const DEFAULT_MAX_GPUS = 16;
 const PAGE = 50;
-
-// ---------------------------------------------------------------------------
-// Shared by the admin pages
-
-/** A random Idempotency-Key: crypto.randomUUID exists only on secure origins, getRandomValues everywhere. */
-export function randomKey(): string {
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
-}
-
-/** The data of a list call and its X-Total-Count (the page length when the header is missing). */
-export async function callWithTotal<T extends unknown[]>(
-  p: Promise<{ data?: T; error?: unknown; response: Response }>,
-): Promise<{ items: T; total: number }> {
-  const items = await call(p);
-  const { response } = await p;
-  const raw = response.headers.get('x-total-count');
-  const total = raw !== null && /^\d+$/.test(raw.trim()) ? Number(raw) : items.length;
-  return { items, total };
-}
-
-/** "1–50 of 123" with Previous / Next; nothing when everything fits on one page. */
-export function Pager(props: { offset: number; limit: number; total: number; shown: number; onOffset: (o: number) => void; noun: string }) {
-  const { offset, limit, total, shown, onOffset, noun } = props;
-  if (total <= limit && offset === 0) return null;
-  return (
-    <nav class="actions adm-pager" aria-label={`Pages of ${noun}`}>
-      <span class="muted">
-        {shown === 0 ? `${total} ${noun} in all` : `${offset + 1}–${offset + shown} of ${total} ${noun}`}
-      </span>
-      <button type="button" class="btn btn-plain btn-small" disabled={offset === 0} onClick={() => onOffset(Math.max(0, offset - limit))}>
-        Previous
-      </button>
-      <button type="button" class="btn btn-plain btn-small" disabled={offset + limit >= total} onClick={() => onOffset(offset + limit)}>
-        Next
-      </button>
-    </nav>
-  );
-}
-
-/**
- * A modal dialog holding a form: the submit runs once at a time, the API's
- * message shows under the form, and a success closes the dialog.
- */
-export function FormDialog(props: {
-  title: string;
-  submitLabel: string;
-  onSubmit: () => Promise<unknown>;
-  onClose: () => void;
-  children: ComponentChildren;
-  danger?: boolean;
-}) {
-  const ref = useRef<HTMLDialogElement>(null);
-  useEffect(() => {
-    const d = ref.current;
-    if (d && !d.open) d.showModal();
-  }, []);
-  return (
-    <dialog ref={ref} class="dialog" aria-label={props.title} onClose={props.onClose} onCancel={props.onClose}>
-      <h2>{props.title}</h2>
-      <Form
-        aria-label={props.title}
-        onSubmit={async () => {
-          await props.onSubmit();
-          ref.current?.close();
-        }}
-      >
-        {props.children}
-        <div class="actions adm-dialog-actions">
-          <button type="button" class="btn btn-plain" onClick={() => ref.current?.close()}>
-            Cancel
-          </button>
-          <Submit variant={props.danger ? 'danger' : 'primary'}>{props.submitLabel}</Submit>
-        </div>
-      </Form>
-    </dialog>
-  );
-}
-
-/** An integer from a form field; undefined for blank, NaN for anything else that is not a whole number. */
-export function parseIntField(v: string): number | undefined {
-  const t = v.trim();
-  if (t === '') return undefined;
-  return /^-?\d+$/.test(t) ? Number(t) : NaN;
-}
-
-/** Debounces a changing value (search boxes). */
-export function useDebounced<T>(value: T, ms: number): T {
-  const [v, setV] = useState(value);
-  useEffect(() => {
-    const t = setTimeout(() => setV(value), ms);
-    return () => clearTimeout(t);
-  }, [value, ms]);
-  return v;
-}
 
 // ---------------------------------------------------------------------------
 // The page
@@ -212,34 +115,40 @@ export function Users(_props: Record<string, unknown>) {
                                 Add credit
                               </button>
                               {u.suspended ? (
-                                <RowAction
-                                  label="Unsuspend"
-                                  run={async () => {
+                                <Action
+                                  small
+                                  onClick={async () => {
                                     await patch(u, { suspended: false });
                                     notify(`${u.email} can use the service again.`);
                                   }}
-                                />
+                                >
+                                  Unsuspend
+                                </Action>
                               ) : (
                                 <button type="button" class="btn btn-plain btn-small" onClick={() => setDialog({ kind: 'suspend', user: u })}>
                                   Suspend
                                 </button>
                               )}
                               {u.role === 'admin' ? (
-                                <RowAction
-                                  label="Make user"
-                                  run={async () => {
+                                <Action
+                                  small
+                                  onClick={async () => {
                                     await patch(u, { role: 'user' });
                                     notify(`${u.email} is no longer an administrator.`);
                                   }}
-                                />
+                                >
+                                  Make user
+                                </Action>
                               ) : (
-                                <RowAction
-                                  label="Make admin"
-                                  run={async () => {
+                                <Action
+                                  small
+                                  onClick={async () => {
                                     await patch(u, { role: 'admin' });
                                     notify(`${u.email} is now an administrator.`);
                                   }}
-                                />
+                                >
+                                  Make admin
+                                </Action>
                               )}
                               <button type="button" class="btn btn-plain btn-small" onClick={() => setDialog({ kind: 'limits', user: u })}>
                                 Limits
@@ -297,37 +206,6 @@ function Limit({ value, fallback, unit }: { value: number | null; fallback: numb
     <span>
       <strong>{value}</strong> {unit}
     </span>
-  );
-}
-
-/** A small per-row action button: one run at a time, a spinner, and the API's message on failure. */
-export function RowAction({ label, run, variant = 'plain', title }: { label: string; run: () => Promise<void>; variant?: 'plain' | 'danger'; title?: string }) {
-  const [busy, setBusy] = useState(false);
-  const running = useRef(false);
-  return (
-    <button
-      type="button"
-      class={`btn btn-${variant} btn-small`}
-      disabled={busy}
-      aria-busy={busy}
-      title={title}
-      onClick={async () => {
-        if (running.current) return;
-        running.current = true;
-        setBusy(true);
-        try {
-          await run();
-        } catch (e) {
-          notify(errorMessage(e), 'error');
-        } finally {
-          running.current = false;
-          setBusy(false);
-        }
-      }}
-    >
-      {busy ? <span class="spinner" aria-hidden="true" /> : null}
-      {label}
-    </button>
   );
 }
 

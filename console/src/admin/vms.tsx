@@ -5,9 +5,8 @@
  */
 import { useEffect, useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
-import { api, call } from '../api.js';
-import { Action, Empty, ErrorText, Field, Loaded, Money, Page, Select, Status, formatTime, useAsync } from '../ui.js';
-import { Pager, callWithTotal, parseIntField, useDebounced } from './users.js';
+import { api, call, callWithTotal } from '../api.js';
+import { Action, Empty, ErrorText, Field, Loaded, Money, Page, Pager, Select, Status, formatTime, parseIntField, useAsync, useDebounced } from '../ui.js';
 
 type AdminVm = paths['/admin/vms']['get']['responses'][200]['content']['application/json'][number];
 type VmStatus = NonNullable<NonNullable<paths['/admin/vms']['get']['parameters']['query']>['status']>;

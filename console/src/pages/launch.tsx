@@ -8,10 +8,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ComponentChildren } from 'preact';
 import type { CreateVmRequest, Offer, operations } from '../../../src/sdk/index.js';
-import { api, call, client, GpuCloudError } from '../api.js';
+import { api, call, client, GpuCloudError, randomKey } from '../api.js';
 import { navigate } from '../router.js';
-import { ErrorText, Field, Form, Link, Loaded, Money, Page, Select, Submit, formatMoney, notify, useAsync } from '../ui.js';
-import { RENTAL_LABELS, formatRam, isRentalType, sumMoney, unitPrice, useDebounced, type RentalType } from './offers.js';
+import { ErrorText, Field, Form, Link, Loaded, Money, Page, Select, Submit, formatMoney, notify, useAsync, useDebounced } from '../ui.js';
+import { RENTAL_LABELS, formatRam, isRentalType, sumMoney, unitPrice, type RentalType } from './offers.js';
 
 type GpuCount = CreateVmRequest['gpu_count'];
 type Months = 1 | 3 | 6;
@@ -48,10 +48,6 @@ async function findOffer(node: string, rental: RentalType): Promise<Offer | unde
     const hit = page.find((o) => o.node === node);
     if (hit || page.length < limit) return hit;
   }
-}
-
-function newKey(): string {
-  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
 function Choice<T extends string | number>(props: {
@@ -199,7 +195,7 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
     const b = body();
     // One key per request body: a retry after a lost answer finds the VM already made instead of making another.
     const json = JSON.stringify(b);
-    if (!idem.current || idem.current.body !== json) idem.current = { key: newKey(), body: json };
+    if (!idem.current || idem.current.body !== json) idem.current = { key: randomKey(), body: json };
     try {
       const vm = await client.createVm(b, { idempotencyKey: idem.current.key });
       idem.current = undefined;

@@ -8,7 +8,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Offer, operations } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { navigate } from '../router.js';
-import { Empty, Field, Loaded, Money, Page, Select, useAsync } from '../ui.js';
+import { Empty, Field, Loaded, Money, Page, Select, useAsync, useDebounced } from '../ui.js';
 
 export type RentalType = 'on_demand' | 'interruptible' | 'reserved';
 export type GpuType = Offer['gpu_type'];
@@ -69,15 +69,6 @@ function filtersToQuery(f: Filters): string {
   return s ? `?${s}` : '';
 }
 
-/** `value` (a primitive), once it has stopped changing for `ms`: typing a price does not fire a search per key. */
-export function useDebounced<T extends string | number | boolean>(value: T, ms: number): T {
-  const [v, setV] = useState(value);
-  useEffect(() => {
-    const t = setTimeout(() => setV(value), ms);
-    return () => clearTimeout(t);
-  }, [value, ms]);
-  return v;
-}
 
 export function Offers(_props: Record<string, unknown>) {
   const [filters, setFilters] = useState<Filters>(filtersFromUrl);

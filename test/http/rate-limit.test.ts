@@ -16,9 +16,10 @@ import { uniqueEmail } from '../helpers/factories.js';
 import { DB_KINDS } from '../helpers/db.js';
 
 const WINDOW_MS = 60_000;
-const LIMITS = { login: 5, loginIp: 12, auth: 4, default: 8 };
+const LIMITS = { login: 5, loginIp: 12, auth: 4, vm: 6, default: 8 };
 const ENV = {
   GPUCLOUD_RATE_LIMIT_LOGIN: String(LIMITS.login),
+  GPUCLOUD_RATE_LIMIT_VM_MUTATIONS: String(LIMITS.vm),
   GPUCLOUD_RATE_LIMIT_LOGIN_IP: String(LIMITS.loginIp),
   GPUCLOUD_RATE_LIMIT_AUTH: String(LIMITS.auth),
   GPUCLOUD_RATE_LIMIT_DEFAULT: String(LIMITS.default),
@@ -246,7 +247,54 @@ for (const kind of DB_KINDS) {
       assert.deepEqual([limits(me).limit, limits(me).remaining], [LIMITS.default, LIMITS.default - 1]);
     });
 
-    test.skip('VM mutations: GPUCLOUD_RATE_LIMIT_VM_MUTATIONS per user (comes with the VM module)');
+    test('VM mutations: GPUCLOUD_RATE_LIMIT_VM_MUTATIONS per user; reads and other users apart; a refused create makes nothing', async () => {
+      const adminEmail = uniqueEmail('rl-admin');
+      const adminPassword = 'a-long-password-' + randomBytes(4).toString('hex');
+      await t.services.auth.ensureUser(adminEmail, adminPassword, 'admin');
+      const adminLogin = await t.services.auth.login(adminEmail, adminPassword);
+      assert.ok('access_token' in adminLogin);
+      const admin = adminLogin.access_token;
+      const u = await makeUser(t);
+      const other = await makeUser(t);
+      // A node, credit and an SSH key: without the limit, the create below would succeed.
+      const node = `rl-${randomBytes(3).toString('hex')}`;
+      const made = await call(app, 'POST', '/admin/nodes', {
+        token: admin,
+        body: { node, gpu_type: '4090', gpu_count: 8, ram_gb: 256, cpu_cores: 32, cpu_model: 'EPYC', pcie_gen: '4.0', max_storage_gb: 1000, location: 'eu', cluster_name: 'rl' },
+      });
+      assert.equal(made.status, 201, made.text);
+      assert.equal((await call(app, 'POST', `/admin/users/${u.id}/credits`, { token: admin, body: { amount: 100, description: 'rl' } })).status, 201);
+      const { generateKey } = await import('../ssh-keys/keygen.js');
+      assert.equal((await call(app, 'POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: generateKey('ed25519').line } })).status, 201);
+
+      await freshWindow();
+      const missing = '00000000-0000-4000-8000-000000000000';
+      // Every kind of VM mutation counts, whatever its answer (the limit comes first), from any address.
+      const mutations = [
+        () => call(app, 'POST', `/vms/${missing}/stop`, { token: u.token, ip: randomIp() }),
+        () => call(app, 'POST', `/vms/${missing}/start`, { token: u.token, ip: randomIp() }),
+        () => call(app, 'DELETE', `/vms/${missing}`, { token: u.token, ip: randomIp() }),
+        () => call(app, 'POST', `/vms/${missing}/set-label`, { token: u.token, body: { instance_label: 'x' }, ip: randomIp() }),
+        () => call(app, 'POST', `/vms/${missing}/set-auto-restart`, { token: u.token, body: { auto_restart: true }, ip: randomIp() }),
+        () => call(app, 'POST', '/vms', { token: u.token, body: { node: 'no-such-node', gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 }, ip: randomIp() }),
+      ];
+      for (let i = 0; i < LIMITS.vm; i++) {
+        const r = await mutations[i % mutations.length]!();
+        assert.ok(r.status === 404 || r.status === 400, `mutation ${i}: ${r.status} ${r.text}`);
+        assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.vm, LIMITS.vm - 1 - i]);
+      }
+      const refused = await call(app, 'POST', '/vms', { token: u.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+      assertLimited(refused, LIMITS.vm);
+      const list = await call(app, 'GET', '/vms', { token: u.token });
+      assert.equal(list.status, 200, 'reads are not VM mutations');
+      assert.deepEqual(list.body, [], 'the refused create made no VM');
+      assert.equal(limits(list).limit, LIMITS.default);
+      const balance = await call(app, 'GET', '/billing/balance', { token: u.token });
+      assert.equal(balance.body.balance, 100, 'and charged nothing');
+      const theirs = await call(app, 'POST', `/vms/${missing}/stop`, { token: other.token });
+      assert.equal(theirs.status, 404, 'another user has a budget of their own');
+      assert.equal(limits(theirs).remaining, LIMITS.vm - 1);
+    });
 
     test('default bucket: per user, whatever the credential or address; users are counted apart', async () => {
       const v = await makeUser(t);

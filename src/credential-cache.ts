@@ -9,7 +9,7 @@
  *   honoured everywhere within that second.
  * - A change made through this instance is honoured at once: the services
  *   that revoke sessions and keys, or change a user's role or suspension,
- *   call `forgetUser` (or `forget`) after their transaction commits. A read that started
+ *   call `forgetUser` after their transaction commits. A read that started
  *   before such a change is not cached (the cache's epoch moved meanwhile),
  *   so an answer from before a revocation cannot outlive it.
  *
@@ -67,11 +67,5 @@ export class CredentialCache<V> {
   forgetUser(userId: number): void {
     this.epoch++;
     for (const [k, e] of this.entries) if (e.userId === userId) this.entries.delete(k);
-  }
-
-  /** Drops a negative answer too (a key that was unknown a moment ago may exist now). */
-  forget(key: string): void {
-    this.epoch++;
-    this.entries.delete(key);
   }
 }

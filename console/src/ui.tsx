@@ -275,6 +275,16 @@ export function Select(props: { label: string; value: string; onChange: (v: stri
 // ---------------------------------------------------------------------------
 // Dialogs
 
+/** A ref for a <dialog> that opens as a modal when it mounts (Escape and Cancel close it). */
+function useModal() {
+  const ref = useRef<HTMLDialogElement>(null);
+  useEffect(() => {
+    const d = ref.current;
+    if (d && !d.open) d.showModal();
+  }, []);
+  return ref;
+}
+
 /**
  * A modal confirmation. The confirming button carries `confirmLabel`; while
  * the dialog is open the caller should not render another button with the
@@ -288,11 +298,7 @@ export function Confirm(props: {
   onClose: () => void;
   danger?: boolean;
 }) {
-  const ref = useRef<HTMLDialogElement>(null);
-  useEffect(() => {
-    const d = ref.current;
-    if (d && !d.open) d.showModal();
-  }, []);
+  const ref = useModal();
   return (
     <dialog ref={ref} class="dialog" aria-label={props.title} onClose={props.onClose} onCancel={props.onClose}>
       <h2>{props.title}</h2>
@@ -446,11 +452,7 @@ export function FormDialog(props: {
   children: ComponentChildren;
   danger?: boolean;
 }) {
-  const ref = useRef<HTMLDialogElement>(null);
-  useEffect(() => {
-    const d = ref.current;
-    if (d && !d.open) d.showModal();
-  }, []);
+  const ref = useModal();
   return (
     <dialog ref={ref} class="dialog" aria-label={props.title} onClose={props.onClose} onCancel={props.onClose}>
       <h2>{props.title}</h2>

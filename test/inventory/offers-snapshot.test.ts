@@ -9,15 +9,8 @@ import type { FastifyInstance } from 'fastify';
 import { OFFERS_MAX_AGE_MS } from '../../src/modules/inventory/service.js';
 import { describeEachDb, request } from '../helpers/app.js';
 import { createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
+import { within } from '../helpers/wait.js';
 
-/** Polls `check` until it holds, at most `ms`. */
-async function within(ms: number, check: () => Promise<boolean>, what: string): Promise<void> {
-  const started = Date.now();
-  while (!(await check())) {
-    if (Date.now() - started > ms) assert.fail(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describeEachDb('offers snapshot across instances', (t) => {
   const on = (app: FastifyInstance, method: string, url: string, opts: { token?: string; body?: unknown } = {}) => request(app, new Set(), method, url, opts);

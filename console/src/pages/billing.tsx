@@ -2,7 +2,7 @@
 import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
-import { api, call } from '../api.js';
+import { api, call, callWithTotal } from '../api.js';
 import { Empty, Link, Loaded, Money, Page, formatMoney, formatTime, useAsync } from '../ui.js';
 
 type Usage = paths['/billing/usage']['get']['responses'][200]['content']['application/json'];
@@ -271,10 +271,7 @@ function Transactions({ currency }: { currency: string }) {
   const [offset, setOffset] = useState(0);
   const page = useAsync(
     async () => {
-      const res = await api.GET('/billing/transactions', { params: { query: { limit: PAGE_SIZE, offset } } });
-      const items = await call(Promise.resolve(res));
-      const header = res.response.headers.get('X-Total-Count');
-      const total = header !== null && header !== '' && Number.isFinite(Number(header)) ? Number(header) : offset + items.length;
+      const { items, total } = await callWithTotal(api.GET('/billing/transactions', { params: { query: { limit: PAGE_SIZE, offset } } }));
       return { items, total, offset };
     },
     [offset],

@@ -6,7 +6,7 @@
  */
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { Vm } from '../../../src/sdk/index.js';
-import { api, call, client, errorMessage } from '../api.js';
+import { api, call, callWithTotal, client, errorMessage } from '../api.js';
 import { navigate } from '../router.js';
 import {
   Action,
@@ -66,10 +66,7 @@ export function Vms(_props: Record<string, unknown>) {
   const [page, setPage] = useState(0);
   const list = useAsync(
     async () => {
-      const r = await api.GET('/vms', { params: { query: { include_destroyed: showDestroyed, limit: PAGE_SIZE, offset: page * PAGE_SIZE } } });
-      const items = await call(Promise.resolve(r));
-      const total = Number(r.response.headers.get('X-Total-Count') ?? NaN);
-      return { items, total: Number.isFinite(total) ? total : page * PAGE_SIZE + items.length };
+      return callWithTotal(api.GET('/vms', { params: { query: { include_destroyed: showDestroyed, limit: PAGE_SIZE, offset: page * PAGE_SIZE } } }));
     },
     [showDestroyed, page],
     LIST_POLL_MS,

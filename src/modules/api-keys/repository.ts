@@ -69,11 +69,11 @@ export async function findActiveKeyByHash(q: Queryable, keyHash: string) {
   return r.rows[0];
 }
 
-/** Written at most once a minute per key, so a busy key does not write on every request. */
-export async function touchKey(q: Queryable, id: string, now: Date): Promise<void> {
+/** Written at most once every `everyMs` per key (instances that remembered an older value do not write again). */
+export async function touchKey(q: Queryable, id: string, now: Date, everyMs: number): Promise<void> {
   await q.query(
     `UPDATE api_keys SET last_used_at = $2
-      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2::timestamptz - interval '60 seconds')`,
-    [id, now],
+      WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2::timestamptz - make_interval(secs => $3::float8 / 1000))`,
+    [id, now, everyMs],
   );
 }

@@ -105,9 +105,9 @@ export class ApiKeyService {
     if (!row) return null;
     const now = this.clock.now();
     if (row.expires_at && row.expires_at.getTime() <= now.getTime()) return null;
-    if (!row.last_used_at || now.getTime() - row.last_used_at.getTime() >= TOUCH_EVERY_MS) {
+    if (!row.last_used_at || now.getTime() - row.last_used_at.getTime() > TOUCH_EVERY_MS) {
       row.last_used_at = now;
-      await repo.touchKey(this.db, row.id, now);
+      await repo.touchKey(this.db, row.id, now, TOUCH_EVERY_MS);
     }
     return row;
   }

@@ -10,6 +10,10 @@
  *             against a bare-Fastify baseline (bench/http.ts)
  *   startup   seconds to the first GET /healthz 200 and idle RSS, first and
  *             second start (bench/startup.ts)
+ *   metering  seconds the interval job takes to close one billing period of
+ *             10,000 and 100,000 running VMs and to catch up a missed day of
+ *             100,000 (PostgreSQL; 10,000 embedded), seeded straight into
+ *             the tables (bench/metering.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -26,13 +30,14 @@ import { parseArgs } from 'node:util';
 import { REPO_ROOT } from '../scripts/soak/server.js';
 import { releaseOnSignals } from './cleanup.js';
 import { httpBench, SERVICE_CASES } from './http.js';
+import { meteringBench } from './metering.js';
 import { realVmBench } from './real-vm.js';
 import type { DbKind } from './service.js';
 import { startupBench } from './startup.js';
 
 export interface BenchResult {
   /** Which table prints it: HTTP load, start-up, or (absent) the real-VM timings. */
-  kind?: 'http' | 'startup';
+  kind?: 'http' | 'startup' | 'metering';
   name: string;
   db: string;
   /** HTTP: successful answers per second and their latency; null where not measured. */
@@ -69,7 +74,7 @@ export interface BenchOptions {
 }
 
 const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
-const CASES = [...HTTP_CASES, 'startup', 'real-vm'];
+const CASES = [...HTTP_CASES, 'startup', 'metering', 'real-vm'];
 
 interface Args {
   cases: string[];
@@ -115,6 +120,10 @@ async function runCases(a: Args): Promise<BenchResult[]> {
       console.log(`== startup (${db})`);
       results.push(...(await startupBench(o)));
     }
+    if (a.cases.includes('metering')) {
+      console.log(`== metering (${db})`);
+      results.push(...(await meteringBench(db)));
+    }
   }
   if (a.cases.includes('real-vm')) {
     console.log('== real-vm');
@@ -139,6 +148,11 @@ function printStartup(rows: BenchResult[]): void {
   for (const r of rows) console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(8), num(r.rss_mb, 0).padStart(12)].join(' '));
 }
 
+function printMetering(rows: BenchResult[]): void {
+  console.log(['metering'.padEnd(46), 'db'.padEnd(9), 'seconds'.padStart(8)].join(' '));
+  for (const r of rows) console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(8)].join(' '));
+}
+
 function printRealVm(rows: BenchResult[]): void {
   console.log(['case'.padEnd(46), 'db'.padEnd(9), 'median s'.padStart(9), 'min s'.padStart(7), 'max s'.padStart(7), '  target'].join(' '));
   for (const r of rows) {
@@ -151,6 +165,7 @@ function print(results: BenchResult[]): void {
   const tables: [BenchResult['kind'], (rows: BenchResult[]) => void][] = [
     ['http', printHttp],
     ['startup', printStartup],
+    ['metering', printMetering],
     [undefined, printRealVm],
   ];
   for (const [kind, printer] of tables) {

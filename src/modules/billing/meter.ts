@@ -64,6 +64,24 @@ export function boundariesBetween(fromMs: number, toMs: number, intervalMs: numb
   return out;
 }
 
+/** One period to charge: (vm.billed_until, endMs], GPUs running or not. */
+interface Period {
+  vm: MeteredVm;
+  endMs: number;
+  gpuRunning: boolean;
+}
+
+/** An active reservation a VM draws on: what is left of it and when its term ends. */
+interface Term {
+  remainingMicros: number;
+  endMs: number;
+}
+
+/** The most VMs one close transaction handles (one period each). */
+export const CLOSE_BATCH = 2000;
+/** Batches one process closes at once on PostgreSQL. */
+const CLOSE_LANES = 2;
+
 export interface MeterOptions {
   intervalS: number;
   networkPricePerGbMicros: number;
@@ -84,82 +102,146 @@ export class Meter {
     return (await tx.query<MeteredVm>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [id])).rows[0];
   }
 
-  /**
-   * Charges (billed_until, end] as one period in which the VM's GPUs ran or
-   * not. Idempotent: a period already charged (same vm and end) is skipped.
-   */
+  /** Charges (billed_until, end] as one period in which the VM's GPUs ran or not (see chargePeriods). */
   private async closePeriod(tx: Queryable, vm: MeteredVm, endMs: number, gpuRunning: boolean): Promise<MeteredVm> {
-    if (!vm.billed_until) return vm;
-    const startMs = vm.billed_until.getTime();
-    if (endMs <= startMs) return vm;
+    await this.chargePeriods(tx, [{ vm, endMs, gpuRunning }]);
+    if (!vm.billed_until || endMs <= vm.billed_until.getTime()) return vm;
     const networkBytes = Math.max(0, vm.network_bytes_total - vm.network_bytes_billed);
-    const c = priceOfPeriod(vm, endMs - startMs, gpuRunning, networkBytes, this.opts.networkPricePerGbMicros);
-    const logId = newId();
-    const inserted = await tx.query(
+    return { ...vm, billed_until: new Date(endMs), network_bytes_billed: vm.network_bytes_billed + networkBytes };
+  }
+
+  /**
+   * Charges one period (billed_until, endMs] for each VM, in a fixed number
+   * of statements however many VMs there are: the interval job closes
+   * thousands at once this way, a transition one. The VMs' rows must be
+   * locked by the caller and each VM appear once; `terms` are their active
+   * reservations if the caller locked them already. Idempotent: a period
+   * already charged (same VM and end) is skipped, and only the periods
+   * written here draw on reservations and balances. Returns periods written.
+   */
+  private async chargePeriods(tx: Queryable, periods: readonly Period[], terms?: Map<string, Term>): Promise<number> {
+    const open = periods.filter((p) => p.vm.billed_until && p.endMs > p.vm.billed_until.getTime());
+    if (open.length === 0) return 0;
+    // Reserved VMs draw on their prepaid reservation first, for periods inside its term only
+    // (closeUpTo splits a period at end_at).
+    const active = terms ?? (await this.lockReservations(tx, open.map((p) => p.vm)));
+    const rows = open.map(({ vm, endMs, gpuRunning }) => {
+      const startMs = vm.billed_until!.getTime();
+      const networkBytes = Math.max(0, vm.network_bytes_total - vm.network_bytes_billed);
+      const c = priceOfPeriod(vm, endMs - startMs, gpuRunning, networkBytes, this.opts.networkPricePerGbMicros);
+      const term = vm.reservation_id ? active.get(vm.reservation_id) : undefined;
+      const fromReservation = term && term.endMs >= endMs ? Math.min(term.remainingMicros, c.total) : 0;
+      if (term) term.remainingMicros -= fromReservation;
+      const charge = c.total - fromReservation;
+      return { vm, startMs, endMs, c, fromReservation, charge, logId: newId(), transactionId: charge > 0 ? newId() : null };
+    });
+    const inserted = await tx.query<{ vm_id: string }>(
       `INSERT INTO usage_logs (id, vm_id, user_id, period_start, period_end, gpu_ms, gpu_count, storage_ms, storage_gb, network_bytes,
-                               gpu_cost_micros, storage_cost_micros, network_cost_micros, total_cost_micros, reservation_id)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-       ON CONFLICT (vm_id, period_end) DO NOTHING`,
-      [logId, vm.id, vm.user_id, new Date(startMs), new Date(endMs), c.gpuMs, vm.gpu_count, c.storageMs, vm.storage_gb, c.networkBytes,
-        c.gpuCost, c.storageCost, c.networkCost, c.total, vm.reservation_id],
+                               gpu_cost_micros, storage_cost_micros, network_cost_micros, total_cost_micros, reservation_id,
+                               from_reservation_micros, transaction_id)
+       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int8[], $4::timestamptz[], $5::timestamptz[], $6::int8[], $7::int4[], $8::int8[],
+                            $9::int4[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::uuid[], $16::int8[], $17::uuid[])
+       ON CONFLICT (vm_id, period_end) DO NOTHING
+       RETURNING vm_id`,
+      [
+        rows.map((r) => r.logId),
+        rows.map((r) => r.vm.id),
+        rows.map((r) => r.vm.user_id),
+        rows.map((r) => new Date(r.startMs).toISOString()),
+        rows.map((r) => new Date(r.endMs).toISOString()),
+        rows.map((r) => r.c.gpuMs),
+        rows.map((r) => r.vm.gpu_count),
+        rows.map((r) => r.c.storageMs),
+        rows.map((r) => r.vm.storage_gb),
+        rows.map((r) => r.c.networkBytes),
+        rows.map((r) => r.c.gpuCost),
+        rows.map((r) => r.c.storageCost),
+        rows.map((r) => r.c.networkCost),
+        rows.map((r) => r.c.total),
+        rows.map((r) => r.vm.reservation_id),
+        rows.map((r) => r.fromReservation),
+        rows.map((r) => r.transactionId),
+      ],
     );
-    const next = { ...vm, billed_until: new Date(endMs), network_bytes_billed: vm.network_bytes_billed + networkBytes };
-    await tx.query('UPDATE vms SET billed_until = $2, network_bytes_billed = $3 WHERE id = $1', [vm.id, next.billed_until, next.network_bytes_billed]);
-    if (inserted.rowCount !== 1) return next; // this period was charged already
-    // Reserved VMs draw on their prepaid reservation first (D32, D37).
-    let fromReservation = 0;
-    if (vm.reservation_id && c.total > 0) {
-      // Only periods inside the term draw on it (closeUpTo splits a period at end_at).
-      const r = await tx.query<{ remaining_micros: number }>(
-        `SELECT remaining_micros FROM reservations WHERE id = $1 AND status = 'active' AND end_at >= $2 FOR UPDATE`,
-        [vm.reservation_id, new Date(endMs)],
+    // `vms.id = ANY(...)` finds the rows by primary key, never a scan of the fleet.
+    await tx.query(
+      `UPDATE vms SET billed_until = u.billed_until, network_bytes_billed = u.network_bytes_billed
+         FROM unnest($1::uuid[], $2::timestamptz[], $3::int8[]) AS u(id, billed_until, network_bytes_billed)
+        WHERE vms.id = u.id AND vms.id = ANY($1::uuid[])`,
+      [rows.map((r) => r.vm.id), rows.map((r) => new Date(r.endMs).toISOString()), rows.map((r) => r.vm.network_bytes_billed + r.c.networkBytes)],
+    );
+    // A period charged already (the unique key) moves billed_until on but costs nothing again.
+    const written = new Set(inserted.rows.map((r) => r.vm_id));
+    const charged = rows.filter((r) => written.has(r.vm.id));
+    const draws = charged.filter((r) => r.fromReservation > 0);
+    if (draws.length) {
+      await tx.query(
+        `UPDATE reservations SET remaining_micros = remaining_micros - d.amount
+           FROM (SELECT id, sum(amount) AS amount FROM unnest($1::uuid[], $2::int8[]) AS u(id, amount) GROUP BY id) AS d
+          WHERE reservations.id = d.id`,
+        [draws.map((r) => r.vm.reservation_id), draws.map((r) => r.fromReservation)],
       );
-      const remaining = r.rows[0]?.remaining_micros ?? 0;
-      fromReservation = Math.min(remaining, c.total);
-      if (fromReservation > 0) {
-        await tx.query('UPDATE reservations SET remaining_micros = remaining_micros - $2 WHERE id = $1', [vm.reservation_id, fromReservation]);
-      }
     }
-    const charge = c.total - fromReservation;
-    let transactionId: string | null = null;
-    if (charge > 0) {
-      const t = await ledger.post(tx, {
-        userId: vm.user_id,
-        type: 'charge',
-        amountMicros: -charge,
-        description: `Usage of VM ${vm.vmid} from ${new Date(startMs).toISOString()} to ${new Date(endMs).toISOString()}`,
-        breakdown: {
-          vm_id: vm.id,
-          vmid: vm.vmid,
-          period_start: new Date(startMs).toISOString(),
-          period_end: new Date(endMs).toISOString(),
-          gpu_seconds: c.gpuMs / 1000,
-          storage_gb: vm.storage_gb,
-          network_bytes: c.networkBytes,
-          gpu_cost: toAmount(c.gpuCost),
-          storage_cost: toAmount(c.storageCost),
-          network_cost: toAmount(c.networkCost),
-          from_reservation: toAmount(fromReservation),
-          total_cost: toAmount(c.total),
-        },
-        vmId: vm.id,
-        now: new Date(endMs),
-      });
-      transactionId = t.id;
-      if (t.balance_after_micros <= 0) {
-        // D33: the running VMs of this user are stopped by the metering job ...
-        await tx.query('UPDATE users SET low_balance_pending = true WHERE id = $1', [vm.user_id]);
+    const charges = charged.filter((r) => r.charge > 0);
+    const posted = await ledger.postMany(
+      tx,
+      charges.map((r) => {
+        const start = new Date(r.startMs).toISOString();
+        const end = new Date(r.endMs).toISOString();
+        return {
+          userId: r.vm.user_id,
+          type: 'charge' as const,
+          amountMicros: -r.charge,
+          description: `Usage of VM ${r.vm.vmid} from ${start} to ${end}`,
+          breakdown: {
+            vm_id: r.vm.id,
+            vmid: r.vm.vmid,
+            period_start: start,
+            period_end: end,
+            gpu_seconds: r.c.gpuMs / 1000,
+            storage_gb: r.vm.storage_gb,
+            network_bytes: r.c.networkBytes,
+            gpu_cost: toAmount(r.c.gpuCost),
+            storage_cost: toAmount(r.c.storageCost),
+            network_cost: toAmount(r.c.networkCost),
+            from_reservation: toAmount(r.fromReservation),
+            total_cost: toAmount(r.c.total),
+          },
+          vmId: r.vm.id,
+          now: new Date(r.endMs),
+          id: r.transactionId!,
+        };
+      }),
+    );
+    // A charge that leaves the balance at or below zero flags the user: the
+    // low-balance job stops their running VMs. The charge that crosses zero
+    // is recorded once as an event, for admins (and later webhooks).
+    const low = new Set<number>();
+    const crossings: { userId: number; vmId: string; data: string; at: string }[] = [];
+    charges.forEach((r, i) => {
+      const after = posted[i]!.balanceAfterMicros;
+      if (after > 0) return;
+      low.add(r.vm.user_id);
+      if (after + r.charge > 0) {
+        crossings.push({
+          userId: r.vm.user_id,
+          vmId: r.vm.id,
+          data: JSON.stringify({ balance: toAmount(after), charge: toAmount(r.charge), transaction_id: posted[i]!.id }),
+          at: new Date(r.endMs).toISOString(),
+        });
       }
-      if (t.balance_after_micros <= 0 && t.balance_after_micros + charge > 0) {
-        // ... and the moment the balance crosses zero is recorded once, for admins (and later webhooks).
-        await tx.query(
-          `INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, 'billing.low_balance', $2, $3, $4, $5)`,
-          [newId(), vm.user_id, vm.id, JSON.stringify({ balance: toAmount(t.balance_after_micros), charge: toAmount(charge), transaction_id: t.id }), new Date(endMs)],
-        );
-      }
+    });
+    if (low.size) await tx.query('UPDATE users SET low_balance_pending = true WHERE id = ANY($1::int8[])', [[...low]]);
+    if (crossings.length) {
+      await tx.query(
+        `INSERT INTO events (id, type, user_id, vm_id, data, created_at)
+         SELECT id, 'billing.low_balance', user_id, vm_id, data::jsonb, created_at
+           FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::timestamptz[]) WITH ORDINALITY AS e(id, user_id, vm_id, data, created_at, n)
+          ORDER BY n`,
+        [crossings.map(() => newId()), crossings.map((e) => e.userId), crossings.map((e) => e.vmId), crossings.map((e) => e.data), crossings.map((e) => e.at)],
+      );
     }
-    await tx.query('UPDATE usage_logs SET from_reservation_micros = $2, transaction_id = $3 WHERE id = $1', [logId, fromReservation, transactionId]);
-    return next;
+    return written.size;
   }
 
   /** Closes every interval boundary in (billed_until, endMs], then (optionally) the period ending exactly at endMs. */
@@ -236,26 +318,69 @@ export class Meter {
     await this.closeUpTo(tx, vm, now.getTime(), vm.status === 'running', true);
   }
 
-  /** The interval job: closes every boundary that has passed for every VM that accrues. Returns periods written. */
-  async closeDueIntervals(now: Date): Promise<number> {
+  /**
+   * The interval job: closes every boundary that has passed for every VM
+   * that accrues, period by period across the fleet (the oldest open period
+   * first), a batch of VMs per transaction. Batches are claimed with
+   * FOR UPDATE SKIP LOCKED, so several workers split a close between them
+   * instead of queueing on each other's locks. Returns periods written.
+   */
+  async closeDueIntervals(now: Date, batch = CLOSE_BATCH): Promise<number> {
     const nowMs = now.getTime();
-    const due = await this.db.query<{ id: string }>(
-      `SELECT id FROM vms WHERE billed_until IS NOT NULL AND status <> 'destroyed'
-          AND billed_until < to_timestamp(floor(extract(epoch FROM $1::timestamptz) / $2) * $2)
-        ORDER BY seq`,
-      [now, this.opts.intervalS],
-    );
+    const lastBoundary = new Date(Math.floor(nowMs / this.intervalMs) * this.intervalMs);
     let written = 0;
-    for (const { id } of due.rows) {
-      written += await this.db.transaction(async (tx) => {
-        const vm = await this.lockVm(tx, id);
-        if (!vm || !vm.billed_until || vm.status === 'destroyed') return 0;
-        const before = vm.billed_until.getTime();
-        const after = await this.closeUpTo(tx, vm, nowMs, vm.status === 'running', false);
-        return after.billed_until!.getTime() > before ? 1 : 0;
-      });
-    }
+    const lane = async () => {
+      for (;;) {
+        const r = await this.db.transaction((tx) => this.closeBatch(tx, nowMs, lastBoundary, batch));
+        written += r.written;
+        if (r.claimed === 0) return;
+      }
+    };
+    // On PostgreSQL two batches are in flight at once (the database works on one while this
+    // process prices the next); the embedded database runs one transaction at a time anyway.
+    await Promise.all(Array.from({ length: this.db.kind === 'postgres' ? CLOSE_LANES : 1 }, lane));
     return written;
+  }
+
+  /**
+   * The active reservations the VMs draw on, locked (after the VMs: the
+   * lock order is VM, reservation, balance). Reserved VMs draw on their
+   * prepaid reservation first, for periods inside its term only.
+   */
+  private async lockReservations(tx: Queryable, vms: readonly MeteredVm[]): Promise<Map<string, Term>> {
+    const ids = [...new Set(vms.flatMap((vm) => (vm.reservation_id ? [vm.reservation_id] : [])))];
+    const terms = new Map<string, Term>();
+    if (ids.length === 0) return terms;
+    const r = await tx.query<{ id: string; remaining_micros: number; end_at: Date }>(
+      `SELECT id, remaining_micros, end_at FROM reservations WHERE id = ANY($1::uuid[]) AND status = 'active' ORDER BY id FOR UPDATE`,
+      [ids],
+    );
+    for (const row of r.rows) terms.set(row.id, { remainingMicros: row.remaining_micros, endMs: row.end_at.getTime() });
+    return terms;
+  }
+
+  /** One period of up to `limit` VMs whose open period began before `lastBoundary`. */
+  private async closeBatch(tx: Queryable, nowMs: number, lastBoundary: Date, limit: number): Promise<{ claimed: number; written: number }> {
+    const due = await tx.query<MeteredVm>(
+      `SELECT id, vmid, user_id, status, gpu_count, storage_gb, gpu_hourly_rate_micros, storage_hourly_rate_micros,
+              reservation_id, billed_until, network_bytes_total, network_bytes_billed
+         FROM vms
+        WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1
+        ORDER BY billed_until
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED`,
+      [lastBoundary, limit],
+    );
+    const terms = await this.lockReservations(tx, due.rows);
+    const periods = due.rows.map((vm) => {
+      const startMs = vm.billed_until!.getTime();
+      let endMs = Math.floor(startMs / this.intervalMs) * this.intervalMs + this.intervalMs;
+      // The end of a reservation's term also closes a period: what follows is not drawn from it.
+      const termEnd = vm.reservation_id ? terms.get(vm.reservation_id)?.endMs : undefined;
+      if (termEnd !== undefined && termEnd > startMs && termEnd < endMs && termEnd < nowMs) endMs = termEnd;
+      return { vm, endMs, gpuRunning: vm.status === 'running' };
+    });
+    return { claimed: periods.length, written: await this.chargePeriods(tx, periods, terms) };
   }
 
   /** D33: users a charge left at or below zero; the caller stops their running VMs and clears the flag. */

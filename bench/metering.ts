@@ -1,0 +1,133 @@
+/**
+ * Metering at fleet scale: a fleet of VMs seeded straight into the tables
+ * (1 in 10 stopped, 1 in 20 drawing on a reservation, ten VMs a customer),
+ * then the seconds the interval job takes to close
+ *   - one billing period of every VM (`close N`), and
+ *   - a day of missed periods, as after a worker was down (`catch-up N`),
+ * each checked afterwards: one usage log per VM and period, every balance
+ * equal to the sum of its transactions. Runs the meter in this process on a
+ * scratch database (PostgreSQL: a schema on DATABASE_URL; embedded: an
+ * in-memory PGlite). Used by bench/run.ts (`metering`), not run alone.
+ */
+import { randomBytes } from 'node:crypto';
+import { ManualClock } from '../src/clock.js';
+import { PgliteDb, PostgresDb, type Db } from '../src/db/db.js';
+import { migrate } from '../src/db/migrate.js';
+import { Meter } from '../src/modules/billing/meter.js';
+import type { BenchResult } from './run.js';
+import type { Scope } from './cleanup.js';
+import { withScope } from './cleanup.js';
+import type { DbKind } from './service.js';
+
+const INTERVAL_S = 3600;
+/** A billing boundary: the fleet has been billed up to here. */
+const T0 = Date.UTC(2026, 0, 1);
+const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/test';
+
+async function scratchDb(scope: Scope, kind: DbKind): Promise<Db> {
+  if (kind === 'embedded') {
+    const db = await PgliteDb.open();
+    scope.defer(() => db.close());
+    await migrate(db);
+    return db;
+  }
+  const url = process.env.DATABASE_URL ?? DEFAULT_URL;
+  const schema = `gpc_bench_${randomBytes(6).toString('hex')}`;
+  const admin = new PostgresDb(url, { max: 1 });
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  scope.defer(async () => {
+    await admin.query(`DROP SCHEMA ${schema} CASCADE`);
+    await admin.close();
+  });
+  const db = new PostgresDb(url, { searchPath: schema, max: 10 });
+  scope.defer(() => db.close());
+  await migrate(db);
+  return db;
+}
+
+/** `vms` VMs of `vms / 10` customers, every one billed up to T0. */
+export async function seedFleet(db: Db, vms: number): Promise<void> {
+  const t0 = new Date(T0);
+  const users = Math.max(1, Math.ceil(vms / 10));
+  const credit = 1_000_000 * 1_000_000;
+  await db.query(
+    `INSERT INTO users (email, email_normalized, password_hash, balance_micros, created_at, updated_at)
+     SELECT 'fleet' || g || '@bench.example', 'fleet' || g || '@bench.example', 'x', $2, $1, $1 FROM generate_series(1, $3) g`,
+    [t0, credit, users],
+  );
+  await db.query(
+    `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, created_at)
+     SELECT gen_random_uuid(), id, 'credit', balance_micros, balance_micros, 'bench credit', $1 FROM users`,
+    [t0],
+  );
+  await db.query(
+    `INSERT INTO vms (id, user_id, node, gpu_type, gpu_count, storage_gb, ram_gb, cpu_cores, template_vmid, status, holds_gpus,
+                      rental_type, gpu_hourly_rate_micros, storage_hourly_rate_micros, auth_method, provisioned,
+                      created_at, started_at, first_started_at, billed_until, network_bytes_total)
+     SELECT gen_random_uuid(), (SELECT min(id) FROM users) + g % $2, 'node-' || (g / 8), '4090', 1 + (g % 2), 50 + (g % 7) * 10, 32, 8, 100,
+            CASE WHEN g % 10 = 9 THEN 'stopped' ELSE 'running' END, g % 10 <> 9,
+            CASE WHEN g % 20 = 3 THEN 'reserved' ELSE 'on_demand' END, 433333 + g % 1000, 13889,
+            'password', true, $1, $1, $1, $1, (g % 5) * 123456789
+       FROM generate_series(0, $3 - 1) g`,
+    [t0, users, vms],
+  );
+  await db.query(
+    `WITH r AS (
+       INSERT INTO reservations (id, user_id, vm_id, gpu_type, gpu_count, storage_gb, reservation_months, discount_bp,
+                                 deposit_micros, remaining_micros, status, created_at, end_at)
+       SELECT gen_random_uuid(), user_id, id, gpu_type, gpu_count, storage_gb, 1, 1000, 50000000, 50000000, 'active', $1::timestamptz, $1::timestamptz + interval '30 days'
+         FROM vms WHERE rental_type = 'reserved'
+       RETURNING id, vm_id)
+     UPDATE vms SET reservation_id = r.id FROM r WHERE vms.id = r.vm_id`,
+    [t0],
+  );
+}
+
+/** Fails unless every VM has exactly `periods` usage logs and every balance is the sum of its transactions. */
+async function check(db: Db, vms: number, periods: number): Promise<void> {
+  const logs = await db.query<{ n: number; vms: number; max: number; min: number }>(
+    'SELECT COALESCE(sum(c), 0)::int8 AS n, count(*)::int8 AS vms, max(c)::int8 AS max, min(c)::int8 AS min FROM (SELECT vm_id, count(*) AS c FROM usage_logs GROUP BY vm_id) x',
+  );
+  const l = logs.rows[0]!;
+  if (Number(l.vms) !== vms || Number(l.max) !== periods || Number(l.min) !== periods) {
+    throw new Error(`metering bench: expected ${periods} period(s) for each of ${vms} VMs, found ${l.n} logs over ${l.vms} VMs`);
+  }
+  const off = await db.query(
+    `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id GROUP BY u.id HAVING u.balance_micros <> COALESCE(sum(t.amount_micros), 0) LIMIT 1`,
+  );
+  if (off.rows.length) throw new Error('metering bench: a balance differs from the sum of its transactions');
+}
+
+async function timeClose(kind: DbKind, vms: number, periods: number): Promise<BenchResult> {
+  return withScope(async (scope) => {
+    const db = await scratchDb(scope, kind);
+    await seedFleet(db, vms);
+    const now = new Date(T0 + periods * INTERVAL_S * 1000 + 1000);
+    const meter = new Meter(db, new ManualClock(now.getTime()), { intervalS: INTERVAL_S, networkPricePerGbMicros: 10_000 });
+    const started = performance.now();
+    await meter.closeDueIntervals(now);
+    const seconds = (performance.now() - started) / 1000;
+    await check(db, vms, periods);
+    const name = periods === 1 ? `close one period, ${vms} VMs` : `catch up ${periods} periods, ${vms} VMs`;
+    console.log(`${name} (${kind}): ${seconds.toFixed(2)} s`);
+    return { kind: 'metering', name, db: kind, seconds };
+  });
+}
+
+export interface MeteringCase {
+  vms: number;
+  periods: number;
+}
+
+/** The default fleet sizes: PostgreSQL up to 100,000 VMs, the embedded database 10,000. */
+export function meteringCases(kind: DbKind): MeteringCase[] {
+  return kind === 'postgres'
+    ? [{ vms: 10_000, periods: 1 }, { vms: 100_000, periods: 1 }, { vms: 100_000, periods: 24 }]
+    : [{ vms: 10_000, periods: 1 }];
+}
+
+export async function meteringBench(kind: DbKind, cases = meteringCases(kind)): Promise<BenchResult[]> {
+  const out: BenchResult[] = [];
+  for (const c of cases) out.push(await timeClose(kind, c.vms, c.periods));
+  return out;
+}

@@ -7,11 +7,19 @@
 import { parseArgs } from 'node:util';
 import type { Config } from './config.js';
 import type { Role } from './server.js';
+import type { RateLimitStoreKind } from './http/rate-limit-store.js';
 // The server's modules are imported when a server command runs, so that the
 // client commands start fast.
 import { clientUsage, findCommand, runCli } from './cli/index.js';
 
 let ConfigErrorClass: (new (...args: never[]) => Error) | undefined;
+
+/** How the start-up banner names the rate-limit store in use. */
+const RATE_LIMIT_STORES: Record<RateLimitStoreKind, string> = {
+  redis: 'Redis (shared by every instance)',
+  postgres: 'PostgreSQL (shared by every instance; set GPUCLOUD_REDIS_URL for the faster Redis store)',
+  memory: 'this process (one instance only)',
+};
 
 const USAGE = `gpucloud: rent GPU virtual machines
 
@@ -86,6 +94,7 @@ async function serve(args: string[]): Promise<void> {
     lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`, `  Web console: ${server.url}/console/`);
   }
   lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
+  lines.push(`  Rate limits: ${RATE_LIMIT_STORES[server.rateLimitStore]}`);
   if (server.localAgent) {
     const dir = process.env.GPUCLOUD_AGENT_DATA_DIR?.trim() || `${cfg.dataDir}/agent`;
     lines.push(`  Local agent: ${server.localAgent.url} (node ${server.localAgent.node}); add templates with`, `    gpucloud agent template add VMID FILE --data-dir ${dir}`);

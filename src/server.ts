@@ -14,7 +14,7 @@ import { buildApp, createServices, type Services } from './app.js';
 import { ClockService } from './modules/clock/service.js';
 import { startLocalAgent, type LocalAgent } from './local-agent.js';
 import { ConfigError } from './config.js';
-import { createRateLimitStore, type RateLimitStore } from './http/rate-limit-store.js';
+import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit-store.js';
 import { seedDemo, type DemoLogin } from './seed.js';
 
 export type Role = 'api' | 'worker' | 'all';
@@ -26,6 +26,8 @@ export interface RunningServer {
   services: Services;
   demo?: DemoLogin;
   localAgent?: LocalAgent;
+  /** Where rate-limit counters live: Redis, the PostgreSQL database, or this process's memory. */
+  rateLimitStore: RateLimitStoreKind;
   close(): Promise<void>;
 }
 
@@ -82,7 +84,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
   const clock = await ClockService.create(db, config.clock, config.clockStartMs);
-  const rateLimitStore: RateLimitStore = createRateLimitStore(config.redisUrl, { prefix: config.redisPrefix });
+  const { store: rateLimitStore, kind: rateLimitKind } = createRateLimitStore(config.redisUrl, { prefix: config.redisPrefix, db });
   const deps = {
     config,
     db,
@@ -134,6 +136,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     services,
     demo,
     localAgent,
+    rateLimitStore: rateLimitKind,
     close: async () => {
       await localAgent?.close();
       await services.agents.stop();

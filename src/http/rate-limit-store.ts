@@ -6,12 +6,17 @@
  * computes the same window for the same instant. Callers pass REAL time
  * (`Date.now()`), never the service clock.
  *
- * Two implementations share one interface:
- * - {@link MemoryRateLimitStore}: per-process Map, for a single instance / tests.
+ * Three implementations share one interface:
+ * - {@link MemoryRateLimitStore}: per-process Map, for a single instance
+ *   (the embedded database) and tests.
  * - {@link RedisRateLimitStore}: counters shared between instances through
- *   Redis (used when `GPUCLOUD_REDIS_URL` is set).
+ *   Redis (used when `GPUCLOUD_REDIS_URL` is set), the fastest shared store.
+ * - {@link PostgresRateLimitStore}: counters shared between instances in an
+ *   unlogged table (PostgreSQL without Redis), so several instances never
+ *   each count on their own.
  */
 import { Redis } from 'ioredis';
+import type { Db } from '../db/db.js';
 
 export interface RateLimitHit {
   /** Hits counted on the key in the current window, including this one (>= 1). */
@@ -213,15 +218,56 @@ export class RedisRateLimitStore implements RateLimitStore {
 }
 
 // ---------------------------------------------------------------------------
+// PostgreSQL implementation
+// ---------------------------------------------------------------------------
 
-/** Redis-backed store when `redisUrl` (GPUCLOUD_REDIS_URL) is set, in-memory otherwise. */
+/** Ended windows are deleted at most this often (real time). */
+const PG_SWEEP_EVERY_MS = 60_000;
+
+export class PostgresRateLimitStore implements RateLimitStore {
+  private closed = false;
+  private nextSweepMs = 0;
+
+  constructor(private readonly db: Db) {}
+
+  async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
+    if (nowMs >= this.nextSweepMs) {
+      this.nextSweepMs = nowMs + PG_SWEEP_EVERY_MS;
+      // Housekeeping: a failed sweep is retried at the next one and never fails a request.
+      void this.db.query('DELETE FROM rate_limit_hits WHERE window_end < $1', [nowMs - EXPIRY_SLACK_MS]).catch(() => undefined);
+    }
+    const r = await this.db.query<{ count: number }>(
+      `INSERT INTO rate_limit_hits (key, window_start, window_end, count) VALUES ($1, $2, $3, 1)
+       ON CONFLICT (key, window_start) DO UPDATE SET count = rate_limit_hits.count + 1
+       RETURNING count`,
+      [key, windowStart, windowEnd],
+    );
+    return { count: Number(r.rows[0]!.count), resetMs };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true; // the database is the service's, closed with it
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+export type RateLimitStoreKind = 'redis' | 'postgres' | 'memory';
+
+/**
+ * Redis when `redisUrl` (GPUCLOUD_REDIS_URL) is set; otherwise the database
+ * when it is PostgreSQL (instances share it); otherwise this process's memory.
+ */
 export function createRateLimitStore(
   redisUrl: string | undefined,
-  opts: { prefix?: string } = {},
-): RateLimitStore {
+  opts: { prefix?: string; db?: Db } = {},
+): { store: RateLimitStore; kind: RateLimitStoreKind } {
   const url = redisUrl?.trim();
   if (url) {
-    return new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix });
+    return { store: new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix }), kind: 'redis' };
   }
-  return new MemoryRateLimitStore();
+  if (opts.db?.kind === 'postgres') return { store: new PostgresRateLimitStore(opts.db), kind: 'postgres' };
+  return { store: new MemoryRateLimitStore(), kind: 'memory' };
 }

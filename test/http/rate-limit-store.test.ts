@@ -2,8 +2,10 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { createTestDb } from '../helpers/db.js';
 import {
   MemoryRateLimitStore,
+  PostgresRateLimitStore,
   RedisRateLimitStore,
   createRateLimitStore,
   type RateLimitStore,
@@ -119,17 +121,38 @@ describe('MemoryRateLimitStore', () => {
 });
 
 describe('createRateLimitStore', () => {
-  test('returns a memory store without a Redis URL', async () => {
-    for (const url of [undefined, '', '  ']) {
-      const s = createRateLimitStore(url);
-      assert.ok(s instanceof MemoryRateLimitStore);
+  test('returns a memory store without a Redis URL on the embedded database', async () => {
+    const db = await createTestDb('pglite');
+    try {
+      for (const url of [undefined, '', '  ']) {
+        for (const opts of [{}, { db: db.db }]) {
+          const { store: s, kind } = createRateLimitStore(url, opts);
+          assert.ok(s instanceof MemoryRateLimitStore);
+          assert.equal(kind, 'memory');
+          await s.close();
+        }
+      }
+    } finally {
+      await db.cleanup();
+    }
+  });
+
+  test('returns a PostgreSQL store without a Redis URL on PostgreSQL', { skip: !process.env.DATABASE_URL }, async () => {
+    const db = await createTestDb('postgres');
+    try {
+      const { store: s, kind } = createRateLimitStore(undefined, { db: db.db });
+      assert.ok(s instanceof PostgresRateLimitStore);
+      assert.equal(kind, 'postgres');
       await s.close();
+    } finally {
+      await db.cleanup();
     }
   });
 
   test('returns a Redis store with a Redis URL', { skip: !REDIS_URL }, async () => {
     const prefix = `gpucloud-test-${randomUUID()}:`;
-    const s = createRateLimitStore(REDIS_URL, { prefix });
+    const { store: s, kind } = createRateLimitStore(REDIS_URL, { prefix });
+    assert.equal(kind, 'redis');
     try {
       assert.ok(s instanceof RedisRateLimitStore);
       assert.equal(s.prefix, prefix);
@@ -253,5 +276,48 @@ describe('RedisRateLimitStore', { skip: !REDIS_URL }, () => {
     );
     assert.ok(hits.every((h) => h.resetMs === WINDOW - 7));
     assert.ok((await admin.pttl(`${prefix}rl:${key}:${BASE}`)) > 0);
+  });
+});
+
+describe('PostgresRateLimitStore', { skip: !process.env.DATABASE_URL }, () => {
+  let tdb: Awaited<ReturnType<typeof createTestDb>>;
+  let store: PostgresRateLimitStore;
+  let other: PostgresRateLimitStore;
+  let n = 0;
+
+  before(async () => {
+    tdb = await createTestDb('postgres');
+    store = new PostgresRateLimitStore(tdb.db);
+    // A second instance: its own connection pool onto the same database.
+    other = new PostgresRateLimitStore(await tdb.openAnother());
+  });
+
+  after(async () => {
+    await Promise.all([store.close(), other.close()]);
+    await tdb.cleanup();
+  });
+
+  behaviouralSuite(() => store, () => String(++n));
+
+  test('two instances on one database share counters, concurrent hits each counted once', async () => {
+    const key = `shared-${randomUUID()}`;
+    assert.equal((await store.hit(key, WINDOW, BASE + 1)).count, 1);
+    assert.equal((await other.hit(key, WINDOW, BASE + 2)).count, 2);
+    const mixed = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? store : other).hit(key, WINDOW, BASE + 10 + i)));
+    assert.deepEqual(
+      mixed.map((h) => h.count).sort((a, b) => a - b),
+      Array.from({ length: 20 }, (_, i) => i + 3),
+    );
+  });
+
+  test('ended windows are swept away', async () => {
+    const key = `sweep-${randomUUID()}`;
+    const s = new PostgresRateLimitStore(tdb.db);
+    await s.hit(key, WINDOW, BASE);
+    // An hour later the first hit of a fresh store sweeps every window that ended.
+    await s.hit(`${key}-later`, WINDOW, BASE + 3_600_000);
+    const left = async () => (await tdb.db.query('SELECT 1 FROM rate_limit_hits WHERE key = $1', [key])).rows.length;
+    for (let i = 0; i < 50 && (await left()) > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(await left(), 0);
   });
 });

@@ -7,9 +7,17 @@
  * each checked afterwards: one usage log per VM and period, every balance
  * equal to the sum of its transactions. Runs the meter in this process on a
  * scratch database (PostgreSQL: a schema on DATABASE_URL; embedded: an
- * in-memory PGlite). Used by bench/run.ts (`metering`), not run alone.
+ * in-memory PGlite). On PostgreSQL it also starts a real worker
+ * (`serve --role worker`, system clock) on a fleet of 50,000 accruing VMs with
+ * nothing due and counts the database transactions it makes per second, then
+ * makes a close due and times SIGTERM to exit while it runs. Used by
+ * bench/run.ts (`metering`), not run alone.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { createScratchDatabase } from '../scripts/scratch-db.js';
 import { ManualClock } from '../src/clock.js';
 import { PgliteDb, PostgresDb, type Db } from '../src/db/db.js';
 import { migrate } from '../src/db/migrate.js';
@@ -45,9 +53,9 @@ async function scratchDb(scope: Scope, kind: DbKind): Promise<Db> {
   return db;
 }
 
-/** `vms` VMs of `vms / 10` customers, every one billed up to T0. */
-export async function seedFleet(db: Db, vms: number): Promise<void> {
-  const t0 = new Date(T0);
+/** `vms` VMs of `vms / 10` customers, every one billed up to `billedUntil` (T0 by default). */
+export async function seedFleet(db: Db, vms: number, billedUntil = T0): Promise<void> {
+  const t0 = new Date(billedUntil);
   const users = Math.max(1, Math.ceil(vms / 10));
   const credit = 1_000_000 * 1_000_000;
   await db.query(
@@ -126,8 +134,86 @@ export function meteringCases(kind: DbKind): MeteringCase[] {
     : [{ vms: 10_000, periods: 1 }];
 }
 
-export async function meteringBench(kind: DbKind, cases = meteringCases(kind)): Promise<BenchResult[]> {
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const WORKER_FLEET = 50_000;
+/** The worker's billing interval: a day, so that no boundary passes while it idles. */
+const WORKER_INTERVAL_S = 86_400;
+
+/** The worker's idle cost (database transactions per second) and SIGTERM-to-exit time during a close. */
+export async function workerBench(repo: string): Promise<BenchResult[]> {
+  return withScope(async (scope) => {
+    const main = join(repo, 'dist', 'main.js');
+    if (!existsSync(main)) throw new Error(`${main} does not exist: run npm run build in ${repo} first`);
+    const scratch = await createScratchDatabase(process.env.DATABASE_URL ?? DEFAULT_URL, 'gpucloud_bench');
+    scope.defer(() => scratch.drop());
+    const db = new PostgresDb(scratch.url, { max: 2 });
+    scope.defer(() => db.close());
+    await migrate(db);
+    const intervalMs = WORKER_INTERVAL_S * 1000;
+    const boundary = Math.floor(Date.now() / intervalMs) * intervalMs;
+    await seedFleet(db, WORKER_FLEET, boundary);
+
+    const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME };
+    Object.assign(env, {
+      DATABASE_URL: scratch.url,
+      GPUCLOUD_JWT_SECRET: randomBytes(24).toString('hex'),
+      GPUCLOUD_CLOCK: 'system',
+      GPUCLOUD_DEMO: '0',
+      GPUCLOUD_BILLING_INTERVAL_S: String(WORKER_INTERVAL_S),
+      LOG_LEVEL: 'warn',
+    });
+    const child = spawn(process.execPath, [main, 'serve', '--role', 'worker'], { cwd: repo, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const exited = new Promise<number>((resolve) => child.once('exit', () => resolve(performance.now())));
+    scope.defer(async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await exited;
+    });
+    child.stderr.on('data', (b: Buffer) => process.stderr.write(`  [worker] ${b.toString()}`));
+    await new Promise<void>((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('the worker did not start within 60 s')), 60_000);
+      child.stdout.on('data', (b: Buffer) => {
+        if (b.toString().includes('gpucloud is running')) {
+          clearTimeout(t);
+          resolve();
+        }
+      });
+      child.once('exit', () => reject(new Error('the worker exited while starting')));
+    });
+
+    const xacts = async () =>
+      Number(
+        (await db.query<{ n: number }>('SELECT (xact_commit + xact_rollback)::int8 AS n FROM pg_stat_database WHERE datname = current_database()')).rows[0]!.n,
+      );
+    await sleep(3000); // past start-up
+    const idleS = 10;
+    const before = await xacts();
+    await sleep(idleS * 1000);
+    // The two statistics reads are transactions of their own (and this bench's pool is otherwise idle).
+    const tps = Math.max(0, (await xacts()) - before - 1) / idleS;
+    console.log(`idle worker, ${WORKER_FLEET} accruing VMs (postgres): ${tps.toFixed(1)} transactions/s`);
+
+    // A close of every VM comes due; SIGTERM once the worker is into it.
+    await db.query('UPDATE vms SET billed_until = $1', [new Date(boundary - intervalMs)]);
+    for (let i = 0; i < 600; i++) {
+      const n = await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs');
+      if (Number(n.rows[0]!.n) > 0) break;
+      await sleep(50);
+    }
+    const signalled = performance.now();
+    child.kill('SIGTERM');
+    const exitS = ((await exited) - signalled) / 1000;
+    const logs = Number((await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs')).rows[0]!.n);
+    console.log(`SIGTERM to exit during a close of ${WORKER_FLEET} VMs (postgres): ${exitS.toFixed(2)} s (${logs} periods closed by then)`);
+    return [
+      { kind: 'metering', name: `idle worker, ${WORKER_FLEET} VMs (transactions/s)`, db: 'postgres', seconds: tps },
+      { kind: 'metering', name: `SIGTERM to exit during a close of ${WORKER_FLEET} VMs`, db: 'postgres', seconds: exitS },
+    ];
+  });
+}
+
+export async function meteringBench(kind: DbKind, repo: string, cases = meteringCases(kind)): Promise<BenchResult[]> {
   const out: BenchResult[] = [];
   for (const c of cases) out.push(await timeClose(kind, c.vms, c.periods));
+  if (kind === 'postgres') out.push(...(await workerBench(repo)));
   return out;
 }

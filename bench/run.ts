@@ -13,7 +13,9 @@
  *   metering  seconds the interval job takes to close one billing period of
  *             10,000 and 100,000 running VMs and to catch up a missed day of
  *             100,000 (PostgreSQL; 10,000 embedded), seeded straight into
- *             the tables (bench/metering.ts)
+ *             the tables; on PostgreSQL also an idle worker's transactions
+ *             per second at 50,000 VMs and its SIGTERM-to-exit time during a
+ *             close (bench/metering.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -122,7 +124,7 @@ async function runCases(a: Args): Promise<BenchResult[]> {
     }
     if (a.cases.includes('metering')) {
       console.log(`== metering (${db})`);
-      results.push(...(await meteringBench(db)));
+      results.push(...(await meteringBench(db, o.repo)));
     }
   }
   if (a.cases.includes('real-vm')) {

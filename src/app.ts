@@ -150,16 +150,16 @@ export function createServices(deps: AppDeps): Services {
   inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // D23
 
   // Background work, in this order on every pass: reservation ends (their usage draws on the
-  // reservation up to end_at), traffic counters, interval closes, then low-balance stops (D33).
+  // reservation up to end_at), interval closes (traffic counters read first), then low-balance stops (D33).
   reconciler.addJob({ name: 'reservation-ends', run: (now) => reservations.endDue(now) });
   reconciler.addJob({
-    name: 'traffic',
-    run: async () => {
-      await meter.sampleTraffic((vm) => driver.trafficBytes(vm));
-      return 0;
+    name: 'billing-intervals',
+    run: async (now, signal) => {
+      // The counters of the VMs whose period closes are read first, so the close bills them.
+      await meter.sampleTraffic(now, (node, vms) => driver.trafficBytes(node, vms));
+      return meter.closeDueIntervals(now, { signal });
     },
   });
-  reconciler.addJob({ name: 'billing-intervals', run: (now) => meter.closeDueIntervals(now) });
   reconciler.addJob({
     name: 'low-balance',
     run: async (now) => {
@@ -175,6 +175,7 @@ export function createServices(deps: AppDeps): Services {
   });
   reconciler.addJob({
     name: 'idempotency-purge',
+    everyMs: 60_000,
     run: async (now) => {
       await purgeExpiredIdempotencyKeys(deps.db, now);
       return 0; // housekeeping: never a reason for another pass

@@ -109,10 +109,10 @@ export class AgentDriver implements HypervisorDriver {
   /**
    * Nothing to ask: the agent's traffic counters arrive with its heartbeats
    * (all of a host's VMs in one answer, see jobs/agent-monitor.ts), instead of
-   * one call per VM on every reconciler pass.
+   * calls from the control plane.
    */
-  async trafficBytes(_vm: VmRef): Promise<number> {
-    return 0;
+  async trafficBytes(_node: string, _vms: readonly VmRef[]): Promise<Map<string, number>> {
+    return new Map();
   }
 }
 
@@ -145,7 +145,7 @@ export class PerNodeDriver implements HypervisorDriver {
   async destroy(vm: VmRef): Promise<void> {
     return (await this.pick(vm.node)).destroy(vm);
   }
-  async trafficBytes(vm: VmRef): Promise<number> {
-    return (await this.pick(vm.node)).trafficBytes(vm);
+  async trafficBytes(node: string, vms: readonly VmRef[]): Promise<Map<string, number>> {
+    return (await this.pick(node)).trafficBytes(node, vms);
   }
 }

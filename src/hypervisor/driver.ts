@@ -47,8 +47,12 @@ export interface HypervisorDriver {
   stop(vm: VmRef): Promise<void>;
   /** Removes the VM and its disks; a VM that does not exist counts as destroyed. */
   destroy(vm: VmRef): Promise<void>;
-  /** Cumulative network bytes of the VM (for metering). */
-  trafficBytes(vm: VmRef): Promise<number>;
+  /**
+   * Cumulative network bytes of some VMs of one node (for metering), by VM
+   * id: one call per node, however many VMs it runs. A VM left out has no
+   * new reading.
+   */
+  trafficBytes(node: string, vms: readonly VmRef[]): Promise<Map<string, number>>;
 }
 
 export class DriverError extends Error {

@@ -81,8 +81,10 @@ export class SimulatorDriver implements HypervisorDriver {
     await this.db.query('DELETE FROM sim_traffic WHERE vm_id = $1', [vm.id]);
   }
 
-  async trafficBytes(vm: VmRef): Promise<number> {
-    const r = await this.db.query<{ bytes: number }>('SELECT bytes FROM sim_traffic WHERE vm_id = $1', [vm.id]);
-    return r.rows[0]?.bytes ?? 0;
+  async trafficBytes(_node: string, vms: readonly VmRef[]): Promise<Map<string, number>> {
+    const r = await this.db.query<{ vm_id: string; bytes: number }>('SELECT vm_id, bytes FROM sim_traffic WHERE vm_id = ANY($1::uuid[])', [
+      vms.map((vm) => vm.id),
+    ]);
+    return new Map(r.rows.map((row) => [row.vm_id, row.bytes]));
   }
 }

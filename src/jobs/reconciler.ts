@@ -18,14 +18,61 @@ const BATCH = 25;
 /** Driver actions one instance runs at once. */
 const MAX_INFLIGHT = 64;
 
-/** Extra due work other modules run on every pass (metering, reservation ends). */
-export type DueJob = { name: string; run: (now: Date) => Promise<number> };
+/**
+ * Due work other modules add (metering, reservation ends): under the system
+ * clock each job runs in a loop of its own, every `everyMs` (default: the
+ * loop interval given to start); under the manual clock an advance runs them
+ * all in order. `signal` is aborted when the worker stops: long work ends at
+ * its next safe point. Returns how much work it did (0: nothing was due).
+ */
+export type DueJob = { name: string; everyMs?: number; run: (now: Date, signal?: AbortSignal) => Promise<number> };
+
+/**
+ * One background loop: a pass every `everyMs` of real time, one pass at a
+ * time. A tick that finds the last pass still running is skipped, never
+ * queued, so a slow pass delays only its own loop.
+ */
+class Loop {
+  private timer: NodeJS.Timeout | undefined;
+  private pass: Promise<void> | undefined;
+
+  constructor(
+    readonly name: string,
+    private readonly everyMs: number,
+    private readonly run: () => Promise<unknown>,
+    private readonly log?: FastifyBaseLogger,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.tick(), this.everyMs);
+    this.timer.unref();
+  }
+
+  private tick(): void {
+    if (this.pass || !this.timer) return;
+    this.pass = this.run()
+      .then(() => undefined)
+      .catch((err: unknown) => this.log?.error({ err, job: this.name }, 'background job failed'))
+      .finally(() => {
+        this.pass = undefined;
+      });
+  }
+
+  /** No new pass starts; resolves when the one running (if any) has ended. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.pass;
+  }
+}
 
 export class Reconciler {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<number> | undefined;
   private looping = false;
   private again = false;
+  private loops: Loop[] = [];
+  private stopping: AbortController | undefined;
   private readonly jobs: DueJob[] = [];
 
   constructor(
@@ -51,7 +98,12 @@ export class Reconciler {
   async runOnce(wait = true): Promise<number> {
     let work = 0;
     for (const job of this.jobs) work += await job.run(this.clock.now());
-    work += await this.vms.autoRestartDue();
+    return work + (await this.runActions(wait));
+  }
+
+  /** Interrupted VMs back to starting where GPUs are free, then the hypervisor actions due now. */
+  private async runActions(wait: boolean): Promise<number> {
+    let work = await this.vms.autoRestartDue();
     const started: Promise<void>[] = [];
     const room = MAX_INFLIGHT - this.inflight.size;
     if (room > 0) {
@@ -126,18 +178,25 @@ export class Reconciler {
   }
 
   /** One pass after the one before it ended: passes never overlap, whoever starts them. */
-  private runExclusive(wait = true): Promise<number> {
+  private runExclusive(wait = true, jobs = true): Promise<number> {
     const prev = this.running ?? Promise.resolve(0);
-    const next = prev.catch(() => 0).then(() => this.runOnce(wait));
+    const next = prev.catch(() => 0).then(() => (jobs ? this.runOnce(wait) : this.runActions(wait)));
     this.running = next;
     return next;
   }
 
-  /** The background loop for a system clock: passes never overlap, and actions run on between them. */
+  /**
+   * The background loops for a system clock: hypervisor actions on one, each
+   * job on its own, so a long billing close never delays a start or a stop.
+   */
   start(intervalMs = 1000): void {
     if (this.timer) return;
+    this.stopping = new AbortController();
+    const signal = this.stopping.signal;
     this.timer = setInterval(() => this.kick(), intervalMs);
     this.timer.unref();
+    this.loops = this.jobs.map((job) => new Loop(job.name, job.everyMs ?? intervalMs, () => job.run(this.clock.now(), signal), this.log));
+    for (const loop of this.loops) loop.start();
   }
 
   /** A pass now, in the background loop (none under the manual clock, whose advance settles instead). */
@@ -161,14 +220,17 @@ export class Reconciler {
 
   private async runPasses(max: number): Promise<void> {
     for (let i = 0; i < max; i++) {
-      if ((await this.runExclusive(false)) === 0) return;
+      if ((await this.runExclusive(false, false)) === 0) return;
     }
   }
 
+  /** Stops every loop: the passes running end at their next safe point, driver actions in flight finish. */
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await this.running?.catch(() => undefined);
+    this.stopping?.abort();
+    await Promise.all([...this.loops.map((loop) => loop.stop()), this.running?.catch(() => undefined)]);
+    this.loops = [];
     await this.drain();
   }
 }

@@ -490,7 +490,7 @@ export interface paths {
         };
         /**
          * Verify the ledger
-         * @description The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction's balance_after is the running sum, every reservation's remaining balance and its deposit and refund transactions agree, and every usage log's cost was paid exactly once. Each problem names the account. Admin role.
+         * @description The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction's balance_after is the running sum, every reservation's remaining balance and its deposit and refund transactions agree, every usage log's cost was paid exactly once, and every VM's usage periods cover its billable time with no gap and no overlap (naming the VM and the span). Each problem names the account. Admin role.
          */
         get: operations["checkLedger"];
         put?: never;
@@ -2323,7 +2323,7 @@ export interface operations {
                          */
                         checked_at: string;
                         problems: {
-                            kind: "balance" | "transaction" | "reservation" | "usage";
+                            kind: "balance" | "transaction" | "reservation" | "usage" | "coverage";
                             user_id: number;
                             email: string;
                             detail: string;

@@ -169,7 +169,7 @@ for (const kind of DB_KINDS) {
       const before = new Map<string, number>();
       for (const r of seeded.vms.filter((v) => v.reservationId)) before.set(r.id, r.seed.reservation!.remaining);
 
-      const written = await meterOn(db).closeDueIntervals(NOW, 5);
+      const written = await meterOn(db).closeDueIntervals(NOW, { batch: 5 });
       const due = vms.reduce((n, v) => n + v.lagPeriods, 0);
       assert.equal(written, due, 'one period written for each VM and missed boundary');
 
@@ -227,7 +227,7 @@ for (const kind of DB_KINDS) {
       assert.deepEqual(await ledgerCheck(db), []);
 
       const logCount = await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs');
-      assert.equal(await meterOn(db).closeDueIntervals(NOW, 5), 0, 'a second close finds nothing due');
+      assert.equal(await meterOn(db).closeDueIntervals(NOW, { batch: 5 }), 0, 'a second close finds nothing due');
       assert.equal((await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs')).rows[0]!.n, logCount.rows[0]!.n);
     });
 
@@ -237,7 +237,7 @@ for (const kind of DB_KINDS) {
         { user: 0, status: 'running', lagPeriods: 3, gpuRate: 800_000, storageRate: 8_000, reservation: { remaining: 50 * M, endAt: end } },
       ]);
       const v = seeded.vms[0]!;
-      assert.equal(await meterOn(db).closeDueIntervals(NOW, 5), 4);
+      assert.equal(await meterOn(db).closeDueIntervals(NOW, { batch: 5 }), 4);
       const logs = await logsOf(db, v.id);
       assert.deepEqual(
         logs.map((l) => [l.period_start.getTime() - T0, l.period_end.getTime() - T0]),
@@ -264,7 +264,7 @@ for (const kind of DB_KINDS) {
          VALUES ($1, $2, $3, $4, $5, 0, 1, 0, 50, 0, 0, 0, 0, 0)`,
         [randomUUID(), a!.id, seeded.users[0], new Date(a!.billedFrom), new Date(a!.billedFrom + HOUR_MS)],
       );
-      assert.equal(await meterOn(db).closeDueIntervals(NOW, 1), 3, 'three new periods: a\'s second, both of b\'s');
+      assert.equal(await meterOn(db).closeDueIntervals(NOW, { batch: 1 }), 3, 'three new periods: a\'s second, both of b\'s');
       const charges = await db.query<Txn>(`SELECT * FROM transactions WHERE user_id = $1 AND type = 'charge'`, [seeded.users[0]]);
       assert.equal(charges.rows.length, 3);
       assert.equal(charges.rows.filter((c) => c.vm_id === a!.id).length, 1, 'a is charged for its second period only');
@@ -280,7 +280,7 @@ for (const kind of DB_KINDS) {
       // Enough for one period of one VM and a bit: the second of three charges crosses zero.
       const seeded = await seed(db, [rate + storage + 5], [0, 1, 2].map(() => ({ user: 0, status: 'running' as const, lagPeriods: 1, gpuRate: rate, storageRate: storage })));
       const u = seeded.users[0]!;
-      await meterOn(db).closeDueIntervals(NOW, 2);
+      await meterOn(db).closeDueIntervals(NOW, { batch: 2 });
       const flag = await db.query<{ low_balance_pending: boolean; balance_micros: number }>('SELECT low_balance_pending, balance_micros FROM users WHERE id = $1', [u]);
       assert.equal(flag.rows[0]!.low_balance_pending, true);
       assert.equal(flag.rows[0]!.balance_micros, 5 - 2 * (rate + storage), 'every period is charged, even past zero');
@@ -300,8 +300,9 @@ for (const kind of DB_KINDS) {
         { user: 0, status: 'running', lagPeriods: 0, gpuRate: 500_000, storageRate: 7_000 },
         { user: 0, status: 'running', lagPeriods: 2, gpuRate: 500_000, storageRate: 7_000 },
       ]);
-      await db.query(`UPDATE vms SET status = 'destroyed', holds_gpus = false, destroyed_at = $2 WHERE id = $1`, [seeded.vms[1]!.id, new Date(T0 - HOUR_MS)]);
-      assert.equal(await meterOn(db).closeDueIntervals(NOW, 10), 0);
+      // Destroyed where billing had reached (its destroy closed the last period).
+      await db.query(`UPDATE vms SET status = 'destroyed', holds_gpus = false, destroyed_at = billed_until WHERE id = $1`, [seeded.vms[1]!.id]);
+      assert.equal(await meterOn(db).closeDueIntervals(NOW, { batch: 10 }), 0);
       for (const v of seeded.vms) assert.equal((await logsOf(db, v.id)).length, 0);
     });
 
@@ -310,7 +311,7 @@ for (const kind of DB_KINDS) {
         const vms: SeedVm[] = Array.from({ length: 60 }, (_, i) => ({ user: i % 4, status: 'running' as const, lagPeriods: 3, gpuRate: 300_000 + i, storageRate: 5_000 }));
         const seeded = await seed(db, [900 * M, 900 * M, 900 * M, 900 * M], vms);
         const other = await tdb.openAnother();
-        const [w1, w2] = await Promise.all([meterOn(db).closeDueIntervals(NOW, 7), meterOn(other).closeDueIntervals(NOW, 7)]);
+        const [w1, w2] = await Promise.all([meterOn(db).closeDueIntervals(NOW, { batch: 7 }), meterOn(other).closeDueIntervals(NOW, { batch: 7 })]);
         assert.equal(w1 + w2, 180, 'the two closes together wrote each period once');
         for (const v of seeded.vms) assert.equal((await logsOf(db, v.id)).length, 3);
         const dupes = await db.query(`SELECT vm_id, breakdown->>'period_end' FROM transactions WHERE user_id = ANY($1) AND type = 'charge' GROUP BY 1, 2 HAVING count(*) > 1`, [seeded.users]);

@@ -145,6 +145,46 @@ describeEachDb('ledgerCheck (D30)', (t) => {
       [log.id],
     );
   });
+
+  test('a usage period deleted, shifted or stretched names the VM and the span its time is not covered for', async () => {
+    // A middle period of one of u1's VMs (one with periods before and after it).
+    const row = (
+      await sql(
+        `SELECT to_jsonb(l) AS log, v.vmid FROM usage_logs l JOIN vms v ON v.id = l.vm_id
+          WHERE l.user_id = $1 AND EXISTS (SELECT 1 FROM usage_logs a WHERE a.vm_id = l.vm_id AND a.period_end < l.period_start)
+            AND EXISTS (SELECT 1 FROM usage_logs b WHERE b.vm_id = l.vm_id AND b.period_start > l.period_end)
+          ORDER BY l.seq LIMIT 1`,
+        [u1.id],
+      )
+    ).rows[0] as { log: { id: string; period_start: string; period_end: string }; vmid: number };
+    assert.ok(row, 'u1 has a VM with three periods or more');
+    const start = new Date(row.log.period_start).toISOString();
+    const end = new Date(row.log.period_end).toISOString();
+    const deleted = await expectNamed(
+      'coverage',
+      u1,
+      `DELETE FROM usage_logs WHERE id = ($1::jsonb->>'id')::uuid`,
+      `INSERT INTO usage_logs OVERRIDING SYSTEM VALUE SELECT * FROM jsonb_populate_record(NULL::usage_logs, $1::jsonb)`,
+      [JSON.stringify(row.log)],
+    );
+    assert.equal(deleted.detail, `VM ${row.vmid} (${(row.log as { vm_id?: string }).vm_id}): no usage period from ${start} to ${end}`);
+    const shifted = await expectNamed(
+      'coverage',
+      u1,
+      `UPDATE usage_logs SET period_start = period_start + interval '1 second' WHERE id = $1`,
+      `UPDATE usage_logs SET period_start = period_start - interval '1 second' WHERE id = $1`,
+      [row.log.id],
+    );
+    assert.match(shifted.detail, new RegExp(`^VM ${row.vmid} .*: no usage period from ${start.replace(/[.]/g, '\\.')} to `));
+    const stretched = await expectNamed(
+      'coverage',
+      u1,
+      `UPDATE usage_logs SET period_end = period_end + interval '1 second' WHERE id = $1`,
+      `UPDATE usage_logs SET period_end = period_end - interval '1 second' WHERE id = $1`,
+      [row.log.id],
+    );
+    assert.match(stretched.detail, /: overlapping periods from /);
+  });
 });
 
 describe('gpucloud admin ledger-check (the CLI, embedded database)', () => {

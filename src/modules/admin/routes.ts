@@ -137,7 +137,7 @@ export function adminRoutes(
       checked_at: DateTime('When the check ran (the service clock)'),
       problems: Type.Array(
         Type.Object({
-          kind: Type.Union([Type.Literal('balance'), Type.Literal('transaction'), Type.Literal('reservation'), Type.Literal('usage')]),
+          kind: Type.Union([Type.Literal('balance'), Type.Literal('transaction'), Type.Literal('reservation'), Type.Literal('usage'), Type.Literal('coverage')]),
           user_id: Type.Integer(),
           email: Type.String(),
           detail: Type.String(),
@@ -155,7 +155,7 @@ export function adminRoutes(
         operationId: 'checkLedger',
         summary: 'Verify the ledger',
         description:
-          'The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction\'s balance_after is the running sum, every reservation\'s remaining balance and its deposit and refund transactions agree, and every usage log\'s cost was paid exactly once. Each problem names the account. Admin role.',
+          'The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction\'s balance_after is the running sum, every reservation\'s remaining balance and its deposit and refund transactions agree, every usage log\'s cost was paid exactly once, and every VM\'s usage periods cover its billable time with no gap and no overlap (naming the VM and the span). Each problem names the account. Admin role.',
         response: { 200: LedgerCheck, ...errorResponses(401, 403, 429) },
       },
       config: admin,

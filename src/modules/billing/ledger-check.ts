@@ -9,7 +9,10 @@
  *    usage drew from it, its refund and its fee, and its deposit and refund
  *    were really written as `deposit` and `refund` transactions;
  *  - every usage log's cost is exactly what its reservation paid plus its
- *    `charge` transaction.
+ *    `charge` transaction;
+ *  - every VM's usage periods tile its billable time, from its first start to
+ *    its destroy (or, while it lives, to where billing has reached): no gap,
+ *    no overlap, nothing outside it.
  * Returns the problems found, each naming the account (empty when sound).
  */
 import type { Db } from '../../db/db.js';
@@ -18,7 +21,7 @@ import { unbalancedAccounts } from './ledger.js';
 import { unbalancedReservations } from '../reservations/repository.js';
 
 export interface LedgerProblem {
-  kind: 'balance' | 'transaction' | 'reservation' | 'usage';
+  kind: 'balance' | 'transaction' | 'reservation' | 'usage' | 'coverage';
   user_id: number;
   email: string;
   detail: string;
@@ -68,7 +71,65 @@ export async function ledgerCheck(db: Db): Promise<LedgerProblem[]> {
       detail: `usage log ${u.id} of VM ${u.vm_id}: cost ${toAmount(u.total_cost_micros)} but the reservation paid ${toAmount(u.from_reservation_micros)} and the charge ${toAmount(u.charged_micros)}`,
     });
   }
+  for (const c of await uncoveredTime(db)) {
+    problems.push({
+      kind: 'coverage',
+      user_id: c.user_id,
+      email: c.email,
+      detail: `VM ${c.vmid} (${c.vm_id}): ${c.problem} from ${c.span_start.toISOString()} to ${c.span_end.toISOString()}`,
+    });
+  }
   return problems;
+}
+
+/**
+ * The first break in each VM's usage periods: a span of its billable time no
+ * period covers ("no usage period"), covered twice ("overlapping periods"), or
+ * billed outside that time ("billed outside its time"). Billable time runs
+ * from the first start to the destroy, or to billed_until while the VM lives
+ * (the open period after it is not closed yet).
+ */
+async function uncoveredTime(db: Db) {
+  return (
+    await db.query<{ vm_id: string; vmid: number; user_id: number; email: string; problem: string; span_start: Date; span_end: Date }>(
+      `WITH l AS (
+         SELECT vm_id, period_start, period_end,
+                LAG(period_end) OVER (PARTITION BY vm_id ORDER BY period_start, period_end) AS prev_end,
+                LEAD(period_start) OVER (PARTITION BY vm_id ORDER BY period_start, period_end) AS next_start
+           FROM usage_logs),
+       v AS (
+         SELECT id, vmid, user_id, first_started_at AS from_at,
+                CASE WHEN status = 'destroyed' THEN destroyed_at ELSE billed_until END AS to_at
+           FROM vms),
+       breaks AS (
+         SELECT v.id AS vm_id, v.vmid, v.user_id, 'billed outside its time' AS problem, l.period_start AS span_start, l.period_end AS span_end
+           FROM l JOIN v ON v.id = l.vm_id
+          WHERE v.from_at IS NULL OR l.period_start < v.from_at OR v.to_at IS NULL OR l.period_end > v.to_at
+         UNION ALL
+         SELECT v.id, v.vmid, v.user_id, 'no usage period', v.from_at, l.period_start
+           FROM l JOIN v ON v.id = l.vm_id
+          WHERE l.prev_end IS NULL AND l.period_start > v.from_at
+         UNION ALL
+         SELECT v.id, v.vmid, v.user_id, 'no usage period', l.prev_end, l.period_start
+           FROM l JOIN v ON v.id = l.vm_id
+          WHERE l.period_start > l.prev_end
+         UNION ALL
+         SELECT v.id, v.vmid, v.user_id, 'overlapping periods', l.period_start, LEAST(l.prev_end, l.period_end)
+           FROM l JOIN v ON v.id = l.vm_id
+          WHERE l.period_start < l.prev_end
+         UNION ALL
+         SELECT v.id, v.vmid, v.user_id, 'no usage period', l.period_end, v.to_at
+           FROM l JOIN v ON v.id = l.vm_id
+          WHERE l.next_start IS NULL AND l.period_end < v.to_at
+         UNION ALL
+         SELECT v.id, v.vmid, v.user_id, 'no usage period', v.from_at, v.to_at
+           FROM v
+          WHERE v.from_at IS NOT NULL AND v.to_at > v.from_at AND NOT EXISTS (SELECT 1 FROM usage_logs u WHERE u.vm_id = v.id))
+       SELECT DISTINCT ON (b.vm_id) b.vm_id, b.vmid, b.user_id, u.email, b.problem, b.span_start, b.span_end
+         FROM breaks b JOIN users u ON u.id = b.user_id
+        ORDER BY b.vm_id, b.span_start`,
+    )
+  ).rows;
 }
 
 /** The first transaction of each user whose balance_after is not the running sum up to it. */

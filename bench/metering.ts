@@ -26,6 +26,7 @@ import type { BenchResult } from './run.js';
 import type { Scope } from './cleanup.js';
 import { withScope } from './cleanup.js';
 import type { DbKind } from './service.js';
+import { seedFleet } from '../scripts/seed-fleet.js';
 
 const INTERVAL_S = 3600;
 /** A billing boundary: the fleet has been billed up to here. */
@@ -53,44 +54,6 @@ async function scratchDb(scope: Scope, kind: DbKind): Promise<Db> {
   return db;
 }
 
-/** `vms` VMs of `vms / 10` customers, every one billed up to `billedUntil` (T0 by default). */
-export async function seedFleet(db: Db, vms: number, billedUntil = T0): Promise<void> {
-  const t0 = new Date(billedUntil);
-  const users = Math.max(1, Math.ceil(vms / 10));
-  const credit = 1_000_000 * 1_000_000;
-  await db.query(
-    `INSERT INTO users (email, email_normalized, password_hash, balance_micros, created_at, updated_at)
-     SELECT 'fleet' || g || '@bench.example', 'fleet' || g || '@bench.example', 'x', $2, $1, $1 FROM generate_series(1, $3) g`,
-    [t0, credit, users],
-  );
-  await db.query(
-    `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, created_at)
-     SELECT gen_random_uuid(), id, 'credit', balance_micros, balance_micros, 'bench credit', $1 FROM users`,
-    [t0],
-  );
-  await db.query(
-    `INSERT INTO vms (id, user_id, node, gpu_type, gpu_count, storage_gb, ram_gb, cpu_cores, template_vmid, status, holds_gpus,
-                      rental_type, gpu_hourly_rate_micros, storage_hourly_rate_micros, auth_method, provisioned,
-                      created_at, started_at, first_started_at, billed_until, network_bytes_total)
-     SELECT gen_random_uuid(), (SELECT min(id) FROM users) + g % $2, 'node-' || (g / 8), '4090', 1 + (g % 2), 50 + (g % 7) * 10, 32, 8, 100,
-            CASE WHEN g % 10 = 9 THEN 'stopped' ELSE 'running' END, g % 10 <> 9,
-            CASE WHEN g % 20 = 3 THEN 'reserved' ELSE 'on_demand' END, 433333 + g % 1000, 13889,
-            'password', true, $1, $1, $1, $1, (g % 5) * 123456789
-       FROM generate_series(0, $3 - 1) g`,
-    [t0, users, vms],
-  );
-  await db.query(
-    `WITH r AS (
-       INSERT INTO reservations (id, user_id, vm_id, gpu_type, gpu_count, storage_gb, reservation_months, discount_bp,
-                                 deposit_micros, remaining_micros, status, created_at, end_at)
-       SELECT gen_random_uuid(), user_id, id, gpu_type, gpu_count, storage_gb, 1, 1000, 50000000, 50000000, 'active', $1::timestamptz, $1::timestamptz + interval '30 days'
-         FROM vms WHERE rental_type = 'reserved'
-       RETURNING id, vm_id)
-     UPDATE vms SET reservation_id = r.id FROM r WHERE vms.id = r.vm_id`,
-    [t0],
-  );
-}
-
 /** Fails unless every VM has exactly `periods` usage logs and every balance is the sum of its transactions. */
 async function check(db: Db, vms: number, periods: number): Promise<void> {
   const logs = await db.query<{ n: number; vms: number; max: number; min: number }>(
@@ -106,17 +69,25 @@ async function check(db: Db, vms: number, periods: number): Promise<void> {
   if (off.rows.length) throw new Error('metering bench: a balance differs from the sum of its transactions');
 }
 
-async function timeClose(kind: DbKind, vms: number, periods: number): Promise<BenchResult> {
+/** `workers` meters, each on a connection pool of its own (PostgreSQL), close at once. */
+async function timeClose(kind: DbKind, vms: number, periods: number, workers = 1): Promise<BenchResult> {
   return withScope(async (scope) => {
     const db = await scratchDb(scope, kind);
-    await seedFleet(db, vms);
+    await seedFleet(db, vms, T0);
+    const pools = [db];
+    for (let i = 1; i < workers; i++) {
+      const other = new PostgresDb(process.env.DATABASE_URL ?? DEFAULT_URL, { searchPath: (await db.query<{ s: string }>('SELECT current_schema() AS s')).rows[0]!.s, max: 10 });
+      scope.defer(() => other.close());
+      pools.push(other);
+    }
     const now = new Date(T0 + periods * INTERVAL_S * 1000 + 1000);
-    const meter = new Meter(db, new ManualClock(now.getTime()), { intervalS: INTERVAL_S, networkPricePerGbMicros: 10_000 });
+    const meters = pools.map((p) => new Meter(p, new ManualClock(now.getTime()), { intervalS: INTERVAL_S, networkPricePerGbMicros: 10_000 }));
     const started = performance.now();
-    await meter.closeDueIntervals(now);
+    await Promise.all(meters.map((m) => m.closeDueIntervals(now)));
     const seconds = (performance.now() - started) / 1000;
     await check(db, vms, periods);
-    const name = periods === 1 ? `close one period, ${vms} VMs` : `catch up ${periods} periods, ${vms} VMs`;
+    const what = periods === 1 ? `close one period, ${vms} VMs` : `catch up ${periods} periods, ${vms} VMs`;
+    const name = workers === 1 ? what : `${what}, ${workers} workers`;
     console.log(`${name} (${kind}): ${seconds.toFixed(2)} s`);
     return { kind: 'metering', name, db: kind, seconds };
   });
@@ -125,12 +96,13 @@ async function timeClose(kind: DbKind, vms: number, periods: number): Promise<Be
 export interface MeteringCase {
   vms: number;
   periods: number;
+  workers?: number;
 }
 
 /** The default fleet sizes: PostgreSQL up to 100,000 VMs, the embedded database 10,000. */
 export function meteringCases(kind: DbKind): MeteringCase[] {
   return kind === 'postgres'
-    ? [{ vms: 10_000, periods: 1 }, { vms: 100_000, periods: 1 }, { vms: 100_000, periods: 24 }]
+    ? [{ vms: 10_000, periods: 1 }, { vms: 10_000, periods: 1, workers: 2 }, { vms: 100_000, periods: 1 }, { vms: 100_000, periods: 24 }]
     : [{ vms: 10_000, periods: 1 }];
 }
 
@@ -213,7 +185,7 @@ export async function workerBench(repo: string): Promise<BenchResult[]> {
 
 export async function meteringBench(kind: DbKind, repo: string, cases = meteringCases(kind)): Promise<BenchResult[]> {
   const out: BenchResult[] = [];
-  for (const c of cases) out.push(await timeClose(kind, c.vms, c.periods));
+  for (const c of cases) out.push(await timeClose(kind, c.vms, c.periods, c.workers));
   if (kind === 'postgres') out.push(...(await workerBench(repo)));
   return out;
 }

@@ -3,7 +3,7 @@
  * routes. No listening, no background jobs: those belong to main.ts.
  */
 import { createServer } from 'node:http';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import cors from '@fastify/cors';
 import { Type } from 'typebox';
 import type { Config } from './config.js';
@@ -62,7 +62,8 @@ export interface AppDeps {
   clock: ClockService;
   rateLimitStore: RateLimitStore;
   jwtSecret: string;
-  logger?: FastifyServerOptions['logger'];
+  /** The structured log (pino) of requests and of background work; none when absent (tests). */
+  log?: FastifyBaseLogger;
   /** The web console's built files (default: dist/console, if built). */
   consoleDir?: string;
 }
@@ -124,8 +125,8 @@ export function createServices(deps: AppDeps): Services {
   });
   const reservations = new ReservationService(deps.db, clock, inventory, meter);
   const usage = new UsageService(deps.db, clock);
-  const reconciler = new Reconciler(clock, driver, vms);
-  const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS);
+  const reconciler = new Reconciler(clock, driver, vms, deps.log);
+  const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS, deps.log);
 
   // Cross-module reactions, each inside the transaction of its cause.
   vms.useReservations(reservations); // D37: reserved VMs take their deposit at creation
@@ -218,7 +219,7 @@ const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: deps.logger ?? false,
+    ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
     bodyLimit: BODY_LIMIT,
     trustProxy: false,
     frameworkErrors,
@@ -317,6 +318,16 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   await registerConsole(app, deps.consoleDir ?? consoleDir());
   registerMetrics(app);
 
+  // The manual clock is one clock for every instance: each request first catches up with the
+  // persisted value, which an advance through another instance may have moved.
+  // Health checks and static pages read no time and must answer while the database is away.
+  if (services.clock.clock.mode === 'manual') {
+    app.addHook('onRequest', async (req) => {
+      const url = req.routeOptions.url ?? '';
+      if (url === '/healthz' || url === '/readyz' || url === '/metrics' || url.startsWith('/docs') || url.startsWith('/console')) return;
+      await services.clock.sync();
+    });
+  }
   // Order matters: identify -> count -> reject (D40 counts unauthenticated calls by IP) -> idempotency.
   registerAuthentication(app, services.auth, services.apiKeys);
   registerRateLimit(app, deps.rateLimitStore, deps.config.rateLimits);

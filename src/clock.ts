@@ -1,6 +1,6 @@
 /**
  * The service clock (CONTRACT D43). Nothing else in the code calls Date.now()
- * for service time; rate-limit windows alone stay on real time (D43).
+ * for service time; rate-limit windows and claim leases stay on real time.
  */
 export interface Clock {
   readonly mode: 'system' | 'manual';
@@ -39,5 +39,5 @@ export class ManualClock implements Clock {
   }
 }
 
-/** Real time, for rate-limit windows only (D43). */
+/** Real time, for what must not follow a manual clock: rate-limit windows and the leases that tell a dead instance's claim from a live one. */
 export const realTimeMs = (): number => Date.now();

@@ -14,6 +14,7 @@ import { buildApp, createServices, type Services } from './app.js';
 import { ClockService } from './modules/clock/service.js';
 import { startLocalAgent, type LocalAgent } from './local-agent.js';
 import { ConfigError } from './config.js';
+import { pino } from 'pino';
 import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit-store.js';
 import { seedDemo, type DemoLogin } from './seed.js';
 
@@ -91,7 +92,8 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     clock,
     rateLimitStore,
     jwtSecret,
-    logger: { level: config.logLevel },
+    // One structured log for requests and background work (a worker has no HTTP server, but logs the same way).
+    log: pino({ level: config.logLevel }),
   };
   const services = createServices(deps);
   await services.inventory.ensureDefaultPricing();

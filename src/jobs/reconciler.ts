@@ -12,7 +12,7 @@ import { newId } from '../ids.js';
 import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
 
-/** How long a claim holds before another instance may retry (service time). */
+/** How long a claim holds before another instance may retry (real time, whatever the service clock does). */
 export const CLAIM_LEASE_MS = 5 * 60 * 1000;
 const BATCH = 25;
 /** Driver actions one instance runs at once. */

@@ -7,18 +7,29 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { within } from '../helpers/wait.js';
+import type { FastifyBaseLogger } from 'fastify';
 import { Meter } from '../../src/modules/billing/meter.js';
+import { Reconciler } from '../../src/jobs/reconciler.js';
 
 describeEachDb('background loops', (t) => {
-  test('a long job delays neither hypervisor actions nor the other jobs, and overrun ticks are skipped', async () => {
+  /** A customer with credit and an API key, and a VM of theirs just created (its provisioning due). */
+  const customerWithVm = async (): Promise<{ key: string; id: string }> => {
     const admin = await createUser(t(), { admin: true });
     const user = await createUser(t());
     await credit(t(), admin.token, user.id, 100);
     const key = await createApiKey(t(), user.token, 'read_write');
     const { node } = await createNode(t(), admin.token);
+    const body = { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' };
+    const c = await t().req('POST', '/vms', { token: key, body });
+    assert.equal(c.status, 201, c.text);
+    return { key, id: c.body.id };
+  };
+
+  test('a long job delays neither hypervisor actions nor the other jobs, and overrun ticks are skipped', async () => {
 
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
@@ -35,9 +46,8 @@ describeEachDb('background loops', (t) => {
     t().services.reconciler.addJob({ name: 'test-fast', run: async () => ++fastRuns && 0 });
     t().services.reconciler.start(20);
     try {
-      const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' } });
-      assert.equal(c.status, 201, c.text);
-      await within(10_000, async () => (await t().req('GET', `/vms/${c.body.id}`, { token: key })).body.status === 'running', 'the VM runs while the slow job is still in its first pass');
+      const { key, id } = await customerWithVm();
+      await within(10_000, async () => (await t().req('GET', `/vms/${id}`, { token: key })).body.status === 'running', 'the VM runs while the slow job is still in its first pass');
       assert.equal(slowRuns, 1, 'ticks during the slow pass were skipped, not queued');
       await within(5_000, async () => fastRuns >= 5, 'the fast job keeps its own schedule');
       release();
@@ -65,6 +75,41 @@ describeEachDb('background loops', (t) => {
     await within(5_000, async () => started, 'the long job starts');
     await t().services.reconciler.stop();
     assert.equal(sawAbort, true, 'stop() told the pass to end and waited for it');
+  });
+
+  test("a claim's lease runs on real time: moving the service clock hands no claimed action to another worker", async () => {
+    const { id } = await customerWithVm();
+    const vms = t().services.vms;
+    const mine = (rows: { id: string }[]) => rows.filter((v) => v.id === id).length;
+    const now = t().clock.now();
+    assert.equal(mine(await vms.claimDue(now, 60_000, randomUUID(), 100)), 1, 'worker A claims the provision for a minute');
+    const dayLater = new Date(now.getTime() + 86_400_000);
+    assert.equal(mine(await vms.claimDue(dayLater, 60_000, randomUUID(), 100)), 0, 'a day of service time later, the minute of real time has not passed');
+    await t().db.query('UPDATE vms SET claimed_until = $2 WHERE id = $1', [id, new Date(Date.now() - 1)]);
+    assert.equal(mine(await vms.claimDue(now, 60_000, randomUUID(), 100)), 1, 'once the real-time lease has run out, another worker takes it');
+  });
+
+  test('a failing job is logged with its name, and runs again on its next tick', async () => {
+    const errors: { job?: string; err?: unknown }[] = [];
+    const log = { error: (o: { job?: string; err?: unknown }) => errors.push(o), warn() {}, info() {}, debug() {}, trace() {}, fatal() {}, child() { return log; }, level: 'info', silent() {} };
+    const r = new Reconciler(t().clock, t().services.simulator, t().services.vms, log as unknown as FastifyBaseLogger);
+    let runs = 0;
+    r.addJob({
+      name: 'test-broken',
+      run: async () => {
+        runs++;
+        throw new Error('the database went away');
+      },
+    });
+    r.start(20);
+    try {
+      await within(5_000, async () => runs >= 3, 'the failing job keeps its schedule');
+    } finally {
+      await r.stop();
+    }
+    assert.ok(errors.length >= 2);
+    assert.equal(errors[0]!.job, 'test-broken');
+    assert.match(String((errors[0]!.err as Error).message), /went away/);
   });
 
   test('a billing close told to stop writes no further batch', async () => {

@@ -15,11 +15,17 @@ export type NextDue = (nowMs: number) => Promise<number | null>;
 
 /** Upper bound on the steps of one advance (one per due moment); past it the rest is settled at the target. */
 const MAX_STEPS = 100_000;
+/** The advisory lock that serializes advances across instances on PostgreSQL. */
+const ADVANCE_LOCK = 0x67_70_63_6c; // "gpcl"
+/**
+ * Advances in this process, queued per database: every clock object on one
+ * database (the embedded one serves a single process) takes its turn.
+ */
+const queues = new WeakMap<Db, Promise<unknown>>();
 
 export class ClockService {
   private readonly runners: DueRunner[] = [];
   private readonly nextDues: NextDue[] = [];
-  private advancing: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly db: Db,
@@ -81,32 +87,59 @@ export class ClockService {
     // The HTTP route takes whole seconds >= 1 (D43); callers in code may settle due work with 0.
     if (!Number.isFinite(seconds) || seconds < 0) throw new RangeError(`the service clock cannot move by ${seconds} s`);
     const deltaMs = Math.round(seconds * 1000);
-    // Advances are serialized: each one settles its due work before the next moves time again.
-    const run = this.advancing.then(async () => {
-      // One statement moves the persisted clock, so that advances from several
-      // instances on one database add up and the clock never goes back: it
-      // continues from the later of the stored value and this instance's.
-      const r = await this.db.query<{ now_ms: number }>(
-        'UPDATE service_clock SET now_ms = GREATEST(now_ms, $1) + $2 WHERE id = 1 RETURNING now_ms',
-        [clock.nowMs(), deltaMs],
-      );
-      const target = Number(r.rows[0]?.now_ms);
-      if (!Number.isFinite(target)) throw new Error('service_clock row is missing');
-      // Step through every moment something comes due before the target, in order.
-      let lastRun = -Infinity;
-      for (let step = 0; step < MAX_STEPS; step++) {
-        const next = await this.earliestDue(clock.nowMs());
-        // Work still due at a moment the jobs already ran (e.g. waiting for GPUs) waits for the target.
-        if (next === null || next >= target || next <= lastRun) break;
-        lastRun = Math.max(next, clock.nowMs());
-        clock.set(lastRun);
-        for (const runner of this.runners) await runner(clock.now());
-      }
-      clock.set(target);
-      for (const runner of this.runners) await runner(clock.now());
-      return clock.now();
-    });
-    this.advancing = run.catch(() => undefined);
+    // Advances are serialized: each one settles its due work before the next moves time again,
+    // in this process (a queue per database) and across instances (an advisory lock on PostgreSQL).
+    const queued = queues.get(this.db) ?? Promise.resolve();
+    const run = queued.then(() => this.exclusively(() => this.step(clock, deltaMs)));
+    queues.set(this.db, run.catch(() => undefined));
     return run;
+  }
+
+  /**
+   * Runs `fn` holding the advance lock. On PostgreSQL the lock belongs to a
+   * transaction kept open on a connection of its own while `fn` works on the
+   * others; its failure is handed back after the lock is released, so the
+   * transaction's retry logic never runs an advance twice.
+   */
+  private async exclusively<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.db.kind !== 'postgres') return fn();
+    const outcome = await this.db.transaction(async (tx) => {
+      await tx.query('SELECT pg_advisory_xact_lock($1)', [ADVANCE_LOCK]);
+      try {
+        return { ok: true as const, value: await fn() };
+      } catch (error) {
+        return { ok: false as const, error };
+      }
+    });
+    if (!outcome.ok) throw outcome.error;
+    return outcome.value;
+  }
+
+  /** Moves the persisted clock by `deltaMs`, stepping through every moment work comes due. */
+  private async step(clock: ManualClock, deltaMs: number): Promise<Date> {
+    // Another instance may have advanced while this one waited for the lock: continue from there.
+    await this.sync();
+    // One statement moves the persisted clock, so that advances from several
+    // instances on one database add up and the clock never goes back: it
+    // continues from the later of the stored value and this instance's.
+    const r = await this.db.query<{ now_ms: number }>(
+      'UPDATE service_clock SET now_ms = GREATEST(now_ms, $1) + $2 WHERE id = 1 RETURNING now_ms',
+      [clock.nowMs(), deltaMs],
+    );
+    const target = Number(r.rows[0]?.now_ms);
+    if (!Number.isFinite(target)) throw new Error('service_clock row is missing');
+    // Step through every moment something comes due before the target, in order.
+    let lastRun = -Infinity;
+    for (let step = 0; step < MAX_STEPS; step++) {
+      const next = await this.earliestDue(clock.nowMs());
+      // Work still due at a moment the jobs already ran (e.g. waiting for GPUs) waits for the target.
+      if (next === null || next >= target || next <= lastRun) break;
+      lastRun = Math.max(next, clock.nowMs());
+      clock.set(lastRun);
+      for (const runner of this.runners) await runner(clock.now());
+    }
+    clock.set(target);
+    for (const runner of this.runners) await runner(clock.now());
+    return clock.now();
   }
 }

@@ -196,20 +196,25 @@ export async function runningVmsOfUser(q: Queryable, userId: number): Promise<Vm
 
 // ---- reconciler claims ----
 
-/** Claims due hypervisor work; FOR UPDATE SKIP LOCKED so several instances never take the same VM. */
-export async function claimDue(q: Queryable, now: Date, leaseUntil: Date, token: string, limit: number): Promise<VmRow[]> {
+/**
+ * Claims due hypervisor work; FOR UPDATE SKIP LOCKED so several instances
+ * never take the same VM. `now` (service time) decides what is due; the
+ * lease runs on real time (`realNow`, `leaseUntil`), so a claim of a dead
+ * instance expires however the service clock moves.
+ */
+export async function claimDue(q: Queryable, now: Date, realNow: Date, leaseUntil: Date, token: string, limit: number): Promise<VmRow[]> {
   return (
     await q.query<VmRow>(
       `UPDATE vms SET claim_token = $3, claimed_until = $2
         WHERE id IN (
           SELECT id FROM vms
            WHERE hv_action IS NOT NULL AND next_action_at <= $1 AND status <> 'offline'
-             AND (claimed_until IS NULL OR claimed_until <= $1)
+             AND (claimed_until IS NULL OR claimed_until <= $5)
            ORDER BY next_action_at, seq
            LIMIT $4
            FOR UPDATE SKIP LOCKED)
         RETURNING *`,
-      [now, leaseUntil, token, limit],
+      [now, leaseUntil, token, limit, realNow],
     )
   ).rows;
 }

@@ -5,7 +5,7 @@
  * to the reconcilers through `hv_action`, never done inside a request.
  */
 import type { Db, Queryable } from '../../db/db.js';
-import type { Clock } from '../../clock.js';
+import { realTimeMs, type Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
 import { discounted, formatAmount, toAmount } from '../../money.js';
@@ -598,8 +598,10 @@ export class VmService {
 
   // ---- reconciler side ----
 
+  /** Claims up to `limit` VMs whose action is due at `now` (service time), under a lease of `leaseMs` of real time. */
   async claimDue(now: Date, leaseMs: number, token: string, limit: number): Promise<VmRow[]> {
-    return this.db.transaction((tx) => repo.claimDue(tx, now, new Date(now.getTime() + leaseMs), token, limit));
+    const realNow = realTimeMs();
+    return this.db.transaction((tx) => repo.claimDue(tx, now, new Date(realNow), new Date(realNow + leaseMs), token, limit));
   }
 
   specOf(vm: VmRow): VmSpec {

@@ -13,6 +13,7 @@ import { AgentClient, type AgentHostInfo } from '../hypervisor/agent-client.js';
 import type { AgentInfo } from '../modules/inventory/repository.js';
 import type { InventoryService } from '../modules/inventory/service.js';
 import type { VmService } from '../modules/vms/service.js';
+import { Loop } from './loop.js';
 
 export function agentInfoOf(host: AgentHostInfo): AgentInfo {
   return {
@@ -29,8 +30,7 @@ export function agentInfoOf(host: AgentHostInfo): AgentInfo {
 }
 
 export class AgentMonitor {
-  private timer: NodeJS.Timeout | undefined;
-  private pass: Promise<void> | undefined;
+  private loop: Loop | undefined;
 
   constructor(
     private readonly inventory: InventoryService,
@@ -63,20 +63,13 @@ export class AgentMonitor {
   }
 
   start(): void {
-    if (this.timer) return;
-    this.timer = setInterval(() => {
-      if (this.pass) return;
-      this.pass = this.checkDue()
-        .then(() => undefined)
-        .catch((err) => this.log?.error({ err }, 'agent heartbeat pass failed'))
-        .finally(() => (this.pass = undefined));
-    }, 1000);
-    this.timer.unref();
+    if (this.loop) return;
+    this.loop = new Loop('agent-heartbeats', 1000, () => this.checkDue(), this.log);
+    this.loop.start();
   }
 
   async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    await this.pass;
+    await this.loop?.stop();
+    this.loop = undefined;
   }
 }

@@ -11,6 +11,7 @@ import type { Clock } from '../clock.js';
 import { newId } from '../ids.js';
 import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
+import { Loop } from './loop.js';
 
 /** How long a claim holds before another instance may retry (real time, whatever the service clock does). */
 export const CLAIM_LEASE_MS = 5 * 60 * 1000;
@@ -26,45 +27,6 @@ const MAX_INFLIGHT = 64;
  * its next safe point. Returns how much work it did (0: nothing was due).
  */
 export type DueJob = { name: string; everyMs?: number; run: (now: Date, signal?: AbortSignal) => Promise<number> };
-
-/**
- * One background loop: a pass every `everyMs` of real time, one pass at a
- * time. A tick that finds the last pass still running is skipped, never
- * queued, so a slow pass delays only its own loop.
- */
-class Loop {
-  private timer: NodeJS.Timeout | undefined;
-  private pass: Promise<void> | undefined;
-
-  constructor(
-    readonly name: string,
-    private readonly everyMs: number,
-    private readonly run: () => Promise<unknown>,
-    private readonly log?: FastifyBaseLogger,
-  ) {}
-
-  start(): void {
-    this.timer = setInterval(() => this.tick(), this.everyMs);
-    this.timer.unref();
-  }
-
-  private tick(): void {
-    if (this.pass || !this.timer) return;
-    this.pass = this.run()
-      .then(() => undefined)
-      .catch((err: unknown) => this.log?.error({ err, job: this.name }, 'background job failed'))
-      .finally(() => {
-        this.pass = undefined;
-      });
-  }
-
-  /** No new pass starts; resolves when the one running (if any) has ended. */
-  async stop(): Promise<void> {
-    clearInterval(this.timer);
-    this.timer = undefined;
-    await this.pass;
-  }
-}
 
 export class Reconciler {
   private timer: NodeJS.Timeout | undefined;

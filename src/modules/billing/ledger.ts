@@ -77,16 +77,15 @@ export async function lockBalances(tx: Queryable, userIds: Iterable<number>): Pr
 /**
  * Many postings in a few statements (the interval job's charges): each
  * posting's balance_after follows the ones before it for the same user, and
- * the rows are written in the given order. `locked`: the users' balances
- * from lockBalances, if the caller locked them already. Must run inside a transaction; returns one Posted per
- * posting, in order.
+ * the rows are written in the given order. Must run inside a transaction;
+ * returns one Posted per posting, in order.
  */
-export async function postMany(tx: Queryable, postings: readonly Posting[], locked?: Map<number, number>): Promise<Posted[]> {
+export async function postMany(tx: Queryable, postings: readonly Posting[]): Promise<Posted[]> {
   if (postings.length === 0) return [];
   for (const p of postings) {
     if (!Number.isSafeInteger(p.amountMicros)) throw new RangeError('ledger: amount must be an integer number of micro-units');
   }
-  const balances = new Map(locked ?? (await lockBalances(tx, postings.map((p) => p.userId))));
+  const balances = await lockBalances(tx, postings.map((p) => p.userId));
   const userIds = [...new Set(postings.map((p) => p.userId))];
   const posted = postings.map((p) => {
     const before = balances.get(p.userId);

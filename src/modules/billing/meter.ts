@@ -104,6 +104,11 @@ export class Meter {
     return this.opts.intervalS * 1000;
   }
 
+  /** The last interval boundary at or before `ms`: the periods ending there or earlier are due. */
+  private lastBoundary(ms: number): Date {
+    return new Date(Math.floor(ms / this.intervalMs) * this.intervalMs);
+  }
+
   private async lockVm(tx: Queryable, id: string): Promise<MeteredVm | undefined> {
     return (await tx.query<MeteredVm>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [id])).rows[0];
   }
@@ -335,7 +340,7 @@ export class Meter {
   async closeDueIntervals(now: Date, opts: { batch?: number; signal?: AbortSignal } = {}): Promise<number> {
     const batch = opts.batch ?? CLOSE_BATCH;
     const nowMs = now.getTime();
-    const lastBoundary = new Date(Math.floor(nowMs / this.intervalMs) * this.intervalMs);
+    const lastBoundary = this.lastBoundary(nowMs);
     let written = 0;
     const lane = async () => {
       // A stopping worker ends after the batch in hand; the rest is closed by the next pass, anywhere.
@@ -383,7 +388,7 @@ export class Meter {
     const terms = await this.lockReservations(tx, due.rows);
     const periods = due.rows.map((vm) => {
       const startMs = vm.billed_until!.getTime();
-      let endMs = Math.floor(startMs / this.intervalMs) * this.intervalMs + this.intervalMs;
+      let endMs = this.lastBoundary(startMs).getTime() + this.intervalMs;
       // The end of a reservation's term also closes a period: what follows is not drawn from it.
       const termEnd = vm.reservation_id ? terms.get(vm.reservation_id)?.endMs : undefined;
       if (termEnd !== undefined && termEnd > startMs && termEnd < endMs && termEnd < nowMs) endMs = termEnd;
@@ -405,7 +410,7 @@ export class Meter {
    * indexed query. Returns the VMs whose counter moved.
    */
   async sampleTraffic(now: Date, read: TrafficReader): Promise<number> {
-    const lastBoundary = new Date(Math.floor(now.getTime() / this.intervalMs) * this.intervalMs);
+    const lastBoundary = this.lastBoundary(now.getTime());
     const due = await this.db.query<{ id: string; vmid: number; node: string; hv_ref: string | null; network_bytes_total: number }>(
       `SELECT id, vmid, node, hv_ref, network_bytes_total FROM vms
         WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1 AND provisioned`,

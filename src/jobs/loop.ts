@@ -1,0 +1,41 @@
+/** A background loop of the worker (see docs/architecture.md, "Background loops"). */
+import type { FastifyBaseLogger } from 'fastify';
+
+/**
+ * One background loop: a pass every `everyMs` of real time, one pass at a
+ * time. A tick that finds the last pass still running is skipped, never
+ * queued, so a slow pass delays only its own loop.
+ */
+export class Loop {
+  private timer: NodeJS.Timeout | undefined;
+  private pass: Promise<void> | undefined;
+
+  constructor(
+    readonly name: string,
+    private readonly everyMs: number,
+    private readonly run: () => Promise<unknown>,
+    private readonly log?: FastifyBaseLogger,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.tick(), this.everyMs);
+    this.timer.unref();
+  }
+
+  private tick(): void {
+    if (this.pass || !this.timer) return;
+    this.pass = this.run()
+      .then(() => undefined)
+      .catch((err: unknown) => this.log?.error({ err, job: this.name }, 'background job failed'))
+      .finally(() => {
+        this.pass = undefined;
+      });
+  }
+
+  /** No new pass starts; resolves when the one running (if any) has ended. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.pass;
+  }
+}

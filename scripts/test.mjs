@@ -14,9 +14,12 @@ const only = process.argv.slice(2);
 const files = only.length ? only : find('test').sort();
 // --test-force-exit: a file whose tests have all finished ends even if a stray handle (a socket
 // a closed app left half-open) would keep it alive; its results are already in.
+// --test-timeout also bounds each file as a whole: 15 minutes, the budget the longest test (the
+// crash injection, about 250 s on two cores) declares for itself, so a slow machine does not cut
+// it at 5 minutes while a hung file still fails well inside CI's limit.
 const r = spawnSync(
   process.execPath,
-  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=300000', '--test-force-exit', ...files],
+  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-timeout=900000', '--test-force-exit', ...files],
   { stdio: 'inherit' },
 );
 process.exit(r.status ?? 1);

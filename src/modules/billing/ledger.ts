@@ -1,7 +1,9 @@
 /**
- * The credit ledger (CONTRACT D30): the only writer of balances. Every change
- * of a balance is one transactions row written in the same database
- * transaction, so balance == sum(transactions.amount) always holds.
+ * The credit ledger: every change of a balance is one
+ * transactions row written in the same database transaction, so
+ * balance == sum(transactions.amount) always holds. `post` is the writer of
+ * balances; the one other is the meter's batch close, which posts a batch's
+ * usage charges in one statement under the same rule (meter.ts).
  */
 import type { Queryable } from '../../db/db.js';
 import { newId } from '../../ids.js';
@@ -49,75 +51,6 @@ export async function post(tx: Queryable, p: Posting): Promise<TransactionRow> {
     [p.id ?? newId(), p.userId, p.type, p.amountMicros, u.rows[0].balance_micros, p.description, JSON.stringify(p.breakdown ?? {}), p.vmId ?? null, p.now],
   );
   return r.rows[0]!;
-}
-
-/** What postMany wrote for one posting: the row's id and the balance it left. */
-export interface Posted {
-  id: string;
-  balanceAfterMicros: number;
-}
-
-/**
- * Locks the users' rows in id order (the one order every batch takes them
- * in, so two batches never deadlock) and returns their balances. The lock is
- * the one an UPDATE of the balance takes (FOR NO KEY UPDATE): it waits for
- * other writers of these balances but not for the share locks that foreign
- * keys to users take, so it can come late in a transaction and be held briefly.
- */
-export async function lockBalances(tx: Queryable, userIds: Iterable<number>): Promise<Map<number, number>> {
-  const ids = [...new Set(userIds)].sort((a, b) => a - b);
-  if (ids.length === 0) return new Map();
-  const locked = await tx.query<{ id: number; balance_micros: number }>(
-    'SELECT id, balance_micros FROM users WHERE id = ANY($1::int8[]) ORDER BY id FOR NO KEY UPDATE',
-    [ids],
-  );
-  return new Map(locked.rows.map((u) => [Number(u.id), u.balance_micros]));
-}
-
-/**
- * Many postings in a few statements (the interval job's charges): each
- * posting's balance_after follows the ones before it for the same user, and
- * the rows are written in the given order. Must run inside a transaction;
- * returns one Posted per posting, in order.
- */
-export async function postMany(tx: Queryable, postings: readonly Posting[]): Promise<Posted[]> {
-  if (postings.length === 0) return [];
-  for (const p of postings) {
-    if (!Number.isSafeInteger(p.amountMicros)) throw new RangeError('ledger: amount must be an integer number of micro-units');
-  }
-  const balances = await lockBalances(tx, postings.map((p) => p.userId));
-  const userIds = [...new Set(postings.map((p) => p.userId))];
-  const posted = postings.map((p) => {
-    const before = balances.get(p.userId);
-    if (before === undefined) throw new Error(`ledger: user ${p.userId} does not exist`);
-    const after = before + p.amountMicros;
-    if (!Number.isSafeInteger(after)) throw new RangeError('ledger: balance out of range');
-    balances.set(p.userId, after);
-    return { id: p.id ?? newId(), balanceAfterMicros: after };
-  });
-  await tx.query(
-    'UPDATE users SET balance_micros = u.balance FROM unnest($1::int8[], $2::int8[]) AS u(id, balance) WHERE users.id = u.id',
-    [userIds, userIds.map((id) => balances.get(id)!)],
-  );
-  await tx.query(
-    `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, breakdown, vm_id, created_at)
-     SELECT id, user_id, type, amount, balance_after, description, breakdown::jsonb, vm_id, created_at
-       FROM unnest($1::uuid[], $2::int8[], $3::text[], $4::int8[], $5::int8[], $6::text[], $7::text[], $8::uuid[], $9::timestamptz[])
-            WITH ORDINALITY AS p(id, user_id, type, amount, balance_after, description, breakdown, vm_id, created_at, n)
-      ORDER BY n`,
-    [
-      posted.map((p) => p.id),
-      postings.map((p) => p.userId),
-      postings.map((p) => p.type),
-      postings.map((p) => p.amountMicros),
-      posted.map((p) => p.balanceAfterMicros),
-      postings.map((p) => p.description),
-      postings.map((p) => JSON.stringify(p.breakdown ?? {})),
-      postings.map((p) => p.vmId ?? null),
-      postings.map((p) => p.now.toISOString()),
-    ],
-  );
-  return posted;
 }
 
 /** The balance, locking the user's row for the rest of the transaction (serializes money decisions per user). */

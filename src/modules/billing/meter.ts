@@ -1,5 +1,5 @@
 /**
- * Metering (CONTRACT D31-D33). GPU time is counted while a VM is running,
+ * Metering (docs/metering.md). GPU time is counted while a VM is running,
  * storage from its first start until it is destroyed. A period closes at
  * every multiple of the billing interval (from the Unix epoch) and at every
  * transition into or out of `running` and at destroy; each close writes one
@@ -9,7 +9,7 @@
  */
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import { newId } from '../../ids.js';
+import { newId, newOrderedId } from '../../ids.js';
 import { mulDiv, toAmount } from '../../money.js';
 import * as ledger from './ledger.js';
 
@@ -42,7 +42,7 @@ export interface PeriodCharge {
   total: number;
 }
 
-/** The pure arithmetic of one period (D32): each part rounded half-up, the total the sum of the parts. */
+/** The pure arithmetic of one period: each part rounded half-up, the total the sum of the parts. */
 export function priceOfPeriod(
   vm: Pick<MeteredVm, 'gpu_hourly_rate_micros' | 'storage_hourly_rate_micros'>,
   ms: number,
@@ -70,20 +70,111 @@ export type TrafficReader = (node: string, vms: { id: string; vmid: number; node
 /** Nodes whose traffic counters are read at once. */
 const TRAFFIC_READS_AT_ONCE = 8;
 
-/** One period to charge: (vm.billed_until, endMs], GPUs running or not. */
+/** One period of a VM to charge: (startMs, endMs], GPUs running or not, with the traffic billed in it. */
 interface Period {
   vm: MeteredVm;
+  startMs: number;
   endMs: number;
   gpuRunning: boolean;
+  networkBytes: number;
 }
 
-/** An active reservation a VM draws on: what is left of it and when its term ends. */
-interface Term {
-  remainingMicros: number;
-  endMs: number;
+/** A charge that took a balance from above zero to zero or below. */
+interface Crossing {
+  user_id: number;
+  vm_id: string;
+  balance_after: number;
+  charge: number;
+  transaction_id: string;
+  at: string;
 }
 
-/** The most VMs one close transaction handles (one period each). */
+/** ISO 8601 in UTC with milliseconds, as JavaScript's toISOString writes it. */
+const iso = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+/** micro-units -> the API's number in the major unit (exact: numeric, trailing zeros dropped). */
+const amount = (col: string) => `trim_scale(${col} * 0.000001)`;
+
+/**
+ * Charges priced periods (in `n` order: each VM's periods in order, each
+ * user's in time order) in one statement:
+ *   - a usage log for each period not written already (the unique key);
+ *   - for those, a draw on the VM's active reservation for periods inside
+ *     its term (up to what is left of it, in order), and for the rest one
+ *     `charge` transaction carrying the balance it leaves;
+ *   - the users' balances, locked in id order (the one order every close
+ *     takes them in, so two closes never deadlock) with the lock an UPDATE
+ *     takes, and flagged when a charge leaves them at or below zero (the
+ *     low-balance job stops their running VMs);
+ *   - the VMs' billed_until, and their traffic marked billed.
+ * Returns the number of periods written and the charges that took a
+ * balance from above zero to zero or below. This and ledger.post are the
+ * only writers of balances; both keep balance == sum(transactions).
+ */
+const CHARGE_PERIODS_SQL = `
+WITH input AS (
+  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::uuid[], $11::uuid[])
+    WITH ORDINALITY AS i(vm_id, period_start, period_end, gpu_ms, storage_ms, network_bytes, gpu_cost, storage_cost, network_cost, log_id, transaction_id, n)
+), priced AS (
+  SELECT i.*, i.gpu_cost + i.storage_cost + i.network_cost AS total, v.user_id, v.vmid, v.gpu_count, v.storage_gb, v.reservation_id,
+         r.remaining_micros AS reserved, r.end_at >= i.period_end AS in_term
+    FROM input i
+    JOIN vms v ON v.id = i.vm_id AND v.id = ANY($1::uuid[])
+    LEFT JOIN reservations r ON r.id = v.reservation_id AND r.status = 'active'
+), drawn AS (
+  SELECT p.*,
+         CASE WHEN p.in_term THEN least(p.total, greatest(0, p.reserved - coalesce(sum(p.total) FILTER (WHERE p.in_term)
+                OVER (PARTITION BY p.reservation_id ORDER BY p.n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))
+              ELSE 0 END AS from_reservation
+    FROM priced p
+), logs AS (
+  INSERT INTO usage_logs (id, vm_id, user_id, period_start, period_end, gpu_ms, gpu_count, storage_ms, storage_gb, network_bytes,
+                          gpu_cost_micros, storage_cost_micros, network_cost_micros, total_cost_micros, reservation_id,
+                          from_reservation_micros, transaction_id)
+  SELECT log_id, vm_id, user_id, period_start, period_end, gpu_ms, gpu_count, storage_ms, storage_gb, network_bytes,
+         gpu_cost, storage_cost, network_cost, total, reservation_id, from_reservation,
+         CASE WHEN total > from_reservation THEN transaction_id END
+    FROM drawn ORDER BY n
+  ON CONFLICT (vm_id, period_end) DO NOTHING
+  RETURNING id
+), written AS (
+  SELECT d.* FROM drawn d JOIN logs l ON l.id = d.log_id
+), draws AS (
+  UPDATE reservations SET remaining_micros = remaining_micros - w.amount
+    FROM (SELECT reservation_id, sum(from_reservation) AS amount FROM written WHERE from_reservation > 0 GROUP BY reservation_id) w
+   WHERE reservations.id = w.reservation_id
+), charges AS (
+  SELECT w.*, w.total - w.from_reservation AS charge FROM written w WHERE w.total > w.from_reservation
+), locked AS (
+  SELECT id, balance_micros FROM users WHERE id IN (SELECT user_id FROM charges) ORDER BY id FOR NO KEY UPDATE
+), posted AS (
+  SELECT c.*, l.balance_micros - sum(c.charge) OVER (PARTITION BY c.user_id ORDER BY c.n) AS balance_after
+    FROM charges c JOIN locked l ON l.id = c.user_id
+), balances AS (
+  UPDATE users SET balance_micros = users.balance_micros - t.charged, low_balance_pending = users.low_balance_pending OR t.low
+    FROM (SELECT user_id, sum(charge) AS charged, bool_or(balance_after <= 0) AS low FROM posted GROUP BY user_id) t
+   WHERE users.id = t.user_id
+), ledger AS (
+  INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, breakdown, vm_id, created_at)
+  SELECT transaction_id, user_id, 'charge', -charge, balance_after, 'Usage of VM ' || vmid || ' from ' || t.start_at || ' to ' || t.end_at,
+         jsonb_build_object(
+           'vm_id', vm_id, 'vmid', vmid, 'period_start', t.start_at, 'period_end', t.end_at,
+           'gpu_seconds', trim_scale(gpu_ms * 0.001), 'storage_gb', storage_gb, 'network_bytes', network_bytes,
+           'gpu_cost', ${amount('gpu_cost')}, 'storage_cost', ${amount('storage_cost')}, 'network_cost', ${amount('network_cost')},
+           'from_reservation', ${amount('from_reservation')}, 'total_cost', ${amount('total')}),
+         vm_id, period_end
+    FROM posted CROSS JOIN LATERAL (SELECT ${iso('period_start')} AS start_at, ${iso('period_end')} AS end_at) t
+   ORDER BY n
+), billed AS (
+  UPDATE vms SET billed_until = b.until, network_bytes_billed = vms.network_bytes_billed + b.bytes
+    FROM (SELECT vm_id, max(period_end) AS until, sum(network_bytes) AS bytes FROM input GROUP BY vm_id) b
+   WHERE vms.id = b.vm_id AND vms.id = ANY($1::uuid[])
+)
+SELECT (SELECT count(*) FROM logs)::int8 AS written,
+       (SELECT json_agg(json_build_object('user_id', user_id, 'vm_id', vm_id, 'balance_after', balance_after, 'charge', charge,
+                                          'transaction_id', transaction_id, 'at', period_end) ORDER BY n)
+          FROM posted WHERE balance_after <= 0 AND balance_after + charge > 0) AS crossings`;
+
+/** The most periods one close transaction charges. */
 export const CLOSE_BATCH = 2000;
 /** Batches one process closes at once on PostgreSQL. */
 const CLOSE_LANES = 2;
@@ -113,165 +204,90 @@ export class Meter {
     return (await tx.query<MeteredVm>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [id])).rows[0];
   }
 
-  /** Charges (billed_until, end] as one period in which the VM's GPUs ran or not (see chargePeriods). */
-  private async closePeriod(tx: Queryable, vm: MeteredVm, endMs: number, gpuRunning: boolean): Promise<MeteredVm> {
-    await this.chargePeriods(tx, [{ vm, endMs, gpuRunning }]);
-    if (!vm.billed_until || endMs <= vm.billed_until.getTime()) return vm;
-    const networkBytes = Math.max(0, vm.network_bytes_total - vm.network_bytes_billed);
-    return { ...vm, billed_until: new Date(endMs), network_bytes_billed: vm.network_bytes_billed + networkBytes };
+  /**
+   * The periods of `vm` from its billed_until up to `untilMs`: one ending at
+   * every interval boundary in between, and at `termEndMs` (the end of the
+   * reservation it draws on: what follows is not drawn from it), its GPUs
+   * running throughout or not. With
+   * `closeAtEnd` the last one ends at `untilMs` itself (a transition),
+   * otherwise at the last boundary. At most `max` periods, oldest first; the
+   * VM's unbilled traffic goes to the first.
+   */
+  private periodsOf(vm: MeteredVm, untilMs: number, gpuRunning: boolean, closeAtEnd: boolean, termEndMs: number | undefined, max = Infinity): Period[] {
+    if (!vm.billed_until) return [];
+    const fromMs = vm.billed_until.getTime();
+    const ends = boundariesBetween(fromMs, untilMs, this.intervalMs);
+    if (termEndMs !== undefined && termEndMs > fromMs && termEndMs < untilMs && !ends.includes(termEndMs)) {
+      ends.push(termEndMs);
+      ends.sort((x, y) => x - y);
+    }
+    if (closeAtEnd && untilMs > fromMs && ends[ends.length - 1] !== untilMs) ends.push(untilMs);
+    let networkBytes = Math.max(0, vm.network_bytes_total - vm.network_bytes_billed);
+    const periods: Period[] = [];
+    let startMs = fromMs;
+    for (const endMs of ends.slice(0, max)) {
+      periods.push({ vm, startMs, endMs, gpuRunning, networkBytes });
+      networkBytes = 0;
+      startMs = endMs;
+    }
+    return periods;
   }
 
   /**
-   * Charges one period (billed_until, endMs] for each VM, in a fixed number
-   * of statements however many VMs there are: the interval job closes
-   * thousands at once this way, a transition one. The VMs' rows must be
-   * locked by the caller and each VM appear once; `terms` are their active
-   * reservations if the caller locked them already. Idempotent: a period
-   * already charged (same VM and end) is skipped, and only the periods
-   * written here draw on reservations and balances. Returns periods written.
+   * Charges the given periods, in one statement however many there are: the
+   * interval job closes thousands at once this way, a transition one VM's
+   * few. The VMs' rows and their active reservations must be locked by the
+   * caller, and each VM's periods follow on from its billed_until in order.
+   * Prices are computed here (priceOfPeriod); the statement draws on
+   * reservations, posts the charges and moves billed_until. Idempotent: a
+   * period already charged (same VM and end) is skipped, and only the
+   * periods written here draw on reservations and balances. Returns periods
+   * written.
    */
-  private async chargePeriods(tx: Queryable, periods: readonly Period[], terms?: Map<string, Term>): Promise<number> {
-    const open = periods.filter((p) => p.vm.billed_until && p.endMs > p.vm.billed_until.getTime());
-    if (open.length === 0) return 0;
-    // Reserved VMs draw on their prepaid reservation first, for periods inside its term only
-    // (closeUpTo splits a period at end_at).
-    const active = terms ?? (await this.lockReservations(tx, open.map((p) => p.vm)));
-    const rows = open.map(({ vm, endMs, gpuRunning }) => {
-      const startMs = vm.billed_until!.getTime();
-      const networkBytes = Math.max(0, vm.network_bytes_total - vm.network_bytes_billed);
-      const c = priceOfPeriod(vm, endMs - startMs, gpuRunning, networkBytes, this.opts.networkPricePerGbMicros);
-      const term = vm.reservation_id ? active.get(vm.reservation_id) : undefined;
-      const fromReservation = term && term.endMs >= endMs ? Math.min(term.remainingMicros, c.total) : 0;
-      if (term) term.remainingMicros -= fromReservation;
-      const charge = c.total - fromReservation;
-      return { vm, startMs, endMs, c, fromReservation, charge, logId: newId(), transactionId: charge > 0 ? newId() : null };
-    });
-    const inserted = await tx.query<{ vm_id: string }>(
-      `INSERT INTO usage_logs (id, vm_id, user_id, period_start, period_end, gpu_ms, gpu_count, storage_ms, storage_gb, network_bytes,
-                               gpu_cost_micros, storage_cost_micros, network_cost_micros, total_cost_micros, reservation_id,
-                               from_reservation_micros, transaction_id)
-       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int8[], $4::timestamptz[], $5::timestamptz[], $6::int8[], $7::int4[], $8::int8[],
-                            $9::int4[], $10::int8[], $11::int8[], $12::int8[], $13::int8[], $14::int8[], $15::uuid[], $16::int8[], $17::uuid[])
-       ON CONFLICT (vm_id, period_end) DO NOTHING
-       RETURNING vm_id`,
-      [
-        rows.map((r) => r.logId),
-        rows.map((r) => r.vm.id),
-        rows.map((r) => r.vm.user_id),
-        rows.map((r) => new Date(r.startMs).toISOString()),
-        rows.map((r) => new Date(r.endMs).toISOString()),
-        rows.map((r) => r.c.gpuMs),
-        rows.map((r) => r.vm.gpu_count),
-        rows.map((r) => r.c.storageMs),
-        rows.map((r) => r.vm.storage_gb),
-        rows.map((r) => r.c.networkBytes),
-        rows.map((r) => r.c.gpuCost),
-        rows.map((r) => r.c.storageCost),
-        rows.map((r) => r.c.networkCost),
-        rows.map((r) => r.c.total),
-        rows.map((r) => r.vm.reservation_id),
-        rows.map((r) => r.fromReservation),
-        rows.map((r) => r.transactionId),
-      ],
-    );
-    // `vms.id = ANY(...)` finds the rows by primary key, never a scan of the fleet.
-    await tx.query(
-      `UPDATE vms SET billed_until = u.billed_until, network_bytes_billed = u.network_bytes_billed
-         FROM unnest($1::uuid[], $2::timestamptz[], $3::int8[]) AS u(id, billed_until, network_bytes_billed)
-        WHERE vms.id = u.id AND vms.id = ANY($1::uuid[])`,
-      [rows.map((r) => r.vm.id), rows.map((r) => new Date(r.endMs).toISOString()), rows.map((r) => r.vm.network_bytes_billed + r.c.networkBytes)],
-    );
-    // A period charged already (the unique key) moves billed_until on but costs nothing again.
-    const written = new Set(inserted.rows.map((r) => r.vm_id));
-    const charged = rows.filter((r) => written.has(r.vm.id));
-    const draws = charged.filter((r) => r.fromReservation > 0);
-    if (draws.length) {
-      await tx.query(
-        `UPDATE reservations SET remaining_micros = remaining_micros - d.amount
-           FROM (SELECT id, sum(amount) AS amount FROM unnest($1::uuid[], $2::int8[]) AS u(id, amount) GROUP BY id) AS d
-          WHERE reservations.id = d.id`,
-        [draws.map((r) => r.vm.reservation_id), draws.map((r) => r.fromReservation)],
-      );
-    }
-    const charges = charged.filter((r) => r.charge > 0);
-    const posted = await ledger.postMany(
-      tx,
-      charges.map((r) => {
-        const start = new Date(r.startMs).toISOString();
-        const end = new Date(r.endMs).toISOString();
-        return {
-          userId: r.vm.user_id,
-          type: 'charge' as const,
-          amountMicros: -r.charge,
-          description: `Usage of VM ${r.vm.vmid} from ${start} to ${end}`,
-          breakdown: {
-            vm_id: r.vm.id,
-            vmid: r.vm.vmid,
-            period_start: start,
-            period_end: end,
-            gpu_seconds: r.c.gpuMs / 1000,
-            storage_gb: r.vm.storage_gb,
-            network_bytes: r.c.networkBytes,
-            gpu_cost: toAmount(r.c.gpuCost),
-            storage_cost: toAmount(r.c.storageCost),
-            network_cost: toAmount(r.c.networkCost),
-            from_reservation: toAmount(r.fromReservation),
-            total_cost: toAmount(r.c.total),
-          },
-          vmId: r.vm.id,
-          now: new Date(r.endMs),
-          id: r.transactionId!,
-        };
-      }),
-    );
-    // A charge that leaves the balance at or below zero flags the user: the
-    // low-balance job stops their running VMs. The charge that crosses zero
-    // is recorded once as an event, for admins (and later webhooks).
-    const low = new Set<number>();
-    const crossings: { userId: number; vmId: string; data: string; at: string }[] = [];
-    charges.forEach((r, i) => {
-      const after = posted[i]!.balanceAfterMicros;
-      if (after > 0) return;
-      low.add(r.vm.user_id);
-      if (after + r.charge > 0) {
-        crossings.push({
-          userId: r.vm.user_id,
-          vmId: r.vm.id,
-          data: JSON.stringify({ balance: toAmount(after), charge: toAmount(r.charge), transaction_id: posted[i]!.id }),
-          at: new Date(r.endMs).toISOString(),
-        });
-      }
-    });
-    if (low.size) await tx.query('UPDATE users SET low_balance_pending = true WHERE id = ANY($1::int8[])', [[...low]]);
-    if (crossings.length) {
+  private async chargePeriods(tx: Queryable, periods: readonly Period[]): Promise<number> {
+    if (periods.length === 0) return 0;
+    // Oldest first across VMs: each user's charges (and the balances they leave) follow time.
+    const ordered = [...periods].sort((x, y) => x.endMs - y.endMs);
+    const priced = ordered.map((p) => priceOfPeriod(p.vm, p.endMs - p.startMs, p.gpuRunning, p.networkBytes, this.opts.networkPricePerGbMicros));
+    const r = await tx.query<{ written: number; crossings: Crossing[] | null }>(CHARGE_PERIODS_SQL, [
+      ordered.map((p) => p.vm.id),
+      ordered.map((p) => new Date(p.startMs).toISOString()),
+      ordered.map((p) => new Date(p.endMs).toISOString()),
+      priced.map((c) => c.gpuMs),
+      priced.map((c) => c.storageMs),
+      priced.map((c) => c.networkBytes),
+      priced.map((c) => c.gpuCost),
+      priced.map((c) => c.storageCost),
+      priced.map((c) => c.networkCost),
+      ordered.map(() => newOrderedId()),
+      ordered.map(() => newOrderedId()),
+    ]);
+    const { written, crossings } = r.rows[0]!;
+    // The charge that crosses zero is recorded once as an event, for admins (and later webhooks).
+    if (crossings?.length) {
       await tx.query(
         `INSERT INTO events (id, type, user_id, vm_id, data, created_at)
          SELECT id, 'billing.low_balance', user_id, vm_id, data::jsonb, created_at
            FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::timestamptz[]) WITH ORDINALITY AS e(id, user_id, vm_id, data, created_at, n)
           ORDER BY n`,
-        [crossings.map(() => newId()), crossings.map((e) => e.userId), crossings.map((e) => e.vmId), crossings.map((e) => e.data), crossings.map((e) => e.at)],
+        [
+          crossings.map(() => newId()),
+          crossings.map((e) => e.user_id),
+          crossings.map((e) => e.vm_id),
+          crossings.map((e) => JSON.stringify({ balance: toAmount(e.balance_after), charge: toAmount(e.charge), transaction_id: e.transaction_id })),
+          crossings.map((e) => e.at),
+        ],
       );
     }
-    return written.size;
+    return Number(written);
   }
 
   /** Closes every interval boundary in (billed_until, endMs], then (optionally) the period ending exactly at endMs. */
-  private async closeUpTo(tx: Queryable, vm: MeteredVm, endMs: number, gpuRunning: boolean, closeAtEnd: boolean): Promise<MeteredVm> {
-    if (!vm.billed_until) return vm;
-    let cur = vm;
-    const cuts = boundariesBetween(vm.billed_until.getTime(), endMs, this.intervalMs);
-    if (vm.reservation_id) {
-      // The end of a reservation's term also closes a period: what follows is not drawn from it (D39).
-      const r = await tx.query<{ end_at: Date }>(`SELECT end_at FROM reservations WHERE id = $1 AND status = 'active'`, [vm.reservation_id]);
-      const end = r.rows[0]?.end_at.getTime();
-      if (end !== undefined && end > vm.billed_until.getTime() && end < endMs && !cuts.includes(end)) {
-        cuts.push(end);
-        cuts.sort((a, b) => a - b);
-      }
-    }
-    for (const b of cuts) cur = await this.closePeriod(tx, cur, b, gpuRunning);
-    if (closeAtEnd) cur = await this.closePeriod(tx, cur, endMs, gpuRunning);
-    return cur;
+  private async closeUpTo(tx: Queryable, vm: MeteredVm, endMs: number, gpuRunning: boolean, closeAtEnd: boolean): Promise<void> {
+    if (!vm.billed_until) return;
+    const termEnds = await this.lockReservations(tx, [vm]);
+    const termEnd = vm.reservation_id ? termEnds.get(vm.reservation_id) : undefined;
+    await this.chargePeriods(tx, this.periodsOf(vm, endMs, gpuRunning, closeAtEnd, termEnd));
   }
 
   /**
@@ -339,13 +355,12 @@ export class Meter {
    */
   async closeDueIntervals(now: Date, opts: { batch?: number; signal?: AbortSignal } = {}): Promise<number> {
     const batch = opts.batch ?? CLOSE_BATCH;
-    const nowMs = now.getTime();
-    const lastBoundary = this.lastBoundary(nowMs);
+    const lastBoundary = this.lastBoundary(now.getTime());
     let written = 0;
     const lane = async () => {
       // A stopping worker ends after the batch in hand; the rest is closed by the next pass, anywhere.
       while (!opts.signal?.aborted) {
-        const r = await this.db.transaction((tx) => this.closeBatch(tx, nowMs, lastBoundary, batch));
+        const r = await this.db.transaction((tx) => this.closeBatch(tx, lastBoundary, batch));
         written += r.written;
         if (r.claimed === 0) return;
       }
@@ -358,23 +373,35 @@ export class Meter {
 
   /**
    * The active reservations the VMs draw on, locked (after the VMs: the
-   * lock order is VM, reservation, balance). Reserved VMs draw on their
-   * prepaid reservation first, for periods inside its term only.
+   * lock order is VM, reservation, balance), and when their terms end.
+   * Reserved VMs draw on their prepaid reservation first, for periods
+   * inside its term only.
    */
-  private async lockReservations(tx: Queryable, vms: readonly MeteredVm[]): Promise<Map<string, Term>> {
+  private async lockReservations(tx: Queryable, vms: readonly MeteredVm[]): Promise<Map<string, number>> {
     const ids = [...new Set(vms.flatMap((vm) => (vm.reservation_id ? [vm.reservation_id] : [])))];
-    const terms = new Map<string, Term>();
-    if (ids.length === 0) return terms;
-    const r = await tx.query<{ id: string; remaining_micros: number; end_at: Date }>(
-      `SELECT id, remaining_micros, end_at FROM reservations WHERE id = ANY($1::uuid[]) AND status = 'active' ORDER BY id FOR UPDATE`,
+    const termEnds = new Map<string, number>();
+    if (ids.length === 0) return termEnds;
+    const r = await tx.query<{ id: string; end_at: Date }>(
+      `SELECT id, end_at FROM reservations WHERE id = ANY($1::uuid[]) AND status = 'active' ORDER BY id FOR UPDATE`,
       [ids],
     );
-    for (const row of r.rows) terms.set(row.id, { remainingMicros: row.remaining_micros, endMs: row.end_at.getTime() });
-    return terms;
+    for (const row of r.rows) termEnds.set(row.id, row.end_at.getTime());
+    return termEnds;
   }
 
-  /** One period of up to `limit` VMs whose open period began before `lastBoundary`. */
-  private async closeBatch(tx: Queryable, nowMs: number, lastBoundary: Date, limit: number): Promise<{ claimed: number; written: number }> {
+  /**
+   * Up to `budget` due periods (those ending at or before `lastBoundary`),
+   * oldest first: a VM one period behind gives one, a VM a day behind (its
+   * worker was down) all of its day's, so a catch-up claims each VM once.
+   * The oldest open period decides how many VMs a batch claims.
+   */
+  private async closeBatch(tx: Queryable, lastBoundary: Date, budget: number): Promise<{ claimed: number; written: number }> {
+    const oldest = await tx.query<{ billed_until: Date }>(
+      `SELECT billed_until FROM vms WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1 ORDER BY billed_until LIMIT 1`,
+      [lastBoundary],
+    );
+    if (oldest.rows.length === 0) return { claimed: 0, written: 0 };
+    const behind = Math.ceil((lastBoundary.getTime() - oldest.rows[0]!.billed_until.getTime()) / this.intervalMs);
     const due = await tx.query<MeteredVm>(
       `SELECT id, vmid, user_id, status, gpu_count, storage_gb, gpu_hourly_rate_micros, storage_hourly_rate_micros,
               reservation_id, billed_until, network_bytes_total, network_bytes_billed
@@ -383,21 +410,18 @@ export class Meter {
         ORDER BY billed_until
         LIMIT $2
         FOR UPDATE SKIP LOCKED`,
-      [lastBoundary, limit],
+      [lastBoundary, Math.max(1, Math.floor(budget / Math.max(1, behind)))],
     );
-    const terms = await this.lockReservations(tx, due.rows);
-    const periods = due.rows.map((vm) => {
-      const startMs = vm.billed_until!.getTime();
-      let endMs = this.lastBoundary(startMs).getTime() + this.intervalMs;
-      // The end of a reservation's term also closes a period: what follows is not drawn from it.
-      const termEnd = vm.reservation_id ? terms.get(vm.reservation_id)?.endMs : undefined;
-      if (termEnd !== undefined && termEnd > startMs && termEnd < endMs && termEnd < nowMs) endMs = termEnd;
-      return { vm, endMs, gpuRunning: vm.status === 'running' };
-    });
-    return { claimed: periods.length, written: await this.chargePeriods(tx, periods, terms) };
+    if (due.rows.length === 0) return { claimed: 0, written: 0 };
+    const termEnds = await this.lockReservations(tx, due.rows);
+    const perVm = Math.max(1, Math.floor(budget / due.rows.length));
+    const periods = due.rows.flatMap((vm) =>
+      this.periodsOf(vm, lastBoundary.getTime(), vm.status === 'running', false, vm.reservation_id ? termEnds.get(vm.reservation_id) : undefined, perVm),
+    );
+    return { claimed: due.rows.length, written: await this.chargePeriods(tx, periods) };
   }
 
-  /** D33: users a charge left at or below zero; the caller stops their running VMs and clears the flag. */
+  /** Users a charge left at or below zero; the caller stops their running VMs and clears the flag. */
   async lowBalanceUsers(): Promise<number[]> {
     const r = await this.db.query<{ id: number }>('SELECT id FROM users WHERE low_balance_pending ORDER BY id');
     return r.rows.map((x) => x.id);

@@ -129,7 +129,7 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       DATABASE_URL: db.url,
       GPUCLOUD_REDIS_URL: process.env.GPUCLOUD_REDIS_URL!,
       GPUCLOUD_JWT_SECRET: randomBytes(24).toString('hex'), // 48 characters
-      LOG_LEVEL: 'silent',
+      LOG_LEVEL: process.env.INSTANCES_LOG ?? 'silent',
       GPUCLOUD_DEMO: '0',
       GPUCLOUD_ADMIN_EMAIL: ADMIN.email,
       GPUCLOUD_ADMIN_PASSWORD: ADMIN.password,

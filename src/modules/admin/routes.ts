@@ -119,7 +119,7 @@ export function adminRoutes(
         operationId: 'advanceClock',
         summary: 'Advance the manual clock',
         description:
-          'Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run.',
+          'Only with GPUCLOUD_CLOCK=manual (else 400 `invalid_state`). Moves service time forward and returns after every job that came due has run. An advance that would close more than 300,000 billing periods at once (VMs that accrue times the boundaries crossed) is refused with 400 `limit_exceeded` before the clock moves; the message names the largest advance accepted.',
         body: Type.Object(
           { seconds: Type.Integer({ minimum: 1, maximum: 10 * 366 * 86_400 }) },
           { additionalProperties: false, examples: [{ seconds: 3600 }] },

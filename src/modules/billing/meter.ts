@@ -174,6 +174,13 @@ SELECT (SELECT count(*) FROM logs)::int8 AS written,
                                           'transaction_id', transaction_id, 'at', period_end) ORDER BY n)
           FROM posted WHERE balance_after <= 0 AND balance_after + charge > 0) AS crossings`;
 
+/**
+ * The most billing periods one advance of the manual clock may close: about
+ * half a minute of work on the embedded database (a test-only clock; a
+ * larger advance is refused, not left half done).
+ */
+export const ADVANCE_PERIOD_BUDGET = 300_000;
+
 /** The most periods one close transaction charges. */
 export const CLOSE_BATCH = 2000;
 /** Batches one process closes at once on PostgreSQL. */
@@ -421,6 +428,53 @@ export class Meter {
     return { claimed: due.rows.length, written: await this.chargePeriods(tx, periods) };
   }
 
+  /** How many periods closing every boundary up to `toMs` writes (about: the VMs that accrue times the boundaries), and over how many VMs. */
+  async periodsUpTo(toMs: number): Promise<{ periods: number; vms: number }> {
+    const r = await this.db.query<{ vms: number; oldest: Date | null }>(
+      `SELECT count(*)::int8 AS vms, min(billed_until) AS oldest FROM vms WHERE billed_until IS NOT NULL AND status <> 'destroyed'`,
+    );
+    const { vms, oldest } = r.rows[0]!;
+    if (!oldest) return { periods: 0, vms: 0 };
+    const boundaries = Math.max(0, Math.floor(toMs / this.intervalMs) - Math.floor(oldest.getTime() / this.intervalMs));
+    return { periods: Number(vms) * boundaries, vms: Number(vms) };
+  }
+
+  /**
+   * The first interval boundary after `nowMs` at which a charge could leave
+   * a user who has a running VM at or below zero (the low-balance rule stops
+   * their VMs then), or null when no user has a running VM. The boundaries
+   * before it change balances and nothing else, so the manual clock's
+   * advance goes straight there and the close takes them in bulk. Errs
+   * early: every accruing VM of the user is charged its full hourly rates
+   * (a reservation's draws ignored) plus rounding, its unbilled traffic at
+   * once, from where its billing stands.
+   */
+  async nextLowBalanceBoundary(nowMs: number): Promise<number | null> {
+    const r = await this.db.query<{ balance: number; hourly: number; vms: number; unbilled: number; oldest: Date }>(
+      `SELECT u.balance_micros AS balance,
+              sum(CASE WHEN v.status = 'running' THEN v.gpu_hourly_rate_micros ELSE 0 END + v.storage_hourly_rate_micros)::int8 AS hourly,
+              count(*)::int8 AS vms, sum(GREATEST(v.network_bytes_total - v.network_bytes_billed, 0))::int8 AS unbilled,
+              min(v.billed_until) AS oldest
+         FROM vms v JOIN users u ON u.id = v.user_id
+        WHERE v.billed_until IS NOT NULL AND v.status <> 'destroyed'
+          AND v.user_id IN (SELECT user_id FROM vms WHERE status = 'running')
+        GROUP BY u.id`,
+    );
+    const first = this.lastBoundary(nowMs).getTime() + this.intervalMs;
+    let earliest: number | null = null;
+    for (const u of r.rows) {
+      // Each part of each period is rounded half-up: at most one micro-unit more per part.
+      const perInterval = Math.ceil((Number(u.hourly) * this.opts.intervalS) / 3600) + 3 * Number(u.vms);
+      const traffic = Math.ceil((Number(u.unbilled) * this.opts.networkPricePerGbMicros) / BYTES_PER_GB) + Number(u.vms);
+      // The first boundary also closes whatever billing is behind by.
+      const behind = Math.max(1, Math.ceil((first - u.oldest.getTime()) / this.intervalMs));
+      const k = Math.max(1, Math.ceil((u.balance - traffic) / perInterval) - behind + 1);
+      const at = first + (k - 1) * this.intervalMs;
+      if (earliest === null || at < earliest) earliest = at;
+    }
+    return earliest;
+  }
+
   /** Users a charge left at or below zero; the caller stops their running VMs and clears the flag. */
   async lowBalanceUsers(): Promise<number[]> {
     const r = await this.db.query<{ id: number }>('SELECT id FROM users WHERE low_balance_pending ORDER BY id');
@@ -429,12 +483,14 @@ export class Meter {
 
   /**
    * Reads the traffic counters of the VMs whose period closes now (before
-   * the close that bills them), one driver call per node for all its VMs,
-   * a few at a time, outside any transaction. With nothing due it costs one
-   * indexed query. Returns the VMs whose counter moved.
+   * the close that bills them), or with `all` of every VM that accrues (the
+   * manual clock's advance, before it judges how far it may go): one driver
+   * call per node for all its VMs, a few at a time, outside any
+   * transaction. With nothing due it costs one indexed query. Returns the
+   * VMs whose counter moved.
    */
-  async sampleTraffic(now: Date, read: TrafficReader): Promise<number> {
-    const lastBoundary = this.lastBoundary(now.getTime());
+  async sampleTraffic(now: Date, read: TrafficReader, opts: { all?: boolean } = {}): Promise<number> {
+    const lastBoundary = opts.all ? 'infinity' : this.lastBoundary(now.getTime());
     const due = await this.db.query<{ id: string; vmid: number; node: string; hv_ref: string | null; network_bytes_total: number }>(
       `SELECT id, vmid, node, hv_ref, network_bytes_total FROM vms
         WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1 AND provisioned`,

@@ -1,5 +1,5 @@
 /**
- * The service clock's persistence and advance (CONTRACT D43). The manual
+ * The service clock's persistence and advance (README: the manual clock). The manual
  * clock starts at the real time of the first start (truncated to the second),
  * or at GPUCLOUD_CLOCK_START when that is set, and is kept in the database
  * across restarts: a later start never moves it, whatever the setting says. advance() returns only after
@@ -26,6 +26,7 @@ const queues = new WeakMap<Db, Promise<unknown>>();
 export class ClockService {
   private readonly runners: DueRunner[] = [];
   private readonly nextDues: NextDue[] = [];
+  private readonly limits: ((toMs: number) => Promise<void>)[] = [];
 
   constructor(
     private readonly db: Db,
@@ -50,6 +51,11 @@ export class ClockService {
   onAdvance(runner: DueRunner, nextDue?: NextDue): void {
     this.runners.push(runner);
     if (nextDue) this.nextDues.push(nextDue);
+  }
+
+  /** `check` refuses an advance (by throwing) before it moves the clock, e.g. one that is too much work to settle. */
+  limitAdvance(check: (toMs: number) => Promise<void>): void {
+    this.limits.push(check);
   }
 
   private async earliestDue(nowMs: number): Promise<number | null> {
@@ -84,7 +90,7 @@ export class ClockService {
     if (!(clock instanceof ManualClock)) {
       throw invalidState('The service clock is the system clock; start with GPUCLOUD_CLOCK=manual to advance it');
     }
-    // The HTTP route takes whole seconds >= 1 (D43); callers in code may settle due work with 0.
+    // The HTTP route takes whole seconds >= 1; callers in code may settle due work with 0.
     if (!Number.isFinite(seconds) || seconds < 0) throw new RangeError(`the service clock cannot move by ${seconds} s`);
     const deltaMs = Math.round(seconds * 1000);
     // Advances are serialized: each one settles its due work before the next moves time again,
@@ -119,6 +125,7 @@ export class ClockService {
   private async step(clock: ManualClock, deltaMs: number): Promise<Date> {
     // Another instance may have advanced while this one waited for the lock: continue from there.
     await this.sync();
+    for (const check of this.limits) await check(clock.nowMs() + deltaMs);
     // One statement moves the persisted clock, so that advances from several
     // instances on one database add up and the clock never goes back: it
     // continues from the later of the stored value and this instance's.

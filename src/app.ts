@@ -28,6 +28,7 @@ import { AuthService } from './modules/auth/service.js';
 import { authRoutes } from './modules/auth/routes.js';
 import { ApiKeyService } from './modules/api-keys/service.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { eventRoutes } from './modules/events/routes.js';
 import { SshKeyService } from './modules/ssh-keys/service.js';
 import { sshKeyRoutes } from './modules/ssh-keys/routes.js';
 import { AdminUserService } from './modules/admin/service.js';
@@ -141,7 +142,7 @@ export function createServices(deps: AppDeps): Services {
     // D38: a reserved VM that ends failed gets its whole deposit back.
     if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id) await reservations.refundFailed(tx, after.reservation_id, now);
   });
-  adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now).then(() => undefined)); // D47
+  adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now, 'suspended').then(() => undefined));
   // Offers are read from a snapshot; GPUs taken or freed replace it once their transaction commits.
   vms.onGpuUsageChange(() => inventory.offersChanged());
   // A suspension or a new role applies to remembered sessions and keys at once.
@@ -169,7 +170,7 @@ export function createServices(deps: AppDeps): Services {
       for (const userId of users) {
         await deps.db.transaction(async (tx) => {
           await meter.clearLowBalance(tx, userId);
-          await vms.stopAllOf(tx, userId, now);
+          await vms.stopAllOf(tx, userId, now, 'low_balance');
         });
       }
       return users.length;
@@ -414,6 +415,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     },
   );
   apiKeyRoutes(app, services.apiKeys);
+  eventRoutes(app, deps.db);
   sshKeyRoutes(app, services.sshKeys);
   adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db));
   inventoryRoutes(app, services.inventory);

@@ -98,6 +98,19 @@ function printJson(ctx: Ctx, data: unknown): void {
   ctx.out(JSON.stringify(data ?? null, null, 2));
 }
 
+/** One line about an event: its VM and what its data says, most useful fields first. */
+function describeEvent(e: { vm_id: string | null; data: Record<string, unknown> }): string {
+  const d = e.data;
+  const parts: string[] = [];
+  if (d.vmid !== undefined) parts.push(`VM ${d.vmid}`);
+  if (d.from !== undefined && d.to !== undefined) parts.push(`${d.from} -> ${d.to}`);
+  if (d.reason !== undefined) parts.push(`(${d.reason})`);
+  const shown = new Set(['vmid', 'from', 'to', 'reason']);
+  const rest = Object.entries(d).filter(([k]) => !shown.has(k));
+  if (rest.length) parts.push(rest.map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`).join(' '));
+  return parts.join(' ');
+}
+
 function vmPath(id: string) {
   return { params: { path: { vm_id: id } } };
 }
@@ -470,6 +483,44 @@ export const COMMANDS: Command[] = [
       await call(ctx.client().api.DELETE('/api-keys/{key_id}', { params: { path: { key_id: id } } }));
       if (ctx.json) return printJson(ctx, {});
       ctx.out(`Revoked API key ${id}`);
+    },
+  },
+  // --- events --------------------------------------------------------------
+  {
+    path: 'events',
+    summary: 'What happened to your VMs, money, keys and account, oldest first',
+    example: ['gpucloud events --type vm.status_changed,vm.interrupted', 'gpucloud events --vm 1042 --follow'],
+    options: { after: { type: 'string' }, type: { type: 'string', multiple: true }, vm: { type: 'string' }, limit: { type: 'string' }, follow: { type: 'boolean' } },
+    optionHelp: [
+      ['--after ID', 'Only events after this one'],
+      ['--type T', 'Only these types (repeat, or separate with commas)'],
+      ['--vm VM', 'Only events about this VM (id or vmid)'],
+      ['--limit N', 'At most N events a page (1-200, default 50)'],
+      ['--follow', 'Keep printing new events as they happen (Ctrl-C ends)'],
+    ],
+    positionals: 0,
+    async run(ctx) {
+      const client = ctx.client();
+      const query: { after?: string; type?: string[]; vm_id?: string; limit?: number } = {};
+      if (str(ctx, 'after')) query.after = str(ctx, 'after');
+      const types = ctx.values.type;
+      if (Array.isArray(types) && types.length) query.type = types.filter((t): t is string => typeof t === 'string');
+      const vm = str(ctx, 'vm');
+      if (vm) query.vm_id = (await call(client.api.GET('/vms/{vm_id}', vmPath(vm)))).id;
+      const limit = int(ctx, 'limit', { min: 1, max: 200 });
+      if (limit !== undefined) query.limit = limit;
+      const follow = flag(ctx, 'follow');
+      for (;;) {
+        const events = await call(client.api.GET('/events', { params: { query } }));
+        if (ctx.json && !follow) return printJson(ctx, events);
+        for (const e of events) ctx.out(ctx.json ? JSON.stringify(e) : `${e.created_at}  ${e.type.padEnd(22)} ${describeEvent(e)}`);
+        if (!follow) {
+          if (events.length === 0) ctx.out('No events');
+          return;
+        }
+        if (events.length) query.after = events[events.length - 1]!.id;
+        if (events.length < (query.limit ?? 50)) await new Promise((r) => setTimeout(r, pollMs(ctx)));
+      }
     },
   },
   // --- vms -----------------------------------------------------------------

@@ -37,6 +37,7 @@ export const TAGS = [
   { name: 'account', description: 'The caller\'s account' },
   { name: 'ssh-keys', description: 'SSH public keys installed on new VMs' },
   { name: 'api-keys', description: 'API keys for programs, with read_write, read_only or billing_only scope' },
+  { name: 'events', description: 'What happened to your VMs, money, keys and account, oldest first' },
   { name: 'offers', description: 'GPU offers and the public price list' },
   { name: 'vms', description: 'Rent, start, stop and destroy VMs: on-demand, reserved or interruptible' },
   { name: 'billing', description: 'Credit balance, the ledger, usage and current spend' },

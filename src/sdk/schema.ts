@@ -349,6 +349,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List events
+         * @description Your events, oldest first, after the one named by `after` (from the first without it). Administrators also see the nodes' (`node.offline`, `node.online`). To follow along, pass the last id you read as `after`. Readable with a read_only key.
+         */
+        get: operations["listEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/ssh-keys": {
         parameters: {
             query?: never;
@@ -1772,7 +1792,7 @@ export interface operations {
                         /** Format: uuid */
                         id: string;
                         name: string;
-                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
+                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
                         scope: "read_write" | "read_only" | "billing_only";
                         /** @description The first characters of the key, to tell keys apart */
                         prefix: string;
@@ -1808,7 +1828,7 @@ export interface operations {
                 "application/json": {
                     /** @description A name for you; no control or formatting characters (they would reach terminals) */
                     name: string;
-                    /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
+                    /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
                     scope?: "read_write" | "read_only" | "billing_only";
                     expires_at?: string | null;
                 };
@@ -1825,7 +1845,7 @@ export interface operations {
                         /** Format: uuid */
                         id: string;
                         name: string;
-                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
+                        /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
                         scope: "read_write" | "read_only" | "billing_only";
                         /** @description The first characters of the key, to tell keys apart */
                         prefix: string;
@@ -1873,6 +1893,58 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listEvents: {
+        parameters: {
+            query?: {
+                /** @description An event id: only events written after it */
+                after?: string;
+                /** @description Only these types: repeat the parameter or separate types with commas */
+                type?: string[];
+                /** @description Only events about this VM (its uuid) */
+                vm_id?: string;
+                /** @description At most this many (1..200, default 50) */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The event id; pass it as `after` to read on from here
+                         */
+                        id: string;
+                        /** @description One of: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online */
+                        type: string;
+                        /**
+                         * Format: date-time
+                         * @description When it happened, in service time
+                         */
+                        created_at: string;
+                        vm_id: string | null;
+                        /** @description What happened: the fields depend on the type (docs/events.md) */
+                        data: {
+                            [key: string]: unknown;
+                        };
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];

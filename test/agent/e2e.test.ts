@@ -141,7 +141,7 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     const [again] = qemuPidsUnder(dataDir);
     process.kill(again!, 'SIGKILL');
     await until('the killed VM is stopped', async () => (await vm(c.body.id)).status === 'stopped');
-    const events = await t.db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.powered_off'`, [c.body.id]);
+    const events = await t.db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.status_changed' AND data->>'from' = 'running' AND data->>'to' = 'stopped'`, [c.body.id]);
     assert.deepEqual(events.rows.map((r) => r.data.reason), ['crashed']);
 
     // Destroy: no process, no file of the VM left on the host.

@@ -401,6 +401,44 @@ describe('gpucloud client commands', () => {
     assert.equal(cancelled.status, 'cancelled');
   });
 
+  test('events: the list, filters by type and VM, and --follow printing what happens next', async () => {
+    const u = await newUser(100);
+    const home = await loggedIn(u);
+    const vm = json(await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--password', 'a-long-vm-password-1', '--yes', '--json']));
+    await t.services.clock.advance(0);
+    const listed = await cli(home, ['events']);
+    ok(listed);
+    assert.match(listed.stdout, /account\.login/);
+    assert.match(listed.stdout, new RegExp(`vm\\.status_changed\\s+VM ${vm.vmid} starting -> running \\(started\\)`));
+    const typed = json(await cli(home, ['events', '--type', 'vm.created', '--type', 'vm.status_changed', '--vm', String(vm.vmid), '--json']));
+    assert.deepEqual(typed.map((e: { type: string }) => e.type), ['vm.created', 'vm.status_changed', 'vm.status_changed']);
+    assert.ok(typed.every((e: { vm_id: string }) => e.vm_id === vm.id));
+    const bad = await cli(home, ['events', '--type', 'vm.nope']);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /unknown event type/);
+
+    // --follow: starts after the last event and prints the stop as it happens, as JSON lines.
+    const last = typed[typed.length - 1].id;
+    const env: NodeJS.ProcessEnv = { ...process.env, XDG_CONFIG_HOME: home, GPUCLOUD_API_URL: baseUrl, GPUCLOUD_POLL_MS: '50' };
+    delete env.GPUCLOUD_API_KEY;
+    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'events', '--follow', '--after', last, '--json'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    try {
+      assert.equal((await t.req('POST', `/vms/${vm.id}/stop`, { token: u.token })).status, 200);
+      await t.services.clock.advance(0);
+      const deadline = Date.now() + 30_000;
+      while (!out.includes('"to":"stopped"') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { type: string; data: { to: string; reason: string } });
+      assert.deepEqual(lines.map((e) => [e.type, e.data.to, e.data.reason]), [
+        ['vm.status_changed', 'stopping', 'user'],
+        ['vm.status_changed', 'stopped', 'stopped'],
+      ]);
+    } finally {
+      child.kill('SIGTERM');
+    }
+  });
+
   test('logout revokes the saved session on the server', async () => {
     const u = await newUser(0);
     const home = await loggedIn(u);

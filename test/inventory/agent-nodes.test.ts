@@ -258,7 +258,7 @@ describeEachDb(
         assert.equal(vm.stopped_at, new Date(t().clock.nowMs()).toISOString());
         const usage = await t().db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_logs WHERE vm_id = $1', [c.body.id]);
         assert.ok(usage.rows[0]!.n >= 1, 'the running time was billed up to the stop');
-        const ev = await t().db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.powered_off'`, [c.body.id]);
+        const ev = await t().db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.status_changed' AND data->>'from' = 'running' AND data->>'to' = 'stopped'`, [c.body.id]);
         assert.deepEqual(ev.rows.map((r) => r.data.reason), ['guest_powered_off']);
         const traffic = await t().db.query<{ b: string }>('SELECT network_bytes_total::text AS b FROM vms WHERE id = $1', [c.body.id]);
         assert.equal(traffic.rows[0]!.b, '1500');

@@ -31,7 +31,7 @@
  * nodes get 1000 armed faults each, one action per node, and traffic runs on
  * them too:
  *  - fp-1, provision: every provision fails, the VM ends `failed` with one
- *    `vm.provision_failed` event; provisions consumed == such events == VMs
+ *    `vm.status_changed` event (reason provision_failed); provisions consumed == such events == VMs
  *    failed (or destroyed: the traffic destroys fp-1 VMs only once failed);
  *  - fs-1, stop: every stop fails and is retried with backoff (the VM stays
  *    `stopping`); each failed call adds exactly one to that VM's `attempts`
@@ -400,7 +400,7 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       SELECT
         (SELECT count(*) FROM vms WHERE node IN ('fp-1', 'fs-1', 'fd-1') AND claim_token IS NOT NULL)::int AS inflight,
         (SELECT ${FAULTS} - remaining FROM sim_faults WHERE target = 'fp-1' AND action = 'provision')::int AS fp_consumed,
-        (SELECT count(*) FROM events e JOIN vms v ON v.id = e.vm_id WHERE v.node = 'fp-1' AND e.type = 'vm.provision_failed')::int AS fp_events,
+        (SELECT count(*) FROM events e JOIN vms v ON v.id = e.vm_id WHERE v.node = 'fp-1' AND e.type = 'vm.status_changed' AND e.data->>'reason' = 'provision_failed')::int AS fp_events,
         (SELECT count(*) FROM vms WHERE node = 'fp-1' AND status IN ('failed', 'destroyed'))::int AS fp_failed,
         (SELECT ${FAULTS} - remaining FROM sim_faults WHERE target = 'fs-1' AND action = 'stop')::int AS fs_consumed,
         (SELECT COALESCE(sum(attempts), 0) FROM vms WHERE node = 'fs-1' AND status = 'stopping')::int AS fs_attempts,
@@ -591,7 +591,7 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     assert.ok(s.fs_stopping >= 2, `VMs are stuck stopping on fs-1: ${JSON.stringify(s)}`);
     assert.ok(s.fd_destroyed >= 3, `VMs were destroyed on fd-1: ${JSON.stringify(s)}`);
     assert.ok(s.fp_consumed < FAULTS && s.fs_consumed < FAULTS && s.fd_consumed < FAULTS, 'the armed faults never ran out');
-    assert.equal(s.fp_consumed, s.fp_events, `one provision call per vm.provision_failed event on fp-1: ${JSON.stringify(s)}`);
+    assert.equal(s.fp_consumed, s.fp_events, `one provision call per provision_failed event on fp-1: ${JSON.stringify(s)}`);
     assert.equal(s.fp_consumed, s.fp_failed, `one provision call per failed VM on fp-1: ${JSON.stringify(s)}`);
     assert.equal(s.fs_consumed, s.fs_attempts, `stop calls on fs-1 == recorded failed attempts: ${JSON.stringify(s)}`);
     assert.ok(s.fs_attempts >= s.fs_stopping, `each stuck stop was tried at least once: ${JSON.stringify(s)}`);

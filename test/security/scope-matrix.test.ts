@@ -38,7 +38,8 @@ const under = (path: string, prefix: string) => path === prefix || path.startsWi
 function expectedAllowed(scope: Scope, method: string, path: string): boolean {
   if (scope === 'read_write') return true;
   if (scope === 'read_only') {
-    return method === 'GET' && ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing'].some((p) => under(path, p));
+    // GET /events came after the contract's list: a read_only key may read it too (docs/events.md).
+    return method === 'GET' && ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing', '/events'].some((p) => under(path, p));
   }
   return (method === 'GET' && (under(path, '/billing') || path === '/account')) || (method === 'POST' && path === '/reservations/calculate');
 }
@@ -239,6 +240,8 @@ test('scopeAllows follows D15 for routes that may not exist yet', () => {
     ['read_only', 'GET', '/billing/usage', true],
     ['read_only', 'GET', '/search', true],
     ['read_only', 'GET', '/pricing', true],
+    ['read_only', 'GET', '/events', true],
+    ['billing_only', 'GET', '/events', false],
     ['read_only', 'GET', '/account', true],
     ['read_only', 'GET', '/account/sessions', true],
     ['read_only', 'PATCH', '/account', false],

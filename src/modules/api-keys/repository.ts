@@ -45,7 +45,8 @@ export async function listKeys(q: Queryable, userId: number, limit: number, offs
  * Revokes a key of the user and every key created through it, at any depth.
  * False when the user has no such live key.
  */
-export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<boolean> {
+/** Revokes the key and every key made with it, at any depth; returns the ids revoked now (none when `id` is not an active key of the user). */
+export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<string[]> {
   const r = await q.query<{ id: string }>(
     `WITH RECURSIVE lineage AS (
        SELECT id FROM api_keys WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL
@@ -55,7 +56,7 @@ export async function revokeKey(q: Queryable, userId: number, id: string, now: D
      UPDATE api_keys SET revoked_at = $3 WHERE id IN (SELECT id FROM lineage) AND revoked_at IS NULL RETURNING id`,
     [id, userId, now],
   );
-  return r.rows.some((row) => row.id === id);
+  return r.rows.map((row) => row.id);
 }
 
 export async function findActiveKeyByHash(q: Queryable, keyHash: string) {

@@ -9,7 +9,7 @@ import { UUID_RE } from '../../ids.js';
 import type { ApiKeyService } from './service.js';
 
 const ScopeSchema = Type.Union([Type.Literal('read_write'), Type.Literal('read_only'), Type.Literal('billing_only')], {
-  description: 'read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account; billing_only: GET /billing/*, GET /account, POST /reservations/calculate',
+  description: 'read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate',
 });
 
 const ApiKeyFields = {

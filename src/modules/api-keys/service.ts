@@ -9,6 +9,7 @@ import { newId, randomToken, sha256Hex } from '../../ids.js';
 import { SCOPE_RANK, type Scope } from '../../http/scopes.js';
 import type { Principal } from '../../http/principal.js';
 import * as repo from './repository.js';
+import { recordEvent } from '../events/repository.js';
 import type { ApiKeyRow } from './repository.js';
 import { CredentialCache } from '../../credential-cache.js';
 
@@ -75,6 +76,7 @@ export class ApiKeyService {
         expiresAt,
         createdByKeyId: p.via === 'api_key' ? (p.apiKeyId ?? null) : null,
       });
+      await recordEvent(tx, { type: 'api_key.created', userId: p.userId, data: { api_key_id: row.id, name: row.name, scope: row.scope, prefix: row.prefix }, at: now });
       return { ...toRecord(row), key };
     });
   }
@@ -86,7 +88,13 @@ export class ApiKeyService {
 
   async revoke(p: Principal, id: string): Promise<void> {
     if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
-    const revoked = await repo.revokeKey(this.db, p.userId, id, this.clock.now());
+    const now = this.clock.now();
+    const revoked = await this.db.transaction(async (tx) => {
+      const ids = await repo.revokeKey(tx, p.userId, id, now);
+      // One event per key that stopped working: this one and every key made with it.
+      for (const keyId of ids) await recordEvent(tx, { type: 'api_key.revoked', userId: p.userId, data: { api_key_id: keyId, ...(keyId === id ? {} : { made_with: id }) }, at: now });
+      return ids.includes(id);
+    });
     // The keys made with it went too: forget every key of the user, not just this one.
     this.forgetUser(p.userId);
     if (!revoked) throw notFound('API key');

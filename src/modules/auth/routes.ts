@@ -105,7 +105,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return auth.login(req.body.email, req.body.password);
+      return auth.login(req.body.email, req.body.password, { ip: req.ip, userAgent: req.headers['user-agent'] });
     },
   );
 
@@ -275,7 +275,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return auth.verifyTwoFactor(req.body.challenge_token, req.body.code);
+      return auth.verifyTwoFactor(req.body.challenge_token, req.body.code, { ip: req.ip, userAgent: req.headers['user-agent'] });
     },
   );
 

@@ -11,6 +11,7 @@ import { newId, randomBytes, randomToken, sha256Hex } from '../../ids.js';
 import type { PasswordHasher } from './passwords.js';
 import type { TokenService } from './tokens.js';
 import * as repo from './repository.js';
+import { recordEvent } from '../events/repository.js';
 import { CredentialCache } from '../../credential-cache.js';
 import type { Role, UserRow } from './repository.js';
 import {
@@ -20,6 +21,12 @@ import {
   otpauthUrl,
   verifyTotp,
 } from './totp.js';
+
+/** Where a login came from, for the account.login event. */
+export interface LoginClient {
+  ip?: string;
+  userAgent?: string;
+}
 
 export const REFRESH_TTL_MS = 30 * 24 * 3600 * 1000;
 export const CHALLENGE_TTL_S = 300;
@@ -127,7 +134,7 @@ export class AuthService {
     return { user: toUserRecord(updated), created: false };
   }
 
-  async login(email: string, password: string): Promise<TokenResponse | ChallengeResponse> {
+  async login(email: string, password: string, client: LoginClient = {}): Promise<TokenResponse | ChallengeResponse> {
     const user = await repo.findUserByEmail(this.db, email);
     if (!user) {
       await this.passwords.verifyDummy(password);
@@ -152,7 +159,16 @@ export class AuthService {
       });
       return { two_factor_required: true, challenge_token: token, expires_in: CHALLENGE_TTL_S };
     }
-    return this.db.transaction((tx) => this.issueTokens(tx, user.id, newId()));
+    return this.db.transaction(async (tx) => {
+      await this.recordLogin(tx, user.id, client, false);
+      return this.issueTokens(tx, user.id, newId());
+    });
+  }
+
+  /** An `account.login` event: who signed in from where (the address and user agent the request came with). */
+  private async recordLogin(tx: Queryable, userId: number, client: LoginClient, secondFactor: boolean): Promise<void> {
+    const data = { ip: client.ip ?? null, user_agent: client.userAgent?.slice(0, 256) ?? null, second_factor: secondFactor };
+    await recordEvent(tx, { type: 'account.login', userId, data, at: this.clock.now() });
   }
 
   /** `familyStart`: when the session's login happened (now for a new login). */
@@ -293,6 +309,7 @@ export class AuthService {
       await repo.replaceRecoveryCodes(tx, userId, codes.map((c) => ({ id: newId(), hash: recoveryHash(c) })));
       // Sessions opened without the second factor end: from now on every login needs it.
       await repo.revokeAllFamilies(tx, userId, now, '2fa_enabled', currentSession);
+      await recordEvent(tx, { type: 'account.2fa_enabled', userId, at: now });
       return {
         message:
           'Two-factor authentication enabled; every other session of this account has ended. Store the recovery codes somewhere safe: each works once and they are not shown again.',
@@ -313,6 +330,7 @@ export class AuthService {
       const now = this.clock.now();
       await repo.disableTotp(tx, userId, now);
       await repo.revokeAllFamilies(tx, userId, now, '2fa_disabled', currentSession);
+      await recordEvent(tx, { type: 'account.2fa_disabled', userId, at: now });
       return { wrong: false } as const;
     });
     if (outcome.wrong) throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
@@ -346,7 +364,7 @@ export class AuthService {
     return false;
   }
 
-  async verifyTwoFactor(challengeToken: string, code: string): Promise<TokenResponse> {
+  async verifyTwoFactor(challengeToken: string, code: string, client: LoginClient = {}): Promise<TokenResponse> {
     const outcome = await this.db.transaction(async (tx) => {
       const ch = await repo.findChallengeForUpdate(tx, sha256Hex(challengeToken));
       const now = this.clock.now();
@@ -362,6 +380,7 @@ export class AuthService {
         return { error: unauthorized('Invalid or already used two-factor code') } as const;
       }
       await repo.updateChallenge(tx, ch.id, ch.attempts, now);
+      await this.recordLogin(tx, u.id, client, true);
       return { tokens: await this.issueTokens(tx, u.id, newId()) } as const;
     });
     if ('error' in outcome) throw outcome.error;

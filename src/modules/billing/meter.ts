@@ -12,6 +12,7 @@ import type { Clock } from '../../clock.js';
 import { newId, newOrderedId } from '../../ids.js';
 import { mulDiv, toAmount } from '../../money.js';
 import * as ledger from './ledger.js';
+import { recordEvent } from '../events/repository.js';
 
 const MS_PER_HOUR = 3_600_000;
 const BYTES_PER_GB = 1_000_000_000;
@@ -89,6 +90,14 @@ interface Crossing {
   at: string;
 }
 
+/** A reservation whose prepaid balance a close used up. */
+interface Exhausted {
+  reservation_id: string;
+  user_id: number;
+  vm_id: string;
+  at: string;
+}
+
 /** ISO 8601 in UTC with milliseconds, as JavaScript's toISOString writes it. */
 const iso = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 /** micro-units -> the API's number in the major unit (exact: numeric, trailing zeros dropped). */
@@ -106,8 +115,9 @@ const amount = (col: string) => `trim_scale(${col} * 0.000001)`;
  *     takes, and flagged when a charge leaves them at or below zero (the
  *     low-balance job stops their running VMs);
  *   - the VMs' billed_until, and their traffic marked billed.
- * Returns the number of periods written and the charges that took a
- * balance from above zero to zero or below. This and ledger.post are the
+ * Returns the number of periods written, the charges that took a
+ * balance from above zero to zero or below, and the reservations whose
+ * prepaid balance the draws used up. This and ledger.post are the
  * only writers of balances; both keep balance == sum(transactions).
  */
 const CHARGE_PERIODS_SQL = `
@@ -142,6 +152,7 @@ WITH input AS (
   UPDATE reservations SET remaining_micros = remaining_micros - w.amount
     FROM (SELECT reservation_id, sum(from_reservation) AS amount FROM written WHERE from_reservation > 0 GROUP BY reservation_id) w
    WHERE reservations.id = w.reservation_id
+  RETURNING reservations.id, reservations.user_id, reservations.vm_id, reservations.remaining_micros
 ), charges AS (
   SELECT w.*, w.total - w.from_reservation AS charge FROM written w WHERE w.total > w.from_reservation
 ), locked AS (
@@ -172,7 +183,10 @@ WITH input AS (
 SELECT (SELECT count(*) FROM logs)::int8 AS written,
        (SELECT json_agg(json_build_object('user_id', user_id, 'vm_id', vm_id, 'balance_after', balance_after, 'charge', charge,
                                           'transaction_id', transaction_id, 'at', period_end) ORDER BY n)
-          FROM posted WHERE balance_after <= 0 AND balance_after + charge > 0) AS crossings`;
+          FROM posted WHERE balance_after <= 0 AND balance_after + charge > 0) AS crossings,
+       (SELECT json_agg(json_build_object('reservation_id', d.id, 'user_id', d.user_id, 'vm_id', d.vm_id,
+                                          'at', (SELECT max(period_end) FROM written w WHERE w.reservation_id = d.id)))
+          FROM draws d WHERE d.remaining_micros = 0) AS exhausted`;
 
 /**
  * The most billing periods one advance of the manual clock may close: about
@@ -256,7 +270,7 @@ export class Meter {
     // Oldest first across VMs: each user's charges (and the balances they leave) follow time.
     const ordered = [...periods].sort((x, y) => x.endMs - y.endMs);
     const priced = ordered.map((p) => priceOfPeriod(p.vm, p.endMs - p.startMs, p.gpuRunning, p.networkBytes, this.opts.networkPricePerGbMicros));
-    const r = await tx.query<{ written: number; crossings: Crossing[] | null }>(CHARGE_PERIODS_SQL, [
+    const r = await tx.query<{ written: number; crossings: Crossing[] | null; exhausted: Exhausted[] | null }>(CHARGE_PERIODS_SQL, [
       ordered.map((p) => p.vm.id),
       ordered.map((p) => new Date(p.startMs).toISOString()),
       ordered.map((p) => new Date(p.endMs).toISOString()),
@@ -269,7 +283,11 @@ export class Meter {
       ordered.map(() => newOrderedId()),
       ordered.map(() => newOrderedId()),
     ]);
-    const { written, crossings } = r.rows[0]!;
+    const { written, crossings, exhausted } = r.rows[0]!;
+    // A reservation whose prepaid balance these draws used up: what follows is charged to the balance.
+    for (const e of exhausted ?? []) {
+      await recordEvent(tx, { type: 'reservation.exhausted', userId: e.user_id, vmId: e.vm_id, data: { reservation_id: e.reservation_id }, at: new Date(e.at) });
+    }
     // The charge that crosses zero is recorded once as an event, for admins (and later webhooks).
     if (crossings?.length) {
       await tx.query(

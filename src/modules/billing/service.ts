@@ -5,6 +5,7 @@ import { AppError, notFound, validation } from '../../errors.js';
 import { formatAmount, toAmount, toMicros } from '../../money.js';
 import { CURRENCY } from '../inventory/service.js';
 import * as ledger from './ledger.js';
+import { recordEvent } from '../events/repository.js';
 import type { TransactionRow } from './ledger.js';
 
 export interface TransactionRecord {
@@ -71,6 +72,9 @@ export class BillingService {
         breakdown: { by_admin: actorId },
         now: this.clock.now(),
       });
+      if (micros > 0) {
+        await recordEvent(tx, { type: 'billing.credit_added', userId, data: { amount: toAmount(micros), balance: toAmount(row.balance_after_micros), transaction_id: row.id }, at: row.created_at });
+      }
       return toTransactionRecord(row);
     });
   }

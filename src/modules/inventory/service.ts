@@ -11,6 +11,7 @@ import type { AgentInfo, FullNodeRow, GpuType, GpuUsage, NodeRow, NodeStatus, Pr
 import { deriveKey, open, seal } from '../../crypto.js';
 import { performance } from 'node:perf_hooks';
 import { afterCommit } from '../../db/commit-hook.js';
+import { recordEvent } from '../events/repository.js';
 
 export const CURRENCY = 'USD';
 /** D20: an offer's total price is for the whole node offer with the minimum disk. */
@@ -220,6 +221,14 @@ export class InventoryService {
 
   onNodeStatusChange(hook: NodeStatusHook): void {
     this.statusHooks.push(hook);
+  }
+
+  /** A node's status changed (in `tx`): the operator's node.offline / node.online event, then the hooks. */
+  private async statusChanged(tx: Queryable, node: string, from: NodeStatus, to: NodeStatus, now: Date, reason: 'admin' | 'agent_unreachable' | 'agent_back'): Promise<void> {
+    if (to === 'offline' || from === 'offline') {
+      await recordEvent(tx, { type: to === 'offline' ? 'node.offline' : 'node.online', userId: null, data: { node, from, to, reason }, at: now });
+    }
+    for (const hook of this.statusHooks) await hook(tx, node, from, to, now);
   }
 
   // ---- the offers snapshot ----
@@ -476,7 +485,7 @@ export class InventoryService {
       );
       if (back) {
         this.changesOffers();
-        for (const hook of this.statusHooks) await hook(tx, node, 'offline', back, now);
+        await this.statusChanged(tx, node, 'offline', back, now, 'agent_back');
       }
     });
   }
@@ -503,7 +512,7 @@ export class InventoryService {
       );
       if (takeOffline) {
         this.changesOffers();
-        for (const hook of this.statusHooks) await hook(tx, node, before.status, 'offline', now);
+        await this.statusChanged(tx, node, before.status, 'offline', now, 'agent_unreachable');
       }
       return { misses, tookOffline: takeOffline };
     });
@@ -564,7 +573,7 @@ export class InventoryService {
       const now = this.clock.now();
       const after = (await repo.updateNode(tx, node, { ...change, ...agentChange }, now))!;
       if (after.status !== before.status) {
-        for (const hook of this.statusHooks) await hook(tx, node, before.status, after.status, now);
+        await this.statusChanged(tx, node, before.status, after.status, now, 'admin');
       }
       return toNodeRecord(after, (await repo.gpuUsage(tx, [node])).get(node));
     });

@@ -11,6 +11,7 @@ import { AppError, invalidState, notFound } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
 import { bpToPercent, discounted, formatAmount, mulDiv, toAmount } from '../../money.js';
 import * as ledger from '../billing/ledger.js';
+import { recordEvent } from '../events/repository.js';
 import type { Meter } from '../billing/meter.js';
 import type { InventoryService } from '../inventory/service.js';
 import type { PricingRow } from '../inventory/repository.js';
@@ -170,6 +171,13 @@ export class ReservationService {
       vmId: a.vmId,
       now: a.now,
     });
+    await recordEvent(tx, {
+      type: 'reservation.created',
+      userId: a.userId,
+      vmId: a.vmId,
+      data: { reservation_id: id, vmid: a.vmid, reservation_months: a.quote.months, deposit: toAmount(a.quote.depositMicros), end_at: r.end_at.toISOString() },
+      at: a.now,
+    });
     return r;
   }
 
@@ -222,6 +230,13 @@ export class ReservationService {
         remaining_micros: 0,
       });
       await this.convert(tx, r.vm_id, now);
+      await recordEvent(tx, {
+        type: 'reservation.cancelled',
+        userId,
+        vmId: r.vm_id,
+        data: { reservation_id: r.id, reason: 'user', refund: toAmount(refund), cancellation_fee: toAmount(fee) },
+        at: now,
+      });
       return { record: toReservationRecord(after) };
     });
     if ('ended' in outcome) throw invalidState(`Cannot cancel a reservation that is ${outcome.ended}: its term is over`);
@@ -242,6 +257,13 @@ export class ReservationService {
       now,
     });
     await repo.updateReservation(tx, r.id, { status: 'cancelled', cancelled_at: now, ended_at: now, cancellation_fee_micros: 0, refund_micros: r.remaining_micros, remaining_micros: 0 });
+    await recordEvent(tx, {
+      type: 'reservation.cancelled',
+      userId: r.user_id,
+      vmId: r.vm_id,
+      data: { reservation_id: r.id, reason: 'provision_failed', refund: toAmount(r.remaining_micros), cancellation_fee: 0 },
+      at: now,
+    });
   }
 
   /** D39: active reservations at their end: converted_to_on_demand (VM alive) or completed. Returns how many ended. */
@@ -266,6 +288,7 @@ export class ReservationService {
     const alive = await this.convert(tx, r.vm_id, r.end_at);
     const status = alive ? 'converted_to_on_demand' : 'completed';
     await repo.updateReservation(tx, r.id, { status, ended_at: r.end_at });
+    await recordEvent(tx, { type: 'reservation.expired', userId: r.user_id, vmId: r.vm_id, data: { reservation_id: r.id, status }, at: r.end_at });
     return status;
   }
 

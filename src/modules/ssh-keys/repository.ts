@@ -53,6 +53,8 @@ export async function findOldestKey(q: Queryable, userId: number): Promise<SshKe
   return (await q.query<SshKeyRow>('SELECT * FROM ssh_keys WHERE user_id = $1 ORDER BY seq ASC LIMIT 1', [userId])).rows[0];
 }
 
-export async function deleteKey(q: Queryable, userId: number, id: string): Promise<boolean> {
-  return (await q.query('DELETE FROM ssh_keys WHERE id = $1 AND user_id = $2', [id, userId])).rowCount === 1;
+/** The deleted key, or undefined when the user has no such key. */
+export async function deleteKey(q: Queryable, userId: number, id: string): Promise<{ id: string; label: string; fingerprint: string } | undefined> {
+  const r = await q.query<{ id: string; label: string; fingerprint: string }>('DELETE FROM ssh_keys WHERE id = $1 AND user_id = $2 RETURNING id, label, fingerprint', [id, userId]);
+  return r.rows[0];
 }

@@ -10,6 +10,7 @@ import { AppError, notFound, validation } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { parseSshPublicKey, SshKeyParseError } from './fingerprint.js';
 import * as repo from './repository.js';
+import { recordEvent } from '../events/repository.js';
 import type { SshKeyRow } from './repository.js';
 
 export const MAX_SSH_KEYS = 5;
@@ -79,6 +80,7 @@ export class SshKeyService {
         public_key: parsed.publicKey,
         created_at: this.clock.now(),
       });
+      await recordEvent(tx, { type: 'ssh_key.created', userId, data: { ssh_key_id: row.id, label: row.label, fingerprint: row.fingerprint }, at: row.created_at });
       return toRecord(row);
     });
   }
@@ -103,7 +105,12 @@ export class SshKeyService {
   }
 
   async remove(userId: number, id: string): Promise<void> {
-    if (!(await repo.deleteKey(this.db, userId, id))) throw notFound('SSH key');
+    const deleted = await this.db.transaction(async (tx) => {
+      const row = await repo.deleteKey(tx, userId, id);
+      if (row) await recordEvent(tx, { type: 'ssh_key.deleted', userId, data: { ssh_key_id: row.id, label: row.label, fingerprint: row.fingerprint }, at: this.clock.now() });
+      return row !== undefined;
+    });
+    if (!deleted) throw notFound('SSH key');
   }
 
   /** For VM creation: the public key text of the caller's key (or oldest key). */

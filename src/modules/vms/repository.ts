@@ -266,14 +266,3 @@ export async function listInterruptions(q: Queryable, vmId: string, limit: numbe
   const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM interruptions WHERE interruptible_vm_id = $1', [vmId]);
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
-
-export async function insertEvent(q: Queryable, e: { id: string; type: string; userId: number | null; vmId: string | null; data: object; now: Date }): Promise<void> {
-  await q.query('INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)', [
-    e.id,
-    e.type,
-    e.userId,
-    e.vmId,
-    JSON.stringify(e.data),
-    e.now,
-  ]);
-}

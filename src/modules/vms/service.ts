@@ -21,6 +21,7 @@ import { holdsGpus, transition, PREEMPTIBLE, type RentalType, type VmEvent, type
 import * as repo from './repository.js';
 import type { InterruptionRow, VmRow } from './repository.js';
 import { afterCommit } from '../../db/commit-hook.js';
+import { recordEvent } from '../events/repository.js';
 
 export const DEFAULT_MAX_VMS = 10;
 export const DEFAULT_MAX_GPUS = 16;
@@ -182,6 +183,40 @@ function builtColumns(built: Provisioned | undefined, vm: VmRow, outcome?: { hvR
 }
 
 /** Called inside the transaction of every status change (metering subscribes here). */
+/** Why a VM's status changed, as `vm.status_changed` events say. */
+export type StatusReason =
+  | 'user'
+  | 'admin'
+  | 'low_balance'
+  | 'suspended'
+  | 'preempted'
+  | 'auto_restart'
+  | 'provisioned'
+  | 'provision_failed'
+  | 'started'
+  | 'start_failed'
+  | 'stopped'
+  | 'guest_powered_off'
+  | 'crashed'
+  | 'node_offline'
+  | 'node_online';
+
+/** The reason a transition implies when its caller names none. */
+const REASON_OF: Record<VmEvent, StatusReason> = {
+  provisioned: 'provisioned',
+  provision_failed: 'provision_failed',
+  started: 'started',
+  start_failed: 'start_failed',
+  stop_requested: 'user',
+  stopped: 'stopped',
+  powered_off: 'guest_powered_off',
+  start_requested: 'user',
+  preempted: 'preempted',
+  node_offline: 'node_offline',
+  node_online: 'node_online',
+  destroy: 'user',
+};
+
 export type TransitionHook = (tx: Queryable, before: VmRow, after: VmRow, now: Date) => Promise<void>;
 
 export interface Principalish {
@@ -247,8 +282,20 @@ export class VmService {
     return true;
   }
 
-  /** The one place a VM's status is written (ARCHITECTURE invariant). */
-  async applyTransition(tx: Queryable, vm: VmRow, event: VmEvent, now: Date, extra: Partial<VmRow> = {}): Promise<VmRow> {
+  /**
+   * The one place a VM's status is written (ARCHITECTURE invariant). A
+   * change of status is recorded as a `vm.status_changed` event with its
+   * reason (by default the one the transition implies; `why` names another,
+   * e.g. low_balance for a stop, and may add the error).
+   */
+  async applyTransition(
+    tx: Queryable,
+    vm: VmRow,
+    event: VmEvent,
+    now: Date,
+    extra: Partial<VmRow> = {},
+    why: { reason?: StatusReason; error?: string } = {},
+  ): Promise<VmRow> {
     const r = transition({ status: vm.status, rentalType: vm.rental_type, offlineFrom: vm.offline_from, event });
     if (!r.ok) throw invalidState(r.reason.charAt(0).toUpperCase() + r.reason.slice(1));
     const t = r.transition;
@@ -260,6 +307,10 @@ export class VmService {
     if (t.setStoppedAt) patch.stopped_at = now;
     if (t.to === 'destroyed') patch.destroyed_at = now;
     const after = await repo.updateVm(tx, vm.id, patch);
+    if (after.status !== vm.status) {
+      const data = { vmid: vm.vmid, from: vm.status, to: after.status, reason: why.reason ?? REASON_OF[event], ...(why.error ? { error: why.error } : {}) };
+      await recordEvent(tx, { type: 'vm.status_changed', userId: vm.user_id, vmId: vm.id, data, at: now });
+    }
     this.gpuUsageChanged();
     for (const hook of this.transitionHooks) await hook(tx, vm, after, now);
     return after;
@@ -394,6 +445,13 @@ export class VmService {
         next_action_at: new Date(now.getTime() + (node.agent_url ? 0 : this.opts.provisionDelayMs)),
         hv_action: 'provision',
       });
+      await recordEvent(tx, {
+        type: 'vm.created',
+        userId,
+        vmId: vm.id,
+        data: { vmid: vm.vmid, node: vm.node, gpu_type: vm.gpu_type, gpu_count: vm.gpu_count, storage_gb: vm.storage_gb, rental_type: vm.rental_type },
+        at: now,
+      });
 
       if (reservationQuote && this.reservations) {
         // D37: the reservation and its deposit in the same transaction as the VM.
@@ -433,6 +491,7 @@ export class VmService {
       ram_percent: 0,
     });
     await repo.insertInterruption(tx, { id: newId(), interruptible_vm_id: victim.id, preempted_by_vm_id: byId, preempted_at: now });
+    await recordEvent(tx, { type: 'vm.interrupted', userId: victim.user_id, vmId: victim.id, data: { vmid: victim.vmid, auto_restart: victim.auto_restart === true }, at: now });
   }
 
   // ---- read ----
@@ -501,8 +560,8 @@ export class VmService {
     });
   }
 
-  private async requestStop(tx: Queryable, vm: VmRow, now: Date): Promise<VmRow> {
-    return this.applyTransition(tx, vm, 'stop_requested', now, { hv_action: 'stop', next_action_at: now, attempts: 0, last_error: null, cpu_percent: 0, ram_percent: 0 });
+  private async requestStop(tx: Queryable, vm: VmRow, now: Date, reason: StatusReason = 'user'): Promise<VmRow> {
+    return this.applyTransition(tx, vm, 'stop_requested', now, { hv_action: 'stop', next_action_at: now, attempts: 0, last_error: null, cpu_percent: 0, ram_percent: 0 }, { reason });
   }
 
   async destroy(userId: number | null, ref: string): Promise<{ message: string }> {
@@ -510,17 +569,26 @@ export class VmService {
       const vm = await this.mustFind(tx, userId, ref, true);
       if (vm.status === 'destroyed') throw invalidState('The VM is already destroyed');
       const now = this.clock.now();
-      await this.applyTransition(tx, vm, 'destroy', now, {
-        // Cleanup on the hypervisor runs in the background and is retried until it succeeds (D23).
-        hv_action: 'destroy',
-        next_action_at: now,
-        attempts: 0,
-        last_error: null,
-        provision_secret: null,
-        cpu_percent: 0,
-        ram_percent: 0,
-      });
+      const reason = userId === null ? 'admin' : 'user';
+      await this.applyTransition(
+        tx,
+        vm,
+        'destroy',
+        now,
+        {
+          // Cleanup on the hypervisor runs in the background and is retried until it succeeds (D23).
+          hv_action: 'destroy',
+          next_action_at: now,
+          attempts: 0,
+          last_error: null,
+          provision_secret: null,
+          cpu_percent: 0,
+          ram_percent: 0,
+        },
+        { reason },
+      );
       await repo.closeInterruptions(tx, vm.id, 'abandoned', now);
+      await recordEvent(tx, { type: 'vm.destroyed', userId: vm.user_id, vmId: vm.id, data: { vmid: vm.vmid, reason }, at: now });
       return { message: `VM ${vm.vmid} destroyed; its data is being erased` };
     });
   }
@@ -575,10 +643,10 @@ export class VmService {
 
   // ---- hooks from other modules ----
 
-  /** D47: a suspended user's running VMs are stopped (inside the suspension's transaction). */
-  async stopAllOf(tx: Queryable, userId: number, now: Date): Promise<number> {
+  /** A user's running VMs are stopped: their balance reached zero, or they were suspended (inside that change's transaction). */
+  async stopAllOf(tx: Queryable, userId: number, now: Date, reason: 'low_balance' | 'suspended'): Promise<number> {
     const running = await repo.runningVmsOfUser(tx, userId);
-    for (const vm of running) await this.requestStop(tx, vm, now);
+    for (const vm of running) await this.requestStop(tx, vm, now, reason);
     return running.length;
   }
 
@@ -646,12 +714,18 @@ export class VmService {
           return;
         }
         if (action === 'provision' && vm.status === 'creating') {
-          await this.applyTransition(tx, vm, 'provision_failed', now, { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error, provision_secret: null });
-          await repo.insertEvent(tx, { id: newId(), type: 'vm.provision_failed', userId: vm.user_id, vmId: vm.id, data: { error: outcome.error }, now });
+          await this.applyTransition(
+            tx,
+            vm,
+            'provision_failed',
+            now,
+            { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error, provision_secret: null },
+            { error: outcome.error },
+          );
           return;
         }
         if (action === 'start' && vm.status === 'starting') {
-          await this.applyTransition(tx, vm, 'start_failed', now, { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error });
+          await this.applyTransition(tx, vm, 'start_failed', now, { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error }, { error: outcome.error });
           return;
         }
         // stop and destroy are retried with backoff: 5 s doubling up to 5 min of service time (D29).
@@ -725,8 +799,9 @@ export class VmService {
         const current = await repo.findVm(tx, { id: vm.id }, null, true);
         // Re-checked under the row lock: an action claimed meanwhile wins.
         if (!current || current.status !== 'running' || current.hv_action !== null || current.claim_token !== null) return false;
-        await this.applyTransition(tx, current, 'powered_off', this.clock.now(), { last_error: reason, cpu_percent: 0, ram_percent: 0 });
-        await repo.insertEvent(tx, { id: newId(), type: 'vm.powered_off', userId: current.user_id, vmId: current.id, data: { reason: r.exit_reason ?? 'guest_powered_off' }, now: this.clock.now() });
+        await this.applyTransition(tx, current, 'powered_off', this.clock.now(), { last_error: reason, cpu_percent: 0, ram_percent: 0 }, {
+          reason: r.exit_reason === 'crashed' ? 'crashed' : 'guest_powered_off',
+        });
         return true;
       });
       if (done) stopped.push(vm.id);
@@ -751,7 +826,8 @@ export class VmService {
         const mine = await repo.userVmsForLimits(tx, vm.user_id);
         if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id)) return false;
         const now = this.clock.now();
-        await this.applyTransition(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null });
+        await this.applyTransition(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null }, { reason: 'auto_restart' });
+        await recordEvent(tx, { type: 'vm.restarted', userId: vm.user_id, vmId: vm.id, data: { vmid: vm.vmid }, at: now });
         return true;
       });
       if (ok) restarted++;

@@ -1,0 +1,87 @@
+/**
+ * Events: what happened to a customer's VMs, money, keys and account, and
+ * to the operator's nodes, each written in the transaction of the change it
+ * records, so an event exists exactly when its change committed. Read back
+ * with GET /events (docs/events.md).
+ */
+import type { Queryable } from '../../db/db.js';
+import { newOrderedId } from '../../ids.js';
+
+export const EVENT_TYPES = [
+  'vm.created',
+  'vm.status_changed',
+  'vm.interrupted',
+  'vm.restarted',
+  'vm.destroyed',
+  'billing.low_balance',
+  'billing.credit_added',
+  'reservation.created',
+  'reservation.cancelled',
+  'reservation.expired',
+  'reservation.exhausted',
+  'api_key.created',
+  'api_key.revoked',
+  'ssh_key.created',
+  'ssh_key.deleted',
+  'account.login',
+  'account.2fa_enabled',
+  'account.2fa_disabled',
+  'node.offline',
+  'node.online',
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export interface EventRow {
+  id: string;
+  seq: number;
+  type: string;
+  user_id: number | null;
+  vm_id: string | null;
+  data: Record<string, unknown>;
+  created_at: Date;
+}
+
+/** Writes one event; `userId` null for the operator's (node) events. Call inside the change's transaction. */
+export async function recordEvent(
+  q: Queryable,
+  e: { type: EventType; userId: number | null; vmId?: string | null; data?: Record<string, unknown>; at: Date },
+): Promise<void> {
+  await q.query('INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)', [
+    newOrderedId(),
+    e.type,
+    e.userId,
+    e.vmId ?? null,
+    JSON.stringify(e.data ?? {}),
+    e.at,
+  ]);
+}
+
+/** Whose events a reader sees: their own, and an operator (admin) also the nodes'. */
+export interface EventReader {
+  userId: number;
+  operator: boolean;
+}
+
+const visible = `(user_id = $1 OR ($2::boolean AND user_id IS NULL))`;
+
+/** The position of event `id` among the reader's events; undefined when it is not one of them. */
+export async function positionOf(q: Queryable, reader: EventReader, id: string): Promise<number | undefined> {
+  const r = await q.query<{ seq: number }>(`SELECT seq FROM events WHERE id = $3 AND ${visible}`, [reader.userId, reader.operator, id]);
+  return r.rows[0]?.seq;
+}
+
+/** The reader's events after position `afterSeq`, oldest first, optionally of some types or one VM. */
+export async function listEvents(
+  q: Queryable,
+  reader: EventReader,
+  o: { afterSeq: number; types: string[] | null; vmId: string | null; limit: number },
+): Promise<EventRow[]> {
+  const r = await q.query<EventRow>(
+    `SELECT id, seq, type, user_id, vm_id, data, created_at FROM events
+      WHERE ${visible} AND seq > $3 AND ($4::text[] IS NULL OR type = ANY($4::text[])) AND ($5::uuid IS NULL OR vm_id = $5)
+      ORDER BY seq
+      LIMIT $6`,
+    [reader.userId, reader.operator, o.afterSeq, o.types, o.vmId, o.limit],
+  );
+  return r.rows;
+}

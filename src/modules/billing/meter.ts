@@ -382,17 +382,25 @@ export class Meter {
     const batch = opts.batch ?? CLOSE_BATCH;
     const lastBoundary = this.lastBoundary(now.getTime());
     let written = 0;
+    let failed = false;
     const lane = async () => {
       // A stopping worker ends after the batch in hand; the rest is closed by the next pass, anywhere.
-      while (!opts.signal?.aborted) {
-        const r = await this.db.transaction((tx) => this.closeBatch(tx, lastBoundary, batch));
-        written += r.written;
-        if (r.claimed === 0) return;
+      while (!opts.signal?.aborted && !failed) {
+        try {
+          const r = await this.db.transaction((tx) => this.closeBatch(tx, lastBoundary, batch));
+          written += r.written;
+          if (r.claimed === 0) return;
+        } catch (err) {
+          failed = true; // the other lane stops after its batch: nothing goes on once this call has failed
+          throw err;
+        }
       }
     };
     // On PostgreSQL two batches are in flight at once (the database works on one while this
     // process prices the next); the embedded database runs one transaction at a time anyway.
-    await Promise.all(Array.from({ length: this.db.kind === 'postgres' ? CLOSE_LANES : 1 }, lane));
+    const lanes = await Promise.allSettled(Array.from({ length: this.db.kind === 'postgres' ? CLOSE_LANES : 1 }, lane));
+    const failure = lanes.find((l): l is PromiseRejectedResult => l.status === 'rejected');
+    if (failure) throw failure.reason;
     return written;
   }
 

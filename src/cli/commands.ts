@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import type { ParseArgsConfig } from 'node:util';
-import { GpuCloudClient, GpuCloudError, type CreateVmRequest, type Vm, type VmStatus } from '../sdk/index.js';
+import { GpuCloudClient, GpuCloudError, type ApiEvent, type CreateVmRequest, type FollowEventsOptions, type Vm, type VmStatus } from '../sdk/index.js';
 import { configPath, readConfig, removeConfig, resolve, writeConfig, type Resolved, type SavedConfig } from './config.js';
 import { CliFailure, CliUsageError, keyValues, money, table, type Cell } from './output.js';
 import { ask, interactive } from './prompt.js';
@@ -495,8 +495,8 @@ export const COMMANDS: Command[] = [
       ['--after ID', 'Only events after this one'],
       ['--type T', 'Only these types (repeat, or separate with commas)'],
       ['--vm VM', 'Only events about this VM (id or vmid)'],
-      ['--limit N', 'At most N events a page (1-200, default 50)'],
-      ['--follow', 'Keep printing new events as they happen (Ctrl-C ends)'],
+      ['--limit N', 'At most N events (1-200, default 50)'],
+      ['--follow', 'Print events as they happen, after --after or from now on (Ctrl-C ends)'],
     ],
     positionals: 0,
     async run(ctx) {
@@ -510,17 +510,22 @@ export const COMMANDS: Command[] = [
       const limit = int(ctx, 'limit', { min: 1, max: 200 });
       if (limit !== undefined) query.limit = limit;
       const follow = flag(ctx, 'follow');
-      for (;;) {
+      const print = (e: ApiEvent) => ctx.out(ctx.json ? JSON.stringify(e) : `${e.created_at}  ${e.type.padEnd(22)} ${describeEvent(e)}`);
+      if (!follow) {
         const events = await call(client.api.GET('/events', { params: { query } }));
-        if (ctx.json && !follow) return printJson(ctx, events);
-        for (const e of events) ctx.out(ctx.json ? JSON.stringify(e) : `${e.created_at}  ${e.type.padEnd(22)} ${describeEvent(e)}`);
-        if (!follow) {
-          if (events.length === 0) ctx.out('No events');
-          return;
-        }
-        if (events.length) query.after = events[events.length - 1]!.id;
-        if (events.length < (query.limit ?? 50)) await new Promise((r) => setTimeout(r, pollMs(ctx)));
+        if (ctx.json) return printJson(ctx, events);
+        if (events.length === 0) return ctx.out('No events');
+        return events.forEach(print);
       }
+      // With --after: what came after it, then live (one JSON object a line with --json); without: from now on.
+      const stop = new AbortController();
+      process.once('SIGINT', () => stop.abort());
+      process.once('SIGTERM', () => stop.abort());
+      const opts: FollowEventsOptions = { signal: stop.signal };
+      if (query.after) opts.after = query.after;
+      if (query.type) opts.types = query.type;
+      if (query.vm_id) opts.vmId = query.vm_id;
+      for await (const e of client.followEvents(opts)) print(e);
     },
   },
   // --- vms -----------------------------------------------------------------

@@ -74,6 +74,51 @@ export interface GpuCloudClientOptions {
   retryBaseMs?: number;
 }
 
+export type ApiEvent = JsonOf<paths['/events']['get']['responses'][200]>[number];
+
+export interface FollowEventsOptions {
+  /** Resume after this event id (its missed events come first); from now on without it. */
+  after?: string;
+  /** Only these types. */
+  types?: readonly string[];
+  /** Only events about this VM (its uuid). */
+  vmId?: string;
+  signal?: AbortSignal;
+}
+
+/** The events of a text/event-stream body: `data:` lines hold the event; comments and `retry:` are skipped. */
+async function* readServerSentEvents(body: ReadableStream<Uint8Array>, signal?: AbortSignal): AsyncGenerator<ApiEvent> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buf = '';
+  // Aborting ends the stream here (and its connection), whatever the fetch underneath does with the signal.
+  const onAbort = () => void reader.cancel().catch(() => {});
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += decoder.decode(value, { stream: true });
+      for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+        const block = buf.slice(0, i);
+        buf = buf.slice(i + 2);
+        const data = block
+          .split('\n')
+          .filter((l) => l.startsWith('data:'))
+          .map((l) => l.slice(5).replace(/^ /, ''))
+          .join('\n');
+        if (data) yield JSON.parse(data) as ApiEvent;
+      }
+    }
+  } catch (err) {
+    if (!signal?.aborted) throw err;
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+    // A caller that stops reading (break, return) closes the connection too.
+    void reader.cancel().catch(() => {});
+  }
+}
+
 export interface WaitForVmOptions {
   /** Give up after this long (default 10 minutes). */
   timeoutMs?: number;
@@ -272,6 +317,43 @@ export class GpuCloudClient {
       }
       await this.sleep(intervalMs);
       slept += intervalMs;
+    }
+  }
+
+  /**
+   * Follows GET /events/stream: yields each event as it happens, after
+   * `opts.after` (what was missed first) or from now on. A dropped connection
+   * is opened again after the last event received, so none is lost or
+   * repeated. Ends when `opts.signal` aborts; a refusal (401, 403, 422)
+   * throws GpuCloudError.
+   */
+  async *followEvents(opts: FollowEventsOptions = {}): AsyncGenerator<ApiEvent> {
+    let last = opts.after;
+    const query: { type?: string[]; vm_id?: string } = {};
+    if (opts.types?.length) query.type = [...opts.types];
+    if (opts.vmId) query.vm_id = opts.vmId;
+    while (!opts.signal?.aborted) {
+      let body: ReadableStream<Uint8Array> | null | undefined;
+      try {
+        const r = await this.api.GET('/events/stream', {
+          params: { query, header: last ? { 'last-event-id': last } : {} },
+          parseAs: 'stream',
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        });
+        if (!r.response.ok) throw GpuCloudError.from(r.response, await r.response.json().catch(() => undefined));
+        body = r.data;
+      } catch (err) {
+        if (opts.signal?.aborted) return;
+        if (err instanceof GpuCloudError) throw err;
+        await this.sleep(2000); // the network: try again
+        continue;
+      }
+      for await (const e of readServerSentEvents(body!, opts.signal)) {
+        last = e.id;
+        yield e;
+        if (opts.signal?.aborted) return;
+      }
+      if (!opts.signal?.aborted) await this.sleep(1000);
     }
   }
 

@@ -1,6 +1,6 @@
 /**
  * The gpucloud SDK: a typed client generated from the service's own OpenAPI
- * document (issue #5). `paths`, `components` and `operations` are the
+ * document. `paths`, `components` and `operations` are the
  * generated types (src/sdk/schema.ts; regenerate with
  * `node --import tsx scripts/generate-sdk.ts`).
  */
@@ -9,9 +9,11 @@ export {
   GpuCloudError,
   retryAfterMs,
   type Account,
+  type ApiEvent,
   type CreateVmRequest,
   type ErrorBody,
   type FieldError,
+  type FollowEventsOptions,
   type GpuCloudClientOptions,
   type ListVmsQuery,
   type LoginResponse,

@@ -369,6 +369,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/events/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow events as they happen
+         * @description Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID.
+         */
+        get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/ssh-keys": {
         parameters: {
             query?: never;
@@ -1941,6 +1961,41 @@ export interface operations {
                             [key: string]: unknown;
                         };
                     }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: {
+                /** @description An event id: resume after it (the Last-Event-ID header wins) */
+                after?: string;
+                /** @description Only these types: repeat the parameter or separate types with commas */
+                type?: string[];
+                /** @description Only events about this VM (its uuid) */
+                vm_id?: string;
+            };
+            header?: {
+                /** @description The id of the last event received: resume after it */
+                "last-event-id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
                 };
             };
             401: components["responses"]["Unauthorized"];

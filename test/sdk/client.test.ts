@@ -265,6 +265,40 @@ describe('SDK client', () => {
     assert.deepEqual(h.sent.map((s) => s.path), ['/vms'], 'no refresh attempt with an API key');
   });
 
+  test('followEvents: what was missed, then live; a dropped stream resumes after the last event; a refusal throws', async () => {
+    const u = await createUser(t);
+    const made = async (name: string) => (await t.req('POST', '/api-keys', { token: u.token, body: { name, scope: 'read_only' } })).body.id as string;
+    for (const name of ['one', 'two', 'three']) await made(name);
+    const listed = (await t.req('GET', '/events?type=api_key.created', { token: u.token })).body as { id: string; data: { name: string } }[];
+    const [one, two] = listed;
+    const resumedWith: (string | null)[] = [];
+    // The first stream drops after one event; the client opens another after it.
+    const h = harness(async (req) => {
+      if (!new URL(req.url).pathname.endsWith('/events/stream')) return undefined;
+      resumedWith.push(req.headers.get('last-event-id'));
+      if (resumedWith.length > 1) return undefined;
+      return new Response(`retry: 10\n\nid: ${two!.id}\nevent: api_key.created\ndata: ${JSON.stringify(two)}\n\n`, { status: 200, headers: { 'content-type': 'text/event-stream' } });
+    });
+    const client = new GpuCloudClient({ baseUrl, fetch: h.fetch, sleep: h.sleep, accessToken: u.token });
+    const stop = new AbortController();
+    const got: string[] = [];
+    for await (const e of client.followEvents({ after: one!.id, types: ['api_key.created'], signal: stop.signal })) {
+      got.push(e.data.name as string);
+      if (got.length === 2) await made('four'); // live, while following
+      if (got.length === 3) stop.abort();
+    }
+    assert.deepEqual(got, ['two', 'three', 'four']);
+    assert.deepEqual(resumedWith, [one!.id, two!.id]);
+
+    const refused = new GpuCloudClient({ baseUrl, accessToken: u.token });
+    await assert.rejects(
+      async () => {
+        for await (const _ of refused.followEvents({ types: ['vm.nope'] })) assert.fail('no event expected');
+      },
+      (err: unknown) => err instanceof GpuCloudError && err.code === 'validation_error' && err.status === 422,
+    );
+  });
+
   test('429 is retried after Retry-After, for any method', async () => {
     const email = await register(baseUrl);
     // The first request of each kind is refused by a synthetic 429 with Retry-After: 7.

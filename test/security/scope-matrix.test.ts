@@ -30,6 +30,7 @@ interface Route {
   url: string;
   public: boolean;
   admin: boolean;
+  stream: boolean;
 }
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');
@@ -60,7 +61,9 @@ async function loadRoutes(t: TestApp): Promise<Route[]> {
       });
       const security = op.security ?? doc.body.security;
       // /metrics is for operators: an administrator (or the metrics token), like /admin.
-      routes.push({ method: m.toUpperCase(), path, url, public: Array.isArray(security) && security.length === 0, admin: under(path, '/admin') || path === '/metrics' });
+      // A stream never ends by itself: such routes are called with a resume point that cannot exist (422 once allowed in).
+      const stream = 'text/event-stream' in (op.responses?.['200']?.content ?? {});
+      routes.push({ method: m.toUpperCase(), path, url, public: Array.isArray(security) && security.length === 0, admin: under(path, '/admin') || path === '/metrics', stream });
     }
   }
   return routes;
@@ -76,7 +79,8 @@ describeEachDb('scope matrix', (t) => {
   let cached: Route[] | undefined;
   const routes = async () => (cached ??= await loadRoutes(t()));
   // From another machine: loopback clients may read /metrics without credentials.
-  const call = (r: Route, token?: string) => t().req(r.method, r.url, { ...(token ? { token } : {}), remoteAddress: '203.0.113.7' });
+  const call = (r: Route, token?: string) =>
+    t().req(r.method, r.url, { ...(token ? { token } : {}), remoteAddress: '203.0.113.7', ...(r.stream ? { headers: { 'last-event-id': 'not-an-event-id' } } : {}) });
 
   test('the route list from /openapi.json covers the known routes', async () => {
     const all = await routes();

@@ -1,4 +1,4 @@
-/** GET /events: what happened to the caller's VMs, money, keys and account (docs/events.md). */
+/** GET /events and its live form, GET /events/stream: what happened to the caller's VMs, money, keys and account (docs/events.md). */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -6,7 +6,10 @@ import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
-import { EVENT_TYPES, listEvents, positionOf } from './repository.js';
+import { EVENT_TYPES, listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
+import { EventHub } from './hub.js';
+import type { Principal } from '../../http/principal.js';
+import { UUID_RE } from '../../ids.js';
 
 const Event = Type.Object(
   {
@@ -33,6 +36,8 @@ const MAX_LIMIT = 200;
 
 export function eventRoutes(app: FastifyInstance, db: Db): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const hub = new EventHub(db);
+  const open = new Set<() => void>();
   r.get(
     '/events',
     {
@@ -45,8 +50,8 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
         querystring: Type.Object(
           {
             after: Type.Optional(Type.String({ format: 'uuid', description: 'An event id: only events written after it' })),
-            type: Type.Optional(Type.Array(Type.String({ maxLength: 1000 }), { maxItems: 50, description: 'Only these types: repeat the parameter or separate types with commas' })),
-            vm_id: Type.Optional(Type.String({ format: 'uuid', description: 'Only events about this VM (its uuid)' })),
+            type: TypeFilter,
+            vm_id: VmFilter,
             limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIMIT, default: 50, description: `At most this many (1..${MAX_LIMIT}, default 50)` })),
           },
           { additionalProperties: false },
@@ -55,20 +60,134 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       },
     },
     async (req, reply) => {
-      const p = requirePrincipal(req.principal);
-      const reader = { userId: p.userId, operator: p.role === 'admin' };
-      const types = req.query.type?.flatMap((t) => t.split(',')).map((t) => t.trim()).filter(Boolean) ?? null;
-      const unknown = types?.find((t) => !(EVENT_TYPES as readonly string[]).includes(t));
-      if (unknown !== undefined) throw validation('query.type', `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${EVENT_TYPES.join(', ')}`);
-      let afterSeq = 0;
-      if (req.query.after) {
-        const seq = await positionOf(db, reader, req.query.after);
-        if (seq === undefined) throw validation('query.after', 'no such event of yours');
-        afterSeq = seq;
-      }
-      const rows = await listEvents(db, reader, { afterSeq, types: types?.length ? types : null, vmId: req.query.vm_id ?? null, limit: req.query.limit ?? 50 });
+      const reader = readerOf(req.principal);
+      const types = parseTypes(req.query.type);
+      const afterSeq = req.query.after ? await cursor(db, reader, req.query.after, 'query.after') : 0;
+      const rows = await listEvents(db, reader, { afterSeq, types, vmId: req.query.vm_id ?? null, limit: req.query.limit ?? 50 });
       reply.header('cache-control', 'no-store');
-      return rows.map((e) => ({ id: e.id, type: e.type, created_at: e.created_at.toISOString(), vm_id: e.vm_id, data: e.data }));
+      return rows.map(toEvent);
     },
   );
+
+  r.get(
+    '/events/stream',
+    {
+      schema: {
+        tags: ['events'],
+        operationId: 'streamEvents',
+        summary: 'Follow events as they happen',
+        description:
+          'Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). ' +
+          'Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. ' +
+          'A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID.',
+        querystring: Type.Object(
+          {
+            after: Type.Optional(Type.String({ format: 'uuid', description: 'An event id: resume after it (the Last-Event-ID header wins)' })),
+            type: TypeFilter,
+            vm_id: VmFilter,
+          },
+          { additionalProperties: false },
+        ),
+        headers: Type.Object({ 'last-event-id': Type.Optional(Type.String({ description: 'The id of the last event received: resume after it' })) }),
+        response: {
+          200: { description: 'The event stream', content: { 'text/event-stream': { schema: Type.String({ description: 'id / event / data lines, one blank line after each event' }) } } },
+          ...errorResponses(401, 403, 422, 429),
+        },
+      },
+    },
+    async (req, reply) => {
+      const reader = readerOf(req.principal);
+      const types = parseTypes(req.query.type);
+      const header = req.headers['last-event-id'];
+      const from = typeof header === 'string' && header !== '' ? header : req.query.after;
+      if (from !== undefined && !UUID_RE.test(from)) throw validation('headers.last-event-id', 'must be an event id');
+      const afterSeq = from !== undefined ? await cursor(db, reader, from, typeof header === 'string' && header !== '' ? 'headers.last-event-id' : 'query.after') : null;
+      const filter = { reader, types: types ? new Set(types) : null, vmId: req.query.vm_id ?? null };
+
+      reply.hijack();
+      const res = reply.raw;
+      res.writeHead(200, {
+        ...(reply.getHeaders() as Record<string, string>),
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-store',
+        'x-accel-buffering': 'no',
+      });
+      res.write('retry: 2000\n\n');
+      const sent = new Set<string>();
+      let ended = false;
+      const send = (e: EventRow) => {
+        if (ended || sent.has(e.id)) return;
+        sent.add(e.id);
+        if (sent.size > SENT_MEMORY) sent.delete(sent.values().next().value!);
+        res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(toEvent(e))}\n\n`);
+        if (res.writableLength > MAX_BEHIND_BYTES) end(); // resumes with Last-Event-ID
+      };
+      // Live events wait while what was missed is sent first.
+      let waiting: EventRow[] | null = [];
+      const unsubscribe = await hub.subscribe(filter, (e) => (waiting ? waiting.push(e) : send(e)));
+      const ping = setInterval(() => res.write(': ping\n\n'), PING_MS);
+      const end = () => {
+        if (ended) return;
+        ended = true;
+        clearInterval(ping);
+        unsubscribe();
+        open.delete(end);
+        res.end();
+      };
+      open.add(end);
+      req.raw.once('close', end);
+      try {
+        for (let seq = afterSeq; seq !== null && !ended; ) {
+          const page = await listEvents(db, reader, { afterSeq: seq, types, vmId: filter.vmId, limit: CATCH_UP_PAGE });
+          page.forEach(send);
+          seq = page.length === CATCH_UP_PAGE ? Number(page[page.length - 1]!.seq) : null;
+        }
+        for (const e of waiting) send(e);
+        waiting = null;
+      } catch (err) {
+        req.log.error({ err }, 'event stream catch-up failed');
+        end();
+      }
+    },
+  );
+
+  // A stream never ends by itself: closing the server ends them.
+  app.addHook('preClose', (done) => {
+    for (const end of [...open]) end();
+    done();
+  });
+}
+
+const TypeFilter = Type.Optional(Type.Array(Type.String({ maxLength: 1000 }), { maxItems: 50, description: 'Only these types: repeat the parameter or separate types with commas' }));
+const VmFilter = Type.Optional(Type.String({ format: 'uuid', description: 'Only events about this VM (its uuid)' }));
+/** Events read per query while a stream catches up. */
+const CATCH_UP_PAGE = 500;
+/** Ids a stream remembers having sent (so the catch-up and live events never repeat one). */
+const SENT_MEMORY = 5000;
+/** A stream whose client reads slower than events come and falls this far behind is closed. */
+const MAX_BEHIND_BYTES = 1 << 20;
+const PING_MS = 15_000;
+
+function readerOf(principal: Principal | undefined): EventReader {
+  const p = requirePrincipal(principal);
+  return { userId: p.userId, operator: p.role === 'admin' };
+}
+
+/** The types asked for (repeated or comma-separated), or null for all; an unknown one is 422. */
+function parseTypes(raw: string[] | undefined): string[] | null {
+  const types = raw?.flatMap((t) => t.split(',')).map((t) => t.trim()).filter(Boolean) ?? [];
+  const unknown = types.find((t) => !(EVENT_TYPES as readonly string[]).includes(t));
+  if (unknown !== undefined) throw validation('query.type', `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${EVENT_TYPES.join(', ')}`);
+  return types.length ? types : null;
+}
+
+/** The position of the reader's event `id`; 422 on `field` when it is not one of theirs. */
+async function cursor(db: Db, reader: EventReader, id: string, field: string): Promise<number> {
+  const seq = await positionOf(db, reader, id);
+  if (seq === undefined) throw validation(field, 'no such event of yours');
+  return Number(seq);
+}
+
+function toEvent(e: EventRow) {
+  return { id: e.id, type: e.type, created_at: e.created_at.toISOString(), vm_id: e.vm_id, data: e.data };
 }

@@ -1,0 +1,223 @@
+/**
+ * GET /events/stream over a real port: live events within about a second,
+ * resuming after Last-Event-ID with what was missed first, filters, other
+ * users' events never shown, an event written through another instance
+ * arriving, and streams ended when the server closes. The poller's handling
+ * of events that commit out of order is checked against PostgreSQL.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { FastifyInstance } from 'fastify';
+import { describeEachDb, type TestApp } from '../helpers/app.js';
+import { createApiKey, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
+import { DB_KINDS, createTestDb } from '../helpers/db.js';
+import { EventHub } from '../../src/modules/events/hub.js';
+import type { EventRow } from '../../src/modules/events/repository.js';
+import { newOrderedId } from '../../src/ids.js';
+
+type Ev = { id: string; type: string; created_at: string; vm_id: string | null; data: Record<string, unknown> };
+
+/** An open stream: the events received so far, in order, and a way to wait for more. */
+class Stream {
+  readonly events: (Ev & { sseId: string; sseEvent: string })[] = [];
+  status = 0;
+  private readonly abort = new AbortController();
+  private done: Promise<void> = Promise.resolve();
+  ended = false;
+
+  static async open(base: string, token: string, query = '', headers: Record<string, string> = {}): Promise<Stream> {
+    const s = new Stream();
+    const res = await fetch(`${base}/events/stream${query}`, { headers: { authorization: `Bearer ${token}`, ...headers }, signal: s.abort.signal });
+    s.status = res.status;
+    if (res.status !== 200) {
+      s.body = await res.text();
+      return s;
+    }
+    assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
+    assert.ok(res.headers.get('x-request-id'));
+    const reader = res.body!.getReader();
+    s.done = (async () => {
+      let buf = '';
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += new TextDecoder().decode(value);
+          for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            const fields = Object.fromEntries(block.split('\n').filter((l) => !l.startsWith(':') && l.includes(': ')).map((l) => [l.slice(0, l.indexOf(': ')), l.slice(l.indexOf(': ') + 2)]));
+            if (fields.data) s.events.push({ ...JSON.parse(fields.data), sseId: fields.id, sseEvent: fields.event });
+          }
+        }
+      } catch {
+        // aborted
+      }
+      s.ended = true;
+    })();
+    return s;
+  }
+
+  body = '';
+
+  /** Waits until `n` events arrived (at most `ms`). */
+  async waitFor(n: number, ms = 10_000): Promise<void> {
+    const until = Date.now() + ms;
+    while (this.events.length < n && Date.now() < until && !this.ended) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(this.events.length >= n, `expected ${n} events, got ${this.events.length}: ${JSON.stringify(this.events.map((e) => e.type))}`);
+  }
+
+  async close(): Promise<void> {
+    this.abort.abort();
+    await this.done;
+  }
+}
+
+async function listen(app: FastifyInstance): Promise<string> {
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const addr = app.server.address();
+  assert.ok(addr && typeof addr === 'object');
+  return `http://127.0.0.1:${addr.port}`;
+}
+
+describeEachDb('event stream', (t) => {
+  let base: string;
+  let admin: TestUser;
+  let adminKey: string;
+  let u: TestUser;
+  let key: string;
+  let node: string;
+
+  test('live: events written from now on arrive within a second or so, as GET /events has them', async () => {
+    base = await listen(t().app);
+    admin = await createUser(t(), { admin: true });
+    adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin');
+    u = await createUser(t());
+    key = await createApiKey(t(), u.token, 'read_write', 'u');
+    await credit(t(), adminKey, u.id, 100);
+    ({ node } = await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 }));
+
+    const s = await Stream.open(base, key);
+    assert.equal(s.status, 200);
+    const other = await Stream.open(base, (await createUser(t())).token);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(s.events.length, 0, 'nothing from before the stream opened');
+    const started = Date.now();
+    const ssh = await t().req('POST', '/api-keys', { token: key, body: { name: 'live', scope: 'read_only' } });
+    assert.equal(ssh.status, 201);
+    await s.waitFor(1);
+    assert.ok(Date.now() - started < 3000, `arrived after ${Date.now() - started} ms`);
+    const vm = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' } });
+    assert.equal(vm.status, 201, vm.text);
+    await t().services.clock.advance(0);
+    await s.waitFor(4);
+    const listed = (await t().req('GET', `/events?limit=200`, { token: key })).body as Ev[];
+    const tail = listed.slice(-s.events.length);
+    for (const e of s.events) assert.deepEqual([e.sseId, e.sseEvent], [e.id, e.type], 'the SSE id and event are the event\'s id and type');
+    assert.deepEqual(s.events.map((e) => ({ id: e.id, type: e.type, created_at: e.created_at, vm_id: e.vm_id, data: e.data })), tail);
+    assert.deepEqual(s.events.map((e) => e.type), ['api_key.created', 'vm.created', 'vm.status_changed', 'vm.status_changed']);
+    assert.equal(other.events.length, 0, 'another user sees none of them');
+    await Promise.all([s.close(), other.close()]);
+  });
+
+  test('resuming after Last-Event-ID sends what was missed first, then live ones; filters apply to both', async () => {
+    const all = (await t().req('GET', '/events?limit=200', { token: key })).body as Ev[];
+    const from = all[0]!; // the first login
+    const s = await Stream.open(base, key, '', { 'last-event-id': from.id });
+    await s.waitFor(all.length - 1);
+    assert.deepEqual(s.events.map((e) => e.id), all.slice(1).map((e) => e.id), 'missed events, in order');
+    const vmId = all.find((e) => e.type === 'vm.created')!.vm_id!;
+    const filtered = await Stream.open(base, key, `?after=${from.id}&type=vm.status_changed,vm.destroyed&vm_id=${vmId}`);
+    await filtered.waitFor(2);
+    assert.equal((await t().req('DELETE', `/vms/${vmId}`, { token: key })).status, 200);
+    await s.waitFor(all.length + 1);
+    await filtered.waitFor(4);
+    assert.deepEqual(filtered.events.map((e) => [e.type, e.data.to ?? e.data.reason]), [
+      ['vm.status_changed', 'starting'],
+      ['vm.status_changed', 'running'],
+      ['vm.status_changed', 'destroyed'],
+      ['vm.destroyed', 'user'],
+    ]);
+    assert.deepEqual(s.events.slice(-2).map((e) => e.type), ['vm.status_changed', 'vm.destroyed']);
+    await Promise.all([s.close(), filtered.close()]);
+  });
+
+  test('operators follow their nodes; refusals come before the stream starts', async () => {
+    const ops = await Stream.open(base, adminKey, '?type=node.offline,node.online');
+    const customer = await Stream.open(base, key);
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status, 200);
+    assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'active' } })).status, 200);
+    await ops.waitFor(2);
+    assert.deepEqual(ops.events.map((e) => e.type), ['node.offline', 'node.online']);
+    await new Promise((r) => setTimeout(r, 700));
+    assert.deepEqual(customer.events.filter((e) => e.type.startsWith('node.')), []);
+    await Promise.all([ops.close(), customer.close()]);
+
+    const unauthenticated = await fetch(`${base}/events/stream`);
+    assert.equal(unauthenticated.status, 401);
+    for (const [headers, query] of [[{ 'last-event-id': 'nope' }, ''], [{ 'last-event-id': newOrderedId() }, ''], [{}, '?type=vm.nope'], [{}, '?after=nope']] as const) {
+      const r = await Stream.open(base, key, query, headers);
+      assert.equal(r.status, 422, `${JSON.stringify(headers)} ${query}: ${r.body}`);
+      assert.equal(JSON.parse(r.body).code, 'validation_error');
+    }
+    const billing = await createApiKey(t(), key, 'billing_only', 'b');
+    assert.equal((await Stream.open(base, billing)).status, 403);
+    assert.equal((await Stream.open(base, await createApiKey(t(), key, 'read_only', 'ro'))).status, 200);
+  });
+
+  test('an event written through another instance reaches a stream held by this one', async () => {
+    const second = await t().another();
+    const base2 = await listen(second);
+    const s = await Stream.open(base2, key, '?type=api_key.created');
+    await new Promise((r) => setTimeout(r, 100));
+    const started = Date.now();
+    assert.equal((await t().req('POST', '/api-keys', { token: key, body: { name: 'elsewhere', scope: 'read_only' } })).status, 201);
+    await s.waitFor(1);
+    assert.ok(Date.now() - started < 3000, `arrived after ${Date.now() - started} ms`);
+    assert.equal(s.events[0]!.data.name, 'elsewhere');
+    // Closing the server ends its open streams instead of waiting for them.
+    await second.close();
+    const until = Date.now() + 5000;
+    while (!s.ended && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(s.ended, 'the stream ended with the server');
+  });
+});
+
+if (DB_KINDS.includes('postgres')) {
+  test('the poller hands on an event whose transaction commits after later ones, once [postgres]', async () => {
+    const tdb = await createTestDb('postgres');
+    const other = await tdb.openAnother();
+    const hub = new EventHub(tdb.db, { pollMs: 3_600_000, graceMs: 60_000 });
+    const got: EventRow[] = [];
+    const insert = (q: { query: (sql: string, p: unknown[]) => Promise<unknown> }, n: number) =>
+      q.query(`INSERT INTO events (id, type, user_id, data, created_at) VALUES ($1, 'node.offline', NULL, $2, now())`, [newOrderedId(), JSON.stringify({ n })]);
+    try {
+      const unsubscribe = await hub.subscribe({ reader: { userId: -1, operator: true }, types: null, vmId: null }, (e) => got.push(e));
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      let inserted!: () => void;
+      const firstInserted = new Promise<void>((r) => (inserted = r));
+      // Event 1 takes its number first but commits last.
+      const slow = other.transaction(async (tx) => {
+        await insert(tx, 1);
+        inserted();
+        await held;
+      });
+      await firstInserted;
+      await insert(tdb.db, 2);
+      await hub.tick();
+      assert.deepEqual(got.map((e) => e.data.n), [2]);
+      release();
+      await slow;
+      await hub.tick();
+      await insert(tdb.db, 3);
+      await hub.tick();
+      await hub.tick();
+      assert.deepEqual(got.map((e) => e.data.n), [2, 1, 3], 'the late one arrives once it commits, and nothing twice');
+      unsubscribe();
+    } finally {
+      await tdb.cleanup();
+    }
+  });
+}

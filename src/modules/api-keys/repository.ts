@@ -41,10 +41,6 @@ export async function listKeys(q: Queryable, userId: number, limit: number, offs
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
-/**
- * Revokes a key of the user and every key created through it, at any depth.
- * False when the user has no such live key.
- */
 /** Revokes the key and every key made with it, at any depth; returns the ids revoked now (none when `id` is not an active key of the user). */
 export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<string[]> {
   const r = await q.query<{ id: string }>(

@@ -9,7 +9,7 @@
  */
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import { newId, newOrderedId } from '../../ids.js';
+import { newOrderedId } from '../../ids.js';
 import { mulDiv, toAmount } from '../../money.js';
 import * as ledger from './ledger.js';
 import { recordEvent } from '../events/repository.js';
@@ -229,10 +229,10 @@ export class Meter {
    * The periods of `vm` from its billed_until up to `untilMs`: one ending at
    * every interval boundary in between, and at `termEndMs` (the end of the
    * reservation it draws on: what follows is not drawn from it), its GPUs
-   * running throughout or not. With
-   * `closeAtEnd` the last one ends at `untilMs` itself (a transition),
-   * otherwise at the last boundary. At most `max` periods, oldest first; the
-   * VM's unbilled traffic goes to the first.
+   * running throughout or not. With `closeAtEnd` the last one ends at
+   * `untilMs` itself (a transition), otherwise at the last boundary. At
+   * most `max` periods, oldest first; the VM's unbilled traffic goes to the
+   * first.
    */
   private periodsOf(vm: MeteredVm, untilMs: number, gpuRunning: boolean, closeAtEnd: boolean, termEndMs: number | undefined, max = Infinity): Period[] {
     if (!vm.billed_until) return [];
@@ -289,20 +289,9 @@ export class Meter {
       await recordEvent(tx, { type: 'reservation.exhausted', userId: e.user_id, vmId: e.vm_id, data: { reservation_id: e.reservation_id }, at: new Date(e.at) });
     }
     // The charge that crosses zero is recorded once as an event, for admins (and later webhooks).
-    if (crossings?.length) {
-      await tx.query(
-        `INSERT INTO events (id, type, user_id, vm_id, data, created_at)
-         SELECT id, 'billing.low_balance', user_id, vm_id, data::jsonb, created_at
-           FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::timestamptz[]) WITH ORDINALITY AS e(id, user_id, vm_id, data, created_at, n)
-          ORDER BY n`,
-        [
-          crossings.map(() => newId()),
-          crossings.map((e) => e.user_id),
-          crossings.map((e) => e.vm_id),
-          crossings.map((e) => JSON.stringify({ balance: toAmount(e.balance_after), charge: toAmount(e.charge), transaction_id: e.transaction_id })),
-          crossings.map((e) => e.at),
-        ],
-      );
+    for (const e of crossings ?? []) {
+      const data = { balance: toAmount(e.balance_after), charge: toAmount(e.charge), transaction_id: e.transaction_id };
+      await recordEvent(tx, { type: 'billing.low_balance', userId: e.user_id, vmId: e.vm_id, data, at: new Date(e.at) });
     }
     return Number(written);
   }

@@ -12,8 +12,10 @@
  * GRACE_MS: a rolled-back insert never fills its gap) and re-reads above it,
  * handing on each event once.
  */
+import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../db/db.js';
-import type { EventReader, EventRow } from './repository.js';
+import { Loop } from '../../jobs/loop.js';
+import { eventsAfter, newestPositions, type EventReader, type EventRow } from './repository.js';
 
 /** How often the poller reads new events. */
 const POLL_MS = 500;
@@ -30,7 +32,7 @@ export interface EventFilter {
   vmId: string | null;
 }
 
-export function matches(f: EventFilter, e: Pick<EventRow, 'type' | 'user_id' | 'vm_id'>): boolean {
+function matches(f: EventFilter, e: Pick<EventRow, 'type' | 'user_id' | 'vm_id'>): boolean {
   const mine = e.user_id === null ? f.reader.operator : Number(e.user_id) === f.reader.userId;
   return mine && (f.types === null || f.types.has(e.type)) && (f.vmId === null || e.vm_id === f.vmId);
 }
@@ -46,12 +48,12 @@ export class EventHub {
   /** Numbers above the floor: those seen, and those missing (since when). */
   private readonly seen = new Set<number>();
   private readonly missingSince = new Map<number, number>();
-  private timer: NodeJS.Timeout | undefined;
+  private loop: Loop | undefined;
   private running: Promise<void> | undefined;
 
   constructor(
     private readonly db: Db,
-    private readonly opts: { pollMs?: number; graceMs?: number } = {},
+    private readonly opts: { pollMs?: number; graceMs?: number; log?: FastifyBaseLogger } = {},
   ) {}
 
   /**
@@ -63,10 +65,7 @@ export class EventHub {
   async subscribe(filter: EventFilter, deliver: (e: EventRow) => void): Promise<() => void> {
     // What is there now: the newest number, and which of the few below it are committed. Those
     // that are not may still commit, and are new when they do.
-    const r = await this.db.query<{ max: number | null }>('SELECT max(seq)::int8 AS max FROM events');
-    const max = Number(r.rows[0]?.max ?? 0);
-    const low = Math.max(0, max - REWIND);
-    const present = new Set((await this.db.query<{ seq: number }>('SELECT seq FROM events WHERE seq > $1 AND seq <= $2', [low, max])).rows.map((x) => Number(x.seq)));
+    const { newest: max, low, present } = await newestPositions(this.db, REWIND);
     if (this.floor === null) {
       this.floor = low;
       for (const seq of present) this.seen.add(seq);
@@ -80,12 +79,15 @@ export class EventHub {
       },
     };
     this.subs.add(sub);
-    this.timer ??= setInterval(() => void this.tick(), this.opts.pollMs ?? POLL_MS);
+    if (!this.loop) {
+      this.loop = new Loop('event-streams', this.opts.pollMs ?? POLL_MS, () => this.tick(), this.opts.log);
+      this.loop.start();
+    }
     return () => {
       this.subs.delete(sub);
-      if (this.subs.size === 0 && this.timer) {
-        clearInterval(this.timer);
-        this.timer = undefined;
+      if (this.subs.size === 0 && this.loop) {
+        void this.loop.stop();
+        this.loop = undefined;
         // Started afresh (from the newest events) by the next stream.
         this.floor = null;
         this.seen.clear();
@@ -106,9 +108,7 @@ export class EventHub {
     const floor = this.floor;
     let cursor = floor;
     for (;;) {
-      const rows = (
-        await this.db.query<EventRow>('SELECT id, seq, type, user_id, vm_id, data, created_at FROM events WHERE seq > $1 ORDER BY seq LIMIT $2', [cursor, PAGE])
-      ).rows;
+      const rows = await eventsAfter(this.db, cursor, PAGE);
       if (this.floor !== floor) return; // started afresh meanwhile (every stream closed)
       for (const e of rows) {
         const seq = Number(e.seq);
@@ -146,10 +146,5 @@ export class EventHub {
       break;
     }
     this.floor = floor;
-  }
-
-  /** Streams open in this process. */
-  get size(): number {
-    return this.subs.size;
   }
 }

@@ -63,6 +63,7 @@ export interface EventReader {
 }
 
 const visible = `(user_id = $1 OR ($2::boolean AND user_id IS NULL))`;
+const COLUMNS = 'id, seq, type, user_id, vm_id, data, created_at';
 
 /** The position of event `id` among the reader's events; undefined when it is not one of them. */
 export async function positionOf(q: Queryable, reader: EventReader, id: string): Promise<number | undefined> {
@@ -77,11 +78,25 @@ export async function listEvents(
   o: { afterSeq: number; types: string[] | null; vmId: string | null; limit: number },
 ): Promise<EventRow[]> {
   const r = await q.query<EventRow>(
-    `SELECT id, seq, type, user_id, vm_id, data, created_at FROM events
+    `SELECT ${COLUMNS} FROM events
       WHERE ${visible} AND seq > $3 AND ($4::text[] IS NULL OR type = ANY($4::text[])) AND ($5::uuid IS NULL OR vm_id = $5)
       ORDER BY seq
       LIMIT $6`,
     [reader.userId, reader.operator, o.afterSeq, o.types, o.vmId, o.limit],
   );
   return r.rows;
+}
+
+/** The newest event's position, and which positions in (low, newest] are committed (`low` = newest - `window`). */
+export async function newestPositions(q: Queryable, window: number): Promise<{ newest: number; low: number; present: Set<number> }> {
+  const r = await q.query<{ max: number | null }>('SELECT max(seq)::int8 AS max FROM events');
+  const newest = Number(r.rows[0]?.max ?? 0);
+  const low = Math.max(0, newest - window);
+  const present = await q.query<{ seq: number }>('SELECT seq FROM events WHERE seq > $1 AND seq <= $2', [low, newest]);
+  return { newest, low, present: new Set(present.rows.map((x) => Number(x.seq))) };
+}
+
+/** Every reader's events after position `afterSeq`, in order (for the live streams). */
+export async function eventsAfter(q: Queryable, afterSeq: number, limit: number): Promise<EventRow[]> {
+  return (await q.query<EventRow>(`SELECT ${COLUMNS} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`, [afterSeq, limit])).rows;
 }

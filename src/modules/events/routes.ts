@@ -36,7 +36,7 @@ const MAX_LIMIT = 200;
 
 export function eventRoutes(app: FastifyInstance, db: Db): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const hub = new EventHub(db);
+  const hub = new EventHub(db, { log: app.log });
   const open = new Set<() => void>();
   r.get(
     '/events',
@@ -99,9 +99,9 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       const reader = readerOf(req.principal);
       const types = parseTypes(req.query.type);
       const header = req.headers['last-event-id'];
-      const from = typeof header === 'string' && header !== '' ? header : req.query.after;
-      if (from !== undefined && !UUID_RE.test(from)) throw validation('headers.last-event-id', 'must be an event id');
-      const afterSeq = from !== undefined ? await cursor(db, reader, from, typeof header === 'string' && header !== '' ? 'headers.last-event-id' : 'query.after') : null;
+      const [from, field] = typeof header === 'string' && header !== '' ? [header, 'headers.last-event-id'] : [req.query.after, 'query.after'];
+      if (from !== undefined && !UUID_RE.test(from)) throw validation(field, 'must be an event id');
+      const afterSeq = from !== undefined ? await cursor(db, reader, from, field) : null;
       const filter = { reader, types: types ? new Set(types) : null, vmId: req.query.vm_id ?? null };
 
       reply.hijack();

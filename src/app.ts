@@ -45,12 +45,11 @@ import { SimulatorDriver } from './hypervisor/simulator.js';
 import type { HypervisorDriver } from './hypervisor/driver.js';
 import { simulatorRoutes } from './hypervisor/routes.js';
 import { Reconciler } from './jobs/reconciler.js';
-import { AppError } from './errors.js';
 import { nextDue } from './jobs/due.js';
 import { AgentMonitor, agentInfoOf } from './jobs/agent-monitor.js';
 import { AgentClient } from './hypervisor/agent-client.js';
 import { AgentDriver, PerNodeDriver } from './hypervisor/agent.js';
-import { ADVANCE_PERIOD_BUDGET, Meter } from './modules/billing/meter.js';
+import { Meter } from './modules/billing/meter.js';
 import { UsageService } from './modules/billing/usage.js';
 import { usageRoutes } from './modules/billing/usage-routes.js';
 import { ReservationService } from './modules/reservations/service.js';
@@ -187,26 +186,16 @@ export function createServices(deps: AppDeps): Services {
   // An advance of the manual clock steps through every moment work comes due and returns once it
   // has run. Billing boundaries at which no balance can reach zero are not such moments: the close
   // at the next stop takes them in bulk. An advance that would close more periods than about half a
-  // minute of work is refused (see docs/metering.md).
+  // minute of work is refused (see docs/architecture.md, "Background loops").
   deps.clock.onAdvance(
     () => reconciler.settle(),
     async (nowMs) => {
       // Traffic counters first: unbilled traffic counts towards a balance reaching zero.
       await meter.sampleTraffic(new Date(nowMs), (node, vms) => driver.trafficBytes(node, vms), { all: true });
-      return nextDue(deps.db, nowMs, (ms) => meter.nextLowBalanceBoundary(ms));
+      return nextDue(deps.db, await meter.nextLowBalanceBoundary(nowMs));
     },
   );
-  deps.clock.limitAdvance(async (toMs) => {
-    const { periods, vms } = await meter.periodsUpTo(toMs);
-    if (periods > ADVANCE_PERIOD_BUDGET) {
-      const maxS = Math.floor(ADVANCE_PERIOD_BUDGET / vms) * deps.config.billingIntervalS;
-      throw new AppError(
-        'limit_exceeded',
-        `This advance would close about ${periods} billing periods of ${vms} VMs, more than ${ADVANCE_PERIOD_BUDGET} at once; ` +
-          `advance by at most ${maxS} seconds at a time`,
-      );
-    }
-  });
+  deps.clock.limitAdvance((toMs) => meter.refuseLargeAdvance(toMs));
   return {
     clock: deps.clock,
     passwords,

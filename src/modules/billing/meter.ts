@@ -11,6 +11,7 @@ import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { newOrderedId } from '../../ids.js';
 import { mulDiv, toAmount } from '../../money.js';
+import { AppError } from '../../errors.js';
 import * as ledger from './ledger.js';
 import { recordEvent } from '../events/repository.js';
 
@@ -452,6 +453,22 @@ export class Meter {
     if (!oldest) return { periods: 0, vms: 0 };
     const boundaries = Math.max(0, Math.floor(toMs / this.intervalMs) - Math.floor(oldest.getTime() / this.intervalMs));
     return { periods: Number(vms) * boundaries, vms: Number(vms) };
+  }
+
+  /**
+   * Refuses (400 limit_exceeded) an advance of the manual clock to `toMs`
+   * that would close more than ADVANCE_PERIOD_BUDGET periods, naming the
+   * largest advance that is accepted.
+   */
+  async refuseLargeAdvance(toMs: number): Promise<void> {
+    const { periods, vms } = await this.periodsUpTo(toMs);
+    if (periods <= ADVANCE_PERIOD_BUDGET) return;
+    const maxS = Math.floor(ADVANCE_PERIOD_BUDGET / vms) * this.opts.intervalS;
+    throw new AppError(
+      'limit_exceeded',
+      `This advance would close about ${periods} billing periods of ${vms} VMs, more than ${ADVANCE_PERIOD_BUDGET} at once; ` +
+        `advance by at most ${maxS} seconds at a time`,
+    );
   }
 
   /**

@@ -110,6 +110,7 @@ describeEachDb('long advances of the manual clock', (t) => {
     const before = t().clock.nowMs();
     // The fleet is billed up to the last boundary, as the interval job leaves it.
     await seedFleet(t().db, 1_000, Math.floor(before / (H * 1000)) * H * 1000);
+    assert.deepEqual(await ledgerCheck(t().db), [], 'the fleet is seeded beside the earlier tests\' users, their books untouched');
     const admin = await createUser(t(), { admin: true });
     const adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin');
     const { periods } = await t().services.meter.periodsUpTo(before + 400 * H * 1000);

@@ -335,13 +335,13 @@ export class GpuCloudClient {
     while (!opts.signal?.aborted) {
       let body: ReadableStream<Uint8Array> | null | undefined;
       try {
-        const r = await this.api.GET('/events/stream', {
-          params: { query, header: last ? { 'last-event-id': last } : {} },
-          parseAs: 'stream',
-          ...(opts.signal ? { signal: opts.signal } : {}),
-        });
-        if (!r.response.ok) throw GpuCloudError.from(r.response, await r.response.json().catch(() => undefined));
-        body = r.data;
+        body = await unwrap(
+          this.api.GET('/events/stream', {
+            params: { query, header: last ? { 'last-event-id': last } : {} },
+            parseAs: 'stream',
+            ...(opts.signal ? { signal: opts.signal } : {}),
+          }),
+        );
       } catch (err) {
         if (opts.signal?.aborted) return;
         if (err instanceof GpuCloudError) throw err;

@@ -295,7 +295,7 @@ describe('SDK client', () => {
       async () => {
         for await (const _ of refused.followEvents({ types: ['vm.nope'] })) assert.fail('no event expected');
       },
-      (err: unknown) => err instanceof GpuCloudError && err.code === 'validation_error' && err.status === 422,
+      (err: unknown) => err instanceof GpuCloudError && err.code === 'validation_error' && err.status === 422 && /unknown event type "vm.nope"/.test(err.detail),
     );
   });
 

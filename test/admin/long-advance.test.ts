@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
-import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
+import { alignToHour, createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
 import { ADVANCE_PERIOD_BUDGET } from '../../src/modules/billing/meter.js';
@@ -27,13 +27,6 @@ async function setup(t: TestApp, creditAmount: number) {
   await credit(t, adminKey, u.id, creditAmount);
   const { node } = await createNode(t, adminKey, { gpu_type: '4090', gpu_count: 8 });
   return { adminKey, u, key, node };
-}
-
-/** Advances to the next top of the hour, so periods are whole hours. */
-async function alignToHour(t: TestApp): Promise<void> {
-  const now = t.clock.nowMs();
-  const next = Math.ceil(now / (H * 1000)) * H * 1000;
-  if (next > now) await t.services.clock.advance((next - now) / 1000);
 }
 
 async function launch(t: TestApp, key: string, node: string, over: Record<string, unknown> = {}): Promise<string> {

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
-import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
+import { alignToHour, createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 
 const H = 3600;
@@ -24,13 +24,6 @@ async function setup(t: TestApp, creditAmount = 100) {
 
 /** Moves the manual clock (settling due work) by `s` seconds; 0 just settles. */
 const advance = (t: TestApp, s: number) => t.services.clock.advance(s);
-
-/** Advances to the next top of the hour so periods split where the test expects. */
-async function alignToHour(t: TestApp): Promise<void> {
-  const now = t.clock.nowMs();
-  const next = Math.ceil(now / (H * 1000)) * H * 1000;
-  if (next > now) await advance(t, (next - now) / 1000);
-}
 
 async function vmStatus(t: TestApp, key: string, id: string): Promise<string> {
   return (await t.req('GET', `/vms/${id}`, { token: key })).body.status;

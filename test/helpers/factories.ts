@@ -81,3 +81,11 @@ export async function advance(t: TestApp, adminToken: string, seconds: number): 
   const r = await t.req('POST', '/admin/clock/advance', { token: adminToken, body: { seconds } });
   assert.equal(r.status, 200, r.text);
 }
+
+/** Advances the manual clock (settling due work) to the next top of the hour, so billing periods are whole hours. */
+export async function alignToHour(t: TestApp): Promise<void> {
+  const hourMs = 3_600_000;
+  const now = t.clock.nowMs();
+  const next = Math.ceil(now / hourMs) * hourMs;
+  if (next > now) await t.services.clock.advance((next - now) / 1000);
+}

@@ -29,6 +29,8 @@ import { authRoutes } from './modules/auth/routes.js';
 import { ApiKeyService } from './modules/api-keys/service.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { eventRoutes } from './modules/events/routes.js';
+import { WebhookService } from './modules/webhooks/service.js';
+import { webhookRoutes } from './modules/webhooks/routes.js';
 import { SshKeyService } from './modules/ssh-keys/service.js';
 import { sshKeyRoutes } from './modules/ssh-keys/routes.js';
 import { AdminUserService } from './modules/admin/service.js';
@@ -88,6 +90,7 @@ export interface Services {
   simulator: SimulatorDriver;
   reconciler: Reconciler;
   agents: AgentMonitor;
+  webhooks: WebhookService;
 }
 
 export function createServices(deps: AppDeps): Services {
@@ -128,6 +131,12 @@ export function createServices(deps: AppDeps): Services {
   const usage = new UsageService(deps.db, clock);
   const reconciler = new Reconciler(clock, driver, vms, deps.log);
   const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS, deps.log);
+  const webhooks = new WebhookService(deps.db, clock, {
+    secret: deps.jwtSecret,
+    allowPrivate: deps.config.webhookAllowPrivate,
+    timeoutMs: deps.config.webhookTimeoutS * 1000,
+    log: deps.log,
+  });
 
   // Cross-module reactions, each inside the transaction of its cause.
   vms.useReservations(reservations); // D37: reserved VMs take their deposit at creation
@@ -176,10 +185,11 @@ export function createServices(deps: AppDeps): Services {
     },
   });
   reconciler.addJob({
-    name: 'idempotency-purge',
+    name: 'housekeeping',
     everyMs: 60_000,
     run: async (now) => {
       await purgeExpiredIdempotencyKeys(deps.db, now);
+      await webhooks.purge(now);
       return 0; // housekeeping: never a reason for another pass
     },
   });
@@ -214,6 +224,7 @@ export function createServices(deps: AppDeps): Services {
     simulator,
     reconciler,
     agents,
+    webhooks,
   };
 }
 
@@ -405,6 +416,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   );
   apiKeyRoutes(app, services.apiKeys);
   eventRoutes(app, deps.db);
+  webhookRoutes(app, services.webhooks);
   sshKeyRoutes(app, services.sshKeys);
   adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db));
   inventoryRoutes(app, services.inventory);

@@ -62,6 +62,10 @@ export interface Config {
   publicUrl: string;
   /** Where customers write for help (the OpenAPI document's `contact`), if the operator names one. */
   supportEmail: string | undefined;
+  /** Webhooks may go to loopback and private addresses (tests, receivers on the operator's own network). */
+  webhookAllowPrivate: boolean;
+  /** Seconds a webhook endpoint has to answer a delivery. */
+  webhookTimeoutS: number;
 }
 
 export class ConfigError extends Error {
@@ -256,5 +260,7 @@ export function loadConfig(env: Env = process.env): Config {
     redisPrefix,
     publicUrl: publicUrl(env, 'GPUCLOUD_PUBLIC_URL'),
     supportEmail: email(env, 'GPUCLOUD_SUPPORT_EMAIL'),
+    webhookAllowPrivate: bool(env, 'GPUCLOUD_WEBHOOK_ALLOW_PRIVATE') ?? false,
+    webhookTimeoutS: int(env, 'GPUCLOUD_WEBHOOK_TIMEOUT_S', 10, 1, 30),
   };
 }

@@ -130,6 +130,8 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   if (runJobs && config.clock === 'system') services.reconciler.start(1000);
   // Host agents are real processes: their heartbeats run on real time under either clock.
   if (runJobs) services.agents.start();
+  // Webhook deliveries talk to the outside world too: real time under either clock.
+  if (runJobs) services.webhooks.start();
 
   return {
     app,
@@ -142,6 +144,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     close: async () => {
       await localAgent?.close();
       await services.agents.stop();
+      await services.webhooks.stop();
       await services.reconciler.stop();
       await app?.close();
       await rateLimitStore.close();

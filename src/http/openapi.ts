@@ -28,7 +28,7 @@ set \`X-Total-Count\`.
 login 5, other /auth 10, VM mutations 30, everything else 300. Headers \`X-RateLimit-Limit\`,
 \`X-RateLimit-Remaining\`, \`X-RateLimit-Reset\` (seconds); 429 carries \`Retry-After\`.
 
-**Idempotency.** \`Idempotency-Key\` (up to 255 characters) on POST /vms, /ssh-keys, /api-keys and
+**Idempotency.** \`Idempotency-Key\` (up to 255 characters) on POST /vms, /ssh-keys, /api-keys, /webhooks and
 /admin/users/{id}/credits replays the first response for 24 h.`;
 
 /** The tags, in the order the docs show them. */
@@ -38,6 +38,7 @@ export const TAGS = [
   { name: 'ssh-keys', description: 'SSH public keys installed on new VMs' },
   { name: 'api-keys', description: 'API keys for programs, with read_write, read_only or billing_only scope' },
   { name: 'events', description: 'What happened to your VMs, money, keys and account, oldest first' },
+  { name: 'webhooks', description: 'Endpoints that receive your events as they happen, signed (Standard Webhooks)' },
   { name: 'offers', description: 'GPU offers and the public price list' },
   { name: 'vms', description: 'Rent, start, stop and destroy VMs: on-demand, reserved or interruptible' },
   { name: 'billing', description: 'Credit balance, the ledger, usage and current spend' },

@@ -22,6 +22,11 @@ export class Loop {
     this.timer.unref();
   }
 
+  /** A pass now rather than at the next tick (skipped like a tick if one is running). */
+  now(): void {
+    this.tick();
+  }
+
   private tick(): void {
     if (this.pass || !this.timer) return;
     this.pass = this.run()

@@ -389,6 +389,118 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook endpoints
+         * @description Your endpoints, newest first, without their secrets. X-Total-Count holds the total. Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Add a webhook endpoint
+         * @description Events of the chosen types are POSTed to `url` as they happen, signed per Standard Webhooks (headers `webhook-id`, `webhook-timestamp`, `webhook-signature`), retried with backoff for about a day until a 2xx comes back. The signing `secret` appears in this response only. At most 10 per account (400 `limit_exceeded`); a URL that cannot receive (not http or https, or a host that resolves to a loopback, private, link-local, multicast or metadata address) is 422. Needs a login session or a read_write API key (a webhook's URL may itself be a credential). Honours Idempotency-Key.
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook endpoint
+         * @description Without its secret. 404 for an unknown or another user's endpoint. Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        get: operations["getWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint
+         * @description Nothing more is sent to it, and its delivery history goes with it. 204; 404 for an unknown or another user's endpoint. Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a webhook endpoint
+         * @description Any of `url`, `event_types` (null: every type), `description`, `enabled`. Turning it off drops the deliveries still waiting for it, and no events are queued for it while it is off; turning it back on (also after the service turned it off for failing) starts afresh. A new URL is checked like at creation (422). Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        patch: operations["updateWebhook"];
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a webhook's signing secret
+         * @description A new secret, shown in this response only. For 24 hours deliveries carry two signatures (the new secret's and the old one's), so a receiver can switch at leisure; after that only the new one signs. Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test event
+         * @description Writes a `webhook.test` event and sends it to this endpoint only (also when it is turned off), like any other delivery: signed, retried on failure. 202 with the event's id; its attempts appear in GET /webhooks/{webhook_id}/deliveries. Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        post: operations["testWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List delivery attempts
+         * @description Every attempt to send an event to this endpoint, newest first: the event, when, the HTTP status or why there was none, how long it took, and what happens next. Kept for 30 days. X-Total-Count holds the total. Needs a login session or a read_write API key (a webhook's URL may itself be a credential).
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/ssh-keys": {
         parameters: {
             query?: never;
@@ -1948,7 +2060,7 @@ export interface operations {
                          * @description The event id; pass it as `after` to read on from here
                          */
                         id: string;
-                        /** @description One of: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online */
+                        /** @description One of: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.test, webhook.disabled */
                         type: string;
                         /**
                          * Format: date-time
@@ -2000,6 +2112,472 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        url: string;
+                        /** @description The types it receives; null: every type */
+                        event_types: string[] | null;
+                        description: string;
+                        /** @description Whether events are sent to it */
+                        enabled: boolean;
+                        /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
+                        disabled_reason: string | null;
+                        failing_since: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "https://hooks.example.com/gpucloud",
+                 *       "event_types": [
+                 *         "vm.status_changed",
+                 *         "billing.low_balance"
+                 *       ]
+                 *     }
+                 */
+                "application/json": {
+                    /** @description Where to POST: an http or https URL whose host resolves only to public addresses (not loopback, private, link-local, multicast or a metadata address). Redirects are not followed. */
+                    url: string;
+                    /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
+                    event_types?: string[] | null;
+                    /** @description A note for you (at most 200 characters) */
+                    description?: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The endpoint and its signing secret (shown once) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "4a7c2e1b-9d3f-4b8a-a1c2-5e6f7a8b9c0d",
+                     *       "url": "https://hooks.example.com/gpucloud",
+                     *       "event_types": [
+                     *         "vm.status_changed",
+                     *         "vm.interrupted",
+                     *         "billing.low_balance"
+                     *       ],
+                     *       "description": "pager",
+                     *       "enabled": true,
+                     *       "disabled_reason": null,
+                     *       "failing_since": null,
+                     *       "created_at": "2026-11-25T10:00:00.000Z",
+                     *       "updated_at": "2026-11-25T10:00:00.000Z",
+                     *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nKx3W5nVQ4="
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        url: string;
+                        /** @description The types it receives; null: every type */
+                        event_types: string[] | null;
+                        description: string;
+                        /** @description Whether events are sent to it */
+                        enabled: boolean;
+                        /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
+                        disabled_reason: string | null;
+                        failing_since: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        /** @description The signing secret, `whsec_` and the base64 of 32 random bytes: shown in this response only, store it now */
+                        secret: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (uuid) */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A webhook endpoint (never includes its secret) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "4a7c2e1b-9d3f-4b8a-a1c2-5e6f7a8b9c0d",
+                     *       "url": "https://hooks.example.com/gpucloud",
+                     *       "event_types": [
+                     *         "vm.status_changed",
+                     *         "vm.interrupted",
+                     *         "billing.low_balance"
+                     *       ],
+                     *       "description": "pager",
+                     *       "enabled": true,
+                     *       "disabled_reason": null,
+                     *       "failing_since": null,
+                     *       "created_at": "2026-11-25T10:00:00.000Z",
+                     *       "updated_at": "2026-11-25T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        url: string;
+                        /** @description The types it receives; null: every type */
+                        event_types: string[] | null;
+                        description: string;
+                        /** @description Whether events are sent to it */
+                        enabled: boolean;
+                        /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
+                        disabled_reason: string | null;
+                        failing_since: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (uuid) */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    updateWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (uuid) */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "enabled": true
+                 *     }
+                 */
+                "application/json": {
+                    /** @description Where to POST: an http or https URL whose host resolves only to public addresses (not loopback, private, link-local, multicast or a metadata address). Redirects are not followed. */
+                    url?: string;
+                    /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
+                    event_types?: string[] | null;
+                    /** @description A note for you (at most 200 characters) */
+                    description?: string;
+                    enabled?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description A webhook endpoint (never includes its secret) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "4a7c2e1b-9d3f-4b8a-a1c2-5e6f7a8b9c0d",
+                     *       "url": "https://hooks.example.com/gpucloud",
+                     *       "event_types": [
+                     *         "vm.status_changed",
+                     *         "vm.interrupted",
+                     *         "billing.low_balance"
+                     *       ],
+                     *       "description": "pager",
+                     *       "enabled": true,
+                     *       "disabled_reason": null,
+                     *       "failing_since": null,
+                     *       "created_at": "2026-11-25T10:00:00.000Z",
+                     *       "updated_at": "2026-11-25T10:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        url: string;
+                        /** @description The types it receives; null: every type */
+                        event_types: string[] | null;
+                        description: string;
+                        /** @description Whether events are sent to it */
+                        enabled: boolean;
+                        /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
+                        disabled_reason: string | null;
+                        failing_since: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (uuid) */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The endpoint and its signing secret (shown once) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "4a7c2e1b-9d3f-4b8a-a1c2-5e6f7a8b9c0d",
+                     *       "url": "https://hooks.example.com/gpucloud",
+                     *       "event_types": [
+                     *         "vm.status_changed",
+                     *         "vm.interrupted",
+                     *         "billing.low_balance"
+                     *       ],
+                     *       "description": "pager",
+                     *       "enabled": true,
+                     *       "disabled_reason": null,
+                     *       "failing_since": null,
+                     *       "created_at": "2026-11-25T10:00:00.000Z",
+                     *       "updated_at": "2026-11-25T10:00:00.000Z",
+                     *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nKx3W5nVQ4="
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        url: string;
+                        /** @description The types it receives; null: every type */
+                        event_types: string[] | null;
+                        description: string;
+                        /** @description Whether events are sent to it */
+                        enabled: boolean;
+                        /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
+                        disabled_reason: string | null;
+                        failing_since: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                        /** @description The signing secret, `whsec_` and the base64 of 32 random bytes: shown in this response only, store it now */
+                        secret: string;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    testWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id (uuid) */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The test event (the `webhook-id` header of its delivery)
+                         */
+                        event_id: string;
+                    };
+                };
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Webhook id (uuid) */
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        /**
+                         * Format: uuid
+                         * @description The event sent (the `webhook-id` header)
+                         */
+                        event_id: string;
+                        event_type: string;
+                        /** @description Which attempt at this event it was, from 1 */
+                        attempt: number;
+                        /**
+                         * Format: date-time
+                         * @description When it was made, in service time
+                         */
+                        attempted_at: string;
+                        status_code: number | null;
+                        error: string | null;
+                        /** @description How long it took */
+                        duration_ms: number;
+                        outcome: "succeeded" | "retrying" | "given_up";
+                        next_attempt_at: string | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             431: components["responses"]["HeadersTooLarge"];

@@ -65,7 +65,7 @@ describe('the OpenAPI document', () => {
     );
     assert.deepEqual(
       doc.tags.map((x: Json) => x.name),
-      ['auth', 'account', 'ssh-keys', 'api-keys', 'events', 'offers', 'vms', 'billing', 'reservations', 'admin', 'system'],
+      ['auth', 'account', 'ssh-keys', 'api-keys', 'events', 'webhooks', 'offers', 'vms', 'billing', 'reservations', 'admin', 'system'],
     );
     const declared = new Set(doc.tags.map((x: Json) => x.name));
     const used = new Set<string>();

@@ -28,6 +28,8 @@ export const EVENT_TYPES = [
   'account.2fa_disabled',
   'node.offline',
   'node.online',
+  'webhook.test',
+  'webhook.disabled',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
@@ -41,19 +43,29 @@ export interface EventRow {
   created_at: Date;
 }
 
-/** Writes one event; `userId` null for the operator's (node) events. Call inside the change's transaction. */
+/**
+ * Writes one event; `userId` null for the operator's (node) events. Call inside the change's transaction.
+ * The same statement puts it in the webhook outbox: one delivery for each enabled endpoint of its owner
+ * (of every administrator, for the operator's events) that takes its type, so an event and its
+ * deliveries commit together. `webhookId` sends it to that one endpoint only, whatever it takes (a test).
+ */
 export async function recordEvent(
   q: Queryable,
-  e: { type: EventType; userId: number | null; vmId?: string | null; data?: Record<string, unknown>; at: Date },
-): Promise<void> {
-  await q.query('INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)', [
-    newOrderedId(),
-    e.type,
-    e.userId,
-    e.vmId ?? null,
-    JSON.stringify(e.data ?? {}),
-    e.at,
-  ]);
+  e: { type: EventType; userId: number | null; vmId?: string | null; data?: Record<string, unknown>; at: Date; webhookId?: string },
+): Promise<string> {
+  const id = newOrderedId();
+  await q.query(
+    `WITH e AS (
+       INSERT INTO events (id, type, user_id, vm_id, data, created_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, seq
+     )
+     INSERT INTO webhook_deliveries (webhook_id, event_id, event_seq, vm_id, next_attempt_at, created_at)
+     SELECT w.id, e.id, e.seq, $4, $6, $6 FROM e, webhooks w
+      WHERE CASE WHEN $7::uuid IS NOT NULL THEN w.id = $7
+                 ELSE w.enabled AND (w.event_types IS NULL OR $2 = ANY (w.event_types))
+                      AND (w.user_id = $3 OR ($3::bigint IS NULL AND w.user_id IN (SELECT u.id FROM users u WHERE u.role = 'admin'))) END`,
+    [id, e.type, e.userId, e.vmId ?? null, JSON.stringify(e.data ?? {}), e.at, e.webhookId ?? null],
+  );
+  return id;
 }
 
 /** Whose events a reader sees: their own, and an operator (admin) also the nodes'. */

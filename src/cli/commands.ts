@@ -5,40 +5,14 @@
  */
 import { readFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
-import type { ParseArgsConfig } from 'node:util';
 import { GpuCloudClient, GpuCloudError, type ApiEvent, type CreateVmRequest, type FollowEventsOptions, type Vm, type VmStatus } from '../sdk/index.js';
+import { call, flag, int, LIMIT_HELP, LIMIT_OPTS, num, page, printJson, str, type Command, type Ctx } from './command.js';
+import { WEBHOOK_COMMANDS } from './webhooks.js';
 import { configPath, readConfig, removeConfig, resolve, writeConfig, type Resolved, type SavedConfig } from './config.js';
 import { CliFailure, CliUsageError, keyValues, money, table, type Cell } from './output.js';
 import { ask, interactive } from './prompt.js';
 
-type Options = NonNullable<ParseArgsConfig['options']>;
-type Values = Record<string, string | boolean | undefined>;
-
-export interface Ctx {
-  values: Values;
-  positionals: string[];
-  json: boolean;
-  env: NodeJS.ProcessEnv;
-  /** The SDK client, credentials resolved (D48); rotated tokens are saved back. */
-  client(): GpuCloudClient;
-  resolved(): Resolved;
-  configFile: string;
-  out(text: string): void;
-  err(text: string): void;
-}
-
-export interface Command {
-  path: string;
-  args?: string;
-  summary: string;
-  example: string | string[];
-  options?: Options;
-  /** Option descriptions for the help text. */
-  optionHelp?: [string, string][];
-  /** Exact number of positionals, or [min, max]. */
-  positionals?: number | [number, number];
-  run(ctx: Ctx): Promise<void>;
-}
+export type { Command, Ctx } from './command.js';
 
 // ---------------------------------------------------------------------------
 // Helpers.
@@ -47,40 +21,6 @@ const GPU_TYPES = ['5090', '4090', 'pro6000'] as const;
 type GpuType = (typeof GPU_TYPES)[number];
 const TEMPLATES: Record<string, number> = { 'ubuntu-22.04': 100, 'ubuntu-24.04': 101, 'stable-diffusion': 102, comfyui: 103, desktop: 104 };
 const TEMPLATE_NAMES = Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [v, k]));
-
-/** The data of a 2xx answer, or the API's refusal as a GpuCloudError. */
-async function call<D>(p: Promise<{ data?: D; error?: unknown; response: Response }>): Promise<D> {
-  const { data, error, response } = await p;
-  if (!response.ok) throw GpuCloudError.from(response, error);
-  return data as D;
-}
-
-function str(ctx: Ctx, name: string): string | undefined {
-  const v = ctx.values[name];
-  return typeof v === 'string' ? v : undefined;
-}
-
-function flag(ctx: Ctx, name: string): boolean {
-  return ctx.values[name] === true;
-}
-
-function int(ctx: Ctx, name: string, opts: { min?: number; max?: number; def?: number } = {}): number | undefined {
-  const raw = str(ctx, name);
-  if (raw === undefined) return opts.def;
-  if (!/^-?\d+$/.test(raw.trim())) throw new CliUsageError(`--${name} must be a whole number, got "${raw}"`);
-  const n = Number(raw);
-  if (opts.min !== undefined && n < opts.min) throw new CliUsageError(`--${name} must be at least ${opts.min}`);
-  if (opts.max !== undefined && n > opts.max) throw new CliUsageError(`--${name} must be at most ${opts.max}`);
-  return n;
-}
-
-function num(ctx: Ctx, name: string): number | undefined {
-  const raw = str(ctx, name);
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (raw.trim() === '' || !Number.isFinite(n)) throw new CliUsageError(`--${name} must be a number, got "${raw}"`);
-  return n;
-}
 
 function gpuType(raw: string | undefined, name = 'gpu'): GpuType | undefined {
   if (raw === undefined) return undefined;
@@ -92,10 +32,6 @@ function onOff(raw: string | undefined): boolean {
   if (raw === 'on' || raw === 'true' || raw === 'yes') return true;
   if (raw === 'off' || raw === 'false' || raw === 'no') return false;
   throw new CliUsageError(`expected on or off, got "${raw ?? ''}"`);
-}
-
-function printJson(ctx: Ctx, data: unknown): void {
-  ctx.out(JSON.stringify(data ?? null, null, 2));
 }
 
 /** One line about an event: its VM and what its data says, most useful fields first. */
@@ -199,20 +135,6 @@ async function message(ctx: Ctx, p: Promise<{ data?: { message: string }; error?
   const data = await call(p);
   if (ctx.json) printJson(ctx, data);
   else ctx.out(data.message);
-}
-
-const LIMIT_OPTS: Options = { limit: { type: 'string' }, offset: { type: 'string' } };
-const LIMIT_HELP: [string, string][] = [
-  ['--limit N', 'At most N rows (server default)'],
-  ['--offset N', 'Skip N rows'],
-];
-function page(ctx: Ctx): { limit?: number; offset?: number } {
-  const q: { limit?: number; offset?: number } = {};
-  const limit = int(ctx, 'limit', { min: 1 });
-  const offset = int(ctx, 'offset', { min: 0 });
-  if (limit !== undefined) q.limit = limit;
-  if (offset !== undefined) q.offset = offset;
-  return q;
 }
 
 // ---------------------------------------------------------------------------
@@ -528,6 +450,7 @@ export const COMMANDS: Command[] = [
       for await (const e of client.followEvents(opts)) print(e);
     },
   },
+  ...WEBHOOK_COMMANDS,
   // --- vms -----------------------------------------------------------------
   {
     path: 'vm create',

@@ -75,6 +75,8 @@ export interface GpuCloudClientOptions {
 }
 
 export type ApiEvent = JsonOf<paths['/events']['get']['responses'][200]>[number];
+export type Webhook = JsonOf<paths['/webhooks/{webhook_id}']['get']['responses'][200]>;
+export type WebhookDelivery = JsonOf<paths['/webhooks/{webhook_id}/deliveries']['get']['responses'][200]>[number];
 
 export interface FollowEventsOptions {
   /** Resume after this event id (its missed events come first); from now on without it. */

@@ -24,5 +24,7 @@ export {
   type Vm,
   type VmStatus,
   type WaitForVmOptions,
+  type Webhook,
+  type WebhookDelivery,
 } from './client.js';
 export type { components, operations, paths } from './schema.js';

@@ -58,9 +58,10 @@ async function confirmOrAbort(ctx: Ctx, question: string): Promise<void> {
   if (answer === undefined || !/^y(es)?$/i.test(answer)) throw new CliFailure('Aborted');
 }
 
-function pollMs(ctx: Ctx): number {
+/** With GPUCLOUD_POLL_MS set, waits read the VM that often instead of following its events. */
+function pollMs(ctx: Ctx): number | undefined {
   const n = Number(ctx.env.GPUCLOUD_POLL_MS);
-  return Number.isFinite(n) && n > 0 ? n : 2000;
+  return Number.isFinite(n) && n > 0 ? n : undefined;
 }
 
 /** Waits for `status`, with a live status line on stderr. */
@@ -75,9 +76,10 @@ async function waitWithStatus(ctx: Ctx, id: string, status: VmStatus, timeoutS: 
   };
   const timer = tty ? setInterval(draw, 1000) : undefined;
   try {
+    const interval = pollMs(ctx);
     const vm = await client.waitForVm(id, status, {
       timeoutMs: timeoutS * 1000,
-      intervalMs: pollMs(ctx),
+      ...(interval ? { intervalMs: interval } : {}),
       onStatus: (v) => {
         current = `VM ${v.vmid}: ${v.status}`;
         if (tty) draw();

@@ -86,6 +86,12 @@ export interface FollowEventsOptions {
   /** Only events about this VM (its uuid). */
   vmId?: string;
   signal?: AbortSignal;
+  /**
+   * Called each time a connection is established (the first, and after a
+   * reconnection): from then on no event is missed, so this is the moment to
+   * read the state the events will keep up to date.
+   */
+  onOpen?: () => void;
 }
 
 /** The events of a text/event-stream body: `data:` lines hold the event; comments and `retry:` are skipped. */
@@ -124,7 +130,7 @@ async function* readServerSentEvents(body: ReadableStream<Uint8Array>, signal?: 
 export interface WaitForVmOptions {
   /** Give up after this long (default 10 minutes). */
   timeoutMs?: number;
-  /** Between polls (default 2000 ms). */
+  /** Read the VM this often instead of following its events (and between reads without the event stream: 2000 ms). */
   intervalMs?: number;
   /** Called with the VM whenever its status changes (and on the first poll). */
   onStatus?: (vm: Vm) => void | Promise<void>;
@@ -177,7 +183,7 @@ export class GpuCloudError extends Error {
 // Request policy.
 
 /** Routes that honour Idempotency-Key (D41). */
-const IDEMPOTENT_POST = [/^\/vms$/, /^\/ssh-keys$/, /^\/api-keys$/, /^\/admin\/users\/[^/]+\/credits$/];
+const IDEMPOTENT_POST = [/^\/vms$/, /^\/ssh-keys$/, /^\/api-keys$/, /^\/webhooks$/, /^\/admin\/users\/[^/]+\/credits$/];
 /** Public auth routes: no credential is sent and a 401 there is an answer, not an expired session. */
 const PUBLIC_AUTH = new Set(['/auth/login', '/auth/register', '/auth/refresh', '/auth/2fa/verify']);
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -293,32 +299,67 @@ export class GpuCloudClient {
   }
 
   /**
-   * Polls GET /vms/{vm_id} until the VM is in `status` (or one of them).
-   * Throws GpuCloudError `invalid_state` if it ends `failed` or `destroyed`
-   * instead, `timeout` after timeoutMs.
+   * Waits until the VM's status is `status` (or one of them), calling
+   * `opts.onStatus` at each change. It follows the VM's events on GET
+   * /events/stream, so it learns of a change as it happens and reads the VM
+   * only then; with `opts.intervalMs` (or against a server without the
+   * stream) it reads the VM every intervalMs instead. Throws GpuCloudError
+   * `timeout` after `opts.timeoutMs`, and `invalid_state` when the VM ends
+   * `failed` or `destroyed` instead.
    */
   async waitForVm(id: string | number, status: VmStatus | VmStatus[], opts: WaitForVmOptions = {}): Promise<Vm> {
     const wanted = new Set<VmStatus>(Array.isArray(status) ? status : [status]);
     const timeoutMs = opts.timeoutMs ?? 10 * 60_000;
-    const intervalMs = opts.intervalMs ?? 2000;
-    const started = Date.now();
-    let slept = 0; // with an injected sleep, real time may not pass: count the waits too
     let last: VmStatus | undefined;
-    for (;;) {
-      const vm = await this.getVm(id);
+    /** Reports a new status; true once the VM is where it was wanted, throws when it can never get there. */
+    const arrived = async (vm: Vm): Promise<boolean> => {
       if (vm.status !== last) {
         last = vm.status;
         await opts.onStatus?.(vm);
       }
-      if (wanted.has(vm.status)) return vm;
+      if (wanted.has(vm.status)) return true;
       if (TERMINAL.has(vm.status)) {
         throw new GpuCloudError({ status: 0, code: 'invalid_state', detail: `VM ${vm.vmid} is ${vm.status}; it will not become ${[...wanted].join(' or ')}` });
       }
-      if (Math.max(Date.now() - started, slept) + intervalMs > timeoutMs) {
-        throw new GpuCloudError({ status: 0, code: 'timeout', detail: `VM ${vm.vmid} is still ${vm.status} after ${Math.round(timeoutMs / 1000)} s` });
+      return false;
+    };
+    const timedOut = (vm: Vm) => new GpuCloudError({ status: 0, code: 'timeout', detail: `VM ${vm.vmid} is still ${vm.status} after ${Math.round(timeoutMs / 1000)} s` });
+    let vm = await this.getVm(id);
+    if (await arrived(vm)) return vm;
+    if (opts.intervalMs !== undefined) return this.pollVm(vm, arrived, timedOut, timeoutMs, opts.intervalMs);
+    // Its status changes as they happen: the VM is read again when the stream opens (what changed
+    // before it opened) and after each change it reports.
+    const stop = new AbortController();
+    const timer = setTimeout(() => stop.abort(), timeoutMs);
+    try {
+      for await (const item of this.streamEvents({ vmId: vm.id, types: ['vm.status_changed', 'vm.destroyed'], signal: stop.signal }, true)) {
+        void item;
+        vm = await this.getVm(vm.id);
+        if (await arrived(vm)) return vm;
       }
+    } catch (err) {
+      // A server without the event stream (or a proxy that refuses it): poll instead.
+      if (err instanceof GpuCloudError && (err.status === 404 || err.status === 405 || err.status === 501)) {
+        return this.pollVm(vm, arrived, timedOut, timeoutMs, 2000);
+      }
+      throw err;
+    } finally {
+      clearTimeout(timer);
+      stop.abort();
+    }
+    throw timedOut(vm);
+  }
+
+  /** waitForVm by reading the VM every `intervalMs` (with `intervalMs` given, or without the event stream). */
+  private async pollVm(vm: Vm, arrived: (vm: Vm) => Promise<boolean>, timedOut: (vm: Vm) => Error, timeoutMs: number, intervalMs: number): Promise<Vm> {
+    const started = Date.now();
+    let slept = 0; // with an injected sleep, real time may not pass: count the waits too
+    for (;;) {
+      if (Math.max(Date.now() - started, slept) + intervalMs > timeoutMs) throw timedOut(vm);
       await this.sleep(intervalMs);
       slept += intervalMs;
+      vm = await this.getVm(vm.id);
+      if (await arrived(vm)) return vm;
     }
   }
 
@@ -330,6 +371,14 @@ export class GpuCloudClient {
    * throws GpuCloudError.
    */
   async *followEvents(opts: FollowEventsOptions = {}): AsyncGenerator<ApiEvent> {
+    for await (const item of this.streamEvents(opts, true)) {
+      if (item === 'open') opts.onOpen?.();
+      else yield item;
+    }
+  }
+
+  /** followEvents, with `'open'` each time a connection is established when `opens` is set. */
+  private async *streamEvents(opts: FollowEventsOptions, opens: boolean): AsyncGenerator<ApiEvent | 'open'> {
     let last = opts.after;
     const query: { type?: string[]; vm_id?: string } = {};
     if (opts.types?.length) query.type = [...opts.types];
@@ -350,6 +399,7 @@ export class GpuCloudClient {
         await this.sleep(2000); // the network: try again
         continue;
       }
+      if (opens) yield 'open';
       for await (const e of readServerSentEvents(body!, opts.signal)) {
         last = e.id;
         yield e;

@@ -430,6 +430,44 @@ describe('SDK client', () => {
     assert.match(gone.detail, /destroyed/);
   });
 
+  test('waitForVm follows the VM\'s events: it reads the VM when the stream opens and after each change, never on a timer', async () => {
+    const u = await customer();
+    const h = harness();
+    const client = new GpuCloudClient({ baseUrl, accessToken: u.token, fetch: h.fetch, sleep: h.sleep });
+    const vm = await client.createVm(VM_BODY(node));
+    const statuses: string[] = [];
+    const waiting = client.waitForVm(vm.vmid, 'running', { onStatus: (v) => void statuses.push(v.status) });
+    // The VM is built and started while the client waits: the clock moves only once the stream is open.
+    const deadline = Date.now() + 20_000;
+    while (!h.sent.some((s) => s.path === '/events/stream') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 200));
+    await t.services.clock.advance(60);
+    const running = await waiting;
+    assert.equal(running.status, 'running');
+    assert.equal(statuses[0], 'creating');
+    assert.equal(statuses.at(-1), 'running');
+    assert.deepEqual(h.sleeps, [], 'no polling');
+    const reads = h.sent.filter((s) => s.method === 'GET' && s.path.startsWith('/vms/')).length;
+    const changes = (await t.req('GET', '/events', { token: u.token, query: { vm_id: vm.id, type: 'vm.status_changed' } })).body.length;
+    assert.ok(reads <= changes + 2, `${reads} reads for ${changes} changes: the first, one when the stream opened, one per change`);
+    assert.equal(h.sent.filter((s) => s.path === '/events/stream').length, 1);
+
+    // A VM that is destroyed while waited for: invalid_state, at once.
+    const stopping = client.waitForVm(vm.id, 'stopped');
+    while (h.sent.filter((s) => s.path === '/events/stream').length < 2) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal((await t.req('DELETE', `/vms/${vm.id}`, { token: u.token })).status, 200);
+    const gone = await stopping.catch((e: unknown) => e);
+    assert.ok(gone instanceof GpuCloudError);
+    assert.equal(gone.code, 'invalid_state');
+
+    // Nothing happening: a timeout, and the stream is closed behind it.
+    const other = await client.createVm(VM_BODY(node));
+    const stuck = await client.waitForVm(other.id, 'running', { timeoutMs: 1500 }).catch((e: unknown) => e);
+    assert.ok(stuck instanceof GpuCloudError);
+    assert.equal(stuck.code, 'timeout');
+  });
+
   test('every create route gets an Idempotency-Key; a caller-given one is kept', async () => {
     const u = await customer();
     const h = harness();
@@ -444,6 +482,7 @@ describe('SDK client', () => {
       body: { amount: 1, description: 'sdk' },
     });
     await client.api.POST('/ssh-keys', { body: { ssh_public_key: 'not a key' } });
+    await client.api.POST('/webhooks', { body: { url: 'ftp://nowhere' } });
     await client.api.POST('/reservations/calculate', { body: { gpu_type: '4090', gpu_count: 1, storage_gb: 50 } });
     await client.api.GET('/vms');
     assert.deepEqual(
@@ -453,6 +492,7 @@ describe('SDK client', () => {
         ['POST', '/api-keys', 'mine'],
         ['POST', `/admin/users/${u.id}/credits`, 'k-2'],
         ['POST', '/ssh-keys', 'k-3'],
+        ['POST', '/webhooks', 'k-4'],
         ['POST', '/reservations/calculate', null],
         ['GET', '/vms', null],
       ],

@@ -7,6 +7,7 @@ import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { navigate } from '../router.js';
+import { RESERVATION_EVENTS, useLiveEvents } from '../live.js';
 import { Confirm, Empty, Field, Form, Link, Loaded, Money, Page, Select, Status, Submit, formatMoney, formatTime, notify, useAsync } from '../ui.js';
 
 type QuoteRequest = paths['/reservations/calculate']['post']['requestBody']['content']['application/json'];
@@ -41,7 +42,9 @@ export function Reservations() {
   const [months, setMonths] = useState<Months>(3);
   const [quote, setQuote] = useState<Quote | undefined>(undefined);
   const [cancelling, setCancelling] = useState<string | undefined>(undefined);
-  const list = useAsync(() => call(api.GET('/reservations', { params: { query: { limit: 100 } } })), [], 10_000);
+  // Status changes arrive as events; the prepaid balance an hour's usage draws down is read once a minute.
+  const list = useAsync(() => call(api.GET('/reservations', { params: { query: { limit: 100 } } })), [], 60_000);
+  useLiveEvents(RESERVATION_EVENTS, () => void list.reload());
   const balance = useAsync(() => call(api.GET('/billing/balance')), [], 30_000);
   const currency = balance.data?.currency ?? 'USD';
 

@@ -8,6 +8,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { Vm } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal, client, errorMessage } from '../api.js';
 import { navigate } from '../router.js';
+import { useLiveEvents, VM_EVENTS } from '../live.js';
 import {
   Action,
   Confirm,
@@ -29,8 +30,6 @@ import {
 import { RENTAL_LABELS } from './offers.js';
 import { TEMPLATES } from './launch.js';
 
-const LIST_POLL_MS = 3000;
-const DETAIL_POLL_MS = 2500;
 const PAGE_SIZE = 50;
 /** Signed web UI / Jupyter links live 5 minutes: fetched again before they lapse. */
 const ACCESS_REFRESH_MS = 4 * 60_000;
@@ -69,8 +68,8 @@ export function Vms(_props: Record<string, unknown>) {
       return callWithTotal(api.GET('/vms', { params: { query: { include_destroyed: showDestroyed, limit: PAGE_SIZE, offset: page * PAGE_SIZE } } }));
     },
     [showDestroyed, page],
-    LIST_POLL_MS,
   );
+  useLiveEvents(VM_EVENTS, () => void list.reload());
 
   return (
     <Page
@@ -186,7 +185,8 @@ export function Vms(_props: Record<string, unknown>) {
 // One VM
 
 export function VmDetail({ id }: { id: string }) {
-  const vm = useAsync(() => call(api.GET('/vms/{vm_id}', { params: { path: { vm_id: id } } })), [id], DETAIL_POLL_MS);
+  const vm = useAsync(() => call(api.GET('/vms/{vm_id}', { params: { path: { vm_id: id } } })), [id]);
+  useLiveEvents(VM_EVENTS, () => void vm.reload(), { vmId: vm.data?.id ?? id });
   const [confirming, setConfirming] = useState(false);
   const [progress, setProgress] = useState<string | undefined>(undefined);
   const mounted = useRef(true);

@@ -378,7 +378,7 @@ export interface paths {
         };
         /**
          * Follow events as they happen
-         * @description Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID.
+         * @description Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID. An account holds at most 20 streams at once per instance; one more is 429 `rate_limited`.
          */
         get: operations["streamEvents"];
         put?: never;

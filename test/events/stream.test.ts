@@ -12,6 +12,7 @@ import { describeEachDb, type TestApp } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { DB_KINDS, createTestDb } from '../helpers/db.js';
 import { EventHub } from '../../src/modules/events/hub.js';
+import { MAX_STREAMS_PER_USER } from '../../src/modules/events/routes.js';
 import type { EventRow } from '../../src/modules/events/repository.js';
 import { newOrderedId } from '../../src/ids.js';
 
@@ -164,6 +165,27 @@ describeEachDb('event stream', (t) => {
     const billing = await createApiKey(t(), key, 'billing_only', 'b');
     assert.equal((await Stream.open(base, billing)).status, 403);
     assert.equal((await Stream.open(base, await createApiKey(t(), key, 'read_only', 'ro'))).status, 200);
+  });
+
+  test(`a user holds at most ${MAX_STREAMS_PER_USER} streams at once (then 429); a closed one makes room; others are not affected`, async () => {
+    const heavy = await createUser(t());
+    const heavyKey = await createApiKey(t(), heavy.token, 'read_only', 'streams');
+    const streams = await Promise.all(Array.from({ length: MAX_STREAMS_PER_USER }, () => Stream.open(base, heavyKey)));
+    assert.deepEqual([...new Set(streams.map((x) => x.status))], [200]);
+    const refused = await fetch(`${base}/events/stream`, { headers: { authorization: `Bearer ${heavy.token}` } });
+    assert.equal(refused.status, 429, 'every key and session of the user counts');
+    assert.equal((await refused.json()).code, 'rate_limited');
+    assert.equal(refused.headers.get('retry-after'), '5');
+    const other = await Stream.open(base, key);
+    assert.equal(other.status, 200, 'another user is not affected');
+    await streams.pop()!.close();
+    let again: Stream | undefined;
+    for (const until = Date.now() + 5000; Date.now() < until; await new Promise((r) => setTimeout(r, 50))) {
+      again = await Stream.open(base, heavyKey);
+      if (again.status === 200) break;
+    }
+    assert.equal(again?.status, 200, 'a closed stream makes room');
+    await Promise.all([...streams, other, again!].map((x) => x.close()));
   });
 
   test('an event written through another instance reaches a stream held by this one', async () => {

@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
-import { validation } from '../../errors.js';
+import { AppError, validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
 import { EVENT_TYPES, listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
 import { EventHub } from './hub.js';
@@ -38,6 +38,8 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
   const hub = new EventHub(db, { log: app.log });
   const open = new Set<() => void>();
+  /** Streams open on this instance, by user. */
+  const streamsOf = new Map<number, number>();
   r.get(
     '/events',
     {
@@ -79,7 +81,8 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
         description:
           'Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). ' +
           'Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. ' +
-          'A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID.',
+          'A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID. ' +
+          `An account holds at most ${MAX_STREAMS_PER_USER} streams at once per instance; one more is 429 \`rate_limited\`.`,
         querystring: Type.Object(
           {
             after: Type.Optional(Type.String({ format: 'uuid', description: 'An event id: resume after it (the Last-Event-ID header wins)' })),
@@ -103,6 +106,18 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       if (from !== undefined && !UUID_RE.test(from)) throw validation(field, 'must be an event id');
       const afterSeq = from !== undefined ? await cursor(db, reader, from, field) : null;
       const filter = { reader, types: types ? new Set(types) : null, vmId: req.query.vm_id ?? null };
+      // Each stream holds a connection and a place in the poller: a user (every tab, script and
+      // key of theirs together) holds a bounded number at once on each instance.
+      const mine = streamsOf.get(reader.userId) ?? 0;
+      if (mine >= MAX_STREAMS_PER_USER) {
+        throw new AppError('rate_limited', `At most ${MAX_STREAMS_PER_USER} event streams per account at once; close one first`, undefined, { 'retry-after': '5' });
+      }
+      streamsOf.set(reader.userId, mine + 1);
+      const release = () => {
+        const left = (streamsOf.get(reader.userId) ?? 1) - 1;
+        if (left > 0) streamsOf.set(reader.userId, left);
+        else streamsOf.delete(reader.userId);
+      };
 
       reply.hijack();
       const res = reply.raw;
@@ -124,11 +139,20 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       };
       // Live events wait while what was missed is sent first.
       let waiting: EventRow[] | null = [];
-      const unsubscribe = await hub.subscribe(filter, (e) => (waiting ? waiting.push(e) : send(e)));
+      let unsubscribe: () => void;
+      try {
+        unsubscribe = await hub.subscribe(filter, (e) => (waiting ? waiting.push(e) : send(e)));
+      } catch (err) {
+        req.log.error({ err }, 'event stream could not start');
+        release();
+        res.end();
+        return;
+      }
       const ping = setInterval(() => res.write(': ping\n\n'), PING_MS);
       const end = () => {
         if (ended) return;
         ended = true;
+        release();
         clearInterval(ping);
         unsubscribe();
         open.delete(end);
@@ -167,6 +191,8 @@ const SENT_MEMORY = 5000;
 /** A stream whose client reads slower than events come and falls this far behind is closed. */
 const MAX_BEHIND_BYTES = 1 << 20;
 const PING_MS = 15_000;
+/** Streams one user may hold open at once on one instance. */
+export const MAX_STREAMS_PER_USER = 20;
 
 function readerOf(principal: Principal | undefined): EventReader {
   const p = requirePrincipal(principal);

@@ -358,9 +358,16 @@ export class VmService {
       if (node.gpu_type !== input.gpu_type) {
         throw new AppError('gpu_unavailable', `Node ${input.node} has ${node.gpu_type} GPUs, not ${input.gpu_type}`);
       }
-      const usage = await this.inventory.usage(tx, node.node);
-      const free = node.gpu_count - usage.held;
-      const takeable = rental === 'interruptible' ? free : free + usage.preemptible;
+      let free = node.gpu_count - (await this.inventory.usage(tx, node.node)).held;
+      // Interruptible VMs this one may preempt (D22, D25), locked before they are counted on: one
+      // that starts stopping meanwhile still holds its GPUs but can no longer be preempted, so it
+      // must not count as takeable. Behind the locks the usage is read again.
+      let victims: VmRow[] = [];
+      if (rental !== 'interruptible' && free < input.gpu_count) {
+        victims = await repo.preemptionCandidates(tx, node.node, PREEMPTIBLE);
+        free = node.gpu_count - (await this.inventory.usage(tx, node.node)).held;
+      }
+      const takeable = free + victims.reduce((sum, v) => sum + v.gpu_count, 0);
       if (takeable < input.gpu_count) {
         throw new AppError(
           'gpu_unavailable',
@@ -470,12 +477,10 @@ export class VmService {
 
       // Preempt interruptible VMs (most recently started first) only for the GPUs that are not free (D22, D25).
       let missing = input.gpu_count - free;
-      if (missing > 0) {
-        for (const victim of await repo.preemptionCandidates(tx, node.node, PREEMPTIBLE)) {
-          if (missing <= 0) break;
-          await this.preempt(tx, victim, vm.id, now);
-          missing -= victim.gpu_count;
-        }
+      for (const victim of victims) {
+        if (missing <= 0) break;
+        await this.preempt(tx, victim, vm.id, now);
+        missing -= victim.gpu_count;
       }
       return toVmRecord(vm);
     });

@@ -165,7 +165,7 @@ export async function workerBench(repo: string): Promise<BenchResult[]> {
     console.log(`idle worker, ${WORKER_FLEET} accruing VMs (postgres): ${tps.toFixed(1)} transactions/s`);
 
     // A close of every VM comes due; SIGTERM once the worker is into it.
-    await db.query('UPDATE vms SET billed_until = $1', [new Date(boundary - intervalMs)]);
+    await db.query('UPDATE vm_meters SET billed_until = $1', [new Date(boundary - intervalMs)]);
     for (let i = 0; i < 600; i++) {
       const n = await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs');
       if (Number(n.rows[0]!.n) > 0) break;

@@ -27,14 +27,16 @@ export async function seedFleet(db: Db, vms: number, billedUntil: number): Promi
   await db.query(
     `INSERT INTO vms (id, user_id, node, gpu_type, gpu_count, storage_gb, ram_gb, cpu_cores, template_vmid, status, holds_gpus,
                       rental_type, gpu_hourly_rate_micros, storage_hourly_rate_micros, auth_method, provisioned,
-                      created_at, started_at, first_started_at, billed_until, network_bytes_total)
+                      created_at, started_at, first_started_at, network_bytes_total)
      SELECT gen_random_uuid(), (SELECT array_agg(id ORDER BY id) FROM users WHERE id > $4)[1 + g % $2], 'node-' || (g / 8), '4090', 1 + (g % 2), 50 + (g % 7) * 10, 32, 8, 100,
             CASE WHEN g % 10 = 9 THEN 'stopped' ELSE 'running' END, g % 10 <> 9,
             CASE WHEN g % 20 = 3 THEN 'reserved' ELSE 'on_demand' END, 433333 + g % 1000, 13889,
-            'password', true, $1, $1, $1, $1, (g % 5) * 123456789
+            'password', true, $1, $1, $1, (g % 5) * 123456789
        FROM generate_series(0, $3 - 1) g`,
     [t0, users, vms, first],
   );
+  // Each is billed up to t0.
+  await db.query('INSERT INTO vm_meters (vm_id, billed_until) SELECT id, $1 FROM vms WHERE user_id > $2', [t0, first]);
   await db.query(
     `WITH r AS (
        INSERT INTO reservations (id, user_id, vm_id, gpu_type, gpu_count, storage_gb, reservation_months, discount_bp,

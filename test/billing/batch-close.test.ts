@@ -65,12 +65,13 @@ async function seed(db: Db, balances: number[], vms: SeedVm[]): Promise<Seeded> 
     const r = await db.query<{ vmid: number }>(
       `INSERT INTO vms (id, user_id, node, gpu_type, gpu_count, storage_gb, ram_gb, cpu_cores, template_vmid, status, holds_gpus, rental_type,
                         gpu_hourly_rate_micros, storage_hourly_rate_micros, auth_method, provisioned, created_at, started_at, first_started_at,
-                        billed_until, network_bytes_total, network_bytes_billed)
-       VALUES ($1, $2, 'n1', '4090', 1, 50, 16, 4, 100, $3, $4, $5, $6, $7, 'password', true, $8, $8, $8, $8, $9, 1000)
+                        network_bytes_total)
+       VALUES ($1, $2, 'n1', '4090', 1, 50, 16, 4, 100, $3, $4, $5, $6, $7, 'password', true, $8, $8, $8, $9)
        RETURNING vmid`,
       [id, users[v.user], v.status, v.status === 'running', v.reservation ? 'reserved' : 'on_demand', v.gpuRate, v.storageRate,
         new Date(billedFrom), 1000 + (v.networkUnbilled ?? 0)],
     );
+    await db.query('INSERT INTO vm_meters (vm_id, billed_until, network_bytes_billed) VALUES ($1, $2, 1000)', [id, new Date(billedFrom)]);
     let reservationId: string | null = null;
     if (v.reservation) {
       reservationId = randomUUID();
@@ -205,7 +206,7 @@ for (const kind of DB_KINDS) {
           }
         }
         const row = await db.query<{ billed_until: Date; network_bytes_billed: number; network_bytes_total: number }>(
-          'SELECT billed_until, network_bytes_billed, network_bytes_total FROM vms WHERE id = $1',
+          'SELECT m.billed_until, m.network_bytes_billed, v.network_bytes_total FROM vms v JOIN vm_meters m ON m.vm_id = v.id WHERE v.id = $1',
           [v.id],
         );
         assert.equal(row.rows[0]!.billed_until.getTime(), T0, 'billed up to the last boundary');
@@ -268,7 +269,7 @@ for (const kind of DB_KINDS) {
       const charges = await db.query<Txn>(`SELECT * FROM transactions WHERE user_id = $1 AND type = 'charge'`, [seeded.users[0]]);
       assert.equal(charges.rows.length, 3);
       assert.equal(charges.rows.filter((c) => c.vm_id === a!.id).length, 1, 'a is charged for its second period only');
-      const billed = await db.query<{ billed_until: Date }>('SELECT billed_until FROM vms WHERE id = $1', [a!.id]);
+      const billed = await db.query<{ billed_until: Date }>('SELECT billed_until FROM vm_meters WHERE vm_id = $1', [a!.id]);
       assert.equal(billed.rows[0]!.billed_until.getTime(), T0);
       assert.equal((await logsOf(db, b!.id)).length, 2);
       await assertChains(db, seeded.users);
@@ -301,7 +302,11 @@ for (const kind of DB_KINDS) {
         { user: 0, status: 'running', lagPeriods: 2, gpuRate: 500_000, storageRate: 7_000 },
       ]);
       // Destroyed where billing had reached (its destroy closed the last period).
-      await db.query(`UPDATE vms SET status = 'destroyed', holds_gpus = false, destroyed_at = billed_until WHERE id = $1`, [seeded.vms[1]!.id]);
+      await db.query(
+        `UPDATE vms SET status = 'destroyed', holds_gpus = false, destroyed_at = m.billed_until FROM vm_meters m WHERE m.vm_id = vms.id AND vms.id = $1`,
+        [seeded.vms[1]!.id],
+      );
+      await db.query('DELETE FROM vm_meters WHERE vm_id = $1', [seeded.vms[1]!.id]);
       assert.equal(await meterOn(db).closeDueIntervals(NOW, { batch: 10 }), 0);
       for (const v of seeded.vms) assert.equal((await logsOf(db, v.id)).length, 0);
     });

@@ -361,9 +361,12 @@ describeEachDb(
         // 10. Metering is settled: a destroyed VM that ran is billed up to its destruction; after an advance, every
         //     VM that accrues is billed up to the last period boundary (D32).
         const unbilled = await db.query(
-          `SELECT id, status, billed_until, destroyed_at FROM vms WHERE user_id = ANY($1) AND billed_until IS NOT NULL AND (
-             (status = 'destroyed' AND billed_until <> destroyed_at)
-             OR ($2::boolean AND status <> 'destroyed' AND billed_until < to_timestamp(floor(extract(epoch FROM $3::timestamptz) / $4) * $4)))`,
+          // A destroyed VM has no meter left, and its periods end at its destruction.
+          `SELECT v.id, v.status, m.billed_until, v.destroyed_at FROM vms v LEFT JOIN vm_meters m ON m.vm_id = v.id
+            WHERE v.user_id = ANY($1) AND v.first_started_at IS NOT NULL AND (
+             (v.status = 'destroyed' AND (m.vm_id IS NOT NULL
+                OR coalesce((SELECT max(l.period_end) FROM usage_logs l WHERE l.vm_id = v.id), v.first_started_at) <> v.destroyed_at))
+             OR ($2::boolean AND v.status <> 'destroyed' AND m.billed_until < to_timestamp(floor(extract(epoch FROM $3::timestamptz) / $4) * $4)))`,
           [ids, settled, new Date(nowMs), DAY_S],
         );
         assert.deepEqual(unbilled.rows, [], 'every VM is billed up to its destruction or the last boundary');

@@ -748,14 +748,16 @@ test(
       );
       await expectNone(
         'every VM is billed up to its destruction, or (after the settling advance) up to the last period boundary',
-        `SELECT id, status, billed_until, destroyed_at FROM vms WHERE billed_until IS NOT NULL AND (
-           (status = 'destroyed' AND billed_until <> destroyed_at)
-           OR (status <> 'destroyed' AND billed_until < to_timestamp(floor(extract(epoch FROM $1::timestamptz) / 3600) * 3600)))`,
+        `SELECT v.id, v.status, m.billed_until, v.destroyed_at FROM vms v LEFT JOIN vm_meters m ON m.vm_id = v.id
+          WHERE v.first_started_at IS NOT NULL AND (
+           (v.status = 'destroyed' AND (m.vm_id IS NOT NULL
+              OR coalesce((SELECT max(l.period_end) FROM usage_logs l WHERE l.vm_id = v.id), v.first_started_at) <> v.destroyed_at))
+           OR (v.status <> 'destroyed' AND m.billed_until < to_timestamp(floor(extract(epoch FROM $1::timestamptz) / 3600) * 3600)))`,
         [new Date(finalClockMs)],
       );
       await expectNone(
         'billed_until is the end of the last usage period',
-        `SELECT v.id, v.billed_until, max(l.period_end) AS last FROM vms v JOIN usage_logs l ON l.vm_id = v.id GROUP BY v.id HAVING v.billed_until <> max(l.period_end)`,
+        `SELECT m.vm_id, m.billed_until, max(l.period_end) AS last FROM vm_meters m JOIN usage_logs l ON l.vm_id = m.vm_id GROUP BY m.vm_id HAVING m.billed_until <> max(l.period_end)`,
       );
       await expectNone(
         'nothing is charged for a VM that never ran (but the minimum charge of one that interrupted others)',

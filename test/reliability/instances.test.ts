@@ -385,7 +385,7 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       );
       for (const o of over.rows) overcommits.push(`${new Date().toISOString()} ${o.node}: ${o.held} GPUs held of ${o.gpu_count}`);
       const lag = await db.pool.query<{ ms: number | null }>(
-        `SELECT (extract(epoch FROM now() - min(billed_until)) * 1000)::int8 AS ms FROM vms WHERE billed_until IS NOT NULL AND status <> 'destroyed'`,
+        `SELECT (extract(epoch FROM now() - min(billed_until)) * 1000)::int8 AS ms FROM vm_meters`,
       );
       maxBillingLagMs = Math.max(maxBillingLagMs, Number(lag.rows[0]?.ms ?? 0));
       await sleep(500);
@@ -453,8 +453,8 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
 
   test('usage logs tile every VM\'s billed time exactly: no overlap, no gap, first start to destroy', async () => {
     const vms = (
-      await db.pool.query<{ id: string; vmid: number; status: string; first_started_at: Date | null; destroyed_at: Date | null; billed_until: Date | null }>(
-        'SELECT id, vmid, status, first_started_at, destroyed_at, billed_until FROM vms ORDER BY seq',
+      await db.pool.query<{ id: string; vmid: number; status: string; first_started_at: Date | null; destroyed_at: Date | null; metered: boolean }>(
+        'SELECT id, vmid, status, first_started_at, destroyed_at, EXISTS (SELECT 1 FROM vm_meters m WHERE m.vm_id = vms.id) AS metered FROM vms ORDER BY seq',
       )
     ).rows;
     const logs = (
@@ -488,7 +488,7 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       if (last.period_end.getTime() !== vm.destroyed_at?.getTime()) {
         problems.push(`${name}: last period ends ${iso(last.period_end)}, destroyed at ${iso(vm.destroyed_at)}`);
       }
-      if (vm.billed_until?.getTime() !== vm.destroyed_at?.getTime()) problems.push(`${name}: billed_until ${iso(vm.billed_until)} != destroyed_at ${iso(vm.destroyed_at)}`);
+      if (vm.metered) problems.push(`${name}: destroyed, but its meter is still open`);
       for (let i = 0; i < mine.length; i++) {
         const l = mine[i]!;
         const s = l.period_start.getTime();

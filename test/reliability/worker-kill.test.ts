@@ -62,7 +62,7 @@ after(async () => {
 /** The last boundary, if every VM is billed up to it; undefined while some are not. */
 async function allClosedUpTo(): Promise<number | undefined> {
   const boundary = Math.floor(Date.now() / (INTERVAL_S * 1000)) * INTERVAL_S * 1000;
-  return (await count('SELECT count(*) AS n FROM vms WHERE billed_until <> $1', [new Date(boundary)])) === 0 ? boundary : undefined;
+  return (await count('SELECT count(*) AS n FROM vm_meters WHERE billed_until <> $1', [new Date(boundary)])) === 0 ? boundary : undefined;
 }
 
 async function assertBooksExact(): Promise<void> {

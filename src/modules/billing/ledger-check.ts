@@ -98,9 +98,9 @@ async function uncoveredTime(db: Db) {
                 LEAD(period_start) OVER (PARTITION BY vm_id ORDER BY period_start, period_end) AS next_start
            FROM usage_logs),
        v AS (
-         SELECT id, vmid, user_id, first_started_at AS from_at,
-                CASE WHEN status = 'destroyed' THEN destroyed_at ELSE billed_until END AS to_at
-           FROM vms),
+         SELECT vms.id, vmid, user_id, first_started_at AS from_at,
+                CASE WHEN status = 'destroyed' THEN destroyed_at ELSE m.billed_until END AS to_at
+           FROM vms LEFT JOIN vm_meters m ON m.vm_id = vms.id),
        breaks AS (
          SELECT v.id AS vm_id, v.vmid, v.user_id, 'billed outside its time' AS problem, l.period_start AS span_start, l.period_end AS span_end
            FROM l JOIN v ON v.id = l.vm_id

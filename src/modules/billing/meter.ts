@@ -18,7 +18,7 @@ import { recordEvent } from '../events/repository.js';
 const MS_PER_HOUR = 3_600_000;
 const BYTES_PER_GB = 1_000_000_000;
 
-/** The VM columns metering reads. */
+/** The VM columns metering reads, with where its billing stands (its vm_meters row: none before its first start). */
 export interface MeteredVm {
   id: string;
   vmid: number;
@@ -115,7 +115,7 @@ const amount = (col: string) => `trim_scale(${col} * 0.000001)`;
  *     takes them in, so two closes never deadlock) with the lock an UPDATE
  *     takes, and flagged when a charge leaves them at or below zero (the
  *     low-balance job stops their running VMs);
- *   - the VMs' billed_until, and their traffic marked billed.
+ *   - the VMs' billed_until, and their traffic marked billed (vm_meters).
  * Returns the number of periods written, the charges that took a
  * balance from above zero to zero or below, and the reservations whose
  * prepaid balance the draws used up. This and ledger.post are the
@@ -177,9 +177,9 @@ WITH input AS (
     FROM posted CROSS JOIN LATERAL (SELECT ${iso('period_start')} AS start_at, ${iso('period_end')} AS end_at) t
    ORDER BY n
 ), billed AS (
-  UPDATE vms SET billed_until = b.until, network_bytes_billed = vms.network_bytes_billed + b.bytes
+  UPDATE vm_meters m SET billed_until = b.until, network_bytes_billed = m.network_bytes_billed + b.bytes
     FROM (SELECT vm_id, max(period_end) AS until, sum(network_bytes) AS bytes FROM input GROUP BY vm_id) b
-   WHERE vms.id = b.vm_id AND vms.id = ANY($1::uuid[])
+   WHERE m.vm_id = b.vm_id AND m.vm_id = ANY($1::uuid[])
 )
 SELECT (SELECT count(*) FROM logs)::int8 AS written,
        (SELECT json_agg(json_build_object('user_id', user_id, 'vm_id', vm_id, 'balance_after', balance_after, 'charge', charge,
@@ -222,8 +222,18 @@ export class Meter {
     return new Date(Math.floor(ms / this.intervalMs) * this.intervalMs);
   }
 
+  /**
+   * The VM, locked, then its meter, locked (the lock order is VM, meter,
+   * reservation, balance): a close holding the meter finishes first, and
+   * billed_until is read after it.
+   */
   private async lockVm(tx: Queryable, id: string): Promise<MeteredVm | undefined> {
-    return (await tx.query<MeteredVm>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [id])).rows[0];
+    const vm = (await tx.query<Omit<MeteredVm, 'billed_until' | 'network_bytes_billed'>>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [id])).rows[0];
+    if (!vm) return undefined;
+    const meter = (
+      await tx.query<{ billed_until: Date; network_bytes_billed: number }>('SELECT billed_until, network_bytes_billed FROM vm_meters WHERE vm_id = $1 FOR UPDATE', [id])
+    ).rows[0];
+    return { ...vm, billed_until: meter?.billed_until ?? null, network_bytes_billed: meter?.network_bytes_billed ?? 0 };
   }
 
   /**
@@ -318,10 +328,12 @@ export class Meter {
     const vm = await this.lockVm(tx, after.id);
     if (!vm) return;
     if (!vm.billed_until) {
-      if (isRunning) await tx.query('UPDATE vms SET billed_until = $2 WHERE id = $1', [vm.id, now]);
+      if (isRunning) await tx.query('INSERT INTO vm_meters (vm_id, billed_until) VALUES ($1, $2)', [vm.id, now]);
       return;
     }
     await this.closeUpTo(tx, vm, now.getTime(), wasRunning, true);
+    // A destroyed VM's billing is over: its last period is closed.
+    if (destroyed) await tx.query('DELETE FROM vm_meters WHERE vm_id = $1', [vm.id]);
   }
 
   /**
@@ -419,20 +431,17 @@ export class Meter {
    * The oldest open period decides how many VMs a batch claims.
    */
   private async closeBatch(tx: Queryable, lastBoundary: Date, budget: number): Promise<{ claimed: number; written: number }> {
-    const oldest = await tx.query<{ billed_until: Date }>(
-      `SELECT billed_until FROM vms WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1 ORDER BY billed_until LIMIT 1`,
-      [lastBoundary],
-    );
+    const oldest = await tx.query<{ billed_until: Date }>('SELECT billed_until FROM vm_meters WHERE billed_until < $1 ORDER BY billed_until LIMIT 1', [lastBoundary]);
     if (oldest.rows.length === 0) return { claimed: 0, written: 0 };
     const behind = Math.ceil((lastBoundary.getTime() - oldest.rows[0]!.billed_until.getTime()) / this.intervalMs);
     const due = await tx.query<MeteredVm>(
-      `SELECT id, vmid, user_id, status, gpu_count, storage_gb, gpu_hourly_rate_micros, storage_hourly_rate_micros,
-              reservation_id, billed_until, network_bytes_total, network_bytes_billed
-         FROM vms
-        WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1
-        ORDER BY billed_until
+      `SELECT v.id, v.vmid, v.user_id, v.status, v.gpu_count, v.storage_gb, v.gpu_hourly_rate_micros, v.storage_hourly_rate_micros,
+              v.reservation_id, m.billed_until, v.network_bytes_total, m.network_bytes_billed
+         FROM vm_meters m JOIN vms v ON v.id = m.vm_id
+        WHERE m.billed_until < $1
+        ORDER BY m.billed_until
         LIMIT $2
-        FOR UPDATE SKIP LOCKED`,
+        FOR UPDATE OF m SKIP LOCKED`,
       [lastBoundary, Math.max(1, Math.floor(budget / Math.max(1, behind)))],
     );
     if (due.rows.length === 0) return { claimed: 0, written: 0 };
@@ -447,7 +456,7 @@ export class Meter {
   /** How many periods closing every boundary up to `toMs` writes (about: the VMs that accrue times the boundaries), and over how many VMs. */
   async periodsUpTo(toMs: number): Promise<{ periods: number; vms: number }> {
     const r = await this.db.query<{ vms: number; oldest: Date | null }>(
-      `SELECT count(*)::int8 AS vms, min(billed_until) AS oldest FROM vms WHERE billed_until IS NOT NULL AND status <> 'destroyed'`,
+      'SELECT count(*)::int8 AS vms, min(billed_until) AS oldest FROM vm_meters',
     );
     const { vms, oldest } = r.rows[0]!;
     if (!oldest) return { periods: 0, vms: 0 };
@@ -485,11 +494,10 @@ export class Meter {
     const r = await this.db.query<{ balance: number; hourly: number; vms: number; unbilled: number; oldest: Date }>(
       `SELECT u.balance_micros AS balance,
               sum(CASE WHEN v.status = 'running' THEN v.gpu_hourly_rate_micros ELSE 0 END + v.storage_hourly_rate_micros)::int8 AS hourly,
-              count(*)::int8 AS vms, sum(GREATEST(v.network_bytes_total - v.network_bytes_billed, 0))::int8 AS unbilled,
-              min(v.billed_until) AS oldest
-         FROM vms v JOIN users u ON u.id = v.user_id
-        WHERE v.billed_until IS NOT NULL AND v.status <> 'destroyed'
-          AND v.user_id IN (SELECT user_id FROM vms WHERE status = 'running')
+              count(*)::int8 AS vms, sum(GREATEST(v.network_bytes_total - m.network_bytes_billed, 0))::int8 AS unbilled,
+              min(m.billed_until) AS oldest
+         FROM vm_meters m JOIN vms v ON v.id = m.vm_id JOIN users u ON u.id = v.user_id
+        WHERE v.user_id IN (SELECT user_id FROM vms WHERE status = 'running')
         GROUP BY u.id`,
     );
     const first = this.lastBoundary(nowMs).getTime() + this.intervalMs;
@@ -524,8 +532,8 @@ export class Meter {
   async sampleTraffic(now: Date, read: TrafficReader, opts: { all?: boolean } = {}): Promise<number> {
     const lastBoundary = opts.all ? 'infinity' : this.lastBoundary(now.getTime());
     const due = await this.db.query<{ id: string; vmid: number; node: string; hv_ref: string | null; network_bytes_total: number }>(
-      `SELECT id, vmid, node, hv_ref, network_bytes_total FROM vms
-        WHERE billed_until IS NOT NULL AND status <> 'destroyed' AND billed_until < $1 AND provisioned`,
+      `SELECT v.id, v.vmid, v.node, v.hv_ref, v.network_bytes_total FROM vm_meters m JOIN vms v ON v.id = m.vm_id
+        WHERE m.billed_until < $1 AND v.provisioned`,
       [lastBoundary],
     );
     const byNode = new Map<string, typeof due.rows>();

@@ -108,7 +108,7 @@ export class UsageService {
         storage_hourly_rate_micros: number;
       }>(
         `SELECT id, vmid, gpu_type, gpu_count, storage_gb, status, gpu_hourly_rate_micros, storage_hourly_rate_micros
-           FROM vms WHERE user_id = $1 AND status <> 'destroyed' AND (status = 'running' OR billed_until IS NOT NULL)
+           FROM vms WHERE user_id = $1 AND status <> 'destroyed' AND (status = 'running' OR EXISTS (SELECT 1 FROM vm_meters m WHERE m.vm_id = vms.id))
           ORDER BY seq DESC`,
         [userId],
       )

@@ -19,10 +19,15 @@ export interface Queryable {
   query<T = Row>(sql: string, params?: readonly unknown[]): Promise<QueryResult<T>>;
 }
 
+/** A transaction in progress: queries, and scripts of several statements (migrations). */
+export interface Transaction extends Queryable {
+  exec(sql: string): Promise<void>;
+}
+
 export interface Db extends Queryable {
   readonly kind: 'pglite' | 'postgres';
   /** Runs fn in one transaction; retried on serialization failures and deadlocks. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
   /** Runs a multi-statement script (migrations). */
   exec(sql: string): Promise<void>;
   close(): Promise<void>;
@@ -72,15 +77,19 @@ export class PostgresDb implements Db {
     await this.pool.query(sql);
   }
 
-  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       const client = await this.pool.connect();
       try {
         await client.query('BEGIN');
-        const tx: Queryable = {
+        const tx: Transaction = {
           query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
             const r = await client.query(sql, params as unknown[]);
             return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+          },
+          // Without parameters pg uses the simple query protocol, which runs several statements.
+          exec: async (sql: string) => {
+            await client.query(sql);
           },
         };
         const body = withAfterCommit(() => fn(tx));
@@ -147,14 +156,17 @@ export class PgliteDb implements Db {
     await this.pg.exec(sql);
   }
 
-  async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+  async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     let committed: () => void = () => {};
     let callbacks: (() => void)[] = [];
     const result = await this.pg.transaction(async (t) => {
-      const tx: Queryable = {
+      const tx: Transaction = {
         query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
           const r = await t.query<R>(sql, params as unknown[]);
           return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+        },
+        exec: async (sql: string) => {
+          await t.exec(sql);
         },
       };
       const body = withAfterCommit(() => fn(tx));

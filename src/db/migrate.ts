@@ -37,20 +37,11 @@ export async function migrate(db: Db, migrations = loadMigrations()): Promise<st
     const applied: string[] = [];
     for (const m of migrations) {
       if (done.has(m.version)) continue;
-      // Each file may hold several statements; the simple-query protocol runs them in this transaction.
-      for (const stmt of splitStatements(m.sql)) await tx.query(stmt);
+      // Each file is one script of several statements, run as a whole inside this transaction.
+      await tx.exec(m.sql);
       await tx.query('INSERT INTO schema_migrations (version) VALUES ($1)', [m.version]);
       applied.push(m.version);
     }
     return applied;
   });
-}
-
-/** Splits a migration on semicolons at line ends (our migrations keep no semicolons inside bodies). */
-export function splitStatements(sql: string): string[] {
-  return sql
-    .replace(/^\s*--.*$/gm, '')
-    .split(/;\s*$/m)
-    .map((s) => s.trim())
-    .filter(Boolean);
 }

@@ -95,7 +95,7 @@ export interface Services {
 
 export function createServices(deps: AppDeps): Services {
   const clock = deps.clock.clock;
-  const passwords = new PasswordHasher(deps.config.passwordHashConcurrency);
+  const passwords = new PasswordHasher(deps.config.passwordHashConcurrency, undefined, deps.config.passwordHashCost);
   const tokens = new TokenService(deps.jwtSecret, clock);
   const sshKeys = new SshKeyService(deps.db, clock);
   const adminUsers = new AdminUserService(deps.db, clock);

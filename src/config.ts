@@ -43,6 +43,8 @@ export interface Config {
   portalUrl: string;
   /** Max password hashes computed at once (memory bound for login floods). */
   passwordHashConcurrency: number;
+  /** argon2id's cost: `test` (cheap) only for test suites, refused in production. */
+  passwordHashCost: 'standard' | 'test';
   /** Host agents: seconds between heartbeats, ACPI power-down grace, boot deadline. */
   agentHeartbeatS: number;
   agentStopTimeoutS: number;
@@ -186,6 +188,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (clock === 'manual' && nodeEnv === 'production') {
     throw new ConfigError('GPUCLOUD_CLOCK', 'manual is refused when NODE_ENV=production');
   }
+  const passwordHashCost = oneOf(env, 'GPUCLOUD_PASSWORD_HASH_COST', ['standard', 'test'] as const, 'standard');
+  if (passwordHashCost === 'test' && nodeEnv === 'production') {
+    throw new ConfigError('GPUCLOUD_PASSWORD_HASH_COST', 'test is refused when NODE_ENV=production');
+  }
   const metricsToken = str(env, 'GPUCLOUD_METRICS_TOKEN');
   if (metricsToken !== undefined && (metricsToken.length < 32 || !/^[\x21-\x7e]+$/.test(metricsToken))) {
     throw new ConfigError('GPUCLOUD_METRICS_TOKEN', 'must be at least 32 printable characters without spaces');
@@ -248,6 +254,7 @@ export function loadConfig(env: Env = process.env): Config {
     networkPricePerGbMicros: money(env, 'GPUCLOUD_NETWORK_PRICE_GB'),
     portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(/\/+$/, ''),
     passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
+    passwordHashCost,
     agentHeartbeatS: int(env, 'GPUCLOUD_AGENT_HEARTBEAT_S', 10, 1, 3600),
     agentStopTimeoutS: int(env, 'GPUCLOUD_AGENT_STOP_TIMEOUT_S', 60, 0, 240),
     // Within the 5-minute claim of a hypervisor action, with room for the rest of the action.

@@ -144,6 +144,25 @@ describe('config defaults (D45)', () => {
     assert.equal(c.redisUrl, 'rediss://:pw@redis.example.com:6380');
   });
 
+  test('webhooks: private addresses off and a 10 s deadline by default; both can be set, the deadline within 1..30', () => {
+    assert.deepEqual([loadConfig({}).webhookAllowPrivate, loadConfig({}).webhookTimeoutS], [false, 10]);
+    const c = loadConfig({ GPUCLOUD_WEBHOOK_ALLOW_PRIVATE: '1', GPUCLOUD_WEBHOOK_TIMEOUT_S: '3' });
+    assert.deepEqual([c.webhookAllowPrivate, c.webhookTimeoutS], [true, 3]);
+    for (const [name, value] of [['GPUCLOUD_WEBHOOK_ALLOW_PRIVATE', 'maybe'], ['GPUCLOUD_WEBHOOK_TIMEOUT_S', '0'], ['GPUCLOUD_WEBHOOK_TIMEOUT_S', '31']]) {
+      assert.throws(() => loadConfig({ [name!]: value! }), (e: unknown) => e instanceof ConfigError && e.variable === name);
+    }
+  });
+
+  test('the cheap password hash is for test suites only: refused in production', () => {
+    assert.equal(loadConfig({}).passwordHashCost, 'standard');
+    assert.equal(loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'test' }).passwordHashCost, 'test');
+    assert.throws(
+      () => loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'test', NODE_ENV: 'production' }),
+      (e: unknown) => e instanceof ConfigError && e.variable === 'GPUCLOUD_PASSWORD_HASH_COST' && /production/.test(e.message),
+    );
+    assert.throws(() => loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'cheap' }), /GPUCLOUD_PASSWORD_HASH_COST: must be one of standard, test/);
+  });
+
   test('the manual clock is allowed outside production', () => {
     assert.equal(loadConfig({ GPUCLOUD_CLOCK: 'manual', NODE_ENV: 'test' }).clock, 'manual');
     assert.equal(loadConfig({ GPUCLOUD_CLOCK: 'system', NODE_ENV: 'production' }).clock, 'system');

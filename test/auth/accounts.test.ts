@@ -283,12 +283,18 @@ describeEachDb('accounts', (t) => {
     }
   });
 
-  test('the dummy hash for unknown emails has the parameters of real hashes (D11)', async () => {
-    const real = await t().services.passwords.hash('some-password-123');
+  test('the dummy hash for unknown emails has the parameters of real hashes, at either cost', async () => {
     const params = (h: string) => h.split('$').slice(1, 4).join('$');
-    assert.equal(params(DUMMY_HASH), params(real));
-    assert.match(params(real), /^argon2id\$v=19\$m=\d+,t=\d+,p=\d+$/);
-    assert.equal(await t().services.passwords.verify(DUMMY_HASH, 'some-password-123'), false);
+    for (const hasher of [t().services.passwords, new PasswordHasher(1), new PasswordHasher(1, 1, 'test')]) {
+      const real = await hasher.hash('some-password-123');
+      assert.equal(params(hasher.dummyHash), params(real));
+      assert.match(params(real), /^argon2id\$v=19\$m=\d+,t=\d+,p=\d+$/);
+      assert.equal(await hasher.verify(hasher.dummyHash, 'some-password-123'), false);
+    }
+    assert.equal(new PasswordHasher(1).dummyHash, DUMMY_HASH);
+    assert.equal(params(DUMMY_HASH), 'argon2id$v=19$m=19456,t=2,p=1', 'production: OWASP\'s parameters');
+    // A hash made at one cost verifies at the other: the parameters travel in the hash.
+    assert.equal(await new PasswordHasher(1).verify(await new PasswordHasher(1, 1, 'test').hash('pw-123456789012'), 'pw-123456789012'), true);
   });
 
   test('login: validation and edge inputs', async () => {

@@ -75,6 +75,8 @@ export function testConfig(env: Record<string, string> = {}): Config {
   return loadConfig({
     GPUCLOUD_CLOCK: 'manual',
     GPUCLOUD_CLOCK_START: TEST_CLOCK_START,
+    // Cheap argon2 (never in production): the suite's time goes to behaviour, not to hashing.
+    GPUCLOUD_PASSWORD_HASH_COST: 'test',
     LOG_LEVEL: 'silent',
     GPUCLOUD_JWT_SECRET: JWT_SECRET,
     GPUCLOUD_RATE_LIMIT_LOGIN: '1000',

@@ -9,6 +9,16 @@ import { AppError } from '../../errors.js';
 const OPTIONS = { algorithm: Algorithm.Argon2id, memoryCost: 19_456, timeCost: 2, parallelism: 1 } as const;
 
 /**
+ * The cost a test suite may choose (GPUCLOUD_PASSWORD_HASH_COST=test, which
+ * the configuration refuses under NODE_ENV=production): 1 MiB and one pass,
+ * about 2 ms instead of 45, so a suite's time goes to behaviour. Hashes made
+ * either way verify either way: the parameters travel in the hash.
+ */
+const TEST_OPTIONS = { algorithm: Algorithm.Argon2id, memoryCost: 1024, timeCost: 1, parallelism: 1 } as const;
+
+export type PasswordHashCost = 'standard' | 'test';
+
+/**
  * A fixed argon2id hash with exactly OPTIONS' parameters (of a throwaway
  * password), verified against for unknown emails so that they cost one verify
  * like a known email (D11). It is a constant rather than computed on first use,
@@ -16,15 +26,25 @@ const OPTIONS = { algorithm: Algorithm.Argon2id, memoryCost: 19_456, timeCost: 2
  * tell. test/auth/accounts.test.ts checks that its parameters match OPTIONS.
  */
 export const DUMMY_HASH = '$argon2id$v=19$m=19456,t=2,p=1$HZ7GB94vG06SmCGhOPKWlw$8BjgZfKBVqyrvWeLfYndmTmF6NOJRK2WZhH/43hMG+8';
+/** The same, at the test cost. */
+const TEST_DUMMY_HASH = '$argon2id$v=19$m=1024,t=1,p=1$vDDSTeCotjtANdtANPiSyQ$AjAfzJw2lev/apCgs62+57zEihw8e7SpInWg0IBK0u8';
 
 export class PasswordHasher {
   private running = 0;
   private readonly waiting: Array<() => void> = [];
 
+  private readonly options: typeof OPTIONS | typeof TEST_OPTIONS;
+  /** What unknown emails are verified against: a hash with the parameters this hasher makes. */
+  readonly dummyHash: string;
+
   constructor(
     private readonly concurrency: number,
     private readonly maxQueue = 256,
-  ) {}
+    cost: PasswordHashCost = 'standard',
+  ) {
+    this.options = cost === 'test' ? TEST_OPTIONS : OPTIONS;
+    this.dummyHash = cost === 'test' ? TEST_DUMMY_HASH : DUMMY_HASH;
+  }
 
   private async slot<T>(fn: () => Promise<T>): Promise<T> {
     if (this.running >= this.concurrency) {
@@ -47,7 +67,7 @@ export class PasswordHasher {
   }
 
   hash(password: string): Promise<string> {
-    return this.slot(() => hash(password, OPTIONS));
+    return this.slot(() => hash(password, this.options));
   }
 
   /** Constant-time comparison inside argon2; a malformed stored hash is simply "no". */
@@ -57,7 +77,7 @@ export class PasswordHasher {
 
   /** Spends the same time as a real verify, for unknown emails (D11). */
   async verifyDummy(password: string): Promise<false> {
-    await this.verify(DUMMY_HASH, password);
+    await this.verify(this.dummyHash, password);
     return false;
   }
 }

@@ -280,6 +280,27 @@ describeEachDb(
       await remove(h.id);
     });
 
+    test('a secret sealed under another signing secret is a failed attempt that says to rotate, and rotating mends it', async () => {
+      rec.received.length = 0;
+      rec.answer = () => 200;
+      const h = await hook({ url: `${rec.url}/resealed`, event_types: ['api_key.created'] });
+      await makeEvent();
+      // An instance whose own signing secret differs (it was changed) cannot read the sealed secret.
+      const other = new WebhookService(t().db, t().clock, { secret: 'another-signing-secret-'.padEnd(48, 'y'), allowPrivate: true, timeoutMs: 2000 });
+      assert.equal(await other.deliverDue(), 1);
+      assert.equal(rec.received.length, 0);
+      const [a] = await attempts(h.id);
+      assert.deepEqual([a!.outcome, a!.status_code], ['retrying', null]);
+      assert.match(a!.error!, /signing secret cannot be read.*rotate-secret/);
+      // The owner rotates through the changed service: the new secret signs alone (the old one cannot be read).
+      const rot = await other.rotateSecret({ userId: u.id, email: u.email, role: 'user', scope: 'read_write', via: 'session' }, h.id);
+      await advance(5);
+      assert.equal(await other.deliverDue(), 1);
+      assert.equal(String(rec.received[0]!.headers['webhook-signature']).split(' ').length, 1);
+      assert.equal(rec.verify(rec.received[0]!, rot.secret).type, 'api_key.created');
+      await remove(h.id);
+    });
+
     test('a VM\'s events arrive in order: a later one waits while an earlier one is retried', async () => {
       rec.received.length = 0;
       let failedOnce = false;

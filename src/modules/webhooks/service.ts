@@ -253,9 +253,16 @@ export class WebhookService {
     return claimed.length;
   }
 
+  /** The secrets that sign now: the current one (throws when it cannot be read), and the previous one in its overlap if it can be. */
   private secretsOf(d: repo.ClaimedDelivery, now: Date): string[] {
     const secrets = [open(this.key, d.secret)];
-    if (d.previous_secret && d.previous_secret_until && d.previous_secret_until.getTime() > now.getTime()) secrets.push(open(this.key, d.previous_secret));
+    if (d.previous_secret && d.previous_secret_until && d.previous_secret_until.getTime() > now.getTime()) {
+      try {
+        secrets.push(open(this.key, d.previous_secret));
+      } catch {
+        // Sealed under a signing secret the service no longer has (the rotation that followed it mended this).
+      }
+    }
     return secrets;
   }
 
@@ -273,8 +280,15 @@ export class WebhookService {
     const body = WebhookService.payload(d);
     // The signature's timestamp is real time: receivers check it against their own clocks to refuse replays.
     const timestampS = Math.floor(realTimeMs() / 1000);
-    const headers = signedHeaders(this.secretsOf(d, this.clock.now()), d.event_id, timestampS, body);
-    const sent = await postJson(d.url, headers, body, { timeoutMs: this.o.timeoutMs, allowPrivate: this.o.allowPrivate });
+    let secrets: string[] | undefined;
+    try {
+      secrets = this.secretsOf(d, this.clock.now());
+    } catch {
+      // Sealed under a signing secret the service no longer has: nothing can be signed until the owner rotates it.
+    }
+    const sent = secrets
+      ? await postJson(d.url, signedHeaders(secrets, d.event_id, timestampS, body), body, { timeoutMs: this.o.timeoutMs, allowPrivate: this.o.allowPrivate })
+      : { error: 'the signing secret cannot be read (the service\'s own secret changed): rotate it with POST /webhooks/{id}/rotate-secret', durationMs: 0 };
     const ok = sent.status !== undefined && sent.status >= 200 && sent.status < 300;
     const now = this.clock.now();
     await this.db.transaction(async (tx) => {

@@ -176,6 +176,7 @@ describeEachDb(
       const evs = (await t().req('GET', '/events', { token: key, query: { type: 'webhook.disabled' } })).body;
       assert.equal(evs.length, 1);
       assert.equal(evs[0].data.webhook_id, dead.id);
+      assert.equal('url' in evs[0].data, false, 'not the URL: read_only keys read events');
       const told = rec.received.filter((r) => r.path === '/watch').map((r) => rec.verify(r, watcher.secret));
       assert.deepEqual(told.map((p) => [p.type, p.data.data.webhook_id]), [['webhook.disabled', dead.id]], 'the owner\'s other endpoint hears of it');
       // Off: nothing is queued or sent for it.

@@ -331,7 +331,8 @@ export class WebhookService {
         await recordEvent(tx, {
           type: 'webhook.disabled',
           userId: owner!,
-          data: { webhook_id: d.webhook_id, url: d.url, reason: 'failing', failing_since: failingSince!.toISOString() },
+          // Not the URL: events are readable with a read_only key, and a receiver's URL is often a credential.
+          data: { webhook_id: d.webhook_id, reason: 'failing', failing_since: failingSince!.toISOString() },
           at: now,
         });
         this.o.log?.warn({ webhook: d.webhook_id }, 'webhook endpoint turned off: its deliveries failed for 5 days');

@@ -332,8 +332,8 @@ export class GpuCloudClient {
     const stop = new AbortController();
     const timer = setTimeout(() => stop.abort(), timeoutMs);
     try {
-      for await (const item of this.streamEvents({ vmId: vm.id, types: ['vm.status_changed', 'vm.destroyed'], signal: stop.signal }, true)) {
-        void item;
+      // Each item, the stream opening or a change it reports, is a reason to read the VM again.
+      for await (const _ of this.streamEvents({ vmId: vm.id, types: ['vm.status_changed', 'vm.destroyed'], signal: stop.signal })) {
         vm = await this.getVm(vm.id);
         if (await arrived(vm)) return vm;
       }
@@ -371,14 +371,14 @@ export class GpuCloudClient {
    * throws GpuCloudError.
    */
   async *followEvents(opts: FollowEventsOptions = {}): AsyncGenerator<ApiEvent> {
-    for await (const item of this.streamEvents(opts, true)) {
+    for await (const item of this.streamEvents(opts)) {
       if (item === 'open') opts.onOpen?.();
       else yield item;
     }
   }
 
-  /** followEvents, with `'open'` each time a connection is established when `opens` is set. */
-  private async *streamEvents(opts: FollowEventsOptions, opens: boolean): AsyncGenerator<ApiEvent | 'open'> {
+  /** followEvents, with `'open'` each time a connection is established. */
+  private async *streamEvents(opts: FollowEventsOptions): AsyncGenerator<ApiEvent | 'open'> {
     let last = opts.after;
     const query: { type?: string[]; vm_id?: string } = {};
     if (opts.types?.length) query.type = [...opts.types];
@@ -399,7 +399,7 @@ export class GpuCloudClient {
         await this.sleep(2000); // the network: try again
         continue;
       }
-      if (opens) yield 'open';
+      yield 'open';
       for await (const e of readServerSentEvents(body!, opts.signal)) {
         last = e.id;
         yield e;

@@ -5,6 +5,7 @@
  * with GET /events (docs/events.md).
  */
 import type { Queryable } from '../../db/db.js';
+import { validation } from '../../errors.js';
 import { newOrderedId } from '../../ids.js';
 
 export const EVENT_TYPES = [
@@ -32,6 +33,12 @@ export const EVENT_TYPES = [
   'webhook.disabled',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
+
+/** 422 on `field` naming the first of `types` that is not one of `known`, and the types that are. */
+export function assertKnownTypes(field: string, types: readonly string[], known: readonly string[] = EVENT_TYPES): void {
+  const unknown = types.find((t) => !known.includes(t));
+  if (unknown !== undefined) throw validation(field, `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${known.join(', ')}`);
+}
 
 export interface EventRow {
   id: string;
@@ -66,6 +73,11 @@ export async function recordEvent(
     [id, e.type, e.userId, e.vmId ?? null, JSON.stringify(e.data ?? {}), e.at, e.webhookId ?? null],
   );
   return id;
+}
+
+/** An event as the API shows it: in GET /events, the event stream and webhook deliveries alike. */
+export function eventRecord(e: Pick<EventRow, 'id' | 'type' | 'created_at' | 'vm_id' | 'data'>) {
+  return { id: e.id, type: e.type, created_at: e.created_at.toISOString(), vm_id: e.vm_id, data: e.data };
 }
 
 /** Whose events a reader sees: their own, and an operator (admin) also the nodes'. */

@@ -6,7 +6,7 @@ import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { AppError, validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
-import { EVENT_TYPES, listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
+import { assertKnownTypes, EVENT_TYPES, eventRecord, listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
 import { EventHub } from './hub.js';
 import type { Principal } from '../../http/principal.js';
 import { UUID_RE } from '../../ids.js';
@@ -67,7 +67,7 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       const afterSeq = req.query.after ? await cursor(db, reader, req.query.after, 'query.after') : 0;
       const rows = await listEvents(db, reader, { afterSeq, types, vmId: req.query.vm_id ?? null, limit: req.query.limit ?? 50 });
       reply.header('cache-control', 'no-store');
-      return rows.map(toEvent);
+      return rows.map(eventRecord);
     },
   );
 
@@ -134,7 +134,7 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
         if (ended || sent.has(e.id)) return;
         sent.add(e.id);
         if (sent.size > SENT_MEMORY) sent.delete(sent.values().next().value!);
-        res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(toEvent(e))}\n\n`);
+        res.write(`id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(eventRecord(e))}\n\n`);
         if (res.writableLength > MAX_BEHIND_BYTES) end(); // resumes with Last-Event-ID
       };
       // Live events wait while what was missed is sent first.
@@ -202,8 +202,7 @@ function readerOf(principal: Principal | undefined): EventReader {
 /** The types asked for (repeated or comma-separated), or null for all; an unknown one is 422. */
 function parseTypes(raw: string[] | undefined): string[] | null {
   const types = raw?.flatMap((t) => t.split(',')).map((t) => t.trim()).filter(Boolean) ?? [];
-  const unknown = types.find((t) => !(EVENT_TYPES as readonly string[]).includes(t));
-  if (unknown !== undefined) throw validation('query.type', `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${EVENT_TYPES.join(', ')}`);
+  assertKnownTypes('query.type', types);
   return types.length ? types : null;
 }
 
@@ -212,8 +211,4 @@ async function cursor(db: Db, reader: EventReader, id: string, field: string): P
   const seq = await positionOf(db, reader, id);
   if (seq === undefined) throw validation(field, 'no such event of yours');
   return Number(seq);
-}
-
-function toEvent(e: EventRow) {
-  return { id: e.id, type: e.type, created_at: e.created_at.toISOString(), vm_id: e.vm_id, data: e.data };
 }

@@ -98,6 +98,16 @@ class ForbiddenAddress extends Error {
   readonly code = 'EFORBIDDEN';
 }
 
+/** The first of `addresses` a webhook may not go to (none when private addresses are allowed). */
+const firstForbidden = (addresses: readonly LookupAddress[], allowPrivate: boolean) =>
+  allowPrivate ? undefined : addresses.find((a) => isForbiddenAddress(a.address));
+
+/** All the addresses a name resolves to, in the resolver's order. */
+const resolveAll = (host: string, family = 0) =>
+  new Promise<LookupAddress[]>((resolve, reject) =>
+    dnsLookup(host, { all: true, verbatim: true, family }, (err, addresses) => (err ? reject(err) : resolve(addresses))),
+  );
+
 const forbiddenMessage = (host: string, address: string) =>
   host === address
     ? `${address} is a loopback, private, link-local, multicast or reserved address`
@@ -113,28 +123,25 @@ export async function hostProblem(raw: string, allowPrivate: boolean): Promise<s
   if (isIP(host)) return !allowPrivate && isForbiddenAddress(host) ? forbiddenMessage(host, host) : undefined;
   let addresses: LookupAddress[];
   try {
-    addresses = await new Promise<LookupAddress[]>((resolve, reject) =>
-      dnsLookup(host, { all: true, verbatim: true }, (err, a) => (err ? reject(err) : resolve(a))),
-    );
+    addresses = await resolveAll(host);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     return code === 'ENOTFOUND' || code === 'ENODATA' ? `${host} does not resolve` : undefined;
   }
-  const bad = allowPrivate ? undefined : addresses.find((a) => isForbiddenAddress(a.address));
+  const bad = firstForbidden(addresses, allowPrivate);
   return bad ? forbiddenMessage(host, bad.address) : undefined;
 }
 
 /** A resolver for http.request that refuses names resolving to forbidden addresses, on the connection itself. */
 function safeLookup(allowPrivate: boolean) {
   return (hostname: string, options: { all?: boolean; family?: number }, callback: (...args: unknown[]) => void): void => {
-    dnsLookup(hostname, { all: true, verbatim: true, family: options.family ?? 0 }, (err, addresses) => {
-      if (err) return callback(err);
-      const bad = allowPrivate ? undefined : addresses.find((a) => isForbiddenAddress(a.address));
+    resolveAll(hostname, options.family ?? 0).then((addresses) => {
+      const bad = firstForbidden(addresses, allowPrivate);
       if (bad) return callback(new ForbiddenAddress(forbiddenMessage(hostname, bad.address)));
       if (addresses.length === 0) return callback(Object.assign(new Error(`${hostname} does not resolve`), { code: 'ENOTFOUND' }));
       if (options.all) return callback(null, addresses);
       callback(null, addresses[0]!.address, addresses[0]!.family);
-    });
+    }, callback);
   };
 }
 

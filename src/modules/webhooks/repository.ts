@@ -220,7 +220,7 @@ export async function disableFailing(q: Queryable, webhookId: string, reason: st
   return (r.rowCount ?? 0) > 0;
 }
 
-/** Attempts older than `before` whose delivery is over, with their finished deliveries (housekeeping). */
+/** Finished deliveries (succeeded or given up) made before `before`, with their attempts (housekeeping). */
 export async function purgeFinished(q: Queryable, before: Date): Promise<number> {
   const r = await q.query(`DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < $1`, [before]);
   return r.rowCount ?? 0;

@@ -16,7 +16,7 @@ import { deriveKey, open, seal } from '../../crypto.js';
 import { newId, newOrderedId } from '../../ids.js';
 import type { Principal } from '../../http/principal.js';
 import { Loop } from '../../jobs/loop.js';
-import { EVENT_TYPES, recordEvent } from '../events/repository.js';
+import { assertKnownTypes, EVENT_TYPES, eventRecord, recordEvent } from '../events/repository.js';
 import * as repo from './repository.js';
 import { hostProblem, postJson, urlFormProblem } from './outbound.js';
 import { newSecret, signedHeaders } from './signing.js';
@@ -117,16 +117,10 @@ export class WebhookService {
 
   private checkTypes(p: Principal, types: string[] | null | undefined): string[] | null {
     if (types == null) return null;
-    const known = SUBSCRIBABLE_TYPES as readonly string[];
-    const unknown = types.find((t) => !known.includes(t));
-    if (unknown !== undefined) throw validation('body.event_types', `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${known.join(', ')}`);
+    assertKnownTypes('body.event_types', types, SUBSCRIBABLE_TYPES);
     const operator = types.find((t) => OPERATOR_TYPES.includes(t));
     if (operator && p.role !== 'admin') throw validation('body.event_types', `${operator} goes to administrators only`);
     return [...new Set(types)];
-  }
-
-  private description(d: string | undefined): string | undefined {
-    return d === undefined ? undefined : d.trim();
   }
 
   async create(p: Principal, input: { url: string; event_types?: string[] | null; description?: string }): Promise<WebhookRecord & { secret: string }> {
@@ -144,7 +138,7 @@ export class WebhookService {
         userId: p.userId,
         url,
         eventTypes,
-        description: this.description(input.description) ?? '',
+        description: input.description?.trim() ?? '',
         secret: seal(this.key, secret),
         now,
       });
@@ -180,9 +174,10 @@ export class WebhookService {
         {
           url: url ?? row.url,
           event_types: eventTypes === undefined ? row.event_types : eventTypes,
-          description: this.description(input.description) ?? row.description,
+          description: input.description?.trim() ?? row.description,
           enabled,
-          disabled_reason: enabled ? null : input.enabled === false ? null : row.disabled_reason,
+          // Only the service's own turning off has a reason, and it lasts until the endpoint is turned on.
+          disabled_reason: enabled || input.enabled === false ? null : row.disabled_reason,
           // A new URL or a fresh start: the failures before no longer count.
           failing_since: reenabled || (url !== undefined && url !== row.url) ? null : row.failing_since,
         },
@@ -253,39 +248,38 @@ export class WebhookService {
     return claimed.length;
   }
 
-  /** The secrets that sign now: the current one (throws when it cannot be read), and the previous one in its overlap if it can be. */
-  private secretsOf(d: repo.ClaimedDelivery, now: Date): string[] {
-    const secrets = [open(this.key, d.secret)];
-    if (d.previous_secret && d.previous_secret_until && d.previous_secret_until.getTime() > now.getTime()) {
-      try {
-        secrets.push(open(this.key, d.previous_secret));
-      } catch {
-        // Sealed under a signing secret the service no longer has (the rotation that followed it mended this).
-      }
+  /** A sealed secret in clear, or undefined when it was sealed under a signing secret the service no longer has. */
+  private unseal(sealed: string): string | undefined {
+    try {
+      return open(this.key, sealed);
+    } catch {
+      return undefined;
     }
-    return secrets;
+  }
+
+  /**
+   * The secrets that sign now: the current one and, in its overlap, the previous one; none when the
+   * current one cannot be read (until its owner rotates it). An unreadable previous one is left out.
+   */
+  private secretsOf(d: repo.ClaimedDelivery, now: Date): string[] | undefined {
+    const current = this.unseal(d.secret);
+    if (current === undefined) return undefined;
+    const overlapping = d.previous_secret && d.previous_secret_until && d.previous_secret_until.getTime() > now.getTime();
+    const previous = overlapping ? this.unseal(d.previous_secret!) : undefined;
+    return previous === undefined ? [current] : [current, previous];
   }
 
   /** The body of a delivery: the event as GET /events gives it, under the Standard Webhooks envelope. */
   static payload(d: Pick<repo.ClaimedDelivery, 'event_id' | 'type' | 'vm_id' | 'data' | 'created_at'>): string {
-    const at = d.created_at.toISOString();
-    return JSON.stringify({
-      type: d.type,
-      timestamp: at,
-      data: { id: d.event_id, type: d.type, created_at: at, vm_id: d.vm_id, data: d.data },
-    });
+    const event = eventRecord({ ...d, id: d.event_id });
+    return JSON.stringify({ type: event.type, timestamp: event.created_at, data: event });
   }
 
   private async attempt(d: repo.ClaimedDelivery, token: string): Promise<void> {
     const body = WebhookService.payload(d);
     // The signature's timestamp is real time: receivers check it against their own clocks to refuse replays.
     const timestampS = Math.floor(realTimeMs() / 1000);
-    let secrets: string[] | undefined;
-    try {
-      secrets = this.secretsOf(d, this.clock.now());
-    } catch {
-      // Sealed under a signing secret the service no longer has: nothing can be signed until the owner rotates it.
-    }
+    const secrets = this.secretsOf(d, this.clock.now());
     const sent = secrets
       ? await postJson(d.url, signedHeaders(secrets, d.event_id, timestampS, body), body, { timeoutMs: this.o.timeoutMs, allowPrivate: this.o.allowPrivate })
       : { error: 'the signing secret cannot be read (the service\'s own secret changed): rotate it with POST /webhooks/{id}/rotate-secret', durationMs: 0 };
@@ -294,17 +288,10 @@ export class WebhookService {
     await this.db.transaction(async (tx) => {
       const held = await repo.holdClaim(tx, d.webhook_id, d.event_id, token);
       if (!held) return; // another instance took the delivery over after our claim ran out; its attempt counts
-      let failingSince: Date | undefined;
-      let owner: number | undefined;
       const attempt = held.attempts + 1;
-      let disable = false;
       if (ok) await repo.markHealthy(tx, d.webhook_id);
-      else {
-        const w = await repo.markFailing(tx, d.webhook_id, now);
-        disable = w.enabled && now.getTime() - w.failing_since.getTime() >= DISABLE_AFTER_MS;
-        if (disable) failingSince = w.failing_since;
-        owner = w.user_id;
-      }
+      const failing = ok ? undefined : await repo.markFailing(tx, d.webhook_id, now);
+      const disable = !!failing && failing.enabled && now.getTime() - failing.failing_since.getTime() >= DISABLE_AFTER_MS;
       const retryIn = RETRY_DELAYS_MS[attempt - 1];
       const outcome = ok ? 'succeeded' : disable || retryIn === undefined ? 'given_up' : 'retrying';
       await repo.finishDelivery(tx, {
@@ -330,9 +317,9 @@ export class WebhookService {
         await repo.dropPending(tx, d.webhook_id);
         await recordEvent(tx, {
           type: 'webhook.disabled',
-          userId: owner!,
+          userId: failing!.user_id,
           // Not the URL: events are readable with a read_only key, and a receiver's URL is often a credential.
-          data: { webhook_id: d.webhook_id, reason: 'failing', failing_since: failingSince!.toISOString() },
+          data: { webhook_id: d.webhook_id, reason: 'failing', failing_since: failing!.failing_since.toISOString() },
           at: now,
         });
         this.o.log?.warn({ webhook: d.webhook_id }, 'webhook endpoint turned off: its deliveries failed for 5 days');

@@ -39,4 +39,36 @@ describeEachDb('offers snapshot across instances', (t) => {
     assert.equal(await price(t().app), 4.321);
     await within(OFFERS_MAX_AGE_MS + 500, async () => (await price(b)) === 4.321, 'the other instance shows the new price');
   });
+
+  test('answers kept per snapshot differ by query, keep X-Total-Count and follow a change', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const nodes: string[] = [];
+    for (let i = 0; i < 3; i++) nodes.push((await createNode(t(), admin.token, { gpu_type: '5090', gpu_count: 2 + i })).node);
+    const get = async (url: string) => {
+      const r = await t().req('GET', url);
+      assert.equal(r.status, 200, r.text);
+      assert.match(String(r.headers['content-type']), /^application\/json; charset=utf-8/);
+      return { offers: (r.body as { node: string; gpu_count: number }[]).filter((o) => nodes.includes(o.node)), total: Number(r.headers['x-total-count']), text: r.text };
+    };
+    const all = await get('/search?gpu_type=5090&limit=100');
+    assert.equal(all.offers.length, 3);
+    for (let round = 0; round < 2; round++) {
+      // The second round is answered from kept bodies: the same bytes, the same totals.
+      assert.equal((await get('/search?gpu_type=5090&limit=100')).text, all.text);
+      const second = await get('/search?gpu_type=5090&limit=1&offset=1');
+      assert.equal(second.total, all.total);
+      assert.equal(JSON.parse(second.text).length, 1);
+      const big = await get('/search?gpu_type=5090&min_gpus=4&limit=100');
+      assert.deepEqual(big.offers.map((o) => o.gpu_count), [4]);
+      assert.ok(big.total < all.total);
+    }
+    // Turning a node off replaces the snapshot: the same query no longer lists it.
+    const off = await t().req('PATCH', `/admin/nodes/${nodes[2]}`, { token: admin.token, body: { status: 'offline' } });
+    assert.equal(off.status, 200, off.text);
+    const after = await get('/search?gpu_type=5090&min_gpus=4&limit=100');
+    assert.deepEqual(after.offers, []);
+    const allAfter = await get('/search?gpu_type=5090&limit=100');
+    assert.equal(allAfter.total, all.total - 1);
+    assert.deepEqual(allAfter.offers.map((o) => o.node).sort(), nodes.slice(0, 2).sort());
+  });
 });

@@ -4,7 +4,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, Enum, errorResponses, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { GPU_TYPES, NODE_STATUSES } from './repository.js';
-import type { InventoryService } from './service.js';
+import { SnapshotBodies } from '../../http/snapshot-bodies.js';
+import type { InventoryService, OfferInputs } from './service.js';
 
 
 const GpuType = Enum(GPU_TYPES, 'GPU type');
@@ -127,6 +128,8 @@ const NodeParam = Type.Object({ node: Type.String({ maxLength: 200, description:
 export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
   const admin = { auth: 'admin' as const };
+  // Offers and prices are made only from the offers snapshot: each distinct answer is serialized once per snapshot.
+  const bodies = new SnapshotBodies<OfferInputs>();
 
   r.get(
     '/search',
@@ -153,7 +156,16 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: { auth: 'public' },
     },
-    async (req, reply) => page(reply, await inv.search({ ...req.query, ...paging(req.query) })),
+    async (req, reply) => {
+      const q = req.query;
+      const f = { ...q, ...paging(q) };
+      const key = JSON.stringify([q.gpu_type, q.min_gpus, q.max_price, q.rental_type, q.location, f.limit, f.offset]);
+      const inputs = await inv.offerInputs();
+      return bodies.send(reply, inputs, key, async () => {
+        const r = await inv.search(f, inputs);
+        return { payload: r.items, total: r.total };
+      });
+    },
   );
 
   r.get(
@@ -162,7 +174,10 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       schema: { tags: ['offers'], operationId: 'getPricing', summary: 'Current prices', description: 'The price list for every GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour, reserved discounts per term, and how many GPUs are on active nodes and free. No authentication.', security: [], response: { 200: PublicPricing, ...errorResponses(429) } },
       config: { auth: 'public' },
     },
-    async () => inv.publicPricing(),
+    async (_req, reply) => {
+      const inputs = await inv.offerInputs();
+      return bodies.send(reply, inputs, 'pricing', async () => ({ payload: await inv.publicPricing(inputs) }));
+    },
   );
 
   r.get(

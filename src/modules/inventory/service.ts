@@ -193,8 +193,11 @@ function percentField(field: string, v: number | undefined, fallback: number): n
   return bp;
 }
 
-/** What offers and the public price list are made of. */
-interface OfferInputs {
+/**
+ * What offers and the public price list are made of. One object per read: while nothing
+ * changes every search gets the same one, so its identity names the version of the offers.
+ */
+export interface OfferInputs {
   prices: PricingRow[];
   nodes: NodeRow[];
   usage: Map<string, GpuUsage>;
@@ -245,7 +248,8 @@ export class InventoryService {
   private offersSnapshot: { loadedAt: number; epoch: number; inputs: Promise<OfferInputs> } | undefined;
   private offersEpoch = 0;
 
-  private offerInputs(): Promise<OfferInputs> {
+  /** The current offers snapshot (read again when it changed or is older than OFFERS_MAX_AGE_MS). */
+  offerInputs(): Promise<OfferInputs> {
     const now = performance.now();
     const s = this.offersSnapshot;
     if (s && s.epoch === this.offersEpoch && now - s.loadedAt < OFFERS_MAX_AGE_MS) return s.inputs;
@@ -323,8 +327,8 @@ export class InventoryService {
   }
 
   /** D21: public prices with GPU totals and free GPUs on active nodes. */
-  async publicPricing() {
-    const { prices, nodes, usage } = await this.offerInputs();
+  async publicPricing(inputs?: OfferInputs) {
+    const { prices, nodes, usage } = inputs ?? (await this.offerInputs());
     const updated = prices.reduce((m, p) => Math.max(m, p.updated_at.getTime()), 0);
     return {
       currency: CURRENCY,
@@ -343,9 +347,9 @@ export class InventoryService {
 
   // ---- offers (D20) ----
 
-  async search(f: SearchFilters): Promise<{ items: Offer[]; total: number }> {
+  async search(f: SearchFilters, inputs?: OfferInputs): Promise<{ items: Offer[]; total: number }> {
     const rental = f.rental_type ?? 'on_demand';
-    const { prices, nodes, usage } = await this.offerInputs();
+    const { prices, nodes, usage } = inputs ?? (await this.offerInputs());
     const priceOf = new Map(prices.map((p) => [p.gpu_type, p]));
     const offers: Offer[] = [];
     for (const n of nodes) {

@@ -1,0 +1,40 @@
+/**
+ * Answers serialized once per snapshot. A public answer made only from an
+ * immutable snapshot (the offers) is the same bytes for every caller until the
+ * snapshot is replaced, so its serialized body is kept with the snapshot: a
+ * WeakMap keyed by the snapshot object, so a replaced snapshot takes its
+ * bodies with it and no body outlives the data it was made from. Only the
+ * serialization is saved; headers, rate limits and metrics run per request.
+ */
+import type { FastifyReply } from 'fastify';
+
+interface Body {
+  bytes: Buffer;
+  total: number | undefined;
+}
+
+/** Distinct queries kept per snapshot; beyond it, answers are serialized per request. */
+const MAX_PER_SNAPSHOT = 256;
+
+export class SnapshotBodies<Snapshot extends object> {
+  private readonly bodies = new WeakMap<Snapshot, Map<string, Body>>();
+
+  /**
+   * Sends the answer for `key` made from `snapshot`: the kept bytes, or what
+   * `make` returns, serialized with the route's response schema (200) and kept.
+   * `total`, when given, is sent as X-Total-Count.
+   */
+  async send(reply: FastifyReply, snapshot: Snapshot, key: string, make: () => Promise<{ payload: unknown; total?: number }>): Promise<FastifyReply> {
+    let forSnapshot = this.bodies.get(snapshot);
+    let body = forSnapshot?.get(key);
+    if (!body) {
+      const made = await make();
+      const serialized = reply.serialize(made.payload);
+      body = { bytes: typeof serialized === 'string' ? Buffer.from(serialized) : Buffer.from(serialized as Uint8Array), total: made.total };
+      if (!forSnapshot) this.bodies.set(snapshot, (forSnapshot = new Map()));
+      if (forSnapshot.size < MAX_PER_SNAPSHOT) forSnapshot.set(key, body);
+    }
+    if (body.total !== undefined) reply.header('X-Total-Count', String(body.total));
+    return reply.type('application/json; charset=utf-8').send(body.bytes);
+  }
+}

@@ -1,5 +1,5 @@
 /**
- * Money (CONTRACT D7): integer micro-units inside, numbers in the major unit
+ * Money (docs/billing.md#money): integer micro-units inside, numbers in the major unit
  * (6 decimals) at the API edge. No binary floating point arithmetic on amounts:
  * products and quotients go through BigInt with explicit half-up rounding.
  */

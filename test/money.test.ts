@@ -1,5 +1,5 @@
 /**
- * Money arithmetic (CONTRACT D7): integer micro-units inside, 6-decimal
+ * Money arithmetic (docs/billing.md#money): integer micro-units inside, 6-decimal
  * numbers at the edge, never binary floating point for amounts.
  */
 import { describe, test } from 'node:test';

@@ -1,6 +1,6 @@
 /**
- * The ledger check (`gpucloud admin ledger-check`, CONTRACT D30, D32, D37,
- * D38): silent after real money flows (credits, adjustments, deposits, usage
+ * The ledger check (`gpucloud admin ledger-check`, docs/billing.md#ledger-check):
+ * silent after real money flows (credits, adjustments, deposits, usage
  * drawn from reservations and charged to balances, cancellation refunds, the
  * refund of a failed reserved VM), and naming the account for every kind of
  * corruption made behind its back in SQL. Then the real CLI as a child
@@ -20,7 +20,7 @@ import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../h
 import { ledgerCheck, type LedgerProblem } from '../../src/modules/billing/ledger-check.js';
 import { PgliteDb } from '../../src/db/db.js';
 
-describeEachDb('ledgerCheck (D30)', (t) => {
+describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (t) => {
   let adminKey: string;
   let u1: { id: number; email: string; key: string };
   let u2: { id: number; email: string; key: string };

@@ -1,6 +1,7 @@
 /**
- * The credit ledger (CONTRACT D30), admin credits (D35, D41), balance and
- * transactions (D34, D3, D46), and the demo seed's credit (D44).
+ * The credit ledger (balance == sum of transactions), admin credits (with
+ * Idempotency-Key), balance and transactions (pagination, newest first,
+ * no-store), and the demo seed's credit.
  * After every test the ledger invariants are checked in SQL.
  */
 import { afterEach, before, describe, test } from 'node:test';
@@ -49,7 +50,7 @@ describeEachDb('credit ledger', (t) => {
     user = await createUser(t());
   });
 
-  // D30: balance == sum(transactions.amount) for every account, each row's balance_after is the running
+  // The ledger's rule: balance == sum(transactions.amount) for every account, each row's balance_after is the running
   // sum in insertion order, and the newest balance_after is the balance.
   afterEach(async () => {
     const db = t().db;
@@ -76,7 +77,7 @@ describeEachDb('credit ledger', (t) => {
     assert.deepEqual(await t().services.billing.ledgerProblems(), []);
   });
 
-  describe('admin credits (D35)', () => {
+  describe('admin credits: a credit when positive, an adjustment when negative', () => {
     test('a positive amount is 201 with a `credit` transaction; the balance follows', async () => {
       const u = await createUser(t());
       assert.equal(await balanceOf(u), 0);
@@ -189,7 +190,7 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(rows.length, 0);
     });
 
-    test('Idempotency-Key (D41): a replay credits once and returns the first response; another body is 422', async () => {
+    test('Idempotency-Key: a replay credits once and returns the first response; another body is 422', async () => {
       const u = await createUser(t());
       const key = { 'Idempotency-Key': `credit-${u.id}` };
       const first = await grant(u.id, { amount: 12.34, description: 'Top-up' }, key);
@@ -223,7 +224,7 @@ describeEachDb('credit ledger', (t) => {
     });
   });
 
-  describe('balance and transactions (D30, D34)', () => {
+  describe('balance and transactions', () => {
     test('GET /billing/balance is {balance, currency: "USD"}, per user, no-store; 401 without a token', async () => {
       const u = await createUser(t());
       const r = await req('GET', '/billing/balance', { token: u.token });
@@ -374,7 +375,7 @@ describeEachDb('credit ledger', (t) => {
     });
   });
 
-  describe('demo seed (D44)', () => {
+  describe('demo seed: a demo user with credit, once', () => {
     test('seedDemo twice (and twice at once): the nodes once, a demo user who can log in, exactly one credit', async () => {
       const [a, b] = await Promise.all([seedDemo(t().db, t().services), seedDemo(t().db, t().services)]);
       const c = await seedDemo(t().db, t().services);

@@ -1,4 +1,4 @@
-/** The pure arithmetic of metering (D32) and reservation quotes (D36), computed by hand. */
+/** The pure arithmetic of metering (periods, half-up rounding) and reservation quotes, computed by hand. */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { boundariesBetween, priceOfPeriod } from '../../src/modules/billing/meter.js';
@@ -17,7 +17,7 @@ const P4090: PricingRow = {
   updated_at: new Date(0),
 };
 
-describe('priceOfPeriod (D32)', () => {
+describe('priceOfPeriod: each part rounded half-up to the micro-unit, the total their sum', () => {
   const vm = { gpu_hourly_rate_micros: 880_000, storage_hourly_rate_micros: 20_000 };
 
   test('a whole hour running costs the hourly rate', () => {
@@ -65,7 +65,7 @@ describe('boundariesBetween', () => {
   });
 });
 
-describe('reservation quote (D36)', () => {
+describe('reservation quote: discounted rate x 730 h x months, 25 % fee', () => {
   test('1 x 4090, 100 GB, 1 month: 10 % off', () => {
     const q = quote(P4090, 1, 100, 1);
     assert.equal(q.gpuHourlyMicros, 396_000); // 0.44 x 0.9

@@ -1,6 +1,7 @@
 /**
- * Metering (D31-D34) with the manual clock and hand-computed amounts, exact to
- * the micro-unit; exactly-once periods across instances and crashes; low balance.
+ * Metering (rates, periods, usage reports, current spend) with the manual
+ * clock and hand-computed amounts, exact to the micro-unit; exactly-once
+ * periods across instances and crashes; low balance.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -39,7 +40,7 @@ describeEachDb('metering', (t) => {
     await alignToHour(t());
     const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101 } });
     assert.equal(c.status, 201, c.text);
-    // 1 x 4090 at 0.44/h + 100 GB at 0.0002/GB-h = 0.44 + 0.02 (D31)
+    // 1 x 4090 at 0.44/h + 100 GB at 0.0002/GB-h = 0.44 + 0.02: GPU rate + storage rate
     assert.equal(c.body.gpu_hourly_rate, 0.44);
     assert.equal(c.body.storage_hourly_rate, 0.02);
     assert.equal(c.body.hourly_rate, 0.46);
@@ -58,7 +59,7 @@ describeEachDb('metering', (t) => {
     assert.equal((await t().req('POST', `/vms/${c.body.id}/stop`, { token: key })).status, 200);
     await advance(t(), 0);
 
-    // Periods (micro-units), each part rounded half-up (D32):
+    // Periods (micro-units), each part rounded half-up, the total their sum:
     //  [H0, H0+37m]     running 37 min: gpu 440000*37/60 = 271333.3 -> 271333, storage 20000*37/60 = 12333.3 -> 12333
     //  [H0+37m, H1]     stopped 23 min: storage 7666.7 -> 7667
     //  [H1, H2]         stopped: storage 20000
@@ -137,7 +138,7 @@ describeEachDb('metering', (t) => {
     assert.equal(await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 675_000);
   });
 
-  test('current spend: running at the full rate, stopped at the storage rate (D34)', async () => {
+  test('current spend: running at the full rate, stopped at the storage rate', async () => {
     const { key, node } = await setup(t());
     const a = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100 } });
     const b = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 200, template_vmid: 100 } });
@@ -159,7 +160,7 @@ describeEachDb('metering', (t) => {
     assert.equal(s.headers['cache-control'], 'no-store');
   });
 
-  test('usage report validation and defaults (D34)', async () => {
+  test('usage report validation and defaults: inclusive UTC dates, the last 30 days, start after end is 422', async () => {
     const { key } = await setup(t());
     const bad: Record<string, string>[] = [{ start_date: '2026-13-01' }, { end_date: '2026-02-30' }, { start_date: 'yesterday' }, { start_date: '2026-11-10', end_date: '2026-11-01' }, { foo: 'x' }];
     for (const q of bad) {
@@ -189,7 +190,7 @@ describeEachDb('metering', (t) => {
     assert.equal(log[0]!.network_cost_micros, 0);
   });
 
-  test('low balance: a charge that leaves the balance at or below zero stops every running VM (D33)', async () => {
+  test('low balance: a charge that leaves the balance at or below zero stops every running VM', async () => {
     const { key, u, node } = await setup(t(), 1);
     await alignToHour(t());
     // 1 x 4090 + 50 GB = 0.45/h; with 1.00 of credit the check passes (needs 0.45); a second VM needs 0.90 total

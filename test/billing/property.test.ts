@@ -1,6 +1,7 @@
 /**
- * Property-based test of the money and capacity invariants (issue #4;
- * CONTRACT D22-D25, D30-D33, D37-D39), with fast-check: random sequences of
+ * Property-based test of the money and capacity invariants (placement,
+ * lifecycle, ledger, metering, low balance, reservations; docs/billing.md),
+ * with fast-check: random sequences of
  * creates (on-demand, interruptible, reserved), stops, starts, destroys,
  * preemptions, reservation cancellations, hypervisor faults, nodes going
  * offline and coming back, and clock
@@ -12,15 +13,17 @@
  *  - no balance moved without a transaction: each user's balance delta over
  *    the step equals the sum of the transactions the step wrote;
  *  - no node has more GPUs held than it has, and every VM's holds_gpus is
- *    what its status and rental type say (D24);
+ *    what its status and rental type say (a stopped VM releases its GPUs,
+ *    a stopped reserved VM keeps them);
  *  - reservations agree with their VMs (active -> reserved VM; cancelled or
  *    converted -> on-demand VM unless it is gone; completed -> destroyed VM;
  *    cancelled -> fee = 25 % half-up, nothing left; after a settled advance
  *    no active reservation is past its end);
  *  - usage is charged exactly once: each VM's usage periods are contiguous
  *    from its first start, none after its destruction, and a VM that never
- *    ran has none (D23, D32);
- *  - every API call answered below 500, with a code from D1's closed list.
+ *    ran has none;
+ *  - every API call answered below 500, with a code from the closed list of
+ *    error codes.
  *
  * One app per database; every run starts from fresh users and nodes and
  * destroys its VMs at the end so that the next run's clock advances stay
@@ -60,7 +63,7 @@ function replayCommand(seed: number, path: string | null | undefined): string {
 const MAX_STEPS = 15;
 const DAY_S = 86_400;
 
-/** D1: the closed list of error codes. */
+/** The closed list of error codes an error response may carry. */
 const CODES = new Set([
   'insufficient_balance', 'gpu_unavailable', 'invalid_state', 'not_found', 'rate_limited', 'validation_error', 'malformed_json',
   'payload_too_large', 'unsupported_media_type', 'invalid_code', 'unauthorized', 'forbidden', 'limit_exceeded', 'conflict',
@@ -155,7 +158,7 @@ interface Account {
 }
 
 describeEachDb(
-  'billing invariants under random operations (property, issue #4)',
+  'billing invariants under random operations (property)',
   (t) => {
     let adminKey: string;
     let adminId: number;
@@ -169,11 +172,11 @@ describeEachDb(
       sshKeyLine = (await import('../ssh-keys/keygen.js')).generateKey('ed25519').line;
     });
 
-    // Found by the property (PROPERTY_SEED=12 PROPERTY_RUNS=30): when D33 stops a broke user's running
-    // interruptible VM, the GPU it frees lets auto-restart (D25) bring back the user's other, interrupted VM,
+    // Found by the property (PROPERTY_SEED=12 PROPERTY_RUNS=30): when the low-balance rule stops a broke user's
+    // running interruptible VM, the GPU it frees lets auto-restart bring back the user's other, interrupted VM,
     // with no balance check, and it runs on credit that is used up until the next period close.
     test(
-      'D33: a user out of credit gets no VM auto-restarted (regression of seed 12)',
+      'low balance: a user out of credit gets no VM auto-restarted (regression of seed 12)',
       async () => {
         const node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
         const poor = await createUser(t());
@@ -211,13 +214,13 @@ describeEachDb(
       let runNo = 0;
       const timing = { setup: 0, perform: 0, check: 0 };
 
-      /** Every API call of the property goes through here: never a 5xx, and errors carry a D1 code. */
+      /** Every API call of the property goes through here: never a 5xx, and errors carry a code from the closed list. */
       const call = async (method: string, url: string, opts?: ReqOpts): Promise<Res> => {
         const r = await t().req(method, url, opts);
         const what = `${method} ${url.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, ':id').replace(/^\/admin\/nodes\/.+$/, '/admin/nodes/:node')}`;
         trace.push(`  ${what} -> ${r.status}${r.status >= 400 ? ` ${r.body?.code}` : ''}`);
         assert.ok(r.status < 500, `${what} answered ${r.status}: ${r.text}`);
-        if (r.status >= 400) assert.ok(CODES.has(r.body.code), `${what}: code ${r.body.code} is not in D1's list`);
+        if (r.status >= 400) assert.ok(CODES.has(r.body.code), `${what}: code ${r.body.code} is not in the closed list of error codes`);
         const key = `${what} ${r.status}`;
         statuses.set(key, (statuses.get(key) ?? 0) + 1);
         return r;
@@ -256,7 +259,7 @@ describeEachDb(
         }
         const apiBalances = await Promise.all(accounts.map((a) => call('GET', '/billing/balance', { token: a.key })));
         accounts.forEach((a, i) => assert.equal(Math.round(apiBalances[i]!.body.balance * 1e6), after.get(a.id), 'GET /billing/balance is the ledger balance'));
-        // 4. Capacity: held GPUs within each node; holds_gpus as D24 says for the status and rental type.
+        // 4. Capacity: held GPUs within each node; holds_gpus as the status and rental type say (holdsGpus).
         const over = await db.query(
           `SELECT n.node, n.gpu_count, COALESCE(SUM(v.gpu_count) FILTER (WHERE v.holds_gpus), 0)::int8 AS held
              FROM nodes n LEFT JOIN vms v ON v.node = n.node
@@ -297,8 +300,8 @@ describeEachDb(
           assert.equal(r.vm_reservation, r.id, `${where}: the VM names it`);
           if (r.status === 'active') {
             assert.equal(r.vm_rental, 'reserved', where);
-            assert.notEqual(r.vm_status, 'failed', `${where}: a failed VM's reservation is cancelled (D38)`);
-            if (settled) assert.ok(r.end_at.getTime() > nowMs, `${where}: still active past its end (D39)`);
+            assert.notEqual(r.vm_status, 'failed', `${where}: a failed VM's reservation is cancelled`);
+            if (settled) assert.ok(r.end_at.getTime() > nowMs, `${where}: still active past its end (a term's end converts or completes it)`);
           } else if (r.status === 'cancelled') {
             assert.equal(r.remaining_micros, 0, where);
             const base = r.cancellation_fee_micros + r.refund_micros;
@@ -333,7 +336,7 @@ describeEachDb(
           [ids],
         );
         assert.deepEqual(chargedEarly.rows, [], 'a reserved VM is charged only once its reservation is used up');
-        // 8. Deposits are the D36 quote of the VM's shape; the term is months x 730 h; a failed VM's deposit came back whole.
+        // 8. Deposits are the reservation quote of the VM's shape; the term is months x 730 h; a failed VM's deposit came back whole.
         const deposits = (
           await db.query<{ id: string; gpu_type: string; gpu_count: number; storage_gb: number; reservation_months: 1 | 3 | 6; deposit_micros: number; created_at: Date; end_at: Date; status: string; refund_micros: number; cancellation_fee_micros: number; vm_status: string }>(
             `SELECT r.id, r.gpu_type, r.gpu_count, r.storage_gb, r.reservation_months, r.deposit_micros, r.created_at, r.end_at,
@@ -351,7 +354,7 @@ describeEachDb(
             assert.deepEqual([r.refund_micros, r.cancellation_fee_micros], [r.deposit_micros, 0], `reservation ${r.id} of a failed VM`);
           }
         }
-        // 9. Signs of the transaction types (D30).
+        // 9. Signs of the transaction types: credit and refund positive, charge and deposit negative.
         const badSigns = await db.query(
           `SELECT id, type, amount_micros FROM transactions WHERE user_id = ANY($1) AND NOT (
              (type = 'credit' AND amount_micros > 0) OR (type IN ('charge', 'deposit') AND amount_micros < 0) OR (type = 'refund' AND amount_micros > 0))`,
@@ -359,7 +362,7 @@ describeEachDb(
         );
         assert.deepEqual(badSigns.rows, []);
         // 10. Metering is settled: a destroyed VM that ran is billed up to its destruction; after an advance, every
-        //     VM that accrues is billed up to the last period boundary (D32).
+        //     VM that accrues is billed up to the last period boundary.
         const unbilled = await db.query(
           // A destroyed VM has no meter left, and its periods end at its destruction.
           `SELECT v.id, v.status, m.billed_until, v.destroyed_at FROM vms v LEFT JOIN vm_meters m ON m.vm_id = v.id
@@ -370,14 +373,14 @@ describeEachDb(
           [ids, settled, new Date(nowMs), DAY_S],
         );
         assert.deepEqual(unbilled.rows, [], 'every VM is billed up to its destruction or the last boundary');
-        // 11. D33: once the jobs have settled, a user whose balance is at or below zero has no VM running on credit.
+        // 11. Low balance: once the jobs have settled, a user whose balance is at or below zero has no VM running on credit.
         if (settled) {
           const broke = await db.query(
             `SELECT v.id, v.status, v.rental_type, u.balance_micros FROM vms v JOIN users u ON u.id = v.user_id
               WHERE v.user_id = ANY($1) AND u.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
             [ids],
           );
-          assert.deepEqual(broke.rows, [], 'D33: no VM runs on credit that is used up');
+          assert.deepEqual(broke.rows, [], 'low balance: no VM runs on credit that is used up');
         }
         const gpuOverStorage = await db.query('SELECT id FROM usage_logs WHERE user_id = ANY($1) AND gpu_ms > storage_ms', [ids]);
         assert.deepEqual(gpuOverStorage.rows, []);
@@ -470,7 +473,7 @@ describeEachDb(
             const stranger = c.i % 7 === 6 && owner !== accounts[c.u];
             const actor = stranger ? accounts[c.u]! : owner;
             const r = c.k === 'destroy' ? await call('DELETE', `/vms/${id}`, { token: actor.key }) : await call('POST', `/vms/${id}/${c.k}`, { token: actor.key });
-            if (stranger) assert.equal(r.status, 404, `another user's VM is 404 (D6): ${r.text}`);
+            if (stranger) assert.equal(r.status, 404, `another user's VM is 404, like a missing one: ${r.text}`);
             if (r.status >= 400) assert.ok(['invalid_state', 'not_found', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code), r.text);
             return;
           }
@@ -511,7 +514,7 @@ describeEachDb(
             const owner = accounts.find((a) => a.reservations.includes(id)) ?? accounts[c.u]!;
             const stranger = c.i % 7 === 6 && owner !== accounts[c.u];
             const r = await call('DELETE', `/reservations/${id}`, { token: stranger ? accounts[c.u]!.key : owner.key });
-            if (stranger) assert.equal(r.status, 404, `another user's reservation is 404 (D6): ${r.text}`);
+            if (stranger) assert.equal(r.status, 404, `another user's reservation is 404, like a missing one: ${r.text}`);
             if (r.status === 200) assert.equal(r.body.status, 'cancelled');
             else assert.ok(['invalid_state', 'not_found'].includes(r.body.code), r.text);
             return;
@@ -522,7 +525,7 @@ describeEachDb(
             return;
           }
           case 'node': {
-            // D23: a node going offline takes its VMs with it; coming back restores them.
+            // A node going offline takes its VMs with it; coming back restores them.
             const r = await call('PATCH', `/admin/nodes/${nodes[c.n]!.node}`, { token: adminKey, body: { status: c.status } });
             assert.equal(r.status, 200, r.text);
             return;

@@ -1,5 +1,5 @@
 /**
- * `gpucloud admin ledger-check` (CONTRACT D30, D32, D37, D38): verifies, in
+ * `gpucloud admin ledger-check` (docs/billing.md#ledger-check): verifies, in
  * SQL over the whole database, that
  *  - every user's balance equals the sum of their transactions;
  *  - every transaction's balance_after is the running sum of the user's
@@ -167,7 +167,7 @@ async function unpostedReservations(db: Db) {
   ).rows;
 }
 
-/** Usage logs whose cost is not what the reservation paid plus the charge (D32). */
+/** Usage logs whose cost is not what the reservation paid plus the charge: each period is paid once, in full. */
 async function unpaidUsage(db: Db) {
   return (
     await db.query<{ id: string; vm_id: string; user_id: number; email: string; total_cost_micros: number; from_reservation_micros: number; charged_micros: number }>(

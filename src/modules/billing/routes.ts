@@ -1,4 +1,4 @@
-/** Balance and transactions (D30, D34) and admin credits (D35). */
+/** Balance and transactions, and admin credits (docs/billing.md). */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

@@ -1,4 +1,4 @@
-/** Balance, transactions and admin credits (CONTRACT D30, D34, D35). */
+/** Balance, transactions and admin credits (docs/billing.md#the-balance). */
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, notFound, validation } from '../../errors.js';
@@ -33,7 +33,7 @@ export const MAX_CREDIT_MICROS = 10_000_000 * 1_000_000;
 /**
  * Largest balance an admin credit may leave: 1 billion in the major unit,
  * the largest magnitude at which every micro-unit still reads back exactly
- * as a 6-decimal JSON number (15 significant digits, D7; see money.toAmount).
+ * as a 6-decimal JSON number (15 significant digits; see money.toAmount).
  */
 export const MAX_BALANCE_MICROS = 1_000_000_000 * 1_000_000;
 
@@ -52,7 +52,7 @@ export class BillingService {
     return { items: r.rows.map(toTransactionRecord), total: r.total };
   }
 
-  /** D35: a `credit` (or `adjustment` when negative) transaction written by an admin. */
+  /** A `credit` (or `adjustment` when negative) transaction written by an admin (docs/billing.md#admin-credits-and-adjustments). */
   async adminCredit(actorId: number, userId: number, amount: number, description?: string): Promise<TransactionRecord> {
     if (Math.abs(amount) > MAX_CREDIT_MICROS / 1_000_000) throw validation('body.amount', 'must be at most 10000000 in absolute value');
     const micros = toMicros(amount);

@@ -1,4 +1,4 @@
-/** GET /billing/usage and GET /billing/current-spend (CONTRACT D34). */
+/** GET /billing/usage and GET /billing/current-spend (docs/billing.md#usage-and-current-spend). */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

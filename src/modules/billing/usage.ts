@@ -1,4 +1,4 @@
-/** Usage reports and current spend (CONTRACT D34), read from usage logs and VM rates. */
+/** Usage reports and current spend (docs/billing.md#usage-and-current-spend), read from usage logs and VM rates. */
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { validation } from '../../errors.js';
@@ -38,7 +38,7 @@ export class UsageService {
     private readonly clock: Clock,
   ) {}
 
-  /** D34: start_date and end_date inclusive (UTC days); default the last 30 days. */
+  /** start_date and end_date inclusive (UTC days); default the last 30 days. */
   async report(userId: number, q: { start_date?: string; end_date?: string }) {
     const today = Math.floor(this.clock.nowMs() / DAY_MS) * DAY_MS;
     const end = q.end_date === undefined ? today : parseDate(q.end_date);
@@ -94,7 +94,7 @@ export class UsageService {
     };
   }
 
-  /** D34: what accrues now: running VMs' full rate, the storage rate of every other VM that has run and is not destroyed. */
+  /** What accrues now: running VMs' full rate, the storage rate of every other VM that has run and is not destroyed. */
   async currentSpend(userId: number) {
     const vms = (
       await this.db.query<{

@@ -284,8 +284,9 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   });
   app.decorate('services', services);
   // First of all hooks, and synchronous: the request's scope for work that must commit with its change.
-  app.addHook('onRequest', (_req, _reply, done) => {
-    enterRequestScope();
+  app.addHook('onRequest', (req, reply, done) => {
+    const exit = enterRequestScope(req.routeOptions.config.idempotent === true && req.headers['idempotency-key'] !== undefined);
+    if (exit) reply.raw.once('close', exit);
     done();
   });
   app.setValidatorCompiler(validatorCompiler);

@@ -1,12 +1,13 @@
 /**
  * One database interface over PostgreSQL (pg) and the embedded PGlite
- * (CONTRACT D42). Both speak the same SQL dialect; repositories only see Db.
+ * (used when DATABASE_URL is unset). Both speak the same SQL dialect and run the
+ * same migrations; repositories only see Db.
  */
 import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { runBeforeCommit, withAfterCommit } from './commit-hook.js';
+import { collectAfterCommit, runBeforeCommit } from './commit-hook.js';
 
 export type Row = Record<string, unknown>;
 
@@ -92,12 +93,12 @@ export class PostgresDb implements Db {
             await client.query(sql);
           },
         };
-        const body = withAfterCommit(() => fn(tx));
-        const result = await body.result;
+        const callbacks = collectAfterCommit(tx);
+        const result = await fn(tx);
         const committed = await runBeforeCommit(tx, result);
         await client.query('COMMIT');
         committed();
-        for (const f of body.callbacks) f();
+        for (const f of callbacks) f();
         return result;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => {});
@@ -169,9 +170,8 @@ export class PgliteDb implements Db {
           await t.exec(sql);
         },
       };
-      const body = withAfterCommit(() => fn(tx));
-      callbacks = body.callbacks;
-      const value = await body.result;
+      callbacks = collectAfterCommit(tx);
+      const value = await fn(tx);
       committed = await runBeforeCommit(tx, value);
       return value;
     });

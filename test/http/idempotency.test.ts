@@ -4,6 +4,9 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { describeEachDb, type Res } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
 import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
@@ -377,5 +380,59 @@ describeEachDb('idempotency across crashes', (t) => {
     const again = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
     assert.equal(again.headers['idempotent-replayed'], 'true');
     assert.equal((await t().req('GET', '/billing/balance', { token: u.token })).body.balance, 7, 'applied exactly once');
+  });
+});
+
+/**
+ * Only requests that carry an Idempotency-Key open the scope their answer is
+ * recorded through, and a keep-alive connection serves request after request
+ * from the same async resources: a later request on the connection must
+ * never commit an earlier request's answer, whether the scope storage is off
+ * (no keyed request in flight) or on (one is, on another connection).
+ */
+describeEachDb('idempotency over keep-alive connections', (t) => {
+  test("a later request on the same connection never records an earlier request's answer", async () => {
+    await t().app.listen({ host: '127.0.0.1', port: 0 });
+    const port = (t().app.server.address() as AddressInfo).port;
+    const u = await createUser(t());
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const call = (body: unknown, idem?: string) =>
+      new Promise<{ status: number; text: string; socket: unknown }>((resolve, reject) => {
+        const req = http.request(
+          { host: '127.0.0.1', port, method: 'POST', path: '/ssh-keys', agent, headers: { authorization: `Bearer ${u.token}`, 'content-type': 'application/json', ...(idem ? { 'idempotency-key': idem } : {}) } },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8').on('data', (c: string) => (text += c)).on('end', () => resolve({ status: res.statusCode!, text, socket: req.socket }));
+          },
+        );
+        req.on('error', reject).end(JSON.stringify(body));
+      });
+    // A keyed request on another connection that stays in flight (its body never completes) keeps the storage on.
+    const held = net.connect(port, '127.0.0.1');
+    await new Promise((r) => held.once('connect', r));
+    try {
+      for (const storageOn of [false, true]) {
+        if (storageOn) {
+          held.write(`POST /ssh-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${u.token}\r\nContent-Type: application/json\r\nIdempotency-Key: held\r\nContent-Length: 100\r\n\r\n{`);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        const idem = randomUUID();
+        // Refused by the service after the key was claimed and its answer bound: nothing commits.
+        const refused = await call({ ssh_public_key: 'ssh-ed25519 not-a-key' }, idem);
+        assert.equal(refused.status, 422, refused.text);
+        // The next request on the same connection makes a change without a key.
+        const k = generateKey();
+        t().forbidSecret(k.data);
+        const made = await call({ ssh_public_key: k.line });
+        assert.equal(made.status, 201, made.text);
+        assert.equal(made.socket, refused.socket, 'the same connection');
+        const replay = await call({ ssh_public_key: 'ssh-ed25519 not-a-key' }, idem);
+        assert.equal(replay.status, 422, `storage ${storageOn ? 'on' : 'off'}: the key keeps its own answer`);
+        assert.equal(replay.text, refused.text);
+      }
+    } finally {
+      held.destroy();
+      agent.destroy();
+    }
   });
 });

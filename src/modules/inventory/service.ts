@@ -268,8 +268,8 @@ export class InventoryService {
   }
 
   /** Marks the current transaction as changing offers: the snapshot is replaced after it commits. */
-  private changesOffers(): void {
-    afterCommit(() => this.offersChanged());
+  private changesOffers(tx: Queryable): void {
+    afterCommit(tx, () => this.offersChanged());
   }
 
   /** Ships the default prices once; never overwrites an operator's prices. */
@@ -306,7 +306,7 @@ export class InventoryService {
   async putPricing(gpuType: string, u: PricingUpdate): Promise<PricingRecord> {
     if (!(repo.GPU_TYPES as readonly string[]).includes(gpuType)) throw notFound(`GPU type ${gpuType}`);
     const row = await this.db.transaction(async (tx) => {
-      this.changesOffers();
+      this.changesOffers(tx);
       const current = (await repo.getPricing(tx, gpuType, true)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
       return repo.upsertPricing(
         tx,
@@ -488,7 +488,7 @@ export class InventoryService {
         back !== null,
       );
       if (back) {
-        this.changesOffers();
+        this.changesOffers(tx);
         await this.statusChanged(tx, node, 'offline', back, now, 'agent_back');
       }
     });
@@ -515,7 +515,7 @@ export class InventoryService {
         takeOffline,
       );
       if (takeOffline) {
-        this.changesOffers();
+        this.changesOffers(tx);
         await this.statusChanged(tx, node, before.status, 'offline', now, 'agent_unreachable');
       }
       return { misses, tookOffline: takeOffline };
@@ -538,7 +538,7 @@ export class InventoryService {
     return this.db.transaction(async (tx) => {
       const before = await repo.getNode(tx, node, true);
       if (!before) throw notFound(`Node ${node}`);
-      this.changesOffers();
+      this.changesOffers(tx);
       const agentChange: Partial<FullNodeRow> = {};
       if (url !== undefined || token !== undefined) {
         const nextUrl = url === undefined ? before.agent_url : url;
@@ -590,7 +590,7 @@ export class InventoryService {
       const live = await repo.liveVmCount(tx, node);
       if (live > 0) throw invalidState(`Node ${node} still has ${live} VM(s); destroy them or set the node offline`);
       await repo.deleteNode(tx, node);
-      this.changesOffers();
+      this.changesOffers(tx);
     });
   }
 }

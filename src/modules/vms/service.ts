@@ -244,8 +244,8 @@ export class VmService {
     this.usageHooks.push(hook);
   }
 
-  private gpuUsageChanged(): void {
-    afterCommit(() => {
+  private gpuUsageChanged(tx: Queryable): void {
+    afterCommit(tx, () => {
       for (const hook of this.usageHooks) hook();
     });
   }
@@ -278,7 +278,7 @@ export class VmService {
       // A stopped reserved VM held its GPUs (D24); as on-demand it no longer does.
       holds_gpus: holdsGpus(vm.status, 'on_demand', vm.offline_from),
     });
-    this.gpuUsageChanged();
+    this.gpuUsageChanged(tx);
     return true;
   }
 
@@ -311,7 +311,7 @@ export class VmService {
       const data = { vmid: vm.vmid, from: vm.status, to: after.status, reason: why.reason ?? REASON_OF[event], ...(why.error ? { error: why.error } : {}) };
       await recordEvent(tx, { type: 'vm.status_changed', userId: vm.user_id, vmId: vm.id, data, at: now });
     }
-    this.gpuUsageChanged();
+    this.gpuUsageChanged(tx);
     for (const hook of this.transitionHooks) await hook(tx, vm, after, now);
     return after;
   }
@@ -422,7 +422,7 @@ export class VmService {
 
       const id = newId();
       const reservationId = reservationQuote ? newId() : null;
-      this.gpuUsageChanged();
+      this.gpuUsageChanged(tx);
       const vm = await repo.insertVm(tx, {
         id,
         user_id: userId,

@@ -1,5 +1,5 @@
 /**
- * The admin inventory API: nodes (CONTRACT D18) and prices (D19, D31).
+ * The admin inventory API: nodes and prices (new prices apply to new VMs only).
  */
 import { afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -46,7 +46,7 @@ const PRICE_KEYS = [
   'updated_at',
 ];
 
-/** The prices that ship with the service (D19). */
+/** The prices that ship with the service. */
 const DEFAULTS = {
   '5090': { gpu_ram_mb: 32_768, gpu_price_hourly: 0.69, interruptible_rate: 0.35, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
   '4090': { gpu_ram_mb: 24_576, gpu_price_hourly: 0.44, interruptible_rate: 0.22, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
@@ -91,7 +91,7 @@ describeEachDb('admin inventory', (t) => {
     assert.equal(r.status, 200, r.text);
   };
 
-  // VMs are created (and may be metered) here too: the ledger stays balanced (D30).
+  // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its transactions).
   afterEach(async () => {
     const { rows } = await t().db.query(
       `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id
@@ -110,7 +110,7 @@ describeEachDb('admin inventory', (t) => {
     assert.equal(p.status, 200, p.text);
   });
 
-  describe('nodes (D18)', () => {
+  describe('nodes: registration, changes and removal', () => {
     test('POST /admin/nodes: 201 with the whole record; gpu_ram_mb defaults to the type\'s, status to active', async () => {
       for (const gpuType of ['5090', '4090', 'pro6000'] as const) {
         const body = nodeBody({ gpu_type: gpuType, gpu_count: 4 });
@@ -217,7 +217,7 @@ describeEachDb('admin inventory', (t) => {
       assert.deepEqual(g.body, first);
     });
 
-    test('GET /admin/nodes: newest first, limit/offset, X-Total-Count (D3); unknown node 404', async () => {
+    test('GET /admin/nodes: newest first, limit/offset, X-Total-Count; unknown node 404', async () => {
       const made = [];
       for (let i = 0; i < 3; i++) made.push(await createNode(t(), admin.token, { gpu_count: i + 1 }));
       const all = await asAdmin('GET', '/admin/nodes');
@@ -437,7 +437,7 @@ describeEachDb('admin inventory', (t) => {
     });
   });
 
-  describe('pricing (D19, D31)', () => {
+  describe('pricing: per GPU type, fixed on a VM at its creation', () => {
     const restore = async () => {
       for (const [gpuType, p] of Object.entries(DEFAULTS)) {
         const r = await asAdmin('PUT', `/admin/pricing/${gpuType}`, p);
@@ -553,7 +553,7 @@ describeEachDb('admin inventory', (t) => {
       assert.deepEqual(rest, { gpu_type: '4090', ...Object.assign({}, ...updates) });
     });
 
-    test('new prices apply to new VMs only (D31): rates are fixed on the VM at creation', async () => {
+    test('new prices apply to new VMs only: rates are fixed on the VM at creation', async () => {
       const n = await createNode(t(), admin.token, { gpu_type: '4090', gpu_count: 8 });
       const old = await vm(n, 2, { storage_gb: 100 });
       // 2 x 0.44 + 100 x 0.0002

@@ -1,5 +1,5 @@
 /**
- * Public offers (GET /search, CONTRACT D20) and prices (GET /pricing, D21).
+ * Public offers (GET /search) and prices (GET /pricing).
  * Every test registers its nodes in a location of its own and searches that
  * location, so the other tests' nodes never get in the way.
  */
@@ -110,7 +110,7 @@ describeEachDb('offers and public prices', (t) => {
     return r.body.gpu_types.find((g: PricingType) => g.gpu_type === gpuType);
   };
 
-  // VMs are created (and may be metered) here too: the ledger stays balanced (D30).
+  // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its transactions).
   afterEach(async () => {
     const { rows } = await t().db.query(
       `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id
@@ -128,7 +128,7 @@ describeEachDb('offers and public prices', (t) => {
     assert.equal(p.status, 200, p.text);
   });
 
-  describe('GET /search (D20)', () => {
+  describe('GET /search: one offer per active node with GPUs rentable now', () => {
     test('no authentication; one offer per active node with every field, prices exact', async () => {
       const loc = newLocation();
       const a = await node(loc, { gpu_type: '4090', gpu_count: 8, ram_gb: 512, cpu_cores: 64, cpu_model: 'AMD EPYC 7543', pcie_gen: '4.0', max_storage_gb: 2000, cluster_name: 'fra-1' });
@@ -404,7 +404,7 @@ describeEachDb('offers and public prices', (t) => {
     });
   });
 
-  describe('GET /pricing (D21)', () => {
+  describe('GET /pricing: the public price list with GPU totals', () => {
     test('no authentication; currency, updated_at and the three GPU types with their prices', async () => {
       const r = await req('GET', '/pricing');
       assert.equal(r.status, 200, r.text);

@@ -1,7 +1,7 @@
 /**
- * POST /reservations/calculate (CONTRACT D36): the numbers, worked out by hand
- * from the shipped default prices (D19), for 1, 3 and 6 months; the default of
- * one month; validation (D2, 422); who may call it (D15).
+ * POST /reservations/calculate: the numbers, worked out by hand from the
+ * shipped default prices, for 1, 3 and 6 months; the default of one month;
+ * validation (422, unknown fields refused); which API key scopes may call it.
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -54,7 +54,7 @@ const CASES: Case[] = [
   },
 ];
 
-describeEachDb('POST /reservations/calculate (D36)', (t) => {
+describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation', (t) => {
   let admin: TestUser;
   let user: TestUser;
   const calc = (body: unknown, token: string | null = user.token): Promise<Res> =>
@@ -135,7 +135,7 @@ describeEachDb('POST /reservations/calculate (D36)', (t) => {
     });
   }
 
-  test('a billing_only API key may call it (D15); read_only may not; no credential is 401', async () => {
+  test('a billing_only API key may call it; read_only may not; no credential is 401', async () => {
     const body = { gpu_type: '4090', gpu_count: 1, storage_gb: 100, reservation_months: 1 };
     const billing = await createApiKey(t(), user.token, 'billing_only');
     const ok = await calc(body, billing);

@@ -1,11 +1,11 @@
 /**
- * Reserved VMs (CONTRACT D37) and cancellation (D38): the deposit taken with
- * the VM in one transaction, the reservation record, the balance check on the
- * deposit (D22), the list (D3), usage drawing the prepaid balance down instead
- * of the credit balance (D32), and DELETE /reservations/{id}: 25 % fee
+ * Reserved VMs and cancellation: the deposit taken with the VM in one
+ * transaction, the reservation record, the balance check on the deposit, the
+ * list (newest first, paginated), usage drawing the prepaid balance down
+ * instead of the credit balance, and DELETE /reservations/{id}: 25 % fee
  * (half-up to the micro-unit), 75 % refunded with a `refund` transaction, the
- * VM going on as on-demand. Time moves only through the manual clock (D43);
- * the callers use API keys, which do not expire with service time.
+ * VM going on as on-demand. Time moves only through the manual clock; the
+ * callers use API keys, which do not expire with service time.
  */
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +15,7 @@ import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../h
 
 const HOUR_MS = 3_600_000;
 const micros = (x: number) => Math.round(x * 1e6);
-/** round_half_up(a * b / c) on integers, the service's rounding (D7, D32). */
+/** round_half_up(a * b / c) on integers, the service's rounding of money to the micro-unit. */
 const mulDiv = (a: number, b: number, c: number) => Number((BigInt(a) * BigInt(b) * 2n + BigInt(c)) / (2n * BigInt(c)));
 
 interface Caller {
@@ -23,7 +23,7 @@ interface Caller {
   key: string;
 }
 
-describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
+describeEachDb('reserved VMs and their reservations: deposit, draws and cancellation', (t) => {
   let adminKey: string;
   let node: string; // 4090 x 8
   let proNode: string; // pro6000 x 8
@@ -35,7 +35,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
   };
   const advance = async (seconds: number) => ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
   const nowMs = async () => Date.parse(ok(await req('GET', '/admin/clock', { token: adminKey })).now);
-  /** Moves the clock to the next top of the hour (billing periods close there, D32). */
+  /** Moves the clock to the next top of the hour (billing periods close there). */
   const toNextHour = async () => {
     const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
     if (s > 0) await advance(s);
@@ -68,7 +68,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
     proNode = (await createNode(t(), adminKey, { gpu_type: 'pro6000', gpu_count: 8 })).node;
   });
 
-  describe('creation (D37)', () => {
+  describe('creation: the VM, its reservation and the deposit in one transaction', () => {
     test('the deposit, the reservation and the VM are made together', async () => {
       const c = await newCaller(2000);
       const body = { gpu_type: '4090', gpu_count: 2, storage_gb: 100, reservation_months: 3 };
@@ -80,7 +80,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       const v = ok(created, 201);
       assert.equal(v.rental_type, 'reserved');
       assert.equal(v.status, 'creating');
-      assert.equal(v.gpu_hourly_rate, 0.704, 'D31: gpu_price_hourly x (1 - discount) per GPU');
+      assert.equal(v.gpu_hourly_rate, 0.704, 'gpu_price_hourly x (1 - discount) per GPU');
       assert.equal(v.storage_hourly_rate, 0.02);
       assert.equal(v.hourly_rate, 0.724);
       assert.equal(v.hourly_rate, quote.hourly_rate_after_discount);
@@ -133,7 +133,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
     });
 
-    test('GET /reservations lists newest first with X-Total-Count and paginates (D3)', async () => {
+    test('GET /reservations lists newest first with X-Total-Count and paginates', async () => {
       const c = await newCaller(2000);
       const a = ok(await reserved(c), 201);
       await advance(1);
@@ -154,7 +154,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       for (const v of [a, b]) ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
     });
 
-    test('Idempotency-Key (D41): a replayed reserved create takes one deposit and makes one reservation', async () => {
+    test('Idempotency-Key: a replayed reserved create takes one deposit and makes one reservation', async () => {
       const c = await newCaller(1000);
       const body = { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100, rental_type: 'reserved', reservation_months: 1 };
       const headers = { 'idempotency-key': `reserve-${randomUUID()}` };
@@ -169,7 +169,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       ok(await req('DELETE', `/vms/${a.body.id}`, { token: c.key }));
     });
 
-    test('concurrent reserved creates never spend the same money twice (D22)', async () => {
+    test('concurrent reserved creates never spend the same money twice (one user\'s creates are serialized)', async () => {
       const c = await newCaller(500); // one deposit of 303.68 fits, two do not
       const res = await Promise.all([reserved(c), reserved(c), reserved(c)]);
       const codes = res.map((r) => r.status).sort();
@@ -180,7 +180,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       for (const r of res.filter((x) => x.status === 201)) ok(await req('DELETE', `/vms/${r.body.id}`, { token: c.key }));
     });
 
-    test('a reserved VM preempts interruptible VMs like an on-demand one (D22, D25)', async () => {
+    test('a reserved VM preempts interruptible VMs like an on-demand one', async () => {
       const small = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
       const spot = await newCaller(100);
       const ids: string[] = [];
@@ -197,7 +197,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       for (const id of ids) ok(await req('DELETE', `/vms/${id}`, { token: spot.key }));
     });
 
-    test('scopes (D15): read_only lists reservations, billing_only may only calculate', async () => {
+    test('API key scopes: read_only lists reservations, billing_only may only calculate', async () => {
       const u = await createUser(t());
       const ro = await createApiKey(t(), u.token, 'read_only');
       const bo = await createApiKey(t(), u.token, 'billing_only');
@@ -212,7 +212,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       assert.equal((await req('GET', '/reservations', { token: u.token, query: { offset: -1 } })).status, 422);
     });
 
-    test('usage draws remaining_balance down by exactly the hourly rate per hour, with no charge transactions (D32)', async () => {
+    test('usage draws remaining_balance down by exactly the hourly rate per hour, with no charge transactions', async () => {
       const c = await newCaller(1000);
       const v = ok(await reserved(c, { gpu_count: 2, storage_gb: 100, reservation_months: 1 }), 201);
       const deposit = micros(592.76); // 2 x 0.396 + 0.02 = 0.812/h, x 730
@@ -239,14 +239,14 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       // The credit balance never moved and no charge was written.
       assert.equal(await balance(c), afterDeposit);
       assert.deepEqual((await txs(c)).map((x) => x.type), ['deposit', 'credit']);
-      // Usage is still reported (D34) although the reservation paid for it.
+      // Usage is still reported in GET /billing/usage although the reservation paid for it.
       const usage = ok(await req('GET', '/billing/usage', { token: c.key }));
       assert.equal(micros(usage.total_cost), deposit - micros((await reservation(c, v.reservation_id)).remaining_balance));
       ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
     });
   });
 
-  describe('DELETE /reservations/{id} (D38)', () => {
+  describe('DELETE /reservations/{id}: 25 % fee, 75 % refunded', () => {
     test('25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand at on-demand rates', async () => {
       const c = await newCaller(1000);
       const v = ok(await reserved(c), 201); // 4090 x1, 100 GB, 1 month: 0.416/h, deposit 303.68
@@ -306,7 +306,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
       ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
     });
 
-    test('a stopped reserved VM holds its GPUs (D24); cancelled, it becomes on-demand and lets them go', async () => {
+    test('a stopped reserved VM holds its GPUs; cancelled, it becomes on-demand and lets them go', async () => {
       const small = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
       const c = await newCaller(1000);
       const v = ok(await reserved(c, { node: small, gpu_count: 2 }), 201);
@@ -401,7 +401,7 @@ describeEachDb('reserved VMs and their reservations (D37, D38)', (t) => {
         assert.equal(r.body.code, 'not_found');
       }
       assert.equal((await reservation(owner, v.reservation_id)).status, 'active', 'untouched');
-      // Cancelling needs a read_write credential (D15).
+      // Cancelling needs a read_write credential.
       const ro = await req('DELETE', `/reservations/${v.reservation_id}`, { token: await createApiKey(t(), (await createUser(t())).token, 'read_only') });
       assert.equal(ro.status, 403, ro.text);
       assert.equal((await req('DELETE', `/reservations/${v.reservation_id}`)).status, 401);

@@ -1,5 +1,5 @@
 /**
- * The end of a reservation (CONTRACT D38, D39): destroying a reserved VM does
+ * The end of a reservation: destroying a reserved VM does
  * not end its reservation; at end_at it becomes `completed` (VM gone) or
  * `converted_to_on_demand` (VM alive, which turns on_demand at on-demand
  * rates); unused remaining_balance is not refunded. A reserved VM whose
@@ -19,7 +19,7 @@ interface Caller {
   key: string;
 }
 
-describeEachDb('the end of a reservation (D38, D39)', (t) => {
+describeEachDb('the end of a reservation: completed, converted to on-demand or cancelled', (t) => {
   let adminKey: string;
   let node: string; // 4090 x 8
 
@@ -217,7 +217,7 @@ describeEachDb('the end of a reservation (D38, D39)', (t) => {
     assert.equal(refund.breakdown.cancellation_fee, 0);
     assert.equal(refund.breakdown.remaining_balance, 296.38);
     assert.equal(await balance(c), micros(400));
-    // Nothing was billed for a VM that never ran (D23).
+    // Nothing was billed for a VM that never ran.
     await advance(3600);
     assert.equal(await balance(c), micros(400));
     assert.deepEqual((await txs(c)).map((x) => x.type), ['refund', 'deposit', 'credit']);

@@ -121,7 +121,7 @@ export async function listNodes(q: Queryable): Promise<FullNodeRow[]> {
   return (await q.query<FullNodeRow>('SELECT * FROM nodes ORDER BY node')).rows;
 }
 
-/** A page of nodes, newest first (D3: insertion order, as many share a timestamp under the manual clock). */
+/** A page of nodes, newest first (by insertion order, as many share a timestamp under the manual clock). */
 export async function pageNodes(q: Queryable, limit: number, offset: number): Promise<{ rows: FullNodeRow[]; total: number }> {
   const rows = await q.query<FullNodeRow>('SELECT * FROM nodes ORDER BY seq DESC LIMIT $1 OFFSET $2', [limit, offset]);
   const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM nodes');

@@ -1,4 +1,4 @@
-/** Public offers and prices (D20, D21) and the admin inventory API (D18, D19). */
+/** Public offers and prices, and the admin inventory API: nodes and prices per GPU type (docs/offers.md). */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

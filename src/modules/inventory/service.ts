@@ -1,5 +1,5 @@
 /**
- * Nodes, prices and offers (CONTRACT D18-D21). GPU availability always comes
+ * Nodes, prices and offers (docs/offers.md). GPU availability always comes
  * from repository.gpuUsage, the one place GPUs are counted.
  */
 import type { Db, Queryable } from '../../db/db.js';
@@ -14,10 +14,10 @@ import { afterCommit } from '../../db/commit-hook.js';
 import { recordEvent } from '../events/repository.js';
 
 export const CURRENCY = 'USD';
-/** D20: an offer's total price is for the whole node offer with the minimum disk. */
+/** An offer's total price is for the whole node offer with the minimum disk a VM may have. */
 export const MIN_STORAGE_GB = 50;
 
-/** Default prices shipped with the service (D19). */
+/** Default prices shipped with the service. */
 export const DEFAULT_PRICING: Omit<PricingRow, 'updated_at'>[] = [
   { gpu_type: '5090', gpu_ram_mb: 32_768, gpu_price_hourly_micros: 690_000, interruptible_rate_micros: 350_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
   { gpu_type: '4090', gpu_ram_mb: 24_576, gpu_price_hourly_micros: 440_000, interruptible_rate_micros: 220_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
@@ -286,7 +286,7 @@ export class InventoryService {
     this.offersChanged();
   }
 
-  // ---- prices (D19, D21) ----
+  // ---- prices (docs/offers.md#prices) ----
 
   async pricingRows(q: Queryable = this.db): Promise<PricingRow[]> {
     return repo.listPricing(q);
@@ -326,7 +326,7 @@ export class InventoryService {
     return toPricingRecord(row);
   }
 
-  /** D21: public prices with GPU totals and free GPUs on active nodes. */
+  /** GET /pricing: public prices with GPU totals and free GPUs on active nodes. */
   async publicPricing(inputs?: OfferInputs) {
     const { prices, nodes, usage } = inputs ?? (await this.offerInputs());
     const updated = prices.reduce((m, p) => Math.max(m, p.updated_at.getTime()), 0);
@@ -345,7 +345,7 @@ export class InventoryService {
     };
   }
 
-  // ---- offers (D20) ----
+  // ---- offers (docs/offers.md#search) ----
 
   async search(f: SearchFilters, inputs?: OfferInputs): Promise<{ items: Offer[]; total: number }> {
     const rental = f.rental_type ?? 'on_demand';
@@ -395,9 +395,9 @@ export class InventoryService {
     return { items: offers.slice(f.offset, f.offset + f.limit), total: offers.length };
   }
 
-  // ---- nodes (D18) ----
+  // ---- nodes (docs/offers.md#nodes) ----
 
-  /** D3: newest first, paginated, the total in X-Total-Count. */
+  /** Newest first, paginated, the total in X-Total-Count. */
   async listNodes(page: { limit: number; offset: number } = { limit: 50, offset: 0 }): Promise<{ items: NodeRecord[]; total: number }> {
     const { rows, total } = await repo.pageNodes(this.db, page.limit, page.offset);
     const usage = rows.length ? await repo.gpuUsage(this.db, rows.map((n) => n.node)) : new Map<string, GpuUsage>();

@@ -1,4 +1,4 @@
-/** /reservations (CONTRACT D36-D39). */
+/** /reservations: price, list and cancel reservations (docs/reservations.md). */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

@@ -1,5 +1,5 @@
 /**
- * Reservations (CONTRACT D36-D39): a 1, 3 or 6-month prepaid commitment at a
+ * Reservations (docs/reservations.md): a 1, 3 or 6-month prepaid commitment at a
  * discount. The deposit is the whole commitment (monthly cost x months) and is
  * taken with the VM's creation; usage draws it down; cancelling keeps 25 % of
  * what remains as a fee and refunds the rest; at the end of the term the VM
@@ -37,10 +37,15 @@ export function discountBpFor(p: PricingRow, months: Months): number {
   return months === 6 ? p.reserved_discount_6mo_bp : months === 3 ? p.reserved_discount_3mo_bp : p.reserved_discount_1mo_bp;
 }
 
-/** D36 (and D31 for the VM's rates): the same numbers the reserved VM is created with. */
 /** The largest prepaid commitment a reservation may be: the largest balance an account may hold. */
 export const MAX_COMMITMENT_MICROS = 1_000_000_000 * 1_000_000;
 
+/**
+ * The price of a reservation: the same numbers the reserved VM is created with. Per GPU the
+ * on-demand price less the term's discount (rounded half-up to the micro-unit), times the GPUs,
+ * plus the storage rate; monthly = hourly x 730; deposit = monthly x months (all prepaid); the
+ * quoted fee is 25 % of the deposit. See docs/reservations.md#pricing-a-reservation.
+ */
 export function quote(p: PricingRow, gpuCount: number, storageGb: number, months: Months): Quote {
   const discountBp = discountBpFor(p, months);
   const gpuHourlyMicros = gpuCount * discounted(p.gpu_price_hourly_micros, discountBp);
@@ -137,7 +142,7 @@ export class ReservationService {
     };
   }
 
-  /** D37: inside the VM's creation transaction: the reservation and its `deposit` transaction. */
+  /** Inside the VM's creation transaction: the reservation and its `deposit` transaction, committed with the VM or not at all. */
   async createForVm(
     tx: Queryable,
     a: { id?: string; userId: number; vmId: string; vmid: number; gpuType: string; gpuCount: number; storageGb: number; quote: Quote; now: Date },
@@ -187,7 +192,7 @@ export class ReservationService {
   }
 
   /**
-   * D38: 25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand.
+   * Cancels an active reservation: 25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand.
    * Rows are locked in the meter's order (the VM, then the reservation, then the user's
    * balance through the ledger), so a cancel racing a metering close, a stop or a destroy of
    * the same VM waits instead of deadlocking.
@@ -202,7 +207,7 @@ export class ReservationService {
       if (before.status !== 'active') throw invalidState(`Cannot cancel a reservation that is ${before.status}`);
       const now = this.clock.now();
       if (before.end_at.getTime() <= now.getTime()) {
-        // The term is over but the end job has not run yet: end it now (D39, nothing refunded) and refuse.
+        // The term is over but the end job has not run yet: end it now (as at end_at, nothing refunded) and refuse.
         return { ended: await this.endLocked(tx, before) };
       }
       // Usage up to now is still drawn from the reservation at the reserved rate.
@@ -243,7 +248,7 @@ export class ReservationService {
     return outcome.record;
   }
 
-  /** D38: a reserved VM that ends `failed` has its reservation cancelled without fee, the whole deposit refunded. */
+  /** A reserved VM that ends `failed` has its reservation cancelled without fee, the whole deposit refunded. */
   async refundFailed(tx: Queryable, reservationId: string, now: Date): Promise<void> {
     const r = await repo.findReservation(tx, reservationId, null, true);
     if (!r || r.status !== 'active') return;
@@ -266,7 +271,7 @@ export class ReservationService {
     });
   }
 
-  /** D39: active reservations at their end: converted_to_on_demand (VM alive) or completed. Returns how many ended. */
+  /** Ends active reservations whose term is over: converted_to_on_demand (VM alive) or completed; unused balance is kept. Returns how many ended. */
   async endDue(now: Date): Promise<number> {
     let ended = 0;
     for (const { id, vm_id } of await repo.dueEnds(this.db, now, 100)) {

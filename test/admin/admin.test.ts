@@ -1,5 +1,6 @@
 /**
- * The admin API: access (D16), users (D47) and the service clock (D43).
+ * The admin API: access (administrators only), users (role, suspension,
+ * limits) and the service clock.
  */
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -29,7 +30,7 @@ describeEachDb('admin API', (t) => {
     user = await createUser(t());
   });
 
-  describe('service clock (D43)', () => {
+  describe('service clock (manual clock, advance, persistence)', () => {
     test('GET /admin/clock returns the manual clock, started at GPUCLOUD_CLOCK_START', async () => {
       const r = await req('GET', '/admin/clock', { token: admin.token });
       assert.equal(r.status, 200);
@@ -171,7 +172,7 @@ describeEachDb('admin API', (t) => {
     });
   });
 
-  describe('access (D16)', () => {
+  describe('access (administrators only)', () => {
     const routes: [string, string, unknown?][] = [
       ['GET', '/admin/users'],
       ['GET', '/admin/users/1'],
@@ -207,7 +208,7 @@ describeEachDb('admin API', (t) => {
     });
   });
 
-  describe('users (D47)', () => {
+  describe('users (list, inspect, role, suspension, limits)', () => {
     const tag = randomBytes(4).toString('hex');
     let tagged: TestUser[] = [];
 

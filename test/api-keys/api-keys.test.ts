@@ -1,6 +1,6 @@
 /**
- * /api-keys over HTTP and API keys as credentials (CONTRACT D3, D4, D6, D14,
- * D15, D46).
+ * /api-keys over HTTP and API keys as credentials: the key record, status
+ * codes, pagination, scopes, expiry, revocation, ownership and no-store.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -25,7 +25,7 @@ describeEachDb('api-keys', (t) => {
     return (await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM api_keys WHERE user_id = $1', [userId])).rows[0]!.n;
   }
 
-  test('create: 201 with exactly the D14 fields, gpc_ key shown once, default scope read_write, no-store', async () => {
+  test('create: 201 with exactly the key record fields plus key, gpc_ key shown once, default scope read_write, no-store', async () => {
     const u = await createUser(t());
     const r = await create(u.token, { name: 'ci' });
     assert.equal(r.status, 201, r.text);

@@ -1,5 +1,5 @@
 /**
- * Accounts (CONTRACT D10, D11, D16, D46, D47): register, login, GET /account,
+ * Accounts: register, login, GET /account, password hashing, roles,
  * suspension, and the rule that a token or API key never touches a password hash.
  */
 import { describe, test } from 'node:test';
@@ -63,7 +63,7 @@ describeEachDb('accounts', (t) => {
   const register = (body: unknown) => t().req('POST', '/auth/register', { body });
   const login = (email: string, password: string) => t().req('POST', '/auth/login', { body: { email, password } });
 
-  // ---- register (D10) ----
+  // ---- register ----
 
   test('register: 201 with exactly the user record, no-store', async () => {
     const email = uniqueEmail('reg');
@@ -77,7 +77,7 @@ describeEachDb('accounts', (t) => {
     assert.equal(r.body.role, 'user');
     assert.equal(r.body.two_factor_enabled, false);
     assert.match(r.body.created_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/);
-    // created_at follows the service clock (D43), not the wall clock.
+    // created_at follows the service clock, not the wall clock.
     assert.equal(new Date(r.body.created_at).getTime(), before);
     assert.equal(r.headers['cache-control'], 'no-store');
     assert.doesNotMatch(r.text, /password/i);
@@ -123,7 +123,7 @@ describeEachDb('accounts', (t) => {
     assertValidation(await register({ email: uniqueEmail(), password: 123456789012 }), 'body.password');
     const twelve = await register({ email: uniqueEmail(), password: 'twelve-chars' });
     assert.equal(twelve.status, 201, twelve.text);
-    // D2: unknown fields are rejected, not ignored (no self-made admins).
+    // Unknown fields are rejected, not ignored (no self-made admins).
     const role = await register({ email: uniqueEmail(), password: PASSWORD, role: 'admin' });
     assertValidation(role, 'body.role');
     assertValidation(await register({ email: uniqueEmail(), password: PASSWORD, two_factor_enabled: true }), 'body.two_factor_enabled');
@@ -208,7 +208,7 @@ describeEachDb('accounts', (t) => {
     }
   });
 
-  // ---- login (D11, D12) ----
+  // ---- login: password check, token pair ----
 
   test('login: token response shape and a working access token', async () => {
     const email = uniqueEmail('login');
@@ -222,7 +222,7 @@ describeEachDb('accounts', (t) => {
     assert.equal(typeof r.body.refresh_token, 'string');
     assert.ok(r.body.refresh_token.length >= 32);
     assert.ok(!r.body.refresh_token.includes('.'), 'the refresh token is opaque, not a JWT');
-    // D12: JWT, HS256, sub/iat/exp/jti, 3600 s.
+    // The access token is a JWT, HS256, with sub/iat/exp/jti, valid 3600 s.
     const header = decodeProtectedHeader(r.body.access_token);
     assert.equal(header.alg, 'HS256');
     const claims = decodeJwt(r.body.access_token);
@@ -262,7 +262,7 @@ describeEachDb('accounts', (t) => {
     assert.doesNotMatch(unknown.body.detail, /not found|no such|unknown|exist/i);
   });
 
-  test('login: an unknown email costs one password verification, like a known one, and no hashing (D11)', async () => {
+  test('login: an unknown email costs one password verification, like a known one, and no hashing (no timing tell)', async () => {
     const u = await createUser(t());
     const known = await countPasswordWork(t(), async () => {
       assertError(await login(u.email, 'wrong-password-000'), 401, 'unauthorized');
@@ -332,7 +332,7 @@ describeEachDb('accounts', (t) => {
     const wrong = await login(u.email, u.password + '!');
     assertError(wrong, 403, 'forbidden');
     assert.equal(wrong.body.detail, r.body.detail);
-    // The tokens it already holds are refused too (D47), as is refreshing them.
+    // The tokens it already holds are refused too (a suspended account gets 403 on every call), as is refreshing them.
     const me = await t().req('GET', '/account', { token: u.token });
     assertError(me, 403, 'forbidden');
     assertError(await t().req('POST', '/auth/refresh', { body: { refresh_token: u.refresh } }), 403, 'forbidden');
@@ -361,7 +361,7 @@ describeEachDb('accounts', (t) => {
     assert.equal((await login(other.email, other.password)).status, 200);
   });
 
-  test('admin role comes from ensureUser (D16) and shows in the record', async () => {
+  test('admin role comes from ensureUser (environment bootstrap or CLI) and shows in the record', async () => {
     const admin = await createUser(t(), { admin: true });
     const me = await t().req('GET', '/account', { token: admin.token });
     assert.equal(me.status, 200, me.text);
@@ -423,7 +423,7 @@ describeEachDb('accounts', (t) => {
     }
   });
 
-  // ---- no password work on authenticated requests (D11, authenticate.ts) ----
+  // ---- no password work on authenticated requests (authenticate.ts) ----
 
   test('a valid token or API key never touches a password hash', async () => {
     const u = await createUser(t());

@@ -1,5 +1,5 @@
 /**
- * Sessions (CONTRACT D12): access tokens (expiry, forgery, algorithm
+ * Sessions: access tokens (expiry, forgery, algorithm
  * confusion, bad headers), refresh-token rotation and reuse detection,
  * refresh expiry, concurrent refreshes, logout.
  */
@@ -190,7 +190,7 @@ describeEachDb('sessions', (t) => {
     }
   });
 
-  // ---- refresh (D12) ----
+  // ---- refresh: rotation, reuse detection, expiry ----
 
   test('refresh: rotation returns a new pair and retires the old refresh token', async () => {
     const u = await createUser(t());
@@ -324,7 +324,7 @@ describeEachDb('sessions', (t) => {
     }
   });
 
-  // ---- logout (D12) ----
+  // ---- logout: revokes the token's family ----
 
   test('logout: 204, the family is revoked, other sessions are not', async () => {
     const u = await createUser(t());

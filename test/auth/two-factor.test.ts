@@ -1,5 +1,5 @@
 /**
- * Two-factor authentication through the HTTP API (CONTRACT D13): setup,
+ * Two-factor authentication through the HTTP API: setup,
  * enable, the login challenge, verify with TOTP (drift, replay) or recovery
  * codes, challenge expiry and attempt limits, disable. The pure TOTP helpers
  * are covered by totp.test.ts; here the service clock drives every code.
@@ -153,7 +153,7 @@ describeEachDb('two-factor', (t) => {
     assertError(await enable(u.token, code(secret)), 400, 'invalid_state', 'enable while enabled');
   });
 
-  test('setup takes no body: none, null or {} are fine, any field is 422 (D2)', async () => {
+  test('setup takes no body: none, null or {} are fine, any field is 422 (unknown fields are refused)', async () => {
     const u = await createUser(t());
     for (const body of [undefined, {}, null]) {
       const r = await t().req('POST', '/auth/2fa/setup', { token: u.token, body });

@@ -1,5 +1,5 @@
 /**
- * /ssh-keys over HTTP (CONTRACT D3, D4, D6, D15, D17): real keys made by
+ * /ssh-keys over HTTP (upload, list, get, delete, limits, ownership, scopes): real keys made by
  * ssh-keygen, fingerprints compared with `ssh-keygen -l -E sha256`.
  */
 import { after, test } from 'node:test';
@@ -328,7 +328,7 @@ describeEachDb('ssh-keys routes', (t) => {
     }
   });
 
-  test('scopes (D15): read_only may list and read but not upload or delete; billing_only may do none of it', async () => {
+  test('key scopes: read_only may list and read but not upload or delete; billing_only may do none of it', async () => {
     const u = await createUser(t());
     const ro = await createApiKey(t(), u.token, 'read_only');
     const bo = await createApiKey(t(), u.token, 'billing_only');

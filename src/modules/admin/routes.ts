@@ -107,7 +107,7 @@ export function adminRoutes(
       },
       config: admin,
     },
-    // Another instance may have advanced the manual clock: read the persisted value (D43).
+    // Another instance may have advanced the manual clock: read the persisted value.
     async () => ({ now: (await clock.sync()).toISOString() }),
   );
 

@@ -1,4 +1,4 @@
-/** /api-keys (CONTRACT D14). */
+/** /api-keys: see docs/authentication.md#api-keys. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

@@ -1,5 +1,5 @@
 /**
- * API keys (CONTRACT D14): `gpc_` prefix, stored as a SHA-256 hash (the key
+ * API keys (docs/authentication.md#api-keys): `gpc_` prefix, stored as a SHA-256 hash (the key
  * has 256 bits of entropy, so a fast hash is right), shown once.
  */
 import type { Db } from '../../db/db.js';
@@ -49,7 +49,7 @@ export class ApiKeyService {
   ) {}
 
   async create(p: Principal, input: { name: string; scope?: Scope; expires_at?: string | null }): Promise<ApiKeyRecord & { key: string }> {
-    // D14: only a session or a read_write key manages keys, and never above its own scope.
+    // Only a session or a read_write key manages keys, and never above its own scope.
     if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
     const scope = input.scope ?? 'read_write';
     if (SCOPE_RANK[scope] > SCOPE_RANK[p.scope]) throw forbidden(`A ${p.scope} key cannot create a ${scope} key`);

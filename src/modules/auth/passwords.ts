@@ -1,6 +1,6 @@
 /**
  * Password hashing with argon2id at OWASP's parameters (19 MiB, t=2, p=1),
- * per-user salt (D11). A semaphore bounds how many hashes run at once so a
+ * per-user salt. A semaphore bounds how many hashes run at once so a
  * login flood cannot exhaust memory; past a bounded queue it refuses with 429.
  */
 import { hash, verify, Algorithm } from '@node-rs/argon2';
@@ -21,7 +21,7 @@ export type PasswordHashCost = 'standard' | 'test';
 /**
  * A fixed argon2id hash with exactly OPTIONS' parameters (of a throwaway
  * password), verified against for unknown emails so that they cost one verify
- * like a known email (D11). It is a constant rather than computed on first use,
+ * like a known email. It is a constant rather than computed on first use,
  * which made the first unknown-email login pay a hash plus a verify: a timing
  * tell. test/auth/accounts.test.ts checks that its parameters match OPTIONS.
  */
@@ -75,7 +75,7 @@ export class PasswordHasher {
     return this.slot(() => verify(storedHash, password).catch(() => false));
   }
 
-  /** Spends the same time as a real verify, for unknown emails (D11). */
+  /** Spends the same time as a real verify, for unknown emails: login timing does not tell whether an account exists. */
   async verifyDummy(password: string): Promise<false> {
     await this.verify(this.dummyHash, password);
     return false;

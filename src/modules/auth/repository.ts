@@ -99,7 +99,7 @@ export async function findUserForSession(
   return r.rows[0];
 }
 
-// ---- refresh tokens (D12) ----
+// ---- refresh tokens ----
 
 export async function insertRefreshToken(
   q: Queryable,
@@ -162,7 +162,7 @@ export async function setPassword(q: Queryable, userId: number, passwordHash: st
   await q.query('UPDATE users SET password_hash = $2, updated_at = $3 WHERE id = $1', [userId, passwordHash, now]);
 }
 
-// ---- two-factor (D13) ----
+// ---- two-factor ----
 
 export async function setPendingTotp(q: Queryable, userId: number, secret: string, now: Date): Promise<void> {
   await q.query('UPDATE users SET totp_pending_secret = $2, updated_at = $3 WHERE id = $1', [userId, secret, now]);
@@ -242,7 +242,7 @@ export async function updateChallenge(q: Queryable, id: string, attempts: number
   await q.query('UPDATE auth_challenges SET attempts = $2, used_at = $3 WHERE id = $1', [id, attempts, usedAt]);
 }
 
-// ---- admin (D47) ----
+// ---- admin ----
 
 export async function listUsers(
   q: Queryable,

@@ -1,4 +1,4 @@
-/** /auth/* and /account (CONTRACT D10-D13). Handlers are thin: the rules live in AuthService. */
+/** /auth/* and /account (see docs/authentication.md). Handlers are thin: the rules live in AuthService. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -52,7 +52,7 @@ const noStore = { 'cache-control': 'no-store' };
 
 /**
  * For operations that take no body: none, `null` or `{}` is fine; any field is
- * refused like every unknown field (D2: no silent ignore).
+ * refused like every unknown field (no silent ignore).
  */
 export function authRoutes(app: FastifyInstance, auth: AuthService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();

@@ -1,6 +1,6 @@
 /**
  * Accounts and sessions: register, login, refresh with rotation and reuse
- * detection, logout, two-factor (CONTRACT D10-D13, D16). No Fastify here.
+ * detection, logout, two-factor; see docs/authentication.md. No Fastify here.
  */
 import type { Db, Queryable } from '../../db/db.js';
 import { pgErrorCode, PG } from '../../db/db.js';
@@ -118,7 +118,7 @@ export class AuthService {
     }
   }
 
-  /** Creates or updates (password, role) an account: the env bootstrap and `gpucloud admin create-user` (D16). */
+  /** Creates or updates (password, role) an account: the env bootstrap (GPUCLOUD_ADMIN_EMAIL) and `gpucloud admin create-user`. */
   async ensureUser(email: string, password: string, role: Role, name: string | null = null): Promise<{ user: UserRecord; created: boolean }> {
     if (!(await repo.findUserByEmail(this.db, email))) {
       try {
@@ -187,7 +187,7 @@ export class AuthService {
     return { access_token: access.token, refresh_token: refresh, token_type: 'bearer', expires_in: access.expiresIn };
   }
 
-  /** D12: rotation; a rotated token used again revokes its whole family. */
+  /** Rotation: a refresh token works once; a rotated token used again revokes its whole family. See docs/authentication.md#refresh-tokens */
   async refresh(refreshToken: string): Promise<TokenResponse> {
     const outcome = await this.db.transaction(async (tx) => {
       const row = await repo.findRefreshTokenForUpdate(tx, sha256Hex(refreshToken));
@@ -219,7 +219,7 @@ export class AuthService {
     return outcome.tokens;
   }
 
-  /** D12: revokes the family of `refreshToken`, which must belong to the caller. Idempotent for the owner. */
+  /** Logout: revokes the family of `refreshToken`, which must belong to the caller. Idempotent for the owner. */
   async logout(userId: number, refreshToken: string): Promise<void> {
     await this.db.transaction(async (tx) => {
       const row = await repo.findRefreshTokenForUpdate(tx, sha256Hex(refreshToken));
@@ -258,7 +258,7 @@ export class AuthService {
     this.sessions.forgetUser(userId);
   }
 
-  // ---- two-factor (D13) ----
+  // ---- two-factor (see docs/authentication.md#two-factor-authentication) ----
 
   async setupTwoFactor(userId: number): Promise<{ secret: string; otpauth_url: string }> {
     return this.db.transaction(async (tx) => {

@@ -1,7 +1,7 @@
 /**
  * Access tokens: HS256 JWTs, 3600 s, with sub, iat, exp, jti and the session
- * family `sid` (D12). Only HS256 is accepted (so `alg: none` and any other
- * algorithm are refused). Expiry follows the service clock (D43).
+ * family `sid`. Only HS256 is accepted (so `alg: none` and any other
+ * algorithm are refused). Expiry follows the service clock, not the wall clock.
  *
  * Other signed tokens (VM launch tokens) are EdDSA (Ed25519) JWTs under a key
  * of their own, so that whoever checks them (a web portal) needs only the
@@ -82,7 +82,7 @@ export class TokenService {
     }
   }
 
-  /** Signed short-lived token for other purposes (e.g. VM launch tokens, D26). */
+  /** Signed short-lived token for other purposes (e.g. the WebUI/Jupyter launch tokens of a VM's access-info). */
   async signPurpose(purpose: string, claims: Record<string, unknown>, ttlS: number): Promise<{ token: string; expiresAt: Date }> {
     const iat = Math.floor(this.clock.nowMs() / 1000);
     const kid = (await this.jwks()).keys[0]!.kid!;

@@ -1,5 +1,5 @@
 /**
- * OpenSSH one-line public key parsing and SHA-256 fingerprinting (contract D17).
+ * OpenSSH one-line public key parsing and SHA-256 fingerprinting.
  *
  * Pure module: depends on node built-ins only. Accepts exactly one line of the
  * form "<type> <base64> [comment]" and validates the decoded wire-format blob
@@ -30,7 +30,7 @@ export class SshKeyParseError extends Error {
   }
 }
 
-/** Maximum accepted input size in bytes (UTF-8), contract D17. */
+/** Maximum accepted input size in bytes (UTF-8): 16 KiB, enough for the largest RSA key accepted. */
 export const MAX_SSH_KEY_INPUT_BYTES = 16 * 1024;
 
 /** Minimum RSA modulus size in bits. */

@@ -1,4 +1,4 @@
-/** /ssh-keys (CONTRACT D17). Only metadata is ever returned. */
+/** /ssh-keys (see docs/authentication.md#ssh-keys). Only metadata is ever returned. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -22,7 +22,7 @@ const SshKeyRecord = Type.Object(
   },
 );
 
-// Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length (D6).
+// Any id that is not a uuid cannot exist: 404 like a missing key (or another user's), whatever its length.
 const KeyId = Type.Object({ key_id: Type.String({ description: 'SSH key id (uuid)' }) });
 
 export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {

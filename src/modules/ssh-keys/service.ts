@@ -1,5 +1,5 @@
 /**
- * SSH keys (CONTRACT D17): parsed and fingerprinted like ssh-keygen, five per
+ * SSH keys (docs/authentication.md#ssh-keys): parsed and fingerprinted like ssh-keygen, five per
  * account, the same key never twice. Only metadata leaves this module
  * through the API; VMs copy the public key when they are created, so deleting
  * a key does not touch existing VMs.
@@ -57,7 +57,7 @@ export class SshKeyService {
       }
       throw err;
     }
-    // An explicit label is trimmed; one that is blank is an error, not a silent fallback (D2).
+    // An explicit label is trimmed; one that is blank is an error, not a silent fallback.
     const explicitLabel = input.label == null ? undefined : input.label.trim();
     if (explicitLabel === '') throw validation('body.label', 'must not be blank');
     return this.db.transaction(async (tx) => {

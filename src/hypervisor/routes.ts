@@ -1,4 +1,4 @@
-/** POST /admin/simulator/faults (CONTRACT D29): arm failures of the simulated hypervisor. */
+/** POST /admin/simulator/faults (see docs/vms.md#simulated-and-real-vms): arm failures of the simulated hypervisor. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

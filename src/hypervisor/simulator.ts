@@ -1,5 +1,5 @@
 /**
- * The simulated hypervisor (CONTRACT D29): instant calls, deterministic IP
+ * The simulated hypervisor (see docs/vms.md#simulated-and-real-vms): instant calls, deterministic IP
  * addresses, faults switched on per node or per VM through the database (so
  * every service instance sees them), and a record of calls for tests.
  * The provisioning delay is applied by the reconciler on the service clock.

@@ -132,7 +132,7 @@ export class Reconciler {
     }
   }
 
-  /** Runs passes until nothing is due (bounded), so a manual-clock advance leaves a settled state (D43). */
+  /** Runs passes until nothing is due (bounded), so a manual-clock advance leaves a settled state. */
   async settle(maxPasses = 50): Promise<void> {
     for (let i = 0; i < maxPasses; i++) {
       if ((await this.runExclusive()) === 0) return;

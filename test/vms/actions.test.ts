@@ -1,7 +1,8 @@
 /**
- * The VM actions in every state (D5, D23-D28), reading VMs by id and by vmid
- * (D6), the list (D3, D27), ownership (another user's VM is 404 everywhere, D6)
- * and suspension (D47).
+ * The VM actions in every state (an action the state does not allow is 400
+ * invalid_state naming the state), reading VMs by id and by vmid, the list
+ * (paging, include_destroyed, status), ownership (another user's VM is 404
+ * everywhere) and suspension.
  */
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -48,7 +49,7 @@ describeEachDb('VM actions', (t) => {
     shared = (await createNode(t(), admin.token, { gpu_count: 16 })).node;
   });
 
-  describe('each action in each state (D5, D23)', () => {
+  describe('each action in each state', () => {
     const vm = {} as Record<VmStatus, { id: string; vmid: number }>;
     let interruptNode: string;
     let offlineNode: string;
@@ -158,7 +159,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('start after stop (D24)', () => {
+  describe('start after stop: the GPUs must be free again', () => {
     test('stopping releases the GPUs; start needs them free again, else 400 gpu_unavailable', async () => {
       const n = (await createNode(t(), admin.token, { gpu_count: 1 })).node;
       const v = await create(owner, { node: n });
@@ -202,7 +203,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('set-label (D28)', () => {
+  describe('set-label', () => {
     let v: { id: string; vmid: number };
     before(async () => {
       v = await create(owner);
@@ -232,7 +233,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('set-auto-restart (D25)', () => {
+  describe('set-auto-restart (interruptible VMs only)', () => {
     test('on an on-demand VM -> 400 invalid_state; on an interruptible VM it toggles', async () => {
       const od = await create(owner);
       const r = await req('POST', `/vms/${od.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: true } });
@@ -253,7 +254,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('access-info (D26)', () => {
+  describe('access-info', () => {
     test('SSH for every template; web_ui and jupyter with launch tokens only for 102-104', async () => {
       const vms: Record<number, { id: string; vmid: number }> = {};
       for (const template_vmid of [100, 101, 102, 103, 104]) vms[template_vmid] = await create(owner, { template_vmid });
@@ -337,7 +338,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('reading VMs (D6, D27, D3)', () => {
+  describe('reading VMs by id or vmid, and the list', () => {
     let u: TestUser;
     const made: { id: string; vmid: number }[] = [];
     before(async () => {
@@ -405,7 +406,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('another user\'s VM is 404 on every route (D6)', () => {
+  describe('another user\'s VM is 404 on every route', () => {
     test('GET, DELETE, start, stop, set-label, set-auto-restart, access-info, interruption-history; by id and by vmid', async () => {
       const mine = await create(owner, { rental_type: 'interruptible', instance_label: 'mine' });
       await advance(t(), admin.token, 1);
@@ -442,7 +443,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('suspension (D47)', () => {
+  describe('suspension', () => {
     test('a suspended user\'s running VMs are stopped, and one still coming up does not stay up', async () => {
       const s = await createUser(t());
       await credit(t(), admin.token, s.id, 100);

@@ -1,7 +1,7 @@
 /**
- * POST /vms (CONTRACT D22): every rule in its order, one failing check each;
+ * POST /vms: every rule in its order, one failing check each;
  * the balance rule with the user's committed spend; SSH keys; Idempotency-Key
- * (D41); and concurrency: racing creates never hand out more GPUs than a node
+ * replays; and concurrency: racing creates never hand out more GPUs than a node
  * has, nor spend the same money twice.
  */
 import { before, describe, test } from 'node:test';
@@ -10,14 +10,14 @@ import { randomUUID } from 'node:crypto';
 import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
 import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 
-/** 4090 at the default prices: 0.44 per GPU-hour on demand, 0.22 interruptible, 0.0002 per GB-hour (D19). */
+/** 4090 at the default prices: 0.44 per GPU-hour on demand, 0.22 interruptible, 0.0002 per GB-hour. */
 const GPU = 0.44;
 const GPU_INT = 0.22;
 const GB = 0.0002;
 const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
 const rate = (gpus: number, gb: number, perGpu = GPU) => round6(gpus * perGpu + gb * GB);
 
-describeEachDb('POST /vms (D22)', (t) => {
+describeEachDb('POST /vms', (t) => {
   let admin: TestUser;
   let rich: TestUser; // credit and an SSH key
   let node: string; // 4090 x 8, max 2000 GB
@@ -52,7 +52,7 @@ describeEachDb('POST /vms (D22)', (t) => {
     node = (await createNode(t(), admin.token, { gpu_type: '4090', gpu_count: 8, max_storage_gb: 2000 })).node;
   });
 
-  test('a valid create answers 201 with the VM record, status creating, vmid >= 1000 and the rates fixed (D31)', async () => {
+  test('a valid create answers 201 with the VM record, status creating, vmid >= 1000 and the rates fixed at creation', async () => {
     const r = await create(rich, base({ gpu_count: 2, storage_gb: 100, template_vmid: 101, instance_label: 'train-1' }));
     assert.equal(r.status, 201, r.text);
     const v = r.body;
@@ -62,7 +62,7 @@ describeEachDb('POST /vms (D22)', (t) => {
     assert.equal(v.user_id, rich.id);
     assert.equal(v.node, node);
     assert.equal(v.rental_type, 'on_demand');
-    assert.equal(v.auto_restart, null, 'D25: null for non-interruptible VMs');
+    assert.equal(v.auto_restart, null, 'null for non-interruptible VMs');
     assert.equal(v.reservation_id, null);
     assert.equal(v.instance_label, 'train-1');
     assert.equal(v.gpu_hourly_rate, 0.88);
@@ -75,7 +75,7 @@ describeEachDb('POST /vms (D22)', (t) => {
     assert.equal(v.cpu_cores, 16);
     const i = await create(rich, base({ rental_type: 'interruptible' }));
     assert.equal(i.status, 201, i.text);
-    assert.equal(i.body.auto_restart, true, 'D25: defaults to true for interruptible VMs');
+    assert.equal(i.body.auto_restart, true, 'defaults to true for interruptible VMs');
     assert.equal(i.body.gpu_hourly_rate, GPU_INT);
     assert.ok(i.body.vmid > v.vmid, 'vmids are unique and increasing');
     await destroyAll(rich);
@@ -160,7 +160,7 @@ describeEachDb('POST /vms (D22)', (t) => {
       const info = await nodeInfo(small.node);
       assert.equal(info.gpus_allocated, 2);
       assert.equal(info.gpus_free, 0);
-      // Destroy frees the GPUs at once (D23)
+      // Destroy frees the GPUs at once
       assert.equal((await req('DELETE', `/vms/${a.body.id}`, { token: rich.token })).status, 200);
       assert.equal((await nodeInfo(small.node)).gpus_free, 1);
       assert.equal((await create(rich, base({ node: small.node, gpu_count: 1 }))).status, 201);
@@ -402,7 +402,7 @@ describeEachDb('POST /vms (D22)', (t) => {
     });
   });
 
-  describe('Idempotency-Key (D41)', () => {
+  describe('Idempotency-Key', () => {
     test('a replay creates one VM and answers the same body; another body with the key is 422', async () => {
       const u = await newUser(100);
       const key = `vm-${randomUUID()}`;

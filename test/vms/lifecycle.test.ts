@@ -1,8 +1,8 @@
 /**
- * The VM state machine (CONTRACT D23-D25), as a pure unit: every allowed
+ * The VM state machine (docs/vms.md#states), as a pure unit: every allowed
  * transition, every forbidden one (exhaustive over VM_STATUSES x VM_EVENTS),
  * GPU holding per state and rental type, the started_at / stopped_at flags and
- * the offline round trip. The table below is written from the contract, not
+ * the offline round trip. The table below is written from the documented rules, not
  * copied from lifecycle.ts.
  */
 import { describe, test } from 'node:test';
@@ -20,35 +20,35 @@ import {
   type VmStatus,
 } from '../../src/modules/vms/lifecycle.js';
 
-/** States a node going offline takes with it (D23: "any of these -> offline"). */
+/** States a node going offline takes with it (each of them -> offline). */
 const LIVE: VmStatus[] = ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted'];
 
-/** D23 as a table: event -> from -> to. node_online is resolved from offline_from and checked apart. */
+/** The documented transitions as a table: event -> from -> to. node_online is resolved from offline_from and checked apart. */
 const EXPECTED: Record<Exclude<VmEvent, 'node_online'>, Partial<Record<VmStatus, VmStatus>>> = {
   provisioned: { creating: 'starting' },
   provision_failed: { creating: 'failed' },
   started: { starting: 'running' },
-  start_failed: { starting: 'stopped' }, // D29: a failed start returns it to stopped
+  start_failed: { starting: 'stopped' }, // a failed start returns it to stopped
   stop_requested: { running: 'stopping' }, // stop needs running
   stopped: { stopping: 'stopped' },
   // the guest shut itself down, or its QEMU process died: stopped, billed as a stop
   powered_off: { running: 'stopped' },
   start_requested: { stopped: 'starting', interrupted: 'starting' }, // start needs stopped or interrupted
-  // D25: interruptible VMs holding GPUs can be preempted; not one its owner is stopping
+  // interruptible VMs holding GPUs can be preempted; not one its owner is stopping
   preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted' },
   node_offline: Object.fromEntries(LIVE.map((s) => [s, 'offline'])),
   // anything but destroyed -> destroyed
   destroy: Object.fromEntries(VM_STATUSES.filter((s) => s !== 'destroyed').map((s) => [s, 'destroyed'])),
 };
 
-describe('VM lifecycle (D23)', () => {
-  test('the statuses and events are the contract\'s', () => {
+describe('VM lifecycle: the state machine', () => {
+  test('the statuses and events are the documented ones', () => {
     assert.deepEqual([...VM_STATUSES].sort(), ['creating', 'destroyed', 'failed', 'interrupted', 'offline', 'running', 'starting', 'stopped', 'stopping']);
     assert.deepEqual([...VM_EVENTS].sort(), [...Object.keys(EXPECTED), 'node_online'].sort());
     assert.deepEqual([...RENTAL_TYPES].sort(), ['interruptible', 'on_demand', 'reserved']);
   });
 
-  test('every allowed transition of the table lands where D23 says', () => {
+  test('every allowed transition of the table lands where the lifecycle says', () => {
     let n = 0;
     for (const [event, row] of Object.entries(EXPECTED) as [VmEvent, Partial<Record<VmStatus, VmStatus>>][]) {
       for (const [from, to] of Object.entries(row) as [VmStatus, VmStatus][]) {
@@ -85,7 +85,7 @@ describe('VM lifecycle (D23)', () => {
     assert.equal(refused, 99 - 26);
   });
 
-  test('specific refusals the API relies on (D5)', () => {
+  test('specific refusals the API relies on (an action the state does not allow is 400 invalid_state)', () => {
     const no = (status: VmStatus, event: VmEvent) => assert.equal(transition({ status, rentalType: 'on_demand', offlineFrom: null, event }).ok, false, `${status} ${event}`);
     no('running', 'start_requested'); // start a running VM
     no('starting', 'start_requested');
@@ -135,7 +135,7 @@ describe('VM lifecycle (D23)', () => {
     assert.equal(d.transition.holdsGpus, false);
   });
 
-  test('holdsGpus per state and rental type (D23, D24): a reserved VM keeps its GPUs while stopped', () => {
+  test('holdsGpus per state and rental type: a reserved VM keeps its GPUs while stopped', () => {
     const expected: Record<VmStatus, Record<string, boolean>> = {
       creating: { on_demand: true, reserved: true, interruptible: true },
       starting: { on_demand: true, reserved: true, interruptible: true },
@@ -144,7 +144,7 @@ describe('VM lifecycle (D23)', () => {
       stopped: { on_demand: false, reserved: true, interruptible: false },
       interrupted: { on_demand: false, reserved: false, interruptible: false },
       destroyed: { on_demand: false, reserved: false, interruptible: false },
-      failed: { on_demand: false, reserved: false, interruptible: false }, // D23: a failed VM holds no GPUs
+      failed: { on_demand: false, reserved: false, interruptible: false }, // a failed VM holds no GPUs
       offline: { on_demand: false, reserved: false, interruptible: false }, // offline with nothing remembered
     };
     for (const s of VM_STATUSES) for (const r of RENTAL_TYPES) assert.equal(holdsGpus(s, r), expected[s][r], `${s}/${r}`);
@@ -157,10 +157,10 @@ describe('VM lifecycle (D23)', () => {
   test('the transition result reports GPU holding before and after', () => {
     const stop = transition({ status: 'stopping', rentalType: 'on_demand', offlineFrom: null, event: 'stopped' });
     assert.ok(stop.ok);
-    assert.deepEqual([stop.transition.holdsGpusBefore, stop.transition.holdsGpus], [true, false], 'D24: stopping releases the GPUs');
+    assert.deepEqual([stop.transition.holdsGpusBefore, stop.transition.holdsGpus], [true, false], 'stopping releases the GPUs');
     const stopR = transition({ status: 'stopping', rentalType: 'reserved', offlineFrom: null, event: 'stopped' });
     assert.ok(stopR.ok);
-    assert.deepEqual([stopR.transition.holdsGpusBefore, stopR.transition.holdsGpus], [true, true], 'D24: reserved keeps them');
+    assert.deepEqual([stopR.transition.holdsGpusBefore, stopR.transition.holdsGpus], [true, true], 'reserved keeps them');
     const fail = transition({ status: 'creating', rentalType: 'on_demand', offlineFrom: null, event: 'provision_failed' });
     assert.ok(fail.ok);
     assert.equal(fail.transition.holdsGpus, false);
@@ -183,7 +183,7 @@ describe('VM lifecycle (D23)', () => {
         assert.equal(t.setStoppedAt, status === 'running' && t.to !== 'running', `${status} --${event}--> stopped_at`);
       }
     }
-    // D23 names the ways out of running: stop, interruption, node offline, destroy
+    // the ways out of running: stop, interruption, node offline, destroy
     for (const event of ['stop_requested', 'preempted', 'node_offline', 'destroy'] as VmEvent[]) {
       const r = transition({ status: 'running', rentalType: 'interruptible', offlineFrom: null, event });
       assert.ok(r.ok && r.transition.setStoppedAt && !r.transition.setStartedAt, event);
@@ -210,7 +210,7 @@ describe('VM lifecycle (D23)', () => {
     );
   });
 
-  test('failed and destroyed VMs do not count toward the VM limit (D23)', () => {
+  test('failed and destroyed VMs do not count toward the VM limit', () => {
     assert.deepEqual(
       VM_STATUSES.filter((s) => !COUNTS_TOWARD_LIMIT(s)).sort(),
       ['destroyed', 'failed'],

@@ -1,8 +1,8 @@
 /**
  * What the background reconcilers do with VMs: preemption and interruption
- * records (D22, D25), hypervisor failures through the simulator's faults
- * (D29), nodes going offline and back (D23), and two service instances over
- * one database acting once per VM action.
+ * records, hypervisor failures through the simulator's faults, nodes going
+ * offline and back, and two service instances over one database acting once
+ * per VM action.
  */
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -49,10 +49,10 @@ describeEachDb('VM reconcilers', (t) => {
   /**
    * Runs the work due now without moving the clock, so that a retry's backoff
    * is counted from a known moment whether or not an advance steps through
-   * due moments on its way (D43).
+   * due moments on its way.
    */
   const settleNow = () => t().services.clock.advance(0);
-  /** Fresh access tokens (they live 3600 s of service time, D12). */
+  /** Fresh access tokens (they live 3600 s of service time). */
   const relogin = async (...users: TestUser[]) => {
     for (const u of users) {
       const r = await req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
@@ -71,7 +71,7 @@ describeEachDb('VM reconcilers', (t) => {
     }
   });
 
-  describe('preemption (D22, D25)', () => {
+  describe('preemption: on-demand VMs take the GPUs of interruptible ones', () => {
     let node: string;
     let i1: Vm, i2: Vm, i3: Vm, od: Vm, od2: Vm;
 
@@ -134,7 +134,7 @@ describeEachDb('VM reconcilers', (t) => {
       assert.deepEqual(await history(alice, i1), []);
     });
 
-    test('GET /search offers on-demand GPUs held by interruptible VMs, interruptible ones only when free (D20)', async () => {
+    test('GET /search offers on-demand GPUs held by interruptible VMs, interruptible ones only when free', async () => {
       const od = (await req('GET', '/search', { query: { gpu_type: '4090', limit: 100 } })).body.find((o: { node: string }) => o.node === node);
       assert.equal(od.gpu_count, 2, 'i1 holds 2 preemptible GPUs');
       const ir = (await req('GET', '/search', { query: { gpu_type: '4090', rental_type: 'interruptible', limit: 100 } })).body;
@@ -243,7 +243,7 @@ describeEachDb('VM reconcilers', (t) => {
     });
   });
 
-  describe('hypervisor failures (D29)', () => {
+  describe('hypervisor failures (simulator faults)', () => {
     test('POST /admin/simulator/faults: admin only, 404 for an unknown node, 422 for a bad action', async () => {
       const n = (await createNode(t(), admin.token, { gpu_count: 1 })).node;
       const r = await req('POST', '/admin/simulator/faults', { token: alice.token, body: { node: n, action: 'provision' } });
@@ -372,7 +372,7 @@ describeEachDb('VM reconcilers', (t) => {
     });
   });
 
-  describe('nodes going offline and back (D23)', () => {
+  describe('nodes going offline and back', () => {
     test('offline turns the node\'s VMs offline; active again brings each back to what it was', async () => {
       const u = await createUser(t());
       await credit(t(), admin.token, u.id, 100);
@@ -436,7 +436,7 @@ describeEachDb('VM reconcilers', (t) => {
     });
   });
 
-  describe('hypervisor work that finishes while its node goes offline (D23)', () => {
+  describe('hypervisor work that finishes while its node goes offline', () => {
     test('the VM comes back to where it was and the work resumes, without building it twice', async () => {
       const u = await createUser(t());
       await credit(t(), admin.token, u.id, 100);

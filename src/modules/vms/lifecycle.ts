@@ -1,5 +1,5 @@
 /**
- * The VM state machine (CONTRACT D23-D25): every status change of a VM goes
+ * The VM state machine (see docs/vms.md#states): every status change of a VM goes
  * through transition(). Pure: no I/O, no clock; the caller applies the
  * returned effects inside its database transaction.
  */
@@ -26,7 +26,7 @@ export type VmEvent =
   | 'provision_failed'
   /** reconciler: the hypervisor started it (starting -> running) */
   | 'started'
-  /** reconciler: the start failed (starting -> stopped, D29) */
+  /** reconciler: the start failed (starting -> stopped) */
   | 'start_failed'
   /** API: stop (running -> stopping) */
   | 'stop_requested'
@@ -61,7 +61,7 @@ export const VM_EVENTS: readonly VmEvent[] = [
   'destroy',
 ];
 
-/** States in which a VM holds GPUs of its node; a reserved VM keeps them while stopped (D24). */
+/** States in which a VM holds GPUs of its node; a reserved VM keeps them while stopped. */
 export function holdsGpus(status: VmStatus, rentalType: RentalType, offlineFrom: VmStatus | null = null): boolean {
   switch (status) {
     case 'creating':
@@ -82,7 +82,7 @@ export function holdsGpus(status: VmStatus, rentalType: RentalType, offlineFrom:
 
 /**
  * Interruptible VMs in these states hold GPUs that an on-demand or reserved VM
- * may take (D22, D25). Not `stopping`: its owner asked for it to stop, and an
+ * may take. Not `stopping`: its owner asked for it to stop, and an
  * interruption would bring it back by itself (auto_restart) once GPUs free up;
  * its GPUs come free when the hypervisor confirms the stop.
  */
@@ -132,9 +132,9 @@ export interface Transition {
   to: VmStatus;
   holdsGpusBefore: boolean;
   holdsGpus: boolean;
-  /** The VM becomes running now: set started_at (D23). */
+  /** The VM becomes running now: set started_at. */
   setStartedAt: boolean;
-  /** The VM leaves running now: set stopped_at (D23). */
+  /** The VM leaves running now: set stopped_at. */
   setStoppedAt: boolean;
   /** New value of offline_from. */
   offlineFrom: VmStatus | null;
@@ -183,5 +183,5 @@ function describe(event: VmEvent): string {
   }
 }
 
-/** Statuses whose VMs count toward the per-user VM limit (D22, D23: failed and destroyed do not). */
+/** Statuses whose VMs count toward the per-user VM limit (failed and destroyed do not). */
 export const COUNTS_TOWARD_LIMIT = (s: VmStatus) => s !== 'destroyed' && s !== 'failed';

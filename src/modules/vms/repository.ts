@@ -103,7 +103,7 @@ export async function insertVm(q: Queryable, v: NewVm): Promise<VmRow> {
   return r.rows[0]!;
 }
 
-/** By uuid or by vmid (D6); `userId` null for admins and jobs. */
+/** By uuid or by vmid; `userId` null for admins and jobs. */
 export async function findVm(q: Queryable, ref: { id?: string; vmid?: number }, userId: number | null, forUpdate = false): Promise<VmRow | undefined> {
   const where = ref.id !== undefined ? 'id = $1' : 'vmid = $1';
   const params: unknown[] = [ref.id ?? ref.vmid];
@@ -165,12 +165,12 @@ export async function raiseTraffic(q: Queryable, id: string, bytes: number): Pro
   await q.query('UPDATE vms SET network_bytes_total = GREATEST(network_bytes_total, $2) WHERE id = $1', [id, bytes]);
 }
 
-/** The user's VMs that count toward limits and committed spend (D22). */
+/** The user's VMs that count toward limits and committed spend (all but destroyed and failed). */
 export async function userVmsForLimits(q: Queryable, userId: number): Promise<VmRow[]> {
   return (await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`, [userId])).rows;
 }
 
-/** Interruptible VMs on a node that hold GPUs an on-demand VM may take: the most recently started first (D25). */
+/** Interruptible VMs on a node that hold GPUs an on-demand VM may take: the most recently started first. */
 export async function preemptionCandidates(q: Queryable, node: string, statuses: readonly string[]): Promise<VmRow[]> {
   return (
     await q.query<VmRow>(
@@ -185,7 +185,7 @@ export async function vmsOnNode(q: Queryable, node: string, statuses: readonly s
   return (await q.query<VmRow>('SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR UPDATE', [node, statuses])).rows;
 }
 
-/** D47: whether the VM's owner is suspended (their VMs must not come up). */
+/** Whether the VM's owner is suspended (their VMs must not come up). */
 export async function ownerSuspended(q: Queryable, userId: number): Promise<boolean> {
   return (await q.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId])).rows[0]?.suspended ?? false;
 }
@@ -224,7 +224,7 @@ export async function reclaim(q: Queryable, id: string, token: string): Promise<
   return (await q.query<VmRow>('SELECT * FROM vms WHERE id = $1 AND claim_token = $2 FOR UPDATE', [id, token])).rows[0];
 }
 
-/** Interrupted VMs waiting to restart by themselves, oldest interruption first (never a suspended user's, D47). */
+/** Interrupted VMs waiting to restart by themselves, oldest interruption first (never a suspended user's). */
 export async function autoRestartCandidates(q: Queryable, limit: number): Promise<VmRow[]> {
   return (
     await q.query<VmRow>(
@@ -238,7 +238,7 @@ export async function autoRestartCandidates(q: Queryable, limit: number): Promis
   ).rows;
 }
 
-// ---- interruptions (D25) ----
+// ---- interruptions ----
 
 export async function insertInterruption(q: Queryable, i: Omit<InterruptionRow, 'restored_at' | 'downtime_seconds' | 'status'>): Promise<void> {
   await q.query(

@@ -1,4 +1,4 @@
-/** /vms (CONTRACT D22-D28) and the admin VM list (D47). Handlers are thin: the rules live in VmService. */
+/** /vms (see docs/vms.md) and the admin VM list. Handlers are thin: the rules live in VmService. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';

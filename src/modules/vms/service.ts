@@ -1,5 +1,5 @@
 /**
- * VMs (CONTRACT D22-D28): the rules of create, start, stop, destroy, label,
+ * VMs (see docs/vms.md): the rules of create, start, stop, destroy, label,
  * auto-restart, access and interruptions. Every status change goes through
  * applyTransition (lifecycle.ts decides, this writes); hypervisor work is left
  * to the reconcilers through `hv_action`, never done inside a request.
@@ -26,7 +26,7 @@ import { recordEvent } from '../events/repository.js';
 export const DEFAULT_MAX_VMS = 10;
 export const DEFAULT_MAX_GPUS = 16;
 export const LAUNCH_TOKEN_TTL_S = 300;
-/** D28: a label is 1..32 printable ASCII characters (space to tilde). */
+/** A label is 1..32 printable ASCII characters (space to tilde). */
 export const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
 const LABEL_RULE = 'must be 1 to 32 printable ASCII characters';
 export const WEB_TEMPLATES = new Set([102, 103, 104]);
@@ -134,14 +134,14 @@ const toInterruptionRecord = (i: InterruptionRow): InterruptionRecord => ({
   status: i.status,
 });
 
-/** D6: `{vm_id}` is the uuid or the integer vmid; anything else can never exist. */
+/** `{vm_id}` is the uuid or the integer vmid; anything else can never exist. */
 export function parseVmRef(raw: string): { id?: string; vmid?: number } | null {
   if (/^\d{1,9}$/.test(raw)) return { vmid: Number(raw) };
   if (UUID_RE.test(raw)) return { id: raw.toLowerCase() };
   return null;
 }
 
-/** D31: rates fixed on the VM at creation. */
+/** The rates fixed on the VM at creation (later price changes apply to new VMs only). */
 export function ratesFor(p: PricingRow, rental: RentalType, gpuCount: number, storageGb: number, months?: number) {
   let perGpu = p.gpu_price_hourly_micros;
   if (rental === 'interruptible') perGpu = p.interruptible_rate_micros;
@@ -154,7 +154,7 @@ export function ratesFor(p: PricingRow, rental: RentalType, gpuCount: number, st
   return { gpu, storage, total: gpu + storage };
 }
 
-/** D22: what a VM commits the user to per hour from the credit balance (reserved VMs draw on their reservation). */
+/** What a VM commits the user to per hour from the credit balance (reserved VMs draw on their reservation). */
 export function committedHourly(vms: VmRow[], excludeId?: string): number {
   let sum = 0;
   for (const v of vms) {
@@ -256,13 +256,13 @@ export class VmService {
 
   private reservations: ReservationService | undefined;
 
-  /** Reserved VMs need the reservation module (D37); wired in app.ts. */
+  /** Reserved VMs need the reservation module (it takes their deposit at creation); wired in app.ts. */
   useReservations(reservations: ReservationService): void {
     this.reservations = reservations;
   }
 
   /**
-   * D38/D39: a reserved VM goes on as on-demand at the current on-demand price
+   * A reserved VM whose reservation is cancelled or ends goes on as on-demand at the current on-demand price
    * (its open period was closed by the caller). False when the VM is gone.
    */
   async convertToOnDemand(tx: Queryable, vmId: string, _now: Date): Promise<boolean> {
@@ -275,7 +275,7 @@ export class VmService {
       rental_type: 'on_demand',
       gpu_hourly_rate_micros: rates.gpu,
       storage_hourly_rate_micros: rates.storage,
-      // A stopped reserved VM held its GPUs (D24); as on-demand it no longer does.
+      // A stopped reserved VM held its GPUs; as on-demand it no longer does.
       holds_gpus: holdsGpus(vm.status, 'on_demand', vm.offline_from),
     });
     this.gpuUsageChanged(tx);
@@ -323,7 +323,7 @@ export class VmService {
     return vm;
   }
 
-  // ---- create (D22) ----
+  // ---- create (see docs/vms.md#the-order-of-the-checks) ----
 
   async create(userId: number, input: CreateVmInput): Promise<VmRecord> {
     const rental: RentalType = input.rental_type ?? 'on_demand';
@@ -359,7 +359,7 @@ export class VmService {
         throw new AppError('gpu_unavailable', `Node ${input.node} has ${node.gpu_type} GPUs, not ${input.gpu_type}`);
       }
       let free = node.gpu_count - (await this.inventory.usage(tx, node.node)).held;
-      // Interruptible VMs this one may preempt (D22, D25), locked before they are counted on: one
+      // Interruptible VMs this one may preempt (docs/vms.md#preemption), locked before they are counted on: one
       // that starts stopping meanwhile still holds its GPUs but can no longer be preempted, so it
       // must not count as takeable. Behind the locks the usage is read again.
       let victims: VmRow[] = [];
@@ -388,7 +388,7 @@ export class VmService {
       }
       const pricing = await this.inventory.pricingFor(tx, node.gpu_type);
       const rates = ratesFor(pricing, rental, input.gpu_count, input.storage_gb, input.reservation_months);
-      // D22: a reserved VM needs its deposit (D36/D37: the whole commitment); others one hour of their own
+      // A reserved VM needs its deposit (the whole commitment, prepaid); others one hour of their own
       // rate plus one hour of the user's committed spend.
       const reservationQuote =
         rental === 'reserved' ? quote(pricing, input.gpu_count, input.storage_gb, input.reservation_months as Months) : undefined;
@@ -411,7 +411,7 @@ export class VmService {
       let sshKeyId: string | null = null;
       let sshPublicKey: string | null = null;
       if (authMethod === 'ssh_key') {
-        // A malformed id can name no key: 404 like an unknown one, at this step of the order (D22).
+        // A malformed id can name no key: 404 like an unknown one, at this step of the order (the key comes last).
         if (input.ssh_key_id !== undefined && !UUID_RE.test(input.ssh_key_id)) throw notFound('SSH key');
         const key = await this.sshKeys.publicKeyFor(tx, userId, input.ssh_key_id);
         if (!key && input.ssh_key_id) throw notFound('SSH key');
@@ -461,7 +461,7 @@ export class VmService {
       });
 
       if (reservationQuote && this.reservations) {
-        // D37: the reservation and its deposit in the same transaction as the VM.
+        // The reservation and its deposit in the same transaction as the VM.
         await this.reservations.createForVm(tx, {
           id: reservationId!,
           userId,
@@ -475,7 +475,7 @@ export class VmService {
         });
       }
 
-      // Preempt interruptible VMs (most recently started first) only for the GPUs that are not free (D22, D25).
+      // Preempt interruptible VMs (most recently started first) only for the GPUs that are not free.
       let missing = input.gpu_count - free;
       for (const victim of victims) {
         if (missing <= 0) break;
@@ -522,7 +522,7 @@ export class VmService {
     return { items: r.rows.map(toInterruptionRecord), total: r.total };
   }
 
-  // ---- actions (D23-D25, D28) ----
+  // ---- actions (see docs/vms.md#what-each-action-does-in-each-state) ----
 
   async start(userId: number, ref: string): Promise<{ message: string }> {
     return this.db.transaction(async (tx) => {
@@ -581,7 +581,7 @@ export class VmService {
         'destroy',
         now,
         {
-          // Cleanup on the hypervisor runs in the background and is retried until it succeeds (D23).
+          // Cleanup on the hypervisor runs in the background and is retried until it succeeds.
           hv_action: 'destroy',
           next_action_at: now,
           attempts: 0,
@@ -655,7 +655,7 @@ export class VmService {
     return running.length;
   }
 
-  /** D23: a node going offline takes its VMs offline; coming back restores them. */
+  /** A node going offline takes its VMs offline; coming back restores them (docs/vms.md#when-a-node-goes-offline). */
   async onNodeStatus(tx: Queryable, node: string, from: string, to: string, now: Date): Promise<void> {
     if (to === 'offline') {
       for (const vm of await repo.vmsOnNode(tx, node, ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted'])) {
@@ -663,7 +663,7 @@ export class VmService {
       }
     } else if (from === 'offline') {
       for (const vm of await repo.vmsOnNode(tx, node, ['offline'])) {
-        // A VM that was running comes back running: it is up again from now (started_at, D23).
+        // A VM that was running comes back running: it is up again from now (started_at is set anew).
         await this.applyTransition(tx, vm, 'node_online', now);
       }
     }
@@ -733,7 +733,7 @@ export class VmService {
           await this.applyTransition(tx, vm, 'start_failed', now, { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error }, { error: outcome.error });
           return;
         }
-        // stop and destroy are retried with backoff: 5 s doubling up to 5 min of service time (D29).
+        // stop and destroy are retried with backoff: 5 s doubling up to 5 min of service time.
         const delayS = Math.min(300, 5 * 2 ** Math.min(attempts - 1, 10));
         await repo.updateVm(tx, vm.id, { ...release, attempts, last_error: outcome.error, next_action_at: new Date(now.getTime() + delayS * 1000) });
         return;
@@ -774,7 +774,7 @@ export class VmService {
           ram_percent: 10 + (vm.vmid % 50),
         });
         await repo.closeInterruptions(tx, vm.id, 'restored', now);
-        // D47: a suspended user's VMs do not stay up, even one that was still coming up at the suspension.
+        // A suspended user's VMs do not stay up, even one that was still coming up at the suspension.
         if (await repo.ownerSuspended(tx, vm.user_id)) await this.requestStop(tx, up, now);
       } else if (action === 'stop' && vm.status === 'stopping') {
         await this.applyTransition(tx, vm, 'stopped', now, done);
@@ -814,7 +814,7 @@ export class VmService {
     return stopped;
   }
 
-  /** Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free (D25). */
+  /** Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free (docs/vms.md#auto-restart). */
   async autoRestartDue(): Promise<number> {
     const candidates = await repo.autoRestartCandidates(this.db, 50);
     let restarted = 0;
@@ -827,7 +827,7 @@ export class VmService {
         if (!node || node.status !== 'active' || !vm || vm.status !== 'interrupted' || !vm.auto_restart) return false;
         const usage = await this.inventory.usage(tx, vm.node);
         if (node.gpu_count - usage.held < vm.gpu_count) return false;
-        // D33 and D22: an automatic restart needs the money a manual start would (an out-of-credit user stays interrupted).
+        // An automatic restart needs the money a manual start would (an out-of-credit user stays interrupted).
         const mine = await repo.userVmsForLimits(tx, vm.user_id);
         if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id)) return false;
         const now = this.clock.now();

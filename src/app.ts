@@ -57,7 +57,7 @@ import { usageRoutes } from './modules/billing/usage-routes.js';
 import { ReservationService } from './modules/reservations/service.js';
 import { reservationRoutes } from './modules/reservations/routes.js';
 
-export const BODY_LIMIT = 64 * 1024; // D2
+export const BODY_LIMIT = 64 * 1024; // larger bodies are 413
 
 export interface AppDeps {
   config: Config;
@@ -139,15 +139,15 @@ export function createServices(deps: AppDeps): Services {
   });
 
   // Cross-module reactions, each inside the transaction of its cause.
-  vms.useReservations(reservations); // D37: reserved VMs take their deposit at creation
-  reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now)); // D38, D39
-  vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now)); // D32: periods close at transitions
+  vms.useReservations(reservations); // reserved VMs take their deposit at creation
+  reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now)); // a cancelled or ended reservation's VM goes on as on-demand
+  vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now)); // billing periods close at status changes
   vms.onTransition(async (tx, before, after, now) => {
     // Interrupting others is never free: a VM that preempted any pays at least one billing period.
     if (after.status === 'destroyed' && before.status !== 'destroyed') await meter.chargePreemptionMinimum(tx, after.id, now);
   });
   vms.onTransition(async (tx, before, after, now) => {
-    // D38: a reserved VM that ends failed gets its whole deposit back.
+    // A reserved VM that ends failed gets its whole deposit back.
     if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id) await reservations.refundFailed(tx, after.reservation_id, now);
   });
   adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now, 'suspended').then(() => undefined));
@@ -158,10 +158,10 @@ export function createServices(deps: AppDeps): Services {
     auth.forgetUser(userId);
     apiKeys.forgetUser(userId);
   });
-  inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // D23
+  inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // an offline node takes its VMs offline
 
   // Background work, in this order on every pass: reservation ends (their usage draws on the
-  // reservation up to end_at), interval closes (traffic counters read first), then low-balance stops (D33).
+  // reservation up to end_at), interval closes (traffic counters read first), then low-balance stops (docs/billing.md#low-balance).
   reconciler.addJob({ name: 'reservation-ends', run: (now) => reservations.endDue(now) });
   reconciler.addJob({
     name: 'billing-intervals',
@@ -243,7 +243,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     bodyLimit: BODY_LIMIT,
     trustProxy: false,
     frameworkErrors,
-    // D46: echo a sane client X-Request-Id, otherwise make one.
+    // Echo a sane client X-Request-Id, otherwise make one.
     genReqId: (req) => {
       const h = req.headers['x-request-id'];
       return typeof h === 'string' && REQUEST_ID_RE.test(h) ? h : newId();
@@ -300,15 +300,20 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     if (body === '' || (typeof body === 'string' && body.trim() === '')) return done(null, undefined);
     defaultJson(req, body as string, done);
   });
-  // D2: a body in any other media type is 415.
+  // A body in any other media type is 415.
   app.removeContentTypeParser('text/plain');
 
-  app.addHook('onRequest', async (req, reply) => {
+  // Private answers are never cached: every path under these prefixes, a route's decided once when it is added.
+  const noStore = (path: string) => NO_STORE_PREFIXES.some((p) => path === p || path.startsWith(p + '/'));
+  app.addHook('onRoute', (route) => {
+    route.config = { ...(route.config ?? {}), noStore: noStore(route.url) };
+  });
+  app.addHook('onRequest', (req, reply, done) => {
     reply.header('X-Request-Id', req.id);
-    reply.header('API-Version', API_VERSION); // D9
+    reply.header('API-Version', API_VERSION);
     reply.header('X-Content-Type-Options', 'nosniff');
-    const path = req.url.split('?')[0]!;
-    if (NO_STORE_PREFIXES.some((p) => path === p || path.startsWith(p + '/'))) reply.header('Cache-Control', 'no-store'); // D46
+    if (req.routeOptions.config.noStore ?? noStore(req.url.split('?')[0]!)) reply.header('Cache-Control', 'no-store');
+    done();
   });
 
   if (deps.config.corsOrigins.length > 0) {
@@ -349,7 +354,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
       await services.clock.sync();
     });
   }
-  // Order matters: identify -> count -> reject (D40 counts unauthenticated calls by IP) -> idempotency.
+  // Order matters: identify -> count -> reject (unauthenticated calls are counted by client address) -> idempotency.
   registerAuthentication(app, services.auth, services.apiKeys);
   registerRateLimit(app, deps.rateLimitStore, deps.config.rateLimits);
   registerAuthorization(app, { token: deps.config.metricsToken, loopback: deps.config.metricsLoopback });

@@ -1,4 +1,4 @@
-/** Prometheus metrics at GET /metrics (CONTRACT D8): process defaults plus HTTP request counts and latencies. */
+/** Prometheus metrics at GET /metrics: process defaults plus HTTP request counts and latencies. */
 import type { FastifyInstance } from 'fastify';
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { errorResponses } from './schemas.js';
@@ -19,10 +19,19 @@ export function registerMetrics(app: FastifyInstance): Registry {
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     registers: [registry],
   });
-  app.addHook('onResponse', async (req, reply) => {
+  // The series of a method, route and status, found once: prom-client hashes a label set on every call.
+  const series = new Map<string, { count: { inc(): void }; time: { observe(v: number): void } }>();
+  app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions.url ?? 'unmatched';
-    requests.inc({ method: req.method, route, status: String(reply.statusCode) });
-    duration.observe({ method: req.method, route }, reply.elapsedTime / 1000);
+    const key = `${req.method} ${reply.statusCode} ${route}`;
+    let s = series.get(key);
+    if (!s) {
+      s = { count: requests.labels({ method: req.method, route, status: String(reply.statusCode) }), time: duration.labels({ method: req.method, route }) };
+      series.set(key, s);
+    }
+    s.count.inc();
+    s.time.observe(reply.elapsedTime / 1000);
+    done();
   });
   app.get(
     '/metrics',

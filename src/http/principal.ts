@@ -8,7 +8,7 @@ export interface Principal {
   role: Role;
   scope: Scope;
   via: 'session' | 'api_key';
-  /** Session family of a JWT (D12). */
+  /** The session (refresh-token family) a JWT belongs to. */
   sessionId?: string;
   apiKeyId?: string;
 }
@@ -22,12 +22,14 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Who may call the route (default 'user'). */
     auth?: AuthMode;
-    /** D40 bucket; false for infrastructure routes (health, metrics, docs). Default 'default'. */
+    /** Rate-limit bucket (docs/security.md#rate-limits); false for infrastructure routes (health, metrics, docs). Default 'default'. */
     rateLimit?: RateBucket | false;
-    /** D41: honours the Idempotency-Key header. */
+    /** Honours the Idempotency-Key header (docs/errors.md#idempotency-keys). */
     idempotent?: boolean;
     /** Only a signed-in session may call it, never an API key (2FA, password, ending sessions). */
     sessionOnly?: boolean;
+    /** Answered with Cache-Control: no-store (set for every route under a private prefix). */
+    noStore?: boolean;
   }
   interface FastifyRequest {
     principal?: Principal;

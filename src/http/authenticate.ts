@@ -2,7 +2,7 @@
  * Authentication and authorization hooks. For every route whose config.auth
  * is not 'public': Bearer JWT or `gpc_` API key -> request.principal; then
  * (after the rate limiter has counted the request) 401 / 403 for missing
- * credentials, suspension, role and scope (CONTRACT D14-D16, D47).
+ * credentials, suspension, role and scope (docs/authentication.md, docs/security.md#what-each-credential-may-do).
  * A valid token or key never touches a password hash.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';

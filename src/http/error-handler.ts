@@ -1,5 +1,5 @@
 /**
- * The one place that turns any thrown error into D1's shape:
+ * The one place that turns any thrown error into the error shape ({detail, code}, docs/errors.md):
  * `{detail, code, errors?}`. A 500 names the request id and never leaks a stack.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -8,7 +8,7 @@ import { AppError, type ErrorCode, ERROR_STATUS } from '../errors.js';
 import { fieldErrors } from './validation.js';
 import { API_VERSION } from './openapi.js';
 
-/** Fastify's own error codes for body handling (D2). */
+/** Fastify's own error codes for body handling (malformed JSON 400, too large 413, other media types 415). */
 const FASTIFY_CODES: Record<string, { code: ErrorCode; detail: (e: FastifyError) => string }> = {
   FST_ERR_CTP_INVALID_JSON_BODY: { code: 'malformed_json', detail: (e) => `Malformed JSON body: ${e.message}` },
   FST_ERR_CTP_EMPTY_JSON_BODY: { code: 'malformed_json', detail: () => 'Malformed JSON body: the body is empty' },
@@ -21,7 +21,7 @@ const FASTIFY_CODES: Record<string, { code: ErrorCode; detail: (e: FastifyError)
   FST_ERR_CTP_INVALID_TYPE: { code: 'unsupported_media_type', detail: () => 'Invalid Content-Type header' },
 };
 
-/** 4xx statuses of foreign errors that map onto a D1 code with the same status. */
+/** 4xx statuses of foreign errors that map onto an error code with the same status. */
 const CLIENT_STATUS_CODE: Record<number, ErrorCode> = {
   401: 'unauthorized',
   403: 'forbidden',
@@ -72,7 +72,7 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return reply.code(400).send({ detail: `Malformed JSON body: ${fe.message}`, code: 'malformed_json' });
     }
     if (fe.statusCode && fe.statusCode >= 400 && fe.statusCode < 500) {
-      // Any other client error Fastify or a plugin raised: keep its meaning where D1 has a code for it.
+      // Any other client error Fastify or a plugin raised: keep its meaning where the closed list has a code for it.
       const code: ErrorCode = CLIENT_STATUS_CODE[fe.statusCode] ?? 'validation_error';
       if (code === 'validation_error') {
         return reply.code(422).send({ detail: fe.message, code, errors: [{ field: 'request', message: fe.message }] });

@@ -1,5 +1,5 @@
 /**
- * Idempotency-Key (CONTRACT D41) for routes with config.idempotent: the first
+ * Idempotency-Key (docs/errors.md#idempotency-keys) for routes with config.idempotent: the first
  * request with a key claims it (a unique row); its response (< 500) is stored
  * and replayed for 24 h for the same body; another body with the same key is
  * 422 `idempotency_mismatch`. A concurrent duplicate waits for the first to
@@ -9,7 +9,7 @@
  * (401, 403, 429, malformed JSON, 413, 415) do not use up the key.
  *
  * Stored responses can hold secrets (POST /api-keys answers with the key
- * itself, D14: "stored hashed"), so nothing is kept in clear: the row is
+ * itself, which is only ever stored hashed), so nothing is kept in clear: the row is
  * found by a hash of the Idempotency-Key, and the response is encrypted
  * (AES-256-GCM) under a key derived from the Idempotency-Key, which only the
  * client knows. The request fingerprint is an HMAC under that key as well, so

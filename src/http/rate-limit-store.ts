@@ -1,5 +1,5 @@
 /**
- * Fixed-window rate-limit counters (contract D40).
+ * Fixed-window rate-limit counters (docs/security.md#rate-limits).
  *
  * Windows are fixed, `windowMs` long (60 s in production) and aligned to
  * multiples of `windowMs` since the Unix epoch, so every service instance

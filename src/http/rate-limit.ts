@@ -1,5 +1,5 @@
 /**
- * Rate limits (CONTRACT D40): fixed 60 s windows on real time, per user when
+ * Rate limits (docs/security.md#rate-limits): fixed 60 s windows on real time, per user when
  * authenticated, per email for login (and per client address and in all, so
  * that guessing across many emails is limited too), per client IP otherwise. Every response
  * of a limited route carries X-RateLimit-Limit/-Remaining/-Reset (seconds);
@@ -61,7 +61,7 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     await consume(req, reply, bucket, subject);
   });
 
-  // Login is limited per email (D40), which needs the parsed body: counted
+  // Login is limited per email, which needs the parsed body: counted
   // before validation, so that an invalid body is counted (and answered with
   // the headers) like any other attempt. Without an email, per client IP.
   app.addHook('preValidation', async (req, reply) => {
@@ -93,7 +93,7 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
 
   // A login whose body could not even be read (malformed JSON, too large, wrong
   // media type) never reached preValidation: count it per IP so that its
-  // response carries the headers too ("every response of a limited route", D40).
+  // response carries the headers too (every response of a limited route does).
   app.addHook('onSend', async (req, reply, payload) => {
     if (!req.rateLimitCounted && bucketOf(req) === 'login') {
       await consume(req, reply, 'login', `ip:${req.ip}`, false);

@@ -134,7 +134,7 @@ export function frameworkResponses(method: string): Record<number, TSchema> {
   return Object.fromEntries(names.map((n) => [SHARED_ERROR_RESPONSES[n].status, errorRef(n)]));
 }
 
-/** D3: a bare array with the total in X-Total-Count. */
+/** A list answer: a bare array, with the total in X-Total-Count. */
 export function page<T>(reply: { header(k: string, v: string): unknown }, r: { items: T[]; total: number }): T[] {
   reply.header('X-Total-Count', String(r.total));
   return r.items;

@@ -1,11 +1,11 @@
 /**
- * API key scopes (CONTRACT D15), decided from the method and the route path
+ * API key scopes (docs/authentication.md#scopes), decided from the method and the route path
  * alone, so that every route, present and future, is covered by one rule.
  */
 export type Scope = 'read_write' | 'read_only' | 'billing_only';
 export const SCOPES: readonly Scope[] = ['read_write', 'read_only', 'billing_only'];
 
-/** Broader scopes rank higher; a key may never mint a key above its own rank (D14). */
+/** Broader scopes rank higher; a key may never mint a key above its own rank. */
 export const SCOPE_RANK: Record<Scope, number> = { billing_only: 0, read_only: 1, read_write: 2 };
 
 /** read_only: every GET of /vms, /ssh-keys, /reservations, /billing, /account, /events, plus search and pricing. */

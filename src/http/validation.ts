@@ -1,7 +1,7 @@
 /**
  * Request validation with Ajv: bodies are validated strictly (no type coercion,
- * unknown fields rejected: D2); query strings and path parameters coerce
- * strings to the declared types. Errors become D1's 422 `errors` list.
+ * unknown fields rejected); query strings and path parameters coerce
+ * strings to the declared types. Errors become the 422 answer's `errors` list.
  */
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
@@ -80,7 +80,7 @@ const PATTERN_MESSAGES: Record<string, string> = {
 
 const PART_NAME: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
 
-/** Turns Ajv errors into D1 field errors such as `{field: "body.gpu_count", message: "..."}`. */
+/** Turns Ajv errors into field errors such as `{field: "body.gpu_count", message: "..."}`. */
 export function fieldErrors(errors: ErrorObject[], httpPart: string | undefined): FieldError[] {
   const part = PART_NAME[httpPart ?? 'body'] ?? httpPart ?? 'body';
   const out: FieldError[] = [];

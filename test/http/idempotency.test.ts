@@ -1,5 +1,5 @@
 /**
- * Idempotency-Key (CONTRACT D41) on POST /ssh-keys and POST /api-keys.
+ * Idempotency-Key on POST /ssh-keys and POST /api-keys (docs/errors.md#idempotency-keys).
  */
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -74,7 +74,7 @@ describeEachDb('idempotency', (t) => {
     assert.equal(await count('api_keys', u.id), 1);
     assert.equal((await t().req('GET', '/account', { token: first.body.key })).status, 200, 'the replayed key works');
 
-    // D14 "stored hashed": not in api_keys, and not in the stored idempotent response either.
+    // An API key is only ever stored hashed: not in api_keys, and not in the stored idempotent response either.
     const text = await databaseText();
     assert.ok(!text.includes(first.body.key), 'the API key is stored in clear somewhere');
     assert.ok(!text.includes(first.body.key.slice(first.body.prefix.length)), 'the secret part of the key is stored in clear');

@@ -1,5 +1,5 @@
 /**
- * Rate limits through the HTTP API (CONTRACT D40): per email for login, per
+ * Rate limits through the HTTP API: per email for login, per
  * user when authenticated, per client IP otherwise; fixed 60 s windows on real
  * time; X-RateLimit-* headers; 429 `rate_limited` with Retry-After; counters
  * shared between instances through Redis.
@@ -41,7 +41,7 @@ interface CallOpts {
   ip?: string;
 }
 
-/** app.inject with a client address, plus the checks every response gets (D1, D9, D46). */
+/** app.inject with a client address, plus the checks every response gets (error shape, API-Version, X-Request-Id). */
 async function call(app: FastifyInstance, method: string, url: string, o: CallOpts = {}): Promise<Res> {
   const headers: Record<string, string> = {};
   if (o.token) headers.authorization = `Bearer ${o.token}`;
@@ -111,7 +111,7 @@ async function makeUser(t: TestApp): Promise<User> {
 }
 
 for (const kind of DB_KINDS) {
-  describe(`rate limits (D40) [${kind}${kind === 'postgres' && process.env.GPUCLOUD_REDIS_URL ? ', redis' : ''}]`, () => {
+  describe(`rate limits [${kind}${kind === 'postgres' && process.env.GPUCLOUD_REDIS_URL ? ', redis' : ''}]`, () => {
     let t: TestApp;
     let app: FastifyInstance;
     before(async () => {
@@ -366,7 +366,7 @@ const sharedReason = !(process.env.DATABASE_URL && process.env.GPUCLOUD_REDIS_UR
   ? 'needs DATABASE_URL and GPUCLOUD_REDIS_URL'
   : false;
 
-describe('rate limits shared by two instances through Redis (D40)', { skip: sharedReason }, () => {
+describe('rate limits shared by two instances through Redis', { skip: sharedReason }, () => {
   let t: TestApp;
   let b: FastifyInstance;
   before(async () => {

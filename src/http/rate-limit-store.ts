@@ -149,6 +149,11 @@ end
 return c
 `;
 
+/** The script above as a command of the client (ioredis `defineCommand`). */
+interface HitCommand {
+  gpucloudHit(key: string, ttlMs: string): Promise<unknown>;
+}
+
 /** Extra TTL beyond the window end, to tolerate small clock skew between instances. */
 const EXPIRY_SLACK_MS = 1000;
 
@@ -171,6 +176,8 @@ export class RedisRateLimitStore implements RateLimitStore {
       enableOfflineQueue: true,
       commandTimeout: 2000,
     });
+    // Sent as EVALSHA (ioredis loads the script on first use): the script's text does not travel with every hit.
+    this.client.defineCommand('gpucloudHit', { numberOfKeys: 1, lua: HIT_SCRIPT });
     // Connection errors surface through rejected commands; keep the last one
     // for diagnostics and avoid ioredis' "Unhandled error event" output.
     this.client.on('error', (err: Error) => {
@@ -189,7 +196,7 @@ export class RedisRateLimitStore implements RateLimitStore {
     const redisKey = this.keyFor(key, windowStart);
     let reply: unknown;
     try {
-      reply = await this.client.eval(HIT_SCRIPT, 1, redisKey, String(resetMs + EXPIRY_SLACK_MS));
+      reply = await (this.client as unknown as HitCommand).gpucloudHit(redisKey, String(resetMs + EXPIRY_SLACK_MS));
     } catch (err) {
       const cause = err instanceof Error ? err : new Error(String(err));
       const detail = this.lastError && this.lastError !== cause ? ` (${this.lastError.message})` : '';

@@ -65,7 +65,7 @@ interface ParameterLike {
 
 /**
  * A query parameter that has a default (limit, offset, include_destroyed) is
- * one the caller may leave out: the server fills it in (D3, D27). The served
+ * one the caller may leave out: the server fills it in (50, 0, false). The served
  * document marks those `required` (the route schemas declare them with a
  * default rather than optional), which would force every typed call to spell
  * them out, so the types treat them as optional. sdk/openapi.json itself stays

@@ -1,5 +1,5 @@
 /**
- * The service clock (CONTRACT D43). Nothing else in the code calls Date.now()
+ * The service clock (docs/configuration.md#the-manual-clock). Nothing else in the code calls Date.now()
  * for service time; rate-limit windows and claim leases stay on real time.
  */
 export interface Clock {

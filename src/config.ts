@@ -1,5 +1,6 @@
 /**
- * Configuration from the environment, validated once at start (CONTRACT D45).
+ * Configuration from the environment, validated once at start (every variable
+ * is described in docs/configuration.md).
  * A bad value stops the start with a message naming the variable.
  */
 export type HypervisorKind = 'simulator' | 'proxmox';
@@ -37,9 +38,9 @@ export interface Config {
   logLevel: string;
   rateLimits: RateLimitConfig;
   nodeEnv: string;
-  /** Price per GB of VM network traffic, in micro-units (D32; default 0). */
+  /** Price per GB of VM network traffic, in micro-units, added to each usage period (default 0). */
   networkPricePerGbMicros: number;
-  /** Base URL of the web portal that serves WebUI/Jupyter links (D26). */
+  /** Base URL of the web portal that serves the WebUI/Jupyter links of templates 102-104. */
   portalUrl: string;
   /** Max password hashes computed at once (memory bound for login floods). */
   passwordHashConcurrency: number;
@@ -113,7 +114,7 @@ function bool(env: Env, name: string): boolean | undefined {
   throw new ConfigError(name, `must be 1 or 0 (true/false), got "${raw}"`);
 }
 
-/** A non-negative decimal amount with at most 6 decimals, as micro-units (D7). */
+/** A non-negative decimal amount with at most 6 decimals, as exact integer micro-units (never a float). */
 function money(env: Env, name: string): number {
   const raw = str(env, name);
   if (raw === undefined) return 0;

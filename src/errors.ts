@@ -1,6 +1,6 @@
 /**
- * The closed list of machine-readable error codes (CONTRACT D1) and the HTTP
- * status each one maps to. Every error response is
+ * The closed list of machine-readable error codes (docs/errors.md#error-codes)
+ * and the HTTP status each one maps to. Every error response is
  * `{ detail, code, errors? }`; nothing else decides a status.
  */
 export const ERROR_STATUS = {

@@ -1,8 +1,7 @@
 #!/usr/bin/env node
 /**
  * The `gpucloud` command: serve, migrate, admin create-user / ledger-check
- * (on the database), and the client commands of CONTRACT D48 (src/cli, built
- * on the SDK).
+ * (on the database), and the client commands (src/cli, built on the SDK).
  */
 import { parseArgs } from 'node:util';
 import type { Config } from './config.js';

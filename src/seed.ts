@@ -1,5 +1,5 @@
 /**
- * Demo data (CONTRACT D44), seeded once: a few nodes of each GPU type and a
+ * Demo data (docs/configuration.md#demo-data), seeded once: a few nodes of each GPU type and a
  * demo user with credit and nothing else, so that `npm start` then search,
  * create and watch a VM works at once.
  */

@@ -1,7 +1,7 @@
 /**
  * Starting the service: configuration, database, migrations, secrets, the
- * admin bootstrap (D16), demo data (D44), the HTTP API and the background
- * jobs, by role (D45: `serve --role api|worker|all`).
+ * administrator from GPUCLOUD_ADMIN_EMAIL/PASSWORD, demo data, the HTTP API and
+ * the background jobs, by role (`serve --role api|worker|all`).
  */
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -32,7 +32,10 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** D45: required with DATABASE_URL; on the embedded database generated once and kept in the data dir. */
+/**
+ * The token signing secret: GPUCLOUD_JWT_SECRET (required with DATABASE_URL, so that every instance
+ * signs alike); on the embedded database, generated once and kept in the data dir.
+ */
 export function resolveJwtSecret(config: Config): string {
   if (config.jwtSecret) return config.jwtSecret;
   const dir = resolve(config.dataDir);
@@ -125,7 +128,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
   }
   // Background jobs: with a system clock, a loop claims due work every second. With the manual
-  // clock (D43) work runs only when POST /admin/clock/advance settles it, so states are deterministic.
+  // clock work runs only when POST /admin/clock/advance settles it, so states are deterministic.
   const runJobs = role === 'worker' || role === 'all';
   if (runJobs && config.clock === 'system') services.reconciler.start(1000);
   // Host agents are real processes: their heartbeats run on real time under either clock.

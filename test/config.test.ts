@@ -1,5 +1,5 @@
 /**
- * Configuration from the environment (CONTRACT D45): defaults, and every bad
+ * Configuration from the environment (docs/configuration.md): defaults, and every bad
  * value stops the start with a ConfigError that names the variable.
  */
 import { describe, test } from 'node:test';
@@ -24,7 +24,7 @@ function assertRejects(env: Record<string, string>, variable: string): ConfigErr
   return caught;
 }
 
-describe('config defaults (D45)', () => {
+describe('config defaults, as documented', () => {
   test('loadConfig({}) gives the documented defaults', () => {
     const c = loadConfig({});
     assert.equal(c.port, 8080);
@@ -37,7 +37,7 @@ describe('config defaults (D45)', () => {
     assert.equal(c.clock, 'system');
     assert.equal(c.simProvisionMs, 3000);
     assert.equal(c.billingIntervalS, 3600);
-    assert.equal(c.demo, true, 'demo data is on for the embedded database (D44)');
+    assert.equal(c.demo, true, 'demo data is on for the embedded database');
     assert.equal(c.adminEmail, undefined);
     assert.equal(c.adminPassword, undefined);
     assert.deepEqual(c.corsOrigins, [], 'no CORS origins by default');
@@ -120,7 +120,7 @@ describe('config defaults (D45)', () => {
     );
   });
 
-  test('demo data: on without DATABASE_URL, off with it unless GPUCLOUD_DEMO=1 (D44)', () => {
+  test('demo data: on without DATABASE_URL, off with it unless GPUCLOUD_DEMO=1', () => {
     assert.equal(loadConfig({}).demo, true);
     assert.equal(loadConfig({ GPUCLOUD_DEMO: '0' }).demo, false);
     assert.equal(loadConfig({ GPUCLOUD_DEMO: 'false' }).demo, false);
@@ -191,7 +191,7 @@ describe('config defaults (D45)', () => {
   });
 });
 
-describe('config errors name the variable (D45)', () => {
+describe('config errors name the variable and stop the start', () => {
   const cases: [string, Record<string, string>, string][] = [
     ['PORT not a number', { PORT: 'abc' }, 'PORT'],
     ['PORT negative', { PORT: '-1' }, 'PORT'],

@@ -1,5 +1,5 @@
 /**
- * The client commands of `gpucloud` (issue #5, CONTRACT D48), built only on
+ * The client commands of `gpucloud`, built only on
  * the SDK. Each command: a path ("vm create"), its options (parsed with
  * node:util parseArgs), a help text with an example, and a run function.
  */

@@ -1,7 +1,7 @@
 /**
  * Where the `gpucloud` client commands find the API and their credentials
- * (CONTRACT D48): --api-url / --api-key, then GPUCLOUD_API_URL /
- * GPUCLOUD_API_KEY, then the saved login in
+ * (docs/configuration.md#the-command-line-client): --api-url / --api-key,
+ * then GPUCLOUD_API_URL / GPUCLOUD_API_KEY, then the saved login in
  * $XDG_CONFIG_HOME/gpucloud/config.json (default ~/.config/gpucloud/config.json),
  * which is written with mode 0600 in a 0700 directory.
  */

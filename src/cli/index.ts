@@ -1,5 +1,5 @@
 /**
- * Runs a client command of `gpucloud` (CONTRACT D48) and answers its exit
+ * Runs a client command of `gpucloud` and answers its exit
  * code: 0 success, 1 the API refused (its detail on stderr), 2 bad usage.
  */
 import { parseArgs } from 'node:util';
@@ -141,7 +141,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
       else if (r.refreshToken || r.accessToken) {
         if (r.accessToken) opts.accessToken = r.accessToken;
         if (r.refreshToken) opts.refreshToken = r.refreshToken;
-        // Refresh tokens are single use (D12): keep the rotated pair for the next run.
+        // Refresh tokens are single use: keep the rotated pair for the next run.
         opts.onTokens = (t) => saveTokens(ctx, t);
       }
       client = new GpuCloudClient(opts);

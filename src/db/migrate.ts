@@ -1,7 +1,8 @@
 /**
  * Numbered SQL migrations (migrations/NNN-name.sql), applied in order, once,
  * inside one transaction guarded by an advisory lock so that several
- * instances starting together migrate exactly once (CONTRACT D42).
+ * instances starting together migrate exactly once, on PostgreSQL and on the
+ * embedded database alike.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';

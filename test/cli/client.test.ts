@@ -1,5 +1,5 @@
 /**
- * The client commands of `gpucloud` (issue #5, CONTRACT D48) run as a child
+ * The client commands of `gpucloud` run as a child
  * process against a real server listening on a port: login (password, 2FA by
  * flag and by stdin, API key), the saved config (mode 0600) and its rotated
  * tokens, --json printing the API's body, exit codes 1 (refused, with the

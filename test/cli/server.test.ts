@@ -79,7 +79,7 @@ describe('gpucloud command', () => {
         await new Promise((r) => child.once('exit', r));
       }
     }
-    // D45: the generated signing secret is kept in the data dir, readable by its owner only.
+    // Without GPUCLOUD_JWT_SECRET, the generated signing secret is kept in the data dir, readable by its owner only.
     assert.equal(statSync(join(dir, 'jwt-secret')).mode & 0o777, 0o600);
   });
 

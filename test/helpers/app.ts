@@ -1,6 +1,7 @@
 /**
  * buildTestApp: the real app on a real database with the manual clock, and a
- * request helper that checks every response for leaked secrets (D46).
+ * request helper that checks every response for leaked secrets (no password,
+ * TOTP secret, refresh-token or API-key hash ever appears in a response).
  */
 import { after, before, describe } from 'node:test';
 import assert from 'node:assert/strict';
@@ -160,7 +161,7 @@ export async function request(
   assertNoSecrets(res.body, secrets, `${method} ${url}`);
   let body: unknown = undefined;
   if (res.body && String(res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(res.body);
-  // Every response carries the request id and the API version (D9, D46).
+  // Every response carries the request id and the API version.
   assert.ok(res.headers['x-request-id'], `${method} ${url}: no X-Request-Id`);
   assert.equal(res.headers['api-version'], '1.0.0');
   if (res.statusCode >= 400) {

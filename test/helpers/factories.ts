@@ -76,7 +76,7 @@ export async function uploadSshKey(t: TestApp, token: string): Promise<string> {
   return r.body.id;
 }
 
-/** Advances the manual clock through the admin API (settling due work, D43). */
+/** Advances the manual clock through the admin API (which returns once the due work has run). */
 export async function advance(t: TestApp, adminToken: string, seconds: number): Promise<void> {
   const r = await t.req('POST', '/admin/clock/advance', { token: adminToken, body: { seconds } });
   assert.equal(r.status, 200, r.text);

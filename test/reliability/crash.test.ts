@@ -20,10 +20,10 @@
  *    crash that cut it (a retry answered 400 `conflict` "still being
  *    processed" is not one: the key of a dead request must not block its
  *    retries for long);
- *  - D41 routes (POST /vms, POST /admin/users/{id}/credits) never apply a
+ *  - Idempotency-Key routes (POST /vms, POST /admin/users/{id}/credits) never apply a
  *    request twice: one VM per create label, one transaction per credit
  *    description, and a create or credit answered 4xx left nothing behind;
- *  - an answered D41 request sent again returns the same status and the same
+ *  - an answered idempotent request sent again returns the same status and the same
  *    bytes (Idempotent-Replayed: true), also after crashes;
  *  - at the end, `gpucloud admin ledger-check` exits 0; every balance is the
  *    sum of its transactions; every VM's usage periods are contiguous from its
@@ -31,12 +31,12 @@
  *    "charged exactly once" check of test/billing/property.test.ts); GPUs
  *    held never exceed a node's; no idempotency key is left pending.
  *
- * POST /admin/clock/advance is not a D41 route: a retried advance whose first
+ * POST /admin/clock/advance does not honour Idempotency-Key: a retried advance whose first
  * attempt had moved the clock moves it again. That is reported (diagnostic
  * "note:"), not failed; a cut advance is retried first thing after the
  * restart, alone and to its answer, so one advance applies at most twice, and
  * no advance is sent while it could take the service clock 20 h past an
- * unanswered D41 request (D41 answers are kept 24 h of service time).
+ * unanswered idempotent request (their answers are kept 24 h of service time).
  *
  * Skipped without DATABASE_URL. Reproduce the choices of a run with
  * CRASH_SEED=<seed printed> (timing is real, so runs differ anyway);
@@ -75,9 +75,9 @@ const HOUR_MS = 3_600_000;
  */
 const ANSWER_BOUND_MS = 60_000;
 /**
- * D41 keeps answers 24 h of service time, and the manual clock makes hours pass in milliseconds (a
- * retried advance may even apply again: advances are not D41 routes). No advance (first attempt or
- * retry) is sent while it could take the clock past 20 h after an unanswered D41 request was first sent
+ * Idempotency-Key answers are kept 24 h of service time, and the manual clock makes hours pass in milliseconds (a
+ * retried advance may even apply again: advances do not honour Idempotency-Key). No advance (first attempt or
+ * retry) is sent while it could take the clock past 20 h after an unanswered idempotent request was first sent
  * (it waits for them), and replays are checked only within 16 h of the original.
  */
 const TTL_MARGIN_MS = 20 * HOUR_MS;
@@ -102,8 +102,8 @@ const EXPECTED: Record<Kind, { ok: number; codes: string[] }> = {
   cancel: { ok: 200, codes: ['invalid_state'] },
   advance: { ok: 200, codes: [] },
 };
-/** Routes that honour Idempotency-Key (CONTRACT D41) among the ones driven here. */
-const D41: ReadonlySet<Kind> = new Set(['create', 'credit']);
+/** Routes that honour Idempotency-Key among the ones driven here. */
+const IDEMPOTENT: ReadonlySet<Kind> = new Set(['create', 'credit']);
 
 interface Attempt {
   /** Real time the attempt was sent, relative to the op's first send. */
@@ -231,7 +231,7 @@ test(
       maxAnswerMs: 0,
       maxAfterCutMs: 0,
       replaysChecked: 0,
-      retriedNonD41Refused: new Map<string, number>(),
+      retriedNonIdempotentRefused: new Map<string, number>(),
       doubleAdvanceS: 0,
       crashes: { count: 0, timer: 0 },
       liveNoAnswer: 0,
@@ -282,7 +282,7 @@ test(
       nodes.push({ node: body.node, ...shape });
     }
 
-    // Three users with credit (the last one poor: insufficient_balance and D33 stops happen too).
+    // Three users with credit (the last one poor: insufficient_balance and low-balance stops happen too).
     const CREDITS = [20_000, 8_000, 60];
     const users: UserModel[] = [];
     for (const [i, amount] of CREDITS.entries()) {
@@ -380,9 +380,9 @@ test(
 
     const unanswered = () => [...outstanding, ...ops.filter((o) => o.inFlight)];
     const advanceOutstanding = () => unanswered().some((o) => o.kind === 'advance');
-    /** D41 keys live 24 h of service time: keep every unanswered one well inside that. */
+    /** Idempotency keys live 24 h of service time: keep every unanswered one well inside that. */
     const clockMayMove = (seconds: number) => {
-      const oldest = Math.min(...unanswered().filter((o) => D41.has(o.kind)).map((o) => o.sendClockMs));
+      const oldest = Math.min(...unanswered().filter((o) => IDEMPOTENT.has(o.kind)).map((o) => o.sendClockMs));
       return !Number.isFinite(oldest) || clockUpperMs + seconds * 1000 - oldest < TTL_MARGIN_MS;
     };
     const advanceAllowed = (seconds: number) => {
@@ -474,19 +474,19 @@ test(
       const replayed = a.headers['idempotent-replayed'] === 'true';
       if (a.status >= 500) return fail(op, `answered ${a.status} ${a.text}`);
       if (a.status >= 400) {
-        if (!CODES.has(a.body?.code)) return fail(op, `answered ${a.status} with a code outside D1: ${a.text}`);
+        if (!CODES.has(a.body?.code)) return fail(op, `answered ${a.status} with a code outside the closed list: ${a.text}`);
         if (!exp.codes.includes(a.body.code)) return fail(op, `answered ${a.status} ${a.body.code}, not an answer this request can get: ${a.text}`);
         if (op.kind === 'destroy' && !retried) return fail(op, `a destroy of a live VM answered ${a.text} on its first attempt`);
-        if (retried && !D41.has(op.kind)) {
-          // Not covered by D41: the retry of a request whose first attempt committed finds the change made.
+        if (retried && !IDEMPOTENT.has(op.kind)) {
+          // Not covered by Idempotency-Key: the retry of a request whose first attempt committed finds the change made.
           const k = `${op.kind} ${a.body.code}`;
-          stats.retriedNonD41Refused.set(k, (stats.retriedNonD41Refused.get(k) ?? 0) + 1);
+          stats.retriedNonIdempotentRefused.set(k, (stats.retriedNonIdempotentRefused.get(k) ?? 0) + 1);
         }
         return;
       }
       if (a.status !== exp.ok) return fail(op, `answered ${a.status} (expected ${exp.ok} or an error): ${a.text}`);
-      if (D41.has(op.kind) && retried && !replayed) stats.retriedFresh++;
-      if (D41.has(op.kind) && retried && replayed) stats.retriedReplayed++;
+      if (IDEMPOTENT.has(op.kind) && retried && !replayed) stats.retriedFresh++;
+      if (IDEMPOTENT.has(op.kind) && retried && replayed) stats.retriedReplayed++;
       const b = a.body ?? {};
       const req = (op.body ?? {}) as Record<string, unknown>;
       switch (op.kind) {
@@ -596,7 +596,7 @@ test(
       }
     }
 
-    /** An answered D41 request sent again: the same status and bytes, marked replayed. */
+    /** An answered idempotent request sent again: the same status and bytes, marked replayed. */
     async function replay(op: Op): Promise<void> {
       const first = op.answer!;
       let a: Answer;
@@ -615,8 +615,8 @@ test(
       }
     }
 
-    /** Answered D41 requests still well within their 24 h (advances in flight meanwhile add at most a few hours). */
-    const replayable = () => ops.filter((o) => D41.has(o.kind) && o.answer && clockUpperMs - o.sendClockMs < REPLAY_WINDOW_MS);
+    /** Answered idempotent requests still well within their 24 h (advances in flight meanwhile add at most a few hours). */
+    const replayable = () => ops.filter((o) => IDEMPOTENT.has(o.kind) && o.answer && clockUpperMs - o.sendClockMs < REPLAY_WINDOW_MS);
 
     // ---------------- crash cycles ----------------
     const timing = { refresh: 0, traffic: 0, settleBackground: 0, start: 0 };
@@ -633,8 +633,8 @@ test(
       const candidates = replayable();
       for (let i = 0; i < 2 && candidates.length; i++) background.push(replay(candidates[int(candidates.length)]!));
       // An advance cut by the last crash is retried first, alone and to its answer before this cycle's crash
-      // can come: a retried advance applies again (not a D41 route), so each logical advance is applied at
-      // most twice. It waits (and is not yet owed an answer) while that could expire an unanswered D41 key.
+      // can come: a retried advance applies again (advances ignore Idempotency-Key), so each logical advance is applied at
+      // most twice. It waits (and is not yet owed an answer) while that could expire an unanswered idempotency key.
       for (const op of [...outstanding].filter((o) => o.kind === 'advance')) {
         if (!clockMayMove(op.seconds!)) {
           op.owedFromMs = Date.now();
@@ -699,11 +699,11 @@ test(
     clockUpperMs = cycleClockMs;
     const drainDeadline = Date.now() + 2 * ANSWER_BOUND_MS;
     while (outstanding.size && Date.now() < drainDeadline) {
-      // Advances only once no D41 request is waiting (each one may move the clock again).
-      const d41Waiting = [...outstanding].some((o) => D41.has(o.kind));
-      for (const op of outstanding) if (d41Waiting && op.kind === 'advance') op.owedFromMs = Date.now();
+      // Advances only once no idempotent request is waiting (each one may move the clock again).
+      const idempotentWaiting = [...outstanding].some((o) => IDEMPOTENT.has(o.kind));
+      for (const op of outstanding) if (idempotentWaiting && op.kind === 'advance') op.owedFromMs = Date.now();
       await Promise.all(
-        [...outstanding].filter((op) => !(d41Waiting && op.kind === 'advance')).map(async (op) => {
+        [...outstanding].filter((op) => !(idempotentWaiting && op.kind === 'advance')).map(async (op) => {
           if ((await attempt(op, 'retry')) === 'no-answer') await sleep(200);
         }),
       );
@@ -715,7 +715,7 @@ test(
     assert.equal(settle.status, 200, settle.text);
     cycleClockMs = clockUpperMs = await readClock();
 
-    // Every answered D41 request still within its 24 h: the same answer again.
+    // Every answered idempotent request still within its 24 h: the same answer again.
     for (const op of replayable()) await replay(op);
     const clockRes = await call('GET', '/admin/clock', { token: adminKey });
     const finalClockMs = Date.parse(clockRes.body.now);
@@ -766,7 +766,7 @@ test(
             AND NOT (t.description LIKE 'Minimum charge of VM %' AND EXISTS (SELECT 1 FROM interruptions i WHERE i.preempted_by_vm_id = v.id))`,
       );
       await expectNone(
-        'transaction signs (D30)',
+        'transaction signs (credit and refund positive, charge and deposit negative)',
         `SELECT id, type, amount_micros FROM transactions WHERE NOT (
            (type = 'credit' AND amount_micros > 0) OR (type IN ('charge', 'deposit') AND amount_micros < 0) OR (type = 'refund' AND amount_micros > 0)
            OR type = 'adjustment')`,
@@ -780,10 +780,10 @@ test(
       for (const v of await q<{ id: string; status: VmStatus; rental_type: RentalType; offline_from: VmStatus | null; holds_gpus: boolean }>(
         'SELECT id, status, rental_type, offline_from, holds_gpus FROM vms',
       )) {
-        if (v.holds_gpus !== holdsGpus(v.status, v.rental_type, v.offline_from)) failures.push(`VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus ${v.holds_gpus} (D24)`);
+        if (v.holds_gpus !== holdsGpus(v.status, v.rental_type, v.offline_from)) failures.push(`VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus ${v.holds_gpus} (a stopped VM releases its GPUs unless it is reserved)`);
       }
       await expectNone(
-        'D33: once the jobs have settled, no VM runs on credit that is used up',
+        'low balance: once the jobs have settled, no VM runs on credit that is used up',
         `SELECT v.id, v.status, v.rental_type, u.balance_micros FROM vms v JOIN users u ON u.id = v.user_id
           WHERE u.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
       );
@@ -839,12 +839,12 @@ test(
       await db.end();
     }
 
-    // Clock advances are not covered by D41: a retried advance whose first attempt had moved the clock moves it again.
+    // Clock advances do not honour Idempotency-Key: a retried advance whose first attempt had moved the clock moves it again.
     const expectedClock = Date.parse(CLOCK_START) + (advanceSecondsIssued + 1) * 1000;
     stats.doubleAdvanceS = (finalClockMs - expectedClock) / 1000;
     if (stats.doubleAdvanceS !== 0) {
       notes.push(
-        `POST /admin/clock/advance ignores Idempotency-Key (not a D41 route): the clock ended ${stats.doubleAdvanceS} s past the sum of the advances asked for (retried advances applied twice)`,
+        `POST /admin/clock/advance ignores Idempotency-Key: the clock ended ${stats.doubleAdvanceS} s past the sum of the advances asked for (retried advances applied twice)`,
       );
     }
 
@@ -855,10 +855,10 @@ test(
       .sort((a, b) => a.length - b.length || a.localeCompare(b));
     log(`${CRASHES} crashes (${stats.crashes.count} after a number of requests, ${stats.crashes.timer} on a timer), ${stats.ops} requests, ${stats.inFlightAtCrash} in flight at a kill, ${stats.retried} answered only on a retry`);
     log(`answers: ${JSON.stringify(Object.fromEntries([...stats.answers].sort()))}`);
-    log(`D41 retries answered by a replay of the first attempt: ${stats.retriedReplayed}; by a fresh execution: ${stats.retriedFresh}; replays checked: ${stats.replaysChecked}`);
+    log(`idempotent retries answered by a replay of the first attempt: ${stats.retriedReplayed}; by a fresh execution: ${stats.retriedFresh}; replays checked: ${stats.replaysChecked}`);
     log(`retries answered 400 conflict "still being processed": ${stats.pendingConflicts} answers over ${pendingOps.length} request(s); time from the first attempt to a real answer for those: ${pendingSpans.join(', ') || '-'} ms`);
     log(`slowest request to a real answer: ${stats.maxAnswerMs} ms after its first attempt, ${stats.maxAfterCutMs} ms after the last crash that cut it (bound ${ANSWER_BOUND_MS} ms)`);
-    log(`non-D41 retries answered 4xx (the first attempt had applied, or the state moved on): ${JSON.stringify(Object.fromEntries(stats.retriedNonD41Refused))}`);
+    log(`other retries answered 4xx (the first attempt had applied, or the state moved on): ${JSON.stringify(Object.fromEntries(stats.retriedNonIdempotentRefused))}`);
     log(`server starts: ${srv.starts}, start times ms: min ${Math.min(...srv.startMs)} max ${Math.max(...srv.startMs)} mean ${Math.round(srv.startMs.reduce((s, x) => s + x, 0) / srv.startMs.length)}`);
     log(`crash phase ${crashesDoneMs} ms (${JSON.stringify(timing)}), total ${Date.now() - t0} ms`);
     for (const n of notes) log(`note: ${n}`);

@@ -1,6 +1,7 @@
 /**
- * Several instances on one PostgreSQL database and one Redis (README "Run
- * several instances", D45): two API processes and two worker processes, all
+ * Several instances on one PostgreSQL database and one Redis (README
+ * "Deployment: PostgreSQL, Redis, several instances", `serve --role api|worker`):
+ * two API processes and two worker processes, all
  * `gpucloud serve` child processes on a fresh database, the system clock and
  * a 5 s billing interval, take ~35 s of concurrent traffic spread over both
  * APIs (8 users creating, stopping, starting and destroying on-demand and

@@ -1,8 +1,8 @@
 /**
- * The SDK (issue #5) against a real server listening on a port: typed calls,
- * automatic token refresh (D12), retries of 429 after Retry-After (D40) and of
+ * The SDK against a real server listening on a port: typed calls,
+ * automatic token refresh, retries of 429 after Retry-After and of
  * 5xx / network errors only where safe, its own Idempotency-Key on creates so
- * a retried create makes one VM (D41), GpuCloudError (D1), waitForVm, and the
+ * a retried create makes one VM, GpuCloudError (the error body), waitForVm, and the
  * committed generated SDK matching the server (`generate-sdk --check`).
  */
 import { after, before, describe, test } from 'node:test';
@@ -172,7 +172,7 @@ describe('SDK client', () => {
     await client.login(email, PASSWORD);
     const original = seen[0]!;
 
-    await t.services.clock.advance(3601); // D12: access tokens live 3600 s
+    await t.services.clock.advance(3601); // access tokens live 3600 s
     h.sent.length = 0;
     const me = await client.api.GET('/account');
     assert.equal(me.response.status, 200, JSON.stringify(me.error));
@@ -190,7 +190,7 @@ describe('SDK client', () => {
     assert.equal(h.sent[2]!.authorization, `Bearer ${rotated.accessToken}`);
     assert.deepEqual(h.sleeps, [], 'a refresh is not a retry');
 
-    // The old refresh token stopped working at the rotation (D12)...
+    // The old refresh token stopped working at the rotation (refresh tokens are single use)...
     const reuse = await fetch(`${baseUrl}/auth/refresh`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -250,7 +250,7 @@ describe('SDK client', () => {
     const client = new GpuCloudClient({ baseUrl, apiKey: key, refreshToken: 'ignored-with-an-api-key', fetch: h.fetch });
     assert.deepEqual(await client.listVms(), []);
     assert.equal(h.sent[0]!.authorization, `Bearer ${key}`);
-    // D15: read_only cannot create; the error carries the API's code and detail.
+    // A read_only key cannot create; the error carries the API's code and detail.
     const denied = await client.createVm(VM_BODY(node)).catch((e: unknown) => e);
     assert.ok(denied instanceof GpuCloudError);
     assert.equal(denied.status, 403);
@@ -396,12 +396,12 @@ describe('SDK client', () => {
     assert.equal(posts.length, 2);
     assert.match(posts[0]!.idempotencyKey ?? '', /^[0-9a-f-]{36}$/);
     assert.equal(posts[1]!.idempotencyKey, posts[0]!.idempotencyKey);
-    assert.equal(replayed, 'true', 'the server replayed the first response (D41)');
+    assert.equal(replayed, 'true', 'the server replayed the first response (same Idempotency-Key, same body)');
     assert.equal(h.sleeps.length, 1);
 
     const vms = await client.listVms();
     assert.deepEqual(vms.map((v) => v.id), [vm.id]);
-    assert.equal((await client.getVm(vm.vmid)).id, vm.id); // D6: by vmid too
+    assert.equal((await client.getVm(vm.vmid)).id, vm.id); // a VM is found by its vmid too
 
     // waitForVm: the injected sleep moves the manual clock, which provisions the VM.
     const statuses: string[] = [];
@@ -508,7 +508,7 @@ describe('SDK client', () => {
     assert.equal(poor.status, 400);
     assert.equal(poor.code, 'insufficient_balance');
     assert.match(poor.detail, /\d/);
-    assert.ok(poor.requestId, 'names the request (D46)');
+    assert.ok(poor.requestId, 'names the request (X-Request-Id)');
     assert.match(poor.message, /insufficient_balance/);
 
     const invalid = await client.createVm({ ...VM_BODY(node), gpu_count: 3 as 1 }).catch((e: unknown) => e);
@@ -517,7 +517,7 @@ describe('SDK client', () => {
     assert.equal(invalid.code, 'validation_error');
     assert.ok(invalid.errors?.some((e) => e.field === 'body.gpu_count'), JSON.stringify(invalid.errors));
 
-    // D41: the same key with another body.
+    // The same Idempotency-Key with another body: 422 idempotency_mismatch.
     const c = await customer();
     const rich = new GpuCloudClient({ baseUrl, accessToken: c.token });
     await rich.createVm(VM_BODY(node), { idempotencyKey: 'same-key' });

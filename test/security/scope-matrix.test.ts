@@ -1,9 +1,9 @@
 /**
- * The scope matrix (CONTRACT D15, D16): every route of the app, read from
+ * The scope matrix (docs/security.md#what-each-credential-may-do): every route of the app, read from
  * GET /openapi.json, called with each kind of credential. A route added later
  * is covered without touching this file.
  *
- * The expected policy below is written from D15's text, not copied from
+ * The expected policy below is written from the documented scope rules, not copied from
  * src/http/scopes.ts:
  *   read_write   everything (and a JWT session is read_write);
  *   read_only    every GET of /vms, /ssh-keys, /reservations, /billing,
@@ -35,11 +35,11 @@ interface Route {
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');
 
-/** D15, restated. */
+/** The API key scopes, restated. */
 function expectedAllowed(scope: Scope, method: string, path: string): boolean {
   if (scope === 'read_write') return true;
   if (scope === 'read_only') {
-    // GET /events came after the contract's list: a read_only key may read it too (docs/events.md).
+    // GET /events came after the first list of scopes: a read_only key may read it too (docs/events.md).
     return method === 'GET' && ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing', '/events'].some((p) => under(path, p));
   }
   return (method === 'GET' && (under(path, '/billing') || path === '/account')) || (method === 'POST' && path === '/reservations/calculate');
@@ -119,7 +119,7 @@ describeEachDb('scope matrix', (t) => {
     }
   });
 
-  test('read_only and billing_only keys (of an admin): 403 exactly where D15 says not allowed', async () => {
+  test('read_only and billing_only keys (of an admin): 403 exactly where their scope does not allow', async () => {
     const admin = await createUser(t(), { admin: true });
     const keys: Record<'read_only' | 'billing_only', string> = {
       read_only: await createApiKey(t(), admin.token, 'read_only'),
@@ -190,7 +190,7 @@ describeEachDb('scope matrix', (t) => {
     assert.equal((await t().req('GET', '/account', { token: rw })).status, 200);
   });
 
-  test('admin routes are 403 for a non-admin, whatever the credential (D16)', async () => {
+  test('admin routes are 403 for a non-admin, whatever the credential', async () => {
     const u = await createUser(t());
     const rw = await createApiKey(t(), u.token, 'read_write');
     for (const r of (await routes()).filter((x) => x.admin)) {
@@ -230,7 +230,7 @@ describeEachDb('scope matrix', (t) => {
   });
 });
 
-test('scopeAllows follows D15 for routes that may not exist yet', () => {
+test('scopeAllows follows the scope rules for routes that may not exist yet', () => {
   const cases: [Scope, string, string, boolean][] = [
     ['read_only', 'GET', '/vms', true],
     ['read_only', 'GET', '/vms/:vm_id/access-info', true],

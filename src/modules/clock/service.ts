@@ -1,5 +1,5 @@
 /**
- * The service clock's persistence and advance (README: the manual clock). The manual
+ * The service clock's persistence and advance (docs/configuration.md#the-manual-clock). The manual
  * clock starts at the real time of the first start (truncated to the second),
  * or at GPUCLOUD_CLOCK_START when that is set, and is kept in the database
  * across restarts: a later start never moves it, whatever the setting says. advance() returns only after

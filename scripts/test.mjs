@@ -1,5 +1,5 @@
-// Runs every test/**/*.test.ts with node's test runner (through tsx), two files at a time.
-import { readdirSync, statSync } from 'node:fs';
+// Runs test/**/*.test.ts (or the files and directories given) with node's test runner (through tsx), two files at a time.
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 
@@ -10,8 +10,19 @@ function find(dir) {
   });
 }
 
+// Arguments are test files or directories (searched for *.test.ts); none means all of test/.
 const only = process.argv.slice(2);
-const files = only.length ? only : find('test').sort();
+for (const p of only) {
+  if (!existsSync(p)) {
+    console.error(`no such test file or directory: ${p}`);
+    process.exit(1);
+  }
+}
+const files = (only.length ? only : ['test']).flatMap((p) => (statSync(p).isDirectory() ? find(p).sort() : [p]));
+if (files.length === 0) {
+  console.error(`no test files in ${only.join(' ')}`);
+  process.exit(1);
+}
 // --test-force-exit: a file whose tests have all finished ends even if a stray handle (a socket
 // a closed app left half-open) would keep it alive; its results are already in.
 // --test-timeout also bounds each file as a whole: 15 minutes, the budget the longest test (the

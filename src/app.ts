@@ -47,6 +47,7 @@ import { SimulatorDriver } from './hypervisor/simulator.js';
 import type { HypervisorDriver } from './hypervisor/driver.js';
 import { simulatorRoutes } from './hypervisor/routes.js';
 import { Reconciler } from './jobs/reconciler.js';
+import { JobMetrics } from './jobs/metrics.js';
 import { nextDue } from './jobs/due.js';
 import { AgentMonitor, agentInfoOf } from './jobs/agent-monitor.js';
 import { AgentClient } from './hypervisor/agent-client.js';
@@ -91,6 +92,8 @@ export interface Services {
   reconciler: Reconciler;
   agents: AgentMonitor;
   webhooks: WebhookService;
+  /** The background work's metrics (GET /metrics serves them with the HTTP ones). */
+  metrics: JobMetrics;
 }
 
 export function createServices(deps: AppDeps): Services {
@@ -129,13 +132,15 @@ export function createServices(deps: AppDeps): Services {
   });
   const reservations = new ReservationService(deps.db, clock, inventory, meter);
   const usage = new UsageService(deps.db, clock);
-  const reconciler = new Reconciler(clock, driver, vms, deps.log);
-  const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS, deps.log);
+  const metrics = new JobMetrics();
+  const reconciler = new Reconciler(clock, driver, vms, deps.log, metrics);
+  const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS, deps.log, metrics);
   const webhooks = new WebhookService(deps.db, clock, {
     secret: deps.jwtSecret,
     allowPrivate: deps.config.webhookAllowPrivate,
     timeoutMs: deps.config.webhookTimeoutS * 1000,
     log: deps.log,
+    metrics,
   });
 
   // Cross-module reactions, each inside the transaction of its cause.
@@ -225,6 +230,7 @@ export function createServices(deps: AppDeps): Services {
     reconciler,
     agents,
     webhooks,
+    metrics,
   };
 }
 
@@ -342,7 +348,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   });
   await registerOpenApi(app, { publicUrl: deps.config.publicUrl, supportEmail: deps.config.supportEmail });
   await registerConsole(app, deps.consoleDir ?? consoleDir());
-  registerMetrics(app);
+  registerMetrics(app, services.metrics.registry);
 
   // The manual clock is one clock for every instance: each request first catches up with the
   // persisted value, which an advance through another instance may have moved.

@@ -57,6 +57,8 @@ export interface Config {
   /** Bearer token for Prometheus scrapers; loopback clients need none unless metricsLoopback is off. */
   metricsToken: string | undefined;
   metricsLoopback: boolean;
+  /** A `--role worker` process serves /metrics and /healthz on this port (none when unset). */
+  metricsPort: number | undefined;
   /** Days a login session lasts at most, however often it is refreshed. */
   sessionMaxDays: number;
   /** Prefix of this deployment's keys in Redis (several deployments may share one Redis). */
@@ -264,6 +266,7 @@ export function loadConfig(env: Env = process.env): Config {
     requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
     metricsToken,
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
+    metricsPort: str(env, 'GPUCLOUD_METRICS_PORT') === undefined ? undefined : int(env, 'GPUCLOUD_METRICS_PORT', 0, 0, 65535),
     sessionMaxDays: int(env, 'GPUCLOUD_SESSION_MAX_DAYS', 30, 1, 365),
     redisPrefix,
     publicUrl: publicUrl(env, 'GPUCLOUD_PUBLIC_URL'),

@@ -94,6 +94,7 @@ async function serve(args: string[]): Promise<void> {
   }
   lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
   lines.push(`  Rate limits: ${RATE_LIMIT_STORES[server.rateLimitStore]}`);
+  if (server.metricsUrl) lines.push(`  Metrics: ${server.metricsUrl}`);
   if (server.localAgent) {
     const dir = process.env.GPUCLOUD_AGENT_DATA_DIR?.trim() || `${cfg.dataDir}/agent`;
     lines.push(`  Local agent: ${server.localAgent.url} (node ${server.localAgent.node}); add templates with`, `    gpucloud agent template add VMID FILE --data-dir ${dir}`);

@@ -16,6 +16,7 @@ import { startLocalAgent, type LocalAgent } from './local-agent.js';
 import { ConfigError } from './config.js';
 import { pino } from 'pino';
 import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit-store.js';
+import { serveWorkerMetrics } from './http/metrics.js';
 import { seedDemo, type DemoLogin } from './seed.js';
 
 export type Role = 'api' | 'worker' | 'all';
@@ -29,6 +30,8 @@ export interface RunningServer {
   localAgent?: LocalAgent;
   /** Where rate-limit counters live: Redis, the PostgreSQL database, or this process's memory. */
   rateLimitStore: RateLimitStoreKind;
+  /** A worker's /metrics, when GPUCLOUD_METRICS_PORT is set. */
+  metricsUrl?: string;
   close(): Promise<void>;
 }
 
@@ -84,6 +87,14 @@ export async function openDatabase(config: Config): Promise<Db> {
   return db;
 }
 
+/** The URL a local client reaches a listening app at. */
+function urlOf(app: FastifyInstance, config: Config): string {
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : config.port;
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  return `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+}
+
 export async function startServer(config: Config, role: Role = 'all'): Promise<RunningServer> {
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
@@ -122,10 +133,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   if (role === 'api' || role === 'all') {
     app = await buildApp(deps, services);
     await app.listen({ port: config.port, host: config.host });
-    const addr = app.server.address();
-    const port = typeof addr === 'object' && addr ? addr.port : config.port;
-    const host = config.host.includes(':') ? `[${config.host}]` : config.host;
-    url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+    url = urlOf(app, config);
   }
   // Background jobs: with a system clock, a loop claims due work every second. With the manual
   // clock work runs only when POST /admin/clock/advance settles it, so states are deterministic.
@@ -135,6 +143,13 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   if (runJobs) services.agents.start();
   // Webhook deliveries talk to the outside world too: real time under either clock.
   if (runJobs) services.webhooks.start();
+  // A worker has no API: its metrics (and a health check) on a port of their own, when asked for.
+  let metricsApp: FastifyInstance | undefined;
+  let metricsUrl: string | undefined;
+  if (role === 'worker' && config.metricsPort !== undefined) {
+    metricsApp = await serveWorkerMetrics(services.metrics.registry, { token: config.metricsToken, loopback: config.metricsLoopback }, config.metricsPort, config.host);
+    metricsUrl = `${urlOf(metricsApp, config)}/metrics`;
+  }
 
   return {
     app,
@@ -144,11 +159,13 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
     demo,
     localAgent,
     rateLimitStore: rateLimitKind,
+    metricsUrl,
     close: async () => {
       await localAgent?.close();
       await services.agents.stop();
       await services.webhooks.stop();
       await services.reconciler.stop();
+      await metricsApp?.close();
       await app?.close();
       await rateLimitStore.close();
       await db.close();

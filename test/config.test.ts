@@ -153,6 +153,12 @@ describe('config defaults, as documented', () => {
     }
   });
 
+  test("a worker's metrics port: none by default, any port (0: a free one) when set", () => {
+    assert.equal(loadConfig({}).metricsPort, undefined);
+    assert.equal(loadConfig({ GPUCLOUD_METRICS_PORT: '9464' }).metricsPort, 9464);
+    assert.equal(loadConfig({ GPUCLOUD_METRICS_PORT: '0' }).metricsPort, 0);
+  });
+
   test('the cheap password hash is for test suites only: refused in production', () => {
     assert.equal(loadConfig({}).passwordHashCost, 'standard');
     assert.equal(loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'test' }).passwordHashCost, 'test');
@@ -207,6 +213,8 @@ describe('config errors name the variable and stop the start', () => {
     ['a short metrics token', { GPUCLOUD_METRICS_TOKEN: 'short' }, 'GPUCLOUD_METRICS_TOKEN'],
     ['a metrics token with a space', { GPUCLOUD_METRICS_TOKEN: `${'x'.repeat(32)} y` }, 'GPUCLOUD_METRICS_TOKEN'],
     ['metrics loopback not a boolean', { GPUCLOUD_METRICS_LOOPBACK: 'maybe' }, 'GPUCLOUD_METRICS_LOOPBACK'],
+    ['a metrics port that is not a number', { GPUCLOUD_METRICS_PORT: 'nine' }, 'GPUCLOUD_METRICS_PORT'],
+    ['a metrics port out of range', { GPUCLOUD_METRICS_PORT: '65536' }, 'GPUCLOUD_METRICS_PORT'],
     ['request timeout zero', { GPUCLOUD_REQUEST_TIMEOUT_S: '0' }, 'GPUCLOUD_REQUEST_TIMEOUT_S'],
     ['clock start without the manual clock', { GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
     ['clock start without a zone', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00' }, 'GPUCLOUD_CLOCK_START'],

@@ -62,7 +62,8 @@ export interface MetricsAccess {
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;
 
-function metricsAllowed(req: FastifyRequest, access: MetricsAccess): boolean {
+/** Whether the metrics token or the loopback rule lets `req` read /metrics without an account. */
+export function metricsAllowed(req: FastifyRequest, access: MetricsAccess): boolean {
   if (access.loopback && LOOPBACK.test(req.socket.remoteAddress ?? '')) return true;
   const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
   if (!access.token || !m) return false;

@@ -1,9 +1,11 @@
-/** Prometheus metrics at GET /metrics: process defaults plus HTTP request counts and latencies. */
-import type { FastifyInstance } from 'fastify';
+/** Prometheus metrics at GET /metrics: process defaults, HTTP request counts and latencies, and the background work's (jobs/metrics.ts). */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { metricsAllowed, type MetricsAccess } from './authenticate.js';
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { errorResponses } from './schemas.js';
 
-export function registerMetrics(app: FastifyInstance): Registry {
+/** `background`: the registry of the background work's metrics, served with these. */
+export function registerMetrics(app: FastifyInstance, background?: Registry): Registry {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'gpucloud_' });
   const requests = new Counter({
@@ -41,7 +43,7 @@ export function registerMetrics(app: FastifyInstance): Registry {
         operationId: 'getMetrics',
         summary: 'Prometheus metrics',
         description:
-          'Prometheus text exposition format. Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator\'s session or read_write key; a client on this machine\'s loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.',
+          'Prometheus text exposition format: the process, HTTP requests by route and status, and the background work (passes of each job, hypervisor actions, webhook attempts, missed agent heartbeats). Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator\'s session or read_write key; a client on this machine\'s loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.',
         response: {
           200: { description: 'Prometheus text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } },
           ...errorResponses(401, 403),
@@ -51,8 +53,30 @@ export function registerMetrics(app: FastifyInstance): Registry {
     },
     async (_req, reply) => {
       reply.type(registry.contentType);
-      return registry.metrics();
+      return background ? Registry.merge([registry, background]).metrics() : registry.metrics();
     },
   );
   return registry;
+}
+
+/**
+ * What a worker (no API) serves on GPUCLOUD_METRICS_PORT: GET /metrics (the
+ * process's and the background work's metrics, to the metrics token or a
+ * loopback client, as on the API) and GET /healthz.
+ */
+export async function serveWorkerMetrics(background: Registry, access: MetricsAccess, port: number, host: string): Promise<FastifyInstance> {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'gpucloud_' });
+  const app = Fastify({ logger: false });
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/metrics', async (req, reply) => {
+    if (!metricsAllowed(req, access)) {
+      reply.code(401).header('www-authenticate', 'Bearer realm="gpucloud"');
+      return { detail: 'Metrics need the metrics token (GPUCLOUD_METRICS_TOKEN)', code: 'unauthorized' };
+    }
+    reply.type(registry.contentType);
+    return Registry.merge([registry, background]).metrics();
+  });
+  await app.listen({ port, host });
+  return app;
 }

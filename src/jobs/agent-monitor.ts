@@ -14,6 +14,7 @@ import type { AgentInfo } from '../modules/inventory/repository.js';
 import type { InventoryService } from '../modules/inventory/service.js';
 import type { VmService } from '../modules/vms/service.js';
 import { Loop } from './loop.js';
+import type { JobMetrics } from './metrics.js';
 
 export function agentInfoOf(host: AgentHostInfo): AgentInfo {
   return {
@@ -37,6 +38,7 @@ export class AgentMonitor {
     private readonly vms: VmService,
     private readonly heartbeatS: number,
     private readonly log?: FastifyBaseLogger,
+    private readonly metrics?: JobMetrics,
   ) {}
 
   /** Checks every agent due for a heartbeat now; returns how many were checked. */
@@ -53,6 +55,7 @@ export class AgentMonitor {
     try {
       host = await new AgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000)).host();
     } catch (err) {
+      this.metrics?.agentMisses.inc({ node });
       const { misses, tookOffline } = await this.inventory.agentMissed(node);
       this.log?.warn({ node, misses, err: err instanceof Error ? err.message : String(err) }, tookOffline ? 'agent offline: node set offline' : 'agent missed a heartbeat');
       return;
@@ -64,7 +67,7 @@ export class AgentMonitor {
 
   start(): void {
     if (this.loop) return;
-    this.loop = new Loop('agent-heartbeats', 1000, () => this.checkDue(), this.log);
+    this.loop = new Loop('agent-heartbeats', 1000, () => this.checkDue(), this.log, this.metrics);
     this.loop.start();
   }
 

@@ -1,5 +1,6 @@
 /** A background loop of the worker (see docs/architecture.md, "Background loops"). */
 import type { FastifyBaseLogger } from 'fastify';
+import type { JobMetrics } from './metrics.js';
 
 /**
  * One background loop: a pass every `everyMs` of real time, one pass at a
@@ -15,6 +16,7 @@ export class Loop {
     private readonly everyMs: number,
     private readonly run: () => Promise<unknown>,
     private readonly log?: FastifyBaseLogger,
+    private readonly metrics?: JobMetrics,
   ) {}
 
   start(): void {
@@ -29,7 +31,7 @@ export class Loop {
 
   private tick(): void {
     if (this.pass || !this.timer) return;
-    this.pass = this.run()
+    this.pass = (this.metrics ? this.metrics.pass(this.name, this.run) : this.run())
       .then(() => undefined)
       .catch((err: unknown) => this.log?.error({ err, job: this.name }, 'background job failed'))
       .finally(() => {

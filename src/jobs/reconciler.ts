@@ -12,6 +12,7 @@ import { newId } from '../ids.js';
 import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
 import { Loop } from './loop.js';
+import type { JobMetrics } from './metrics.js';
 
 /** How long a claim holds before another instance may retry (real time, whatever the service clock does). */
 export const CLAIM_LEASE_MS = 5 * 60 * 1000;
@@ -42,6 +43,7 @@ export class Reconciler {
     private readonly driver: HypervisorDriver,
     private readonly vms: VmService,
     private readonly log?: FastifyBaseLogger,
+    private readonly metrics?: JobMetrics,
   ) {}
 
   addJob(job: DueJob): void {
@@ -59,7 +61,10 @@ export class Reconciler {
    */
   async runOnce(wait = true): Promise<number> {
     let work = 0;
-    for (const job of this.jobs) work += await job.run(this.clock.now());
+    for (const job of this.jobs) {
+      const run = () => job.run(this.clock.now());
+      work += await (this.metrics ? this.metrics.pass(job.name, run) : run());
+    }
     return work + (await this.runActions(wait));
   }
 
@@ -119,15 +124,17 @@ export class Reconciler {
       outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built };
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      this.log?.warn({ vm: vm.id, action, err: message }, 'hypervisor action failed');
+      this.log?.warn({ vm: vm.id, node: vm.node, action, err: message }, 'hypervisor action failed');
       // A start that built the VM and then failed to boot it keeps what was built (no second clone).
       outcome = { ok: false, error: message, built };
     }
     try {
       await this.vms.completeAction(vm.id, token, action, outcome);
+      this.metrics?.hypervisorActions.inc({ action, outcome: outcome.ok ? 'ok' : 'failed' });
     } catch (err) {
       // The claim's lease runs out and the action is retried: every driver call is safe to repeat.
-      this.log?.error({ vm: vm.id, action, err }, 'could not record a hypervisor action');
+      this.log?.error({ vm: vm.id, node: vm.node, action, err }, 'could not record a hypervisor action');
+      this.metrics?.hypervisorActions.inc({ action, outcome: 'unrecorded' });
       throw err;
     }
   }
@@ -157,7 +164,7 @@ export class Reconciler {
     const signal = this.stopping.signal;
     this.timer = setInterval(() => this.kick(), intervalMs);
     this.timer.unref();
-    this.loops = this.jobs.map((job) => new Loop(job.name, job.everyMs ?? intervalMs, () => job.run(this.clock.now(), signal), this.log));
+    this.loops = this.jobs.map((job) => new Loop(job.name, job.everyMs ?? intervalMs, () => job.run(this.clock.now(), signal), this.log, this.metrics));
     for (const loop of this.loops) loop.start();
   }
 
@@ -169,8 +176,9 @@ export class Reconciler {
       return;
     }
     this.looping = true;
-    this.runPasses(5)
-      .catch((err) => this.log?.error({ err }, 'reconciler pass failed'))
+    const passes = () => this.runPasses(5);
+    (this.metrics ? this.metrics.pass('hypervisor-actions', passes) : passes())
+      .catch((err) => this.log?.error({ err, job: 'hypervisor-actions' }, 'reconciler pass failed'))
       .finally(() => {
         this.looping = false;
         if (this.again) {
@@ -180,10 +188,15 @@ export class Reconciler {
       });
   }
 
-  private async runPasses(max: number): Promise<void> {
+  /** Up to `max` passes while each finds work; returns the work started. */
+  private async runPasses(max: number): Promise<number> {
+    let work = 0;
     for (let i = 0; i < max; i++) {
-      if ((await this.runExclusive(false, false)) === 0) return;
+      const n = await this.runExclusive(false, false);
+      work += n;
+      if (n === 0) break;
     }
+    return work;
   }
 
   /** Stops every loop: the passes running end at their next safe point, driver actions in flight finish. */

@@ -14,7 +14,7 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description Prometheus text exposition format. Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator's session or read_write key; a client on this machine's loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.
+         * @description Prometheus text exposition format: the process, HTTP requests by route and status, and the background work (passes of each job, hypervisor actions, webhook attempts, missed agent heartbeats). Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator's session or read_write key; a client on this machine's loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.
          */
         get: operations["getMetrics"];
         put?: never;

@@ -16,6 +16,8 @@ import { deriveKey, open, seal } from '../../crypto.js';
 import { newId, newOrderedId } from '../../ids.js';
 import type { Principal } from '../../http/principal.js';
 import { Loop } from '../../jobs/loop.js';
+import type { JobMetrics } from '../../jobs/metrics.js';
+import { afterCommit } from '../../db/commit-hook.js';
 import { assertKnownTypes, EVENT_TYPES, eventRecord, recordEvent } from '../events/repository.js';
 import * as repo from './repository.js';
 import { hostProblem, postJson, urlFormProblem } from './outbound.js';
@@ -101,7 +103,7 @@ export class WebhookService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
-    private readonly o: { secret: string; allowPrivate: boolean; timeoutMs: number; log?: FastifyBaseLogger },
+    private readonly o: { secret: string; allowPrivate: boolean; timeoutMs: number; log?: FastifyBaseLogger; metrics?: JobMetrics },
   ) {
     this.key = deriveKey(o.secret, 'webhook-secret');
   }
@@ -285,6 +287,7 @@ export class WebhookService {
       : { error: 'the signing secret cannot be read (the service\'s own secret changed): rotate it with POST /webhooks/{id}/rotate-secret', durationMs: 0 };
     const ok = sent.status !== undefined && sent.status >= 200 && sent.status < 300;
     const now = this.clock.now();
+    if (!ok) this.o.log?.info({ webhook: d.webhook_id, event: d.event_id, status: sent.status, err: sent.error }, 'webhook delivery attempt failed');
     await this.db.transaction(async (tx) => {
       const held = await repo.holdClaim(tx, d.webhook_id, d.event_id, token);
       if (!held) return; // another instance took the delivery over after our claim ran out; its attempt counts
@@ -294,6 +297,7 @@ export class WebhookService {
       const disable = !!failing && failing.enabled && now.getTime() - failing.failing_since.getTime() >= DISABLE_AFTER_MS;
       const retryIn = RETRY_DELAYS_MS[attempt - 1];
       const outcome = ok ? 'succeeded' : disable || retryIn === undefined ? 'given_up' : 'retrying';
+      afterCommit(tx, () => this.o.metrics?.webhookAttempts.inc({ outcome }));
       await repo.finishDelivery(tx, {
         webhookId: d.webhook_id,
         eventId: d.event_id,
@@ -335,7 +339,7 @@ export class WebhookService {
   /** The delivery loop: a pass every `everyMs` of real time, one at a time (see docs/architecture.md, "Background loops"). */
   start(everyMs = 1000): void {
     if (this.loop) return;
-    this.loop = new Loop('webhook-deliveries', everyMs, () => this.drainDue(), this.o.log);
+    this.loop = new Loop('webhook-deliveries', everyMs, () => this.drainDue(), this.o.log, this.o.metrics);
     this.loop.start();
   }
 

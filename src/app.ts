@@ -18,6 +18,7 @@ import { registerOpenApi, API_VERSION } from './http/openapi.js';
 import { consoleDir, registerConsole } from './http/console.js';
 import { registerMetrics } from './http/metrics.js';
 import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
+import { identifier } from './modules/auth/identify.js';
 import { registerRateLimit } from './http/rate-limit.js';
 import { purgeExpiredIdempotencyKeys, registerIdempotency } from './http/idempotency.js';
 import { registerInputGuards } from './http/input-guards.js';
@@ -361,7 +362,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     });
   }
   // Order matters: identify -> count -> reject (unauthenticated calls are counted by client address) -> idempotency.
-  registerAuthentication(app, services.auth, services.apiKeys);
+  registerAuthentication(app, identifier(services.auth, services.apiKeys));
   registerRateLimit(app, deps.rateLimitStore, deps.config.rateLimits);
   registerAuthorization(app, { token: deps.config.metricsToken, loopback: deps.config.metricsLoopback });
   registerInputGuards(app); // before anything walks the body (idempotency hashes it)

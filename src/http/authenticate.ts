@@ -8,8 +8,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, forbidden } from '../errors.js';
-import type { AuthService } from '../modules/auth/service.js';
-import type { ApiKeyService } from '../modules/api-keys/service.js';
 import type { Principal } from './principal.js';
 import { scopeAllows } from './scopes.js';
 
@@ -23,22 +21,17 @@ export function isPublic(req: FastifyRequest): boolean {
   return !req.routeOptions.url || (req.routeOptions.config.auth ?? 'user') === 'public';
 }
 
-async function principalFrom(header: string, auth: AuthService, apiKeys: ApiKeyService): Promise<Principal | string> {
+/** The caller a credential names, or why it names none (an API key, else an access token). */
+export type Identify = (credential: string) => Promise<(Principal & { suspended: boolean }) | string>;
+
+async function principalFrom(header: string, identify: Identify): Promise<(Principal & { suspended: boolean }) | string> {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!m) return 'Authorization header must be "Bearer <token or API key>"';
-  const credential = m[1]!;
-  if (credential.startsWith('gpc_')) {
-    const k = await apiKeys.authenticate(credential);
-    if (!k) return 'Invalid, revoked or expired API key';
-    return { userId: k.user_id, email: k.email, role: k.role, scope: k.scope, via: 'api_key', apiKeyId: k.id, suspended: k.suspended } as Principal & { suspended: boolean };
-  }
-  const s = await auth.authenticateAccessToken(credential);
-  if (!s) return 'Invalid or expired access token';
-  return { userId: s.user.id, email: s.user.email, role: s.user.role, scope: 'read_write', via: 'session', sessionId: s.sessionId, suspended: s.user.suspended } as Principal & { suspended: boolean };
+  return identify(m[1]!);
 }
 
 /** Runs first: identifies the caller, never rejects (so the rate limiter can count failures by IP). */
-export function registerAuthentication(app: FastifyInstance, auth: AuthService, apiKeys: ApiKeyService): void {
+export function registerAuthentication(app: FastifyInstance, identify: Identify): void {
   app.addHook('onRequest', async (req) => {
     if (isPublic(req)) return;
     const header = req.headers.authorization;
@@ -46,7 +39,7 @@ export function registerAuthentication(app: FastifyInstance, auth: AuthService, 
       req.authFailure = 'Missing credentials: send "Authorization: Bearer <token or API key>"';
       return;
     }
-    const p = await principalFrom(header, auth, apiKeys);
+    const p = await principalFrom(header, identify);
     if (typeof p === 'string') req.authFailure = p;
     else req.principal = p;
   });

@@ -1,6 +1,6 @@
 /** Who is asking: set by the authentication hook on every authenticated request. */
 import type { Scope } from './scopes.js';
-import type { Role } from '../modules/auth/repository.js';
+import type { Role } from '../accounts.js';
 
 export interface Principal {
   userId: number;

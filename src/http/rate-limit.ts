@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { RateLimitConfig } from '../config.js';
 import { realTimeMs } from '../clock.js';
 import { AppError } from '../errors.js';
-import { normalizeEmail } from '../modules/auth/repository.js';
+import { normalizeEmail } from '../accounts.js';
 import type { RateBucket } from './principal.js';
 import type { RateLimitStore } from './rate-limit-store.js';
 

@@ -5,11 +5,11 @@ import { Type } from 'typebox';
 import { Enum, errorResponses, MessageResponse } from '../http/schemas.js';
 import { notFound } from '../errors.js';
 import { UUID_RE } from '../ids.js';
-import type { InventoryService } from '../modules/inventory/service.js';
 import { HV_ACTIONS, type HypervisorDriver } from './driver.js';
 import { SimulatorDriver } from './simulator.js';
 
-export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, inventory: InventoryService): void {
+/** `inventory.getNode` answers 404 for a node that does not exist. */
+export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, inventory: { getNode(node: string): Promise<unknown> }): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     '/admin/simulator/faults',
     {

@@ -1,7 +1,9 @@
 /** The only SQL of accounts, sessions, challenges and recovery codes. */
 import type { Queryable } from '../../db/db.js';
 
-export type Role = 'user' | 'admin';
+import { normalizeEmail, type Role } from '../../accounts.js';
+
+export { normalizeEmail, type Role };
 
 export interface UserRow {
   id: number;
@@ -43,7 +45,6 @@ export interface ChallengeRow {
   used_at: Date | null;
 }
 
-export const normalizeEmail = (email: string) => email.trim().toLowerCase();
 
 /** PostgreSQL text cannot hold U+0000: a lookup by such a string fails the query (a 500), yet can match nothing. */
 const holdsNul = (s: string) => s.includes('\u0000');

@@ -1,0 +1,25 @@
+/**
+ * The layers a reader can trust (docs/architecture.md): the HTTP layer and
+ * the hypervisor drivers serve the modules and never reach back into them;
+ * app.ts composes them.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const SRC = join(import.meta.dirname, '..', 'src');
+
+test('nothing in http/ or hypervisor/ imports from modules/', () => {
+  const offenders: string[] = [];
+  for (const dir of ['http', 'hypervisor']) {
+    for (const f of readdirSync(join(SRC, dir), { recursive: true }) as string[]) {
+      if (!f.endsWith('.ts')) continue;
+      const text = readFileSync(join(SRC, dir, f), 'utf8');
+      for (const m of text.matchAll(/from\s+'([^']+)'/g)) {
+        if (/(^|\/)modules\//.test(m[1]!)) offenders.push(`src/${dir}/${f}: ${m[1]}`);
+      }
+    }
+  }
+  assert.deepEqual(offenders, []);
+});

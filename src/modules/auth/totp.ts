@@ -1,40 +1,38 @@
 /**
- * Pure TOTP (RFC 6238) helpers: HMAC-SHA1, 6 digits, 30 second step.
+ * TOTP (RFC 6238) for two-factor authentication: HMAC-SHA1, 6 digits, 30
+ * second step, on the `otpauth` package; this module only fixes the
+ * parameters and adds what the service needs on top (replay protection,
+ * strict code syntax, recovery codes).
  *
  * Nothing in this module reads the clock: every time-dependent function takes
- * `nowMs` explicitly so that the service's injectable clock drives it, and the
- * randomness source is injected as well.
+ * `nowMs` explicitly so that the service's injectable clock drives it (otpauth
+ * would default to Date.now()), and the randomness source is injected as well
+ * (otpauth would default to node's RNG).
  */
-import { createHmac, timingSafeEqual } from 'node:crypto';
+import { HOTP, Secret, TOTP } from 'otpauth';
 
 export const TOTP_DIGITS = 6;
 export const TOTP_PERIOD_SECONDS = 30;
 export const TOTP_SECRET_BYTES = 20;
 /** Steps of clock drift accepted on either side of the current step. */
 export const TOTP_DRIFT_STEPS = 1;
+const TOTP_ALGORITHM = 'SHA1';
 
 const BASE32_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
-const BASE32_LOOKUP: ReadonlyMap<string, number> = new Map(
-  [...BASE32_ALPHABET].map((ch, i) => [ch, i] as const),
-);
+
+/** otpauth's Secret for the given bytes (copied: a Buffer may be a view into a larger pool). */
+function secretOfBytes(buf: Uint8Array): Secret {
+  return new Secret({ buffer: Uint8Array.from(buf).buffer });
+}
+
+/** otpauth's Secret for a base32 string: case-insensitive, whitespace and '=' anywhere ignored. */
+function secretOfBase32(s: string): Secret {
+  return Secret.fromBase32(s.replace(/[\s=]+/g, '').toUpperCase());
+}
 
 /** RFC 4648 base32 encoding, upper case, without '=' padding. */
 export function base32Encode(buf: Buffer): string {
-  let out = '';
-  let bits = 0;
-  let value = 0;
-  for (const byte of buf) {
-    value = ((value << 8) | byte) & 0xffff;
-    bits += 8;
-    while (bits >= 5) {
-      out += BASE32_ALPHABET[(value >>> (bits - 5)) & 31];
-      bits -= 5;
-    }
-  }
-  if (bits > 0) {
-    out += BASE32_ALPHABET[(value << (5 - bits)) & 31];
-  }
-  return out;
+  return secretOfBytes(buf).base32;
 }
 
 /**
@@ -43,23 +41,7 @@ export function base32Encode(buf: Buffer): string {
  * do not make up a whole byte are discarded.
  */
 export function base32Decode(s: string): Buffer {
-  const cleaned = s.replace(/[\s=]+/g, '').toUpperCase();
-  const out: number[] = [];
-  let bits = 0;
-  let value = 0;
-  for (const ch of cleaned) {
-    const v = BASE32_LOOKUP.get(ch);
-    if (v === undefined) {
-      throw new Error(`invalid base32 character: ${JSON.stringify(ch)}`);
-    }
-    value = ((value << 5) | v) & 0xffff;
-    bits += 5;
-    if (bits >= 8) {
-      out.push((value >>> (bits - 8)) & 0xff);
-      bits -= 8;
-    }
-  }
-  return Buffer.from(out);
+  return Buffer.from(secretOfBase32(s).bytes);
 }
 
 /** A fresh 20-byte (160-bit) TOTP secret, base32 encoded. */
@@ -68,36 +50,42 @@ export function generateTotpSecret(randomBytes: (n: number) => Buffer): string {
   if (bytes.length < TOTP_SECRET_BYTES) {
     throw new Error('randomBytes returned too few bytes');
   }
-  return base32Encode(bytes.subarray(0, TOTP_SECRET_BYTES));
+  return secretOfBytes(bytes.subarray(0, TOTP_SECRET_BYTES)).base32;
 }
 
-/** The zero-padded 6-digit code for a step counter (RFC 4226 HOTP). */
-export function totpAt(secretBase32: string, step: number): string {
+function checkStep(step: number): void {
   if (!Number.isSafeInteger(step) || step < 0) {
     throw new RangeError(`invalid TOTP step: ${step}`);
   }
-  const key = base32Decode(secretBase32);
-  const counter = Buffer.alloc(8);
-  counter.writeBigUInt64BE(BigInt(step));
-  const mac = createHmac('sha1', key).update(counter).digest();
-  const offset = (mac[mac.length - 1] ?? 0) & 0x0f;
-  const binary = mac.readUInt32BE(offset) & 0x7fffffff;
-  return String(binary % 10 ** TOTP_DIGITS).padStart(TOTP_DIGITS, '0');
+}
+
+/**
+ * The zero-padded 6-digit code for a step counter: the TOTP of that step is
+ * the HOTP (RFC 4226) of the step number, which otpauth computes exactly for
+ * every safe integer (a timestamp of step * 30 s would not be, far enough out).
+ */
+export function totpAt(secretBase32: string, step: number): string {
+  checkStep(step);
+  return HOTP.generate({ secret: secretOfBase32(secretBase32), algorithm: TOTP_ALGORITHM, digits: TOTP_DIGITS, counter: step });
 }
 
 /** The TOTP step counter for a time in milliseconds since the Unix epoch. */
 export function stepAt(nowMs: number): number {
-  return Math.floor(nowMs / 1000 / TOTP_PERIOD_SECONDS);
+  return TOTP.counter({ period: TOTP_PERIOD_SECONDS, timestamp: nowMs });
 }
 
 const CODE_RE = /^[0-9]{6}$/;
 
 /**
- * Verifies a TOTP code against steps current-1, current and current+1.
+ * Verifies a TOTP code against steps current-1, current and current+1, the
+ * current step being that of `nowMs` (the service clock).
  *
  * A step is only eligible if it is strictly greater than `lastUsedStep`, so a
  * code is accepted at most once and an older code cannot be used after a newer
- * one. Every candidate is compared in constant time, without early exit.
+ * one. Every candidate is compared (in constant time, by otpauth), without
+ * early exit: otpauth's own window search (TOTP.validate with window 1) stops
+ * at the first match, in the order current, -1, +1, whereas this keeps the
+ * highest eligible one.
  *
  * Returns the matched step (to be persisted as the new lastUsedStep) or null.
  */
@@ -108,17 +96,17 @@ export function verifyTotp(
   lastUsedStep: number | null,
 ): number | null {
   if (typeof code !== 'string') return null;
-  const trimmed = code.trim();
-  if (!CODE_RE.test(trimmed)) return null;
+  const token = code.trim();
+  if (!CODE_RE.test(token)) return null;
   if (!Number.isFinite(nowMs)) return null;
 
-  const given = Buffer.from(trimmed, 'ascii');
+  const secret = secretOfBase32(secretBase32);
   const current = stepAt(nowMs);
   let matched: number | null = null;
   for (let step = current - TOTP_DRIFT_STEPS; step <= current + TOTP_DRIFT_STEPS; step++) {
     if (step < 0) continue;
-    const expected = Buffer.from(totpAt(secretBase32, step), 'ascii');
-    const equal = timingSafeEqual(expected, given);
+    checkStep(step);
+    const equal = HOTP.validate({ token, secret, algorithm: TOTP_ALGORITHM, digits: TOTP_DIGITS, counter: step, window: 0 }) === 0;
     const eligible = lastUsedStep === null || step > lastUsedStep;
     // Keep the highest matching step so that replay protection is as strict as possible.
     if (equal && eligible) matched = step;
@@ -126,18 +114,26 @@ export function verifyTotp(
   return matched;
 }
 
-/** The otpauth:// provisioning URL (for QR codes) of a TOTP secret. */
+/**
+ * The otpauth:// provisioning URL (for QR codes) of a TOTP secret, as otpauth
+ * writes it (label `issuer:account`, every part URI-encoded), with `secret`
+ * moved to the front of the query where this URL has always had it.
+ */
 export function otpauthUrl(secretBase32: string, accountEmail: string, issuer = 'gpucloud'): string {
-  const label = `${encodeURIComponent(issuer)}:${encodeURIComponent(accountEmail)}`;
-  const secret = secretBase32.replace(/[\s=]+/g, '').toUpperCase();
-  const query = [
-    `secret=${encodeURIComponent(secret)}`,
-    `issuer=${encodeURIComponent(issuer)}`,
-    'algorithm=SHA1',
-    `digits=${TOTP_DIGITS}`,
-    `period=${TOTP_PERIOD_SECONDS}`,
-  ].join('&');
-  return `otpauth://totp/${label}?${query}`;
+  const uri = new TOTP({
+    issuer,
+    label: accountEmail,
+    issuerInLabel: true,
+    secret: secretOfBase32(secretBase32),
+    algorithm: TOTP_ALGORITHM,
+    digits: TOTP_DIGITS,
+    period: TOTP_PERIOD_SECONDS,
+  }).toString();
+  const at = uri.indexOf('?');
+  const params = uri.slice(at + 1).split('&');
+  const first = params.filter((p) => p.startsWith('secret='));
+  const rest = params.filter((p) => !p.startsWith('secret='));
+  return `${uri.slice(0, at)}?${[...first, ...rest].join('&')}`;
 }
 
 const RECOVERY_ALPHABET = BASE32_ALPHABET.toLowerCase();

@@ -1,0 +1,117 @@
+/**
+ * What a user (or an administrator) does to an existing VM: start, stop,
+ * destroy, label, auto-restart (docs/vms.md#what-each-action-does-in-each-state).
+ * Each is one transaction that records the hypervisor work due; none waits
+ * for the hypervisor.
+ */
+import type { Db, Queryable } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { AppError, invalidState, validation } from '../../errors.js';
+import { formatAmount } from '../../money.js';
+import * as ledger from '../billing/ledger.js';
+import type { InventoryService } from '../inventory/service.js';
+import { recordEvent } from '../events/repository.js';
+import * as repo from './repository.js';
+import type { VmRow } from './repository.js';
+import { LABEL_RE, LABEL_RULE, mustFind } from './records.js';
+import { committedHourly } from './rates.js';
+import { placeStart } from './placement.js';
+import type { ApplyTransition, StatusReason } from './transitions.js';
+
+export interface ActionDeps {
+  db: Db;
+  clock: Clock;
+  inventory: InventoryService;
+  apply: ApplyTransition;
+}
+
+export async function startVm(deps: ActionDeps, userId: number, ref: string): Promise<{ message: string }> {
+  return deps.db.transaction(async (tx) => {
+    const balance = await ledger.lockBalance(tx, userId);
+    const vm = await mustFind(tx, userId, ref, true);
+    if (vm.status !== 'stopped' && vm.status !== 'interrupted') {
+      throw invalidState(`Cannot start a VM that is ${vm.status}: start needs a stopped or interrupted VM`);
+    }
+    await placeStart(tx, deps.inventory, vm);
+    if (vm.rental_type !== 'reserved') {
+      const mine = await repo.userVmsForLimits(tx, userId);
+      const own = vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros;
+      const required = own + committedHourly(mine, vm.id);
+      if (balance < required) {
+        throw new AppError(
+          'insufficient_balance',
+          `Insufficient balance: required ${formatAmount(required)} (one hour of this VM plus one hour of your other VMs), available ${formatAmount(balance)}`,
+        );
+      }
+    }
+    await deps.apply(tx, vm, 'start_requested', deps.clock.now(), { hv_action: 'start', next_action_at: deps.clock.now(), attempts: 0, last_error: null });
+    return { message: `VM ${vm.vmid} is starting` };
+  });
+}
+
+export async function stopVm(deps: ActionDeps, userId: number, ref: string): Promise<{ message: string }> {
+  return deps.db.transaction(async (tx) => {
+    const vm = await mustFind(tx, userId, ref, true);
+    if (vm.status !== 'running') throw invalidState(`Cannot stop a VM that is ${vm.status}: stop needs a running VM`);
+    await requestStop(tx, deps.apply, vm, deps.clock.now());
+    return { message: `VM ${vm.vmid} is stopping; GPU billing paused, storage continues` };
+  });
+}
+
+/** A running VM to `stopping`, its stop due on the hypervisor now (a user's stop, low balance, suspension). */
+export async function requestStop(tx: Queryable, apply: ApplyTransition, vm: VmRow, now: Date, reason: StatusReason = 'user'): Promise<VmRow> {
+  return apply(tx, vm, 'stop_requested', now, { hv_action: 'stop', next_action_at: now, attempts: 0, last_error: null, cpu_percent: 0, ram_percent: 0 }, { reason });
+}
+
+/** `userId` null: an administrator's destroy, of anyone's VM. */
+export async function destroyVm(deps: ActionDeps, userId: number | null, ref: string): Promise<{ message: string }> {
+  return deps.db.transaction(async (tx) => {
+    const vm = await mustFind(tx, userId, ref, true);
+    if (vm.status === 'destroyed') throw invalidState('The VM is already destroyed');
+    const now = deps.clock.now();
+    const reason = userId === null ? 'admin' : 'user';
+    await deps.apply(
+      tx,
+      vm,
+      'destroy',
+      now,
+      {
+        // Cleanup on the hypervisor runs in the background and is retried until it succeeds.
+        hv_action: 'destroy',
+        next_action_at: now,
+        attempts: 0,
+        last_error: null,
+        provision_secret: null,
+        cpu_percent: 0,
+        ram_percent: 0,
+      },
+      { reason },
+    );
+    await repo.closeInterruptions(tx, vm.id, 'abandoned', now);
+    await recordEvent(tx, { type: 'vm.destroyed', userId: vm.user_id, vmId: vm.id, data: { vmid: vm.vmid, reason }, at: now });
+    return { message: `VM ${vm.vmid} destroyed; its data is being erased` };
+  });
+}
+
+export async function setLabel(db: Db, userId: number, ref: string, label: string | null): Promise<{ message: string }> {
+  if (label !== null && !LABEL_RE.test(label)) {
+    throw validation('body.instance_label', `${LABEL_RULE}, or null to clear it`);
+  }
+  return db.transaction(async (tx) => {
+    const vm = await mustFind(tx, userId, ref, true);
+    await repo.updateVm(tx, vm.id, { instance_label: label });
+    return { message: label === null ? `Label of VM ${vm.vmid} cleared` : `Label of VM ${vm.vmid} set to "${label}"` };
+  });
+}
+
+export async function setAutoRestart(db: Db, userId: number, ref: string, on: boolean): Promise<{ message: string }> {
+  return db.transaction(async (tx) => {
+    const vm = await mustFind(tx, userId, ref, true);
+    if (vm.rental_type !== 'interruptible') {
+      throw invalidState(`auto_restart applies to interruptible VMs only; this VM is ${vm.rental_type}`);
+    }
+    if (vm.status === 'destroyed') throw invalidState('The VM is destroyed');
+    await repo.updateVm(tx, vm.id, { auto_restart: on });
+    return { message: `Auto-restart ${on ? 'enabled' : 'disabled'} for VM ${vm.vmid}` };
+  });
+}

@@ -1,0 +1,46 @@
+/**
+ * Auto-restart (docs/vms.md#auto-restart): interrupted VMs with auto_restart
+ * go back to `starting`, on the reconciler's every pass, when their node is
+ * active with the GPUs free and their owner has the money a manual start needs.
+ */
+import type { Db } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import * as ledger from '../billing/ledger.js';
+import type { InventoryService } from '../inventory/service.js';
+import { recordEvent } from '../events/repository.js';
+import * as repo from './repository.js';
+import { committedHourly } from './rates.js';
+import { freeGpus } from './placement.js';
+import type { ApplyTransition } from './transitions.js';
+
+export interface AutoRestartDeps {
+  db: Db;
+  clock: Clock;
+  inventory: InventoryService;
+  apply: ApplyTransition;
+}
+
+/** Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free (docs/vms.md#auto-restart). */
+export async function autoRestartDue(deps: AutoRestartDeps): Promise<number> {
+  const candidates = await repo.autoRestartCandidates(deps.db, 50);
+  let restarted = 0;
+  for (const c of candidates) {
+    const ok = await deps.db.transaction(async (tx) => {
+      // Same lock order as a manual start (startVm in actions.ts): the user's balance, then the VM, then the node.
+      const balance = await ledger.lockBalance(tx, c.user_id);
+      const vm = await repo.findVm(tx, { id: c.id }, null, true);
+      const node = await deps.inventory.lockNode(tx, c.node);
+      if (!node || node.status !== 'active' || !vm || vm.status !== 'interrupted' || !vm.auto_restart) return false;
+      if ((await freeGpus(tx, deps.inventory, vm.node, node.gpu_count)) < vm.gpu_count) return false;
+      // An automatic restart needs the money a manual start would (an out-of-credit user stays interrupted).
+      const mine = await repo.userVmsForLimits(tx, vm.user_id);
+      if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id)) return false;
+      const now = deps.clock.now();
+      await deps.apply(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null }, { reason: 'auto_restart' });
+      await recordEvent(tx, { type: 'vm.restarted', userId: vm.user_id, vmId: vm.id, data: { vmid: vm.vmid }, at: now });
+      return true;
+    });
+    if (ok) restarted++;
+  }
+  return restarted;
+}

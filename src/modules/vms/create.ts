@@ -1,0 +1,202 @@
+/**
+ * Creating a VM (docs/vms.md#creating-a-vm), checks in the order of
+ * docs/vms.md#the-order-of-the-checks. The VM is inserted in `creating` with
+ * its provisioning due; the hypervisor work is left to the reconciler.
+ */
+import type { Db, Queryable } from '../../db/db.js';
+import type { Clock } from '../../clock.js';
+import { AppError, invalidState, notFound, validation } from '../../errors.js';
+import { newId, UUID_RE } from '../../ids.js';
+import { formatAmount } from '../../money.js';
+import { seal } from '../../crypto.js';
+import * as ledger from '../billing/ledger.js';
+import type { InventoryService } from '../inventory/service.js';
+import type { SshKeyService } from '../ssh-keys/service.js';
+import { quote, type Months, type ReservationService } from '../reservations/service.js';
+import { recordEvent } from '../events/repository.js';
+import type { RentalType } from './lifecycle.js';
+import * as repo from './repository.js';
+import type { VmRow } from './repository.js';
+import { LABEL_RE, LABEL_RULE, toVmRecord, type VmRecord } from './records.js';
+import { committedHourly, ratesFor } from './rates.js';
+import { pickVictims, placeCreate } from './placement.js';
+import { preempt } from './preemption.js';
+import type { ApplyTransition } from './transitions.js';
+
+export const DEFAULT_MAX_VMS = 10;
+export const DEFAULT_MAX_GPUS = 16;
+
+export interface CreateVmInput {
+  node: string;
+  gpu_type: string;
+  gpu_count: number;
+  storage_gb: number;
+  template_vmid: number;
+  rental_type?: RentalType;
+  reservation_months?: number;
+  auth_method?: 'ssh_key' | 'password';
+  ssh_key_id?: string;
+  password?: string;
+  instance_label?: string | null;
+}
+
+export interface CreateDeps {
+  db: Db;
+  clock: Clock;
+  inventory: InventoryService;
+  sshKeys: SshKeyService;
+  /** Takes a reserved VM's deposit; wired in app.ts (VmService.useReservations). */
+  reservations: ReservationService | undefined;
+  /** Seals a password until the VM is built. */
+  secretKey: Buffer;
+  provisionDelayMs: number;
+  apply: ApplyTransition;
+  gpuUsageChanged: (tx: Queryable) => void;
+}
+
+/** Cross-field validation (422), after the schema's per-field rules. */
+function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_key' | 'password'): void {
+  if (rental === 'reserved' && input.reservation_months === undefined) {
+    throw validation('body.reservation_months', 'is required when rental_type is reserved (1, 3 or 6)');
+  }
+  if (rental !== 'reserved' && input.reservation_months !== undefined) {
+    throw validation('body.reservation_months', 'is only allowed when rental_type is reserved');
+  }
+  if (authMethod === 'password' && input.password === undefined) {
+    throw validation('body.password', 'is required when auth_method is password (at least 12 characters)');
+  }
+  if (authMethod === 'ssh_key' && input.password !== undefined) {
+    throw validation('body.password', 'is only allowed when auth_method is password');
+  }
+  if (authMethod === 'password' && input.ssh_key_id !== undefined) {
+    throw validation('body.ssh_key_id', 'is only allowed when auth_method is ssh_key');
+  }
+  if (input.instance_label != null && !LABEL_RE.test(input.instance_label)) {
+    throw validation('body.instance_label', LABEL_RULE);
+  }
+}
+
+/** The user's VM and GPU limits (docs/vms.md#limits-per-account); returns the user's VMs that count toward them. */
+async function checkLimits(tx: Queryable, userId: number, gpuCount: number): Promise<VmRow[]> {
+  const limits = await tx.query<{ max_vms: number | null; max_gpus: number | null }>('SELECT max_vms, max_gpus FROM users WHERE id = $1', [userId]);
+  const maxVms = limits.rows[0]?.max_vms ?? DEFAULT_MAX_VMS;
+  const maxGpus = limits.rows[0]?.max_gpus ?? DEFAULT_MAX_GPUS;
+  const mine = await repo.userVmsForLimits(tx, userId);
+  if (mine.length + 1 > maxVms) throw new AppError('limit_exceeded', `VM limit reached: at most ${maxVms} VMs per account (destroy one first)`);
+  const gpusInUse = mine.filter((v) => v.holds_gpus).reduce((s, v) => s + v.gpu_count, 0);
+  if (gpusInUse + gpuCount > maxGpus) {
+    throw new AppError('limit_exceeded', `GPU limit reached: ${gpusInUse} of ${maxGpus} GPUs in use, ${gpuCount} requested`);
+  }
+  return mine;
+}
+
+export async function createVm(deps: CreateDeps, userId: number, input: CreateVmInput): Promise<VmRecord> {
+  const rental: RentalType = input.rental_type ?? 'on_demand';
+  const authMethod = input.auth_method ?? 'ssh_key';
+  checkInput(input, rental, authMethod);
+
+  return deps.db.transaction(async (tx) => {
+    const now = deps.clock.now();
+    // Serializes this user's creates so that together they never pass the balance check on the same money.
+    const balance = await ledger.lockBalance(tx, userId);
+    const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
+    if (input.storage_gb > node.max_storage_gb) {
+      throw new AppError('limit_exceeded', `storage_gb ${input.storage_gb} exceeds the node's maximum of ${node.max_storage_gb} GB`);
+    }
+    const mine = await checkLimits(tx, userId, input.gpu_count);
+    const pricing = await deps.inventory.pricingFor(tx, node.gpu_type);
+    const rates = ratesFor(pricing, rental, input.gpu_count, input.storage_gb, input.reservation_months);
+    // A reserved VM needs its deposit (the whole commitment, prepaid); others one hour of their own
+    // rate plus one hour of the user's committed spend.
+    const reservationQuote =
+      rental === 'reserved' ? quote(pricing, input.gpu_count, input.storage_gb, input.reservation_months as Months) : undefined;
+    if (reservationQuote) {
+      if (balance < reservationQuote.depositMicros) {
+        throw new AppError(
+          'insufficient_balance',
+          `Insufficient balance: required ${formatAmount(reservationQuote.depositMicros)} (the deposit of a ${reservationQuote.months}-month reservation), available ${formatAmount(balance)}`,
+        );
+      }
+    } else {
+      const required = rates.total + committedHourly(mine);
+      if (balance < required) {
+        throw new AppError(
+          'insufficient_balance',
+          `Insufficient balance: required ${formatAmount(required)} (one hour of this VM at ${formatAmount(rates.total)}/h plus one hour of your other VMs), available ${formatAmount(balance)}`,
+        );
+      }
+    }
+    let sshKeyId: string | null = null;
+    let sshPublicKey: string | null = null;
+    if (authMethod === 'ssh_key') {
+      // A malformed id can name no key: 404 like an unknown one, at this step of the order (the key comes last).
+      if (input.ssh_key_id !== undefined && !UUID_RE.test(input.ssh_key_id)) throw notFound('SSH key');
+      const key = await deps.sshKeys.publicKeyFor(tx, userId, input.ssh_key_id);
+      if (!key && input.ssh_key_id) throw notFound('SSH key');
+      if (!key) throw invalidState('You have no SSH key: upload one with POST /ssh-keys, or use auth_method "password"');
+      sshKeyId = key.id;
+      sshPublicKey = key.public_key;
+    }
+
+    const id = newId();
+    const reservationId = reservationQuote ? newId() : null;
+    deps.gpuUsageChanged(tx);
+    const vm = await repo.insertVm(tx, {
+      id,
+      user_id: userId,
+      node: node.node,
+      instance_label: input.instance_label ?? null,
+      gpu_type: node.gpu_type,
+      gpu_count: input.gpu_count,
+      storage_gb: input.storage_gb,
+      ram_gb: Math.max(1, Math.floor((node.ram_gb * input.gpu_count) / node.gpu_count)),
+      cpu_cores: Math.max(1, Math.floor((node.cpu_cores * input.gpu_count) / node.gpu_count)),
+      cpu_model: node.cpu_model,
+      pcie_gen: node.pcie_gen,
+      template_vmid: input.template_vmid,
+      status: 'creating',
+      holds_gpus: true,
+      rental_type: rental,
+      reservation_id: reservationId,
+      auto_restart: rental === 'interruptible' ? true : null,
+      gpu_hourly_rate_micros: rates.gpu,
+      storage_hourly_rate_micros: rates.storage,
+      auth_method: authMethod,
+      ssh_key_id: sshKeyId,
+      ssh_public_key: sshPublicKey,
+      provision_secret: input.password ? seal(deps.secretKey, input.password) : null,
+      created_at: now,
+      // The simulated provisioning delay is the simulator's; a host agent takes the real time it takes.
+      next_action_at: new Date(now.getTime() + (node.agent_url ? 0 : deps.provisionDelayMs)),
+      hv_action: 'provision',
+    });
+    await recordEvent(tx, {
+      type: 'vm.created',
+      userId,
+      vmId: vm.id,
+      data: { vmid: vm.vmid, node: vm.node, gpu_type: vm.gpu_type, gpu_count: vm.gpu_count, storage_gb: vm.storage_gb, rental_type: vm.rental_type },
+      at: now,
+    });
+
+    if (reservationQuote && deps.reservations) {
+      // The reservation and its deposit in the same transaction as the VM.
+      await deps.reservations.createForVm(tx, {
+        id: reservationId!,
+        userId,
+        vmId: vm.id,
+        vmid: vm.vmid,
+        gpuType: vm.gpu_type,
+        gpuCount: vm.gpu_count,
+        storageGb: vm.storage_gb,
+        quote: reservationQuote,
+        now,
+      });
+    }
+
+    // Preempt interruptible VMs (most recently started first) only for the GPUs that are not free.
+    for (const victim of pickVictims(victims, input.gpu_count, free)) {
+      await preempt(tx, deps.apply, victim, vm.id, now);
+    }
+    return toVmRecord(vm);
+  });
+}

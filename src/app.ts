@@ -183,8 +183,9 @@ export function createServices(deps: AppDeps): Services {
       const users = await meter.lowBalanceUsers();
       for (const userId of users) {
         await deps.db.transaction(async (tx) => {
-          await meter.clearLowBalance(tx, userId);
+          // The VMs before the balance row (docs/billing.md#lock-order).
           await vms.stopAllOf(tx, userId, now, 'low_balance');
+          await meter.clearLowBalance(tx, userId);
         });
       }
       return users.length;

@@ -53,6 +53,8 @@ const RETRYABLE = new Set<string>([PG.serializationFailure, PG.deadlock]);
 
 export class PostgresDb implements Db {
   readonly kind = 'postgres' as const;
+  /** Transactions run again after a deadlock (none while every transaction keeps the lock order). */
+  deadlocksRetried = 0;
   readonly pool: pg.Pool;
 
   constructor(connectionString: string, opts: { searchPath?: string; max?: number } = {}) {
@@ -102,7 +104,9 @@ export class PostgresDb implements Db {
         return result;
       } catch (err) {
         await client.query('ROLLBACK').catch(() => {});
-        if (attempt < 5 && RETRYABLE.has(pgErrorCode(err) ?? '')) continue;
+        const code = pgErrorCode(err) ?? '';
+        if (code === PG.deadlock) this.deadlocksRetried++;
+        if (attempt < 5 && RETRYABLE.has(code)) continue;
         throw err;
       } finally {
         client.release();

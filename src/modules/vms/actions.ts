@@ -27,12 +27,16 @@ export interface ActionDeps {
 
 export async function startVm(deps: ActionDeps, userId: number, ref: string): Promise<{ message: string }> {
   return deps.db.transaction(async (tx) => {
-    const balance = await ledger.lockBalance(tx, userId);
+    // The lock order of every transaction on VMs and money (docs/billing.md#lock-order): the node,
+    // then the VM, then the balance. A VM never changes node, so its node is known before its lock.
+    const { node } = await mustFind(tx, userId, ref);
+    await deps.inventory.lockNode(tx, node);
     const vm = await mustFind(tx, userId, ref, true);
     if (vm.status !== 'stopped' && vm.status !== 'interrupted') {
       throw invalidState(`Cannot start a VM that is ${vm.status}: start needs a stopped or interrupted VM`);
     }
     await placeStart(tx, deps.inventory, vm);
+    const balance = await ledger.lockBalance(tx, userId);
     if (vm.rental_type !== 'reserved') {
       const mine = await repo.userVmsForLimits(tx, userId);
       const own = vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros;

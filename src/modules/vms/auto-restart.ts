@@ -26,11 +26,11 @@ export async function autoRestartDue(deps: AutoRestartDeps): Promise<number> {
   let restarted = 0;
   for (const c of candidates) {
     const ok = await deps.db.transaction(async (tx) => {
-      // Same lock order as a manual start (startVm in actions.ts): the user's balance, then the VM, then the node.
-      const balance = await ledger.lockBalance(tx, c.user_id);
-      const vm = await repo.findVm(tx, { id: c.id }, null, true);
+      // The lock order of a manual start (docs/billing.md#lock-order): the node, the VM, then the balance.
       const node = await deps.inventory.lockNode(tx, c.node);
+      const vm = await repo.findVm(tx, { id: c.id }, null, true);
       if (!node || node.status !== 'active' || !vm || vm.status !== 'interrupted' || !vm.auto_restart) return false;
+      const balance = await ledger.lockBalance(tx, c.user_id);
       if ((await freeGpus(tx, deps.inventory, vm.node, node.gpu_count)) < vm.gpu_count) return false;
       // An automatic restart needs the money a manual start would (an out-of-credit user stays interrupted).
       const mine = await repo.userVmsForLimits(tx, vm.user_id);

@@ -97,9 +97,10 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
 
   return deps.db.transaction(async (tx) => {
     const now = deps.clock.now();
-    // Serializes this user's creates so that together they never pass the balance check on the same money.
-    const balance = await ledger.lockBalance(tx, userId);
+    // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, then the balance.
     const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
+    // Serializes this user's creates so that together they never pass the limits or the balance check on the same money.
+    const balance = await ledger.lockBalance(tx, userId);
     if (input.storage_gb > node.max_storage_gb) {
       throw new AppError('limit_exceeded', `storage_gb ${input.storage_gb} exceeds the node's maximum of ${node.max_storage_gb} GB`);
     }

@@ -16,6 +16,7 @@ import type { VmRow } from './repository.js';
 import { LABEL_RE, LABEL_RULE, mustFind } from './records.js';
 import { committedHourly } from './rates.js';
 import { placeStart } from './placement.js';
+import { checkStartLimit } from './create.js';
 import type { ApplyTransition, StatusReason } from './transitions.js';
 
 export interface ActionDeps {
@@ -37,8 +38,8 @@ export async function startVm(deps: ActionDeps, userId: number, ref: string): Pr
     }
     await placeStart(tx, deps.inventory, vm);
     const balance = await ledger.lockBalance(tx, userId);
+    const mine = await checkStartLimit(tx, vm);
     if (vm.rental_type !== 'reserved') {
-      const mine = await repo.userVmsForLimits(tx, userId);
       const own = vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros;
       const required = own + committedHourly(mine, vm.id);
       if (balance < required) {

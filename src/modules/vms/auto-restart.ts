@@ -11,6 +11,8 @@ import { recordEvent } from '../events/repository.js';
 import * as repo from './repository.js';
 import { committedHourly } from './rates.js';
 import { freeGpus } from './placement.js';
+import { checkStartLimit } from './create.js';
+import { AppError } from '../../errors.js';
 import type { ApplyTransition } from './transitions.js';
 
 export interface AutoRestartDeps {
@@ -32,8 +34,15 @@ export async function autoRestartDue(deps: AutoRestartDeps): Promise<number> {
       if (!node || node.status !== 'active' || !vm || vm.status !== 'interrupted' || !vm.auto_restart) return false;
       const balance = await ledger.lockBalance(tx, c.user_id);
       if ((await freeGpus(tx, deps.inventory, vm.node, node.gpu_count)) < vm.gpu_count) return false;
-      // An automatic restart needs the money a manual start would (an out-of-credit user stays interrupted).
-      const mine = await repo.userVmsForLimits(tx, vm.user_id);
+      // An automatic restart meets the GPU limit and needs the money a manual start would (an
+      // out-of-credit user, or one at the limit, stays interrupted).
+      let mine;
+      try {
+        mine = await checkStartLimit(tx, vm);
+      } catch (err) {
+        if (err instanceof AppError && err.code === 'limit_exceeded') return false;
+        throw err;
+      }
       if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id)) return false;
       const now = deps.clock.now();
       await deps.apply(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null }, { reason: 'auto_restart' });

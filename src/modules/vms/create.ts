@@ -78,15 +78,34 @@ function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_k
 
 /** The user's VM and GPU limits (docs/vms.md#limits-per-account); returns the user's VMs that count toward them. */
 async function checkLimits(tx: Queryable, userId: number, gpuCount: number): Promise<VmRow[]> {
-  const limits = await tx.query<{ max_vms: number | null; max_gpus: number | null }>('SELECT max_vms, max_gpus FROM users WHERE id = $1', [userId]);
-  const maxVms = limits.rows[0]?.max_vms ?? DEFAULT_MAX_VMS;
-  const maxGpus = limits.rows[0]?.max_gpus ?? DEFAULT_MAX_GPUS;
+  const { maxVms, maxGpus } = await limitsOf(tx, userId);
   const mine = await repo.userVmsForLimits(tx, userId);
   if (mine.length + 1 > maxVms) throw new AppError('limit_exceeded', `VM limit reached: at most ${maxVms} VMs per account (destroy one first)`);
+  gpuLimit(mine, maxGpus, gpuCount);
+  return mine;
+}
+
+async function limitsOf(tx: Queryable, userId: number): Promise<{ maxVms: number; maxGpus: number }> {
+  const limits = await tx.query<{ max_vms: number | null; max_gpus: number | null }>('SELECT max_vms, max_gpus FROM users WHERE id = $1', [userId]);
+  return { maxVms: limits.rows[0]?.max_vms ?? DEFAULT_MAX_VMS, maxGpus: limits.rows[0]?.max_gpus ?? DEFAULT_MAX_GPUS };
+}
+
+/** GPUs in use (held by the user's VMs) plus `gpuCount` more must stay within the limit. */
+function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number): void {
   const gpusInUse = mine.filter((v) => v.holds_gpus).reduce((s, v) => s + v.gpu_count, 0);
   if (gpusInUse + gpuCount > maxGpus) {
     throw new AppError('limit_exceeded', `GPU limit reached: ${gpusInUse} of ${maxGpus} GPUs in use, ${gpuCount} requested`);
   }
+}
+
+/**
+ * A start takes GPUs again (a stopped on-demand or interrupted VM holds none): the GPU limit is
+ * the one a create meets, so that stopping VMs, creating others and starting the first ones again
+ * never puts more GPUs in use than the limit. Returns the user's VMs that count toward the limits.
+ */
+export async function checkStartLimit(tx: Queryable, vm: VmRow): Promise<VmRow[]> {
+  const mine = await repo.userVmsForLimits(tx, vm.user_id);
+  if (!vm.holds_gpus) gpuLimit(mine, (await limitsOf(tx, vm.user_id)).maxGpus, vm.gpu_count);
   return mine;
 }
 

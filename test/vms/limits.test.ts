@@ -1,0 +1,81 @@
+/**
+ * The GPU limit is on GPUs in use, whenever they are taken: a create, a
+ * start and an automatic restart all meet it (docs/vms.md#limits-per-account).
+ * Stopping VMs, creating others and starting the first ones again never puts
+ * more GPUs in use than the limit.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { describeEachDb } from '../helpers/app.js';
+import { createNode, createUser, credit } from '../helpers/factories.js';
+
+describeEachDb('the GPU limit at start and auto-restart', (t) => {
+  const vmBody = (node: string, extra: Record<string, unknown> = {}) => ({
+    node,
+    gpu_type: '4090',
+    gpu_count: 2,
+    storage_gb: 50,
+    template_vmid: 100,
+    auth_method: 'password',
+    password: 'a-vm-password-1234',
+    ...extra,
+  });
+
+  test('a start that would put more GPUs in use than the limit is 400 limit_exceeded; within it, it starts', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const { node } = await createNode(t(), admin.token, { gpu_count: 8 });
+    const u = await createUser(t());
+    await credit(t(), admin.token, u.id, 1000);
+    assert.equal((await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status, 200);
+    const a = await t().req('POST', '/vms', { token: u.token, body: vmBody(node) });
+    assert.equal(a.status, 201, a.text);
+    await t().services.clock.advance(1);
+    assert.equal((await t().req('POST', `/vms/${a.body.id}/stop`, { token: u.token })).status, 200);
+    await t().services.clock.advance(1);
+    // Stopped, it holds no GPUs: another VM fits under the limit.
+    const b = await t().req('POST', '/vms', { token: u.token, body: vmBody(node) });
+    assert.equal(b.status, 201, b.text);
+    await t().services.clock.advance(1);
+
+    const refused = await t().req('POST', `/vms/${a.body.id}/start`, { token: u.token });
+    assert.equal(refused.status, 400, refused.text);
+    assert.equal(refused.body.code, 'limit_exceeded');
+    assert.match(refused.body.detail, /GPU limit reached: 2 of 2 GPUs in use, 2 requested/);
+    assert.equal((await t().req('GET', `/vms/${a.body.id}`, { token: u.token })).body.status, 'stopped', 'nothing changed');
+
+    // Once the other VM's GPUs are free again, the start goes through.
+    assert.equal((await t().req('POST', `/vms/${b.body.id}/stop`, { token: u.token })).status, 200);
+    await t().services.clock.advance(1);
+    const started = await t().req('POST', `/vms/${a.body.id}/start`, { token: u.token });
+    assert.equal(started.status, 200, started.text);
+  });
+
+  test('an interrupted VM whose restart would exceed the limit stays interrupted until GPUs are free under it', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const spotNode = (await createNode(t(), admin.token, { gpu_count: 2 })).node;
+    const otherNode = (await createNode(t(), admin.token, { gpu_count: 8 })).node;
+    const u = await createUser(t());
+    const taker = await createUser(t());
+    for (const x of [u, taker]) await credit(t(), admin.token, x.id, 1000);
+    assert.equal((await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status, 200);
+    const spot = await t().req('POST', '/vms', { token: u.token, body: vmBody(spotNode, { rental_type: 'interruptible' }) });
+    assert.equal(spot.status, 201, spot.text);
+    await t().services.clock.advance(1);
+    // Another user's on-demand VM takes the GPUs: the interruptible VM is interrupted and holds none.
+    const demand = await t().req('POST', '/vms', { token: taker.token, body: vmBody(spotNode) });
+    assert.equal(demand.status, 201, demand.text);
+    await t().services.clock.advance(1);
+    assert.equal((await t().req('GET', `/vms/${spot.body.id}`, { token: u.token })).body.status, 'interrupted');
+    // Meanwhile the user takes their 2 GPUs elsewhere.
+    const mine = await t().req('POST', '/vms', { token: u.token, body: vmBody(otherNode) });
+    assert.equal(mine.status, 201, mine.text);
+    // The GPUs on the first node come free: the restart would put 4 in use, so it waits.
+    assert.equal((await t().req('DELETE', `/vms/${demand.body.id}`, { token: taker.token })).status, 200);
+    await t().services.clock.advance(5);
+    assert.equal((await t().req('GET', `/vms/${spot.body.id}`, { token: u.token })).body.status, 'interrupted');
+    // Under the limit again, it comes back on its own.
+    assert.equal((await t().req('DELETE', `/vms/${mine.body.id}`, { token: u.token })).status, 200);
+    await t().services.clock.advance(5);
+    assert.equal((await t().req('GET', `/vms/${spot.body.id}`, { token: u.token })).body.status, 'running');
+  });
+});

@@ -29,7 +29,9 @@ export interface ActionDeps {
 export async function startVm(deps: ActionDeps, userId: number, ref: string): Promise<{ message: string }> {
   return deps.db.transaction(async (tx) => {
     // The lock order of every transaction on VMs and money (docs/billing.md#lock-order): the node,
-    // then the VM, then the balance. A VM never changes node, so its node is known before its lock.
+    // then the VM, then (through the status change) its meter, then the balance. A VM never changes
+    // node, so its node is known before its lock. The change is made before the limit and balance
+    // checks take the balance; a refusal rolls it back, so the checks answer in their usual order.
     const { node } = await mustFind(tx, userId, ref);
     await deps.inventory.lockNode(tx, node);
     const vm = await mustFind(tx, userId, ref, true);
@@ -37,6 +39,9 @@ export async function startVm(deps: ActionDeps, userId: number, ref: string): Pr
       throw invalidState(`Cannot start a VM that is ${vm.status}: start needs a stopped or interrupted VM`);
     }
     await placeStart(tx, deps.inventory, vm);
+    const now = deps.clock.now();
+    await deps.apply(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null });
+    // The balance row serializes this user's starts and creates: the limit and the money are counted once.
     const balance = await ledger.lockBalance(tx, userId);
     const mine = await checkStartLimit(tx, vm);
     if (vm.rental_type !== 'reserved') {
@@ -49,7 +54,6 @@ export async function startVm(deps: ActionDeps, userId: number, ref: string): Pr
         );
       }
     }
-    await deps.apply(tx, vm, 'start_requested', deps.clock.now(), { hv_action: 'start', next_action_at: deps.clock.now(), attempts: 0, last_error: null });
     return { message: `VM ${vm.vmid} is starting` };
   });
 }

@@ -91,8 +91,8 @@ async function limitsOf(tx: Queryable, userId: number): Promise<{ maxVms: number
 }
 
 /** GPUs in use (held by the user's VMs) plus `gpuCount` more must stay within the limit. */
-function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number): void {
-  const gpusInUse = mine.filter((v) => v.holds_gpus).reduce((s, v) => s + v.gpu_count, 0);
+function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number, exceptVmId?: string): void {
+  const gpusInUse = mine.filter((v) => v.holds_gpus && v.id !== exceptVmId).reduce((s, v) => s + v.gpu_count, 0);
   if (gpusInUse + gpuCount > maxGpus) {
     throw new AppError('limit_exceeded', `GPU limit reached: ${gpusInUse} of ${maxGpus} GPUs in use, ${gpuCount} requested`);
   }
@@ -105,7 +105,8 @@ function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number): void {
  */
 export async function checkStartLimit(tx: Queryable, vm: VmRow): Promise<VmRow[]> {
   const mine = await repo.userVmsForLimits(tx, vm.user_id);
-  if (!vm.holds_gpus) gpuLimit(mine, (await limitsOf(tx, vm.user_id)).maxGpus, vm.gpu_count);
+  // `vm` as it was before the start: its own row may already say it holds its GPUs.
+  if (!vm.holds_gpus) gpuLimit(mine, (await limitsOf(tx, vm.user_id)).maxGpus, vm.gpu_count, vm.id);
   return mine;
 }
 

@@ -1,11 +1,18 @@
 /** What a command of `gpucloud` is, and the small helpers every command group uses to read its options and print. */
-import type { ParseArgsConfig } from 'node:util';
 import { GpuCloudError, type GpuCloudClient } from '../sdk/index.js';
 import type { Resolved } from './config.js';
-import { CliUsageError } from './output.js';
+import { CliFailure, CliUsageError } from './output.js';
+import { ask, interactive } from './prompt.js';
 
-export type Options = NonNullable<ParseArgsConfig['options']>;
-export type Values = Record<string, string | boolean | undefined>;
+/**
+ * An option: its flags as commander reads them ("--count <N>" takes a value,
+ * "-y, --yes" is a flag with a short alias), its description for the help, and
+ * whether it may be repeated (its value is then every value given, in order).
+ */
+export type OptionSpec = [flags: string, description: string, more?: { repeatable: true }];
+
+/** The options given, by long name without the dashes ("min-gpus"); a repeatable option's value is a list. */
+export type Values = Record<string, string | boolean | string[] | undefined>;
 
 export interface Ctx {
   values: Values;
@@ -21,15 +28,14 @@ export interface Ctx {
 }
 
 export interface Command {
+  /** The words that name it: "vm create". */
   path: string;
+  /** Its positional arguments as commander reads them: "<VM> [LABEL]"; a last "[NAME...]" takes the rest. */
   args?: string;
   summary: string;
   example: string | string[];
-  options?: Options;
-  /** Option descriptions for the help text. */
-  optionHelp?: [string, string][];
-  /** Exact number of positionals, or [min, max]. */
-  positionals?: number | [number, number];
+  /** Its own options; every command also takes --json, --api-url, --api-key and --help. */
+  options?: OptionSpec[];
   run(ctx: Ctx): Promise<void>;
 }
 
@@ -71,10 +77,9 @@ export function printJson(ctx: Ctx, data: unknown): void {
   ctx.out(JSON.stringify(data ?? null, null, 2));
 }
 
-export const LIMIT_OPTS: Options = { limit: { type: 'string' }, offset: { type: 'string' } };
-export const LIMIT_HELP: [string, string][] = [
-  ['--limit N', 'At most N rows (server default)'],
-  ['--offset N', 'Skip N rows'],
+export const LIMIT_OPTS: OptionSpec[] = [
+  ['--limit <N>', 'At most N rows (server default)'],
+  ['--offset <N>', 'Skip N rows'],
 ];
 export function page(ctx: Ctx): { limit?: number; offset?: number } {
   const q: { limit?: number; offset?: number } = {};
@@ -83,4 +88,22 @@ export function page(ctx: Ctx): { limit?: number; offset?: number } {
   if (limit !== undefined) q.limit = limit;
   if (offset !== undefined) q.offset = offset;
   return q;
+}
+
+export const GPU_TYPES = ['5090', '4090', 'pro6000'] as const;
+export type GpuType = (typeof GPU_TYPES)[number];
+
+/** The --gpu option (or another named one) as a GPU type, checked. */
+export function gpuType(raw: string | undefined, name = 'gpu'): GpuType | undefined {
+  if (raw === undefined) return undefined;
+  if (!(GPU_TYPES as readonly string[]).includes(raw)) throw new CliUsageError(`--${name} must be one of ${GPU_TYPES.join(', ')}, got "${raw}"`);
+  return raw as GpuType;
+}
+
+/** Asks y/N unless --yes; aborts (exit 1) on anything but yes, and is bad usage (exit 2) with no answer and no terminal. */
+export async function confirmOrAbort(ctx: Ctx, question: string): Promise<void> {
+  if (flag(ctx, 'yes')) return;
+  const answer = await ask(`${question} [y/N] `);
+  if (answer === undefined && !interactive()) throw new CliUsageError('no answer on stdin: pass --yes to confirm without a terminal');
+  if (answer === undefined || !/^y(es)?$/i.test(answer)) throw new CliFailure('Aborted');
 }

@@ -1,25 +1,25 @@
 /**
  * Runs a client command of `gpucloud` and answers its exit
  * code: 0 success, 1 the API refused (its detail on stderr), 2 bad usage.
+ * The commands (commands.ts) become commander commands, one per group and
+ * subcommand, which parse argv and write the help; the command then runs here.
  */
-import { parseArgs } from 'node:util';
+import { Command as Commander, CommanderError, Help, Option } from 'commander';
 import { GpuCloudClient, GpuCloudError } from '../sdk/index.js';
-import { COMMANDS, saveTokens, type Command, type Ctx } from './commands.js';
+import { saveTokens } from './auth.js';
+import type { Command, Ctx, OptionSpec, Values } from './command.js';
+import { COMMANDS, GROUP_SUMMARIES } from './commands.js';
 import { configPath, readConfig, resolve, type Resolved } from './config.js';
 import { CliFailure, CliUsageError } from './output.js';
 
-const COMMON_OPTIONS = {
-  json: { type: 'boolean' },
-  'api-url': { type: 'string' },
-  'api-key': { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
-
-const COMMON_HELP = `Common options:
-  --json           Print the API's JSON response body instead of a table
-  --api-url URL    The API (default: GPUCLOUD_API_URL, the saved login, or http://127.0.0.1:8080)
-  --api-key KEY    Authenticate with this API key (default: GPUCLOUD_API_KEY, or the saved login)
-  --help, -h       Show this help`;
+/** The options every client command takes (login has its own --api-key). */
+const COMMON_OPTIONS: OptionSpec[] = [
+  ['--json', "Print the API's JSON response body instead of a table"],
+  ['--api-url <URL>', 'The API (default: GPUCLOUD_API_URL, the saved login, or http://127.0.0.1:8080)'],
+  ['--api-key <KEY>', 'Authenticate with this API key (default: GPUCLOUD_API_KEY, or the saved login)'],
+];
+const HELP_FLAGS = '-h, --help';
+const HELP_TEXT = 'Show this help';
 
 /** The groups of subcommands, for `gpucloud vm --help` and the top-level help. */
 const GROUPS = [...new Set(COMMANDS.filter((c) => c.path.includes(' ')).map((c) => c.path.split(' ')[0]!))];
@@ -32,32 +32,6 @@ export function clientUsage(): string {
 
 function usageLine(c: Command): string {
   return `gpucloud ${c.path}${c.args ? ` ${c.args}` : ''}`;
-}
-
-export function commandHelp(c: Command): string {
-  const lines = [`${usageLine(c)}${c.options && Object.keys(c.options).length ? ' [options]' : ''}`, '', c.summary, ''];
-  if (c.optionHelp?.length) {
-    const w = Math.max(...c.optionHelp.map(([o]) => o.length)) + 2;
-    lines.push('Options:', ...c.optionHelp.map(([o, d]) => `  ${o.padEnd(w)} ${d}`), '');
-  }
-  lines.push(COMMON_HELP, '', `Example${Array.isArray(c.example) ? 's' : ''}:`, ...(Array.isArray(c.example) ? c.example : [c.example]).map((e) => `  ${e}`));
-  return lines.join('\n');
-}
-
-function groupHelp(group: string): string {
-  const cmds = COMMANDS.filter((c) => c.path.startsWith(`${group} `));
-  const w = Math.max(...cmds.map((c) => usageLine(c).length)) + 2;
-  return [
-    `gpucloud ${group} <command>`,
-    '',
-    ...cmds.map((c) => `  ${usageLine(c).padEnd(w)} ${c.summary}`),
-    ...(group === 'admin'
-      ? ['  gpucloud admin create-user --email E     Create a user (on the database; see gpucloud --help)', '  gpucloud admin ledger-check              Verify the ledger (on the database)']
-      : []),
-    '',
-    `Run "gpucloud ${group} <command> --help" for its options. Example:`,
-    `  ${[cmds[0]!.example].flat()[0]}`,
-  ].join('\n');
 }
 
 /** The command argv names, or undefined when it is not a client command. */
@@ -78,6 +52,127 @@ export interface Io {
 
 const stdio: Io = { out: (s) => console.log(s), err: (s) => console.error(s) };
 
+/** A commander command that shows its examples (or other notes) after its help. */
+class CliCommand extends Commander {
+  footer?: string;
+
+  override createCommand(name?: string): CliCommand {
+    return new CliCommand(name);
+  }
+
+  override createHelp(): Help {
+    return Object.assign(new CliHelp(), this.configureHelp());
+  }
+}
+
+class CliHelp extends Help {
+  override formatHelp(cmd: Commander, helper: Help): string {
+    const text = super.formatHelp(cmd, helper);
+    const footer = (cmd as CliCommand).footer;
+    return footer ? `${text}\n${footer}\n` : text;
+  }
+}
+
+/** Commander refused argv (or showed a help): which command, and why. */
+class ParseStop extends Error {
+  constructor(
+    readonly path: string,
+    readonly command: Commander,
+    readonly reason: CommanderError,
+  ) {
+    super(reason.message);
+  }
+}
+
+function commanderOption([flags, description, more]: OptionSpec): Option {
+  const o = new Option(flags, description);
+  if (more?.repeatable) o.argParser((value: string, previous: string[] | undefined) => [...(previous ?? []), value]);
+  return o;
+}
+
+function helpOption(group?: string): Option {
+  const o = new Option(HELP_FLAGS, HELP_TEXT);
+  return group ? o.helpGroup(group) : o;
+}
+
+/** Stops parsing with a ParseStop naming this command (commander would exit the process). */
+function stopsWith(cmd: Commander, path: string): void {
+  cmd.exitOverride((reason) => {
+    throw new ParseStop(path, cmd, reason);
+  });
+}
+
+interface Chosen {
+  command: Command;
+  values: Values;
+  positionals: string[];
+}
+
+/** The program: a commander command per group and per client command; parsing one records it in `chosen`. */
+function program(io: Io, chosen: (c: Chosen) => void): CliCommand {
+  const strip = (s: string) => s.replace(/\n$/, '');
+  const root = new CliCommand('gpucloud')
+    .configureOutput({ writeOut: (s) => io.out(strip(s)), writeErr: (s) => io.err(strip(s)), outputError: () => {} })
+    // Options after a subcommand are that subcommand's, and `--` reaches it (vm ssh VM -- ARGS).
+    .enablePositionalOptions()
+    .helpCommand('help [command]', 'Show the help of a command')
+    .addHelpOption(helpOption()) as CliCommand;
+  stopsWith(root, '');
+  const groups = new Map<string, CliCommand>();
+  const groupOf = (name: string): CliCommand => {
+    let g = groups.get(name);
+    if (g) return g;
+    g = root.command(name).description(GROUP_SUMMARIES[name] ?? '').addHelpOption(helpOption()) as CliCommand;
+    stopsWith(g, name);
+    groups.set(name, g);
+    return g;
+  };
+  for (const c of COMMANDS) {
+    const words = c.path.split(' ');
+    const parent = words.length > 1 ? groupOf(words[0]!) : root;
+    const cmd = parent.command(words[words.length - 1]!) as CliCommand;
+    cmd.description(c.summary);
+    if (c.args) cmd.arguments(c.args);
+    for (const o of c.options ?? []) cmd.addOption(commanderOption(o));
+    const longs = new Set(cmd.options.map((o) => o.long));
+    for (const o of COMMON_OPTIONS) {
+      const option = commanderOption(o);
+      if (!longs.has(option.long)) cmd.addOption(option.helpGroup('Common options:'));
+    }
+    cmd.addHelpOption(helpOption('Common options:'));
+    const examples = [c.example].flat();
+    cmd.footer = [`Example${examples.length > 1 ? 's' : ''}:`, ...examples.map((e) => `  ${e}`)].join('\n');
+    stopsWith(cmd, c.path);
+    cmd.action(() => {
+      const given = cmd.opts();
+      const values: Values = {};
+      for (const o of cmd.options) values[o.long!.slice(2)] = given[o.attributeName()] as Values[string];
+      chosen({ command: c, values, positionals: [...cmd.args] });
+    });
+  }
+  for (const [name, g] of groups) {
+    const first = COMMANDS.find((c) => c.path.startsWith(`${name} `))!;
+    g.footer = [
+      ...(name === 'admin'
+        ? [
+            'On the database (see gpucloud --help):',
+            '  gpucloud admin create-user --email E     Create a user',
+            '  gpucloud admin ledger-check              Verify the ledger',
+            '',
+          ]
+        : []),
+      `Run "gpucloud ${name} <command> --help" for its options. Example:`,
+      `  ${[first.example].flat()[0]}`,
+    ].join('\n');
+  }
+  return root;
+}
+
+/** The help of a command, with its examples. */
+function helpOf(cmd: Commander): string {
+  return cmd.helpInformation().replace(/\n$/, '');
+}
+
 /** Runs argv (a client command or group) and answers the exit code. */
 export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.env, io: Io = stdio): Promise<number> {
   const found = findCommand(argv);
@@ -85,37 +180,26 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
     io.err(`gpucloud: unknown command "${argv.join(' ')}"; see gpucloud --help`);
     return 2;
   }
-  if (!found.command) {
-    const g = found.group!;
-    const help = groupHelp(g);
-    if (found.rest.length === 0 || found.rest[0] === '--help' || found.rest[0] === '-h' || found.rest[0] === 'help') {
-      io.out(help);
-      return found.rest.length === 0 ? 2 : 0;
-    }
-    io.err(`gpucloud: unknown command "${g} ${found.rest[0]}"\n\n${help}`);
+  let picked: Chosen | undefined;
+  const root = program(io, (c) => (picked = c));
+  if (found.group && found.rest.length === 0) {
+    // A group alone: its help, as bad usage.
+    io.out(helpOf(root.commands.find((g) => g.name() === found.group)!));
     return 2;
   }
-  const cmd = found.command;
-  let values: Record<string, string | boolean | undefined>;
-  let positionals: string[];
   try {
-    const parsed = parseArgs({ args: found.rest, options: { ...COMMON_OPTIONS, ...(cmd.options ?? {}) }, allowPositionals: true, strict: true });
-    values = parsed.values as typeof values;
-    positionals = parsed.positionals;
+    root.parse(argv, { from: 'user' });
   } catch (err) {
-    io.err(`gpucloud ${cmd.path}: ${(err as Error).message}\n\n${commandHelp(cmd)}`);
+    if (!(err instanceof ParseStop)) throw err;
+    const { code, exitCode, message } = err.reason;
+    // --help, -h and `help` (already written); a help shown because of a mistake is bad usage.
+    if (code === 'commander.helpDisplayed' || code === 'commander.help') return exitCode === 0 ? 0 : 2;
+    io.err(`gpucloud${err.path ? ` ${err.path}` : ''}: ${message.replace(/^error: /, '')}\n\n${helpOf(err.command)}`);
     return 2;
   }
-  if (values.help) {
-    io.out(commandHelp(cmd));
-    return 0;
-  }
-  const [min, max] = Array.isArray(cmd.positionals) ? cmd.positionals : [cmd.positionals ?? 0, cmd.positionals ?? 0];
-  if (positionals.length < min || positionals.length > max) {
-    const what = positionals.length < min ? `missing ${cmd.args ?? 'arguments'}` : `unexpected argument "${positionals[max]}"`;
-    io.err(`gpucloud ${cmd.path}: ${what}\n\n${commandHelp(cmd)}`);
-    return 2;
-  }
+  if (!picked) return 2;
+  const cmd = picked.command;
+  const { values, positionals } = picked;
 
   const file = configPath(env);
   let resolved: Resolved | undefined;

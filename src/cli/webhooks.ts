@@ -1,6 +1,6 @@
 /** `gpucloud webhooks ...`: endpoints that receive your events (docs/webhooks.md). */
 import type { Webhook, WebhookDelivery } from '../sdk/index.js';
-import { call, int, LIMIT_HELP, LIMIT_OPTS, page, printJson, str, flag, type Command, type Ctx } from './command.js';
+import { call, int, LIMIT_OPTS, page, printJson, str, flag, type Command, type Ctx, type OptionSpec } from './command.js';
 import { CliFailure, CliUsageError, keyValues, table } from './output.js';
 
 const hookPath = (id: string) => ({ params: { path: { webhook_id: id } } });
@@ -42,18 +42,15 @@ function attemptLine(a: WebhookDelivery): string {
   return `${a.outcome} (${what}, ${a.duration_ms} ms${next})`;
 }
 
-const EVENTS_OPT = { events: { type: 'string', multiple: true } } as const;
-const EVENTS_HELP: [string, string] = ['--events T', 'The event types to send, comma-separated or repeated; "all" for every type (see gpucloud events)'];
+const EVENTS_OPT: OptionSpec = ['--events <T>', 'The event types to send, comma-separated or repeated; "all" for every type (see gpucloud events)', { repeatable: true }];
 
 export const WEBHOOK_COMMANDS: Command[] = [
   {
     path: 'webhooks create',
-    args: 'URL',
+    args: '<URL>',
     summary: 'Add an endpoint that receives your events (its secret is shown once)',
     example: ['gpucloud webhooks create https://hooks.example.com/gpucloud --events vm.interrupted,billing.low_balance', 'gpucloud webhooks create https://hooks.example.com/all --description "audit log"'],
-    options: { ...EVENTS_OPT, description: { type: 'string' } },
-    optionHelp: [EVENTS_HELP, ['--description D', 'A note for you']],
-    positionals: 1,
+    options: [EVENTS_OPT, ['--description <D>', 'A note for you']],
     async run(ctx) {
       const body: { url: string; event_types?: string[] | null; description?: string } = { url: ctx.positionals[0]! };
       const types = eventTypes(ctx);
@@ -71,8 +68,6 @@ export const WEBHOOK_COMMANDS: Command[] = [
     summary: 'List your webhook endpoints',
     example: 'gpucloud webhooks list',
     options: LIMIT_OPTS,
-    optionHelp: LIMIT_HELP,
-    positionals: 0,
     async run(ctx) {
       const hooks = await call(ctx.client().api.GET('/webhooks', { params: { query: page(ctx) } }));
       if (ctx.json) return printJson(ctx, hooks);
@@ -82,10 +77,9 @@ export const WEBHOOK_COMMANDS: Command[] = [
   },
   {
     path: 'webhooks show',
-    args: 'ID',
+    args: '<ID>',
     summary: 'Show a webhook endpoint',
     example: 'gpucloud webhooks show 4a7c...',
-    positionals: 1,
     async run(ctx) {
       const w = await call(ctx.client().api.GET('/webhooks/{webhook_id}', hookPath(ctx.positionals[0]!)));
       if (ctx.json) return printJson(ctx, w);
@@ -94,18 +88,16 @@ export const WEBHOOK_COMMANDS: Command[] = [
   },
   {
     path: 'webhooks update',
-    args: 'ID',
+    args: '<ID>',
     summary: 'Change an endpoint: its URL, events, description, or turn it on or off',
     example: ['gpucloud webhooks update 4a7c... --events all', 'gpucloud webhooks update 4a7c... --enable'],
-    options: { ...EVENTS_OPT, url: { type: 'string' }, description: { type: 'string' }, enable: { type: 'boolean' }, disable: { type: 'boolean' } },
-    optionHelp: [
-      ['--url U', 'A new URL'],
-      EVENTS_HELP,
-      ['--description D', 'A new note'],
+    options: [
+      ['--url <U>', 'A new URL'],
+      EVENTS_OPT,
+      ['--description <D>', 'A new note'],
       ['--enable', 'Turn it on (also after the service turned it off for failing)'],
       ['--disable', 'Turn it off (what waits for it is dropped)'],
     ],
-    positionals: 1,
     async run(ctx) {
       if (flag(ctx, 'enable') && flag(ctx, 'disable')) throw new CliUsageError('--enable and --disable exclude each other');
       const body: { url?: string; event_types?: string[] | null; description?: string; enabled?: boolean } = {};
@@ -123,10 +115,9 @@ export const WEBHOOK_COMMANDS: Command[] = [
   },
   {
     path: 'webhooks rm',
-    args: 'ID',
+    args: '<ID>',
     summary: 'Delete a webhook endpoint',
     example: 'gpucloud webhooks rm 4a7c...',
-    positionals: 1,
     async run(ctx) {
       const id = ctx.positionals[0]!;
       await call(ctx.client().api.DELETE('/webhooks/{webhook_id}', hookPath(id)));
@@ -136,10 +127,9 @@ export const WEBHOOK_COMMANDS: Command[] = [
   },
   {
     path: 'webhooks rotate-secret',
-    args: 'ID',
+    args: '<ID>',
     summary: 'A new signing secret (shown once); the old one still signs for 24 hours',
     example: 'gpucloud webhooks rotate-secret 4a7c...',
-    positionals: 1,
     async run(ctx) {
       const w = await call(ctx.client().api.POST('/webhooks/{webhook_id}/rotate-secret', hookPath(ctx.positionals[0]!)));
       if (ctx.json) return printJson(ctx, w);
@@ -148,12 +138,10 @@ export const WEBHOOK_COMMANDS: Command[] = [
   },
   {
     path: 'webhooks test',
-    args: 'ID',
+    args: '<ID>',
     summary: 'Send a webhook.test event and wait for the first attempt\'s outcome',
     example: 'gpucloud webhooks test 4a7c...',
-    options: { timeout: { type: 'string' } },
-    optionHelp: [['--timeout S', 'Seconds to wait for the attempt (default 30)']],
-    positionals: 1,
+    options: [['--timeout <S>', 'Seconds to wait for the attempt (default 30)']],
     async run(ctx) {
       const id = ctx.positionals[0]!;
       const timeoutS = int(ctx, 'timeout', { min: 1, max: 3600, def: 30 })!;
@@ -177,12 +165,10 @@ export const WEBHOOK_COMMANDS: Command[] = [
   },
   {
     path: 'webhooks deliveries',
-    args: 'ID',
+    args: '<ID>',
     summary: 'Delivery attempts to an endpoint, newest first',
     example: 'gpucloud webhooks deliveries 4a7c... --limit 20',
     options: LIMIT_OPTS,
-    optionHelp: LIMIT_HELP,
-    positionals: 1,
     async run(ctx) {
       const id = ctx.positionals[0]!;
       const attempts = await call(ctx.client().api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: id }, query: page(ctx) } }));

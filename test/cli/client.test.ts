@@ -181,6 +181,10 @@ describe('gpucloud client commands', () => {
     ok(ssh);
     const info = (await t.req('GET', `/vms/${vm.id}/access-info`, { token: u.token })).body;
     assert.equal(ssh.stdout.trim(), `ssh -p ${info.ssh.port} ${info.ssh.username}@${info.ssh.host}`);
+    // A key by its short option, and what follows -- (options included) is ssh's.
+    const sshArgs = await cli(home, ['vm', 'ssh', String(vm.vmid), '-i', 'id_test', '--dry-run', '--', 'nvidia-smi', '-L']);
+    ok(sshArgs);
+    assert.equal(sshArgs.stdout.trim(), `ssh -p ${info.ssh.port} -i id_test ${info.ssh.username}@${info.ssh.host} nvidia-smi -L`);
 
     // destroy asks; "n" on stdin aborts, --yes does not ask.
     const no = await cli(home, ['vm', 'destroy', String(vm.vmid)], { input: 'n\n' });
@@ -195,6 +199,48 @@ describe('gpucloud client commands', () => {
     const after = await cli(home, ['whoami']);
     assert.equal(after.code, 1);
     assert.match(after.stderr, /gpucloud login/);
+  });
+
+  test('search --interruptible and pricing show the interruptible price per GPU-hour, as the API gives it', async () => {
+    const env = { XDG_CONFIG_HOME: freshHome(), GPUCLOUD_API_URL: baseUrl };
+    const run = async (args: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runCli(args, env, { out: (s) => out.push(s), err: (s) => err.push(s) });
+      assert.equal(code, 0, `${args.join(' ')}: ${err.join('\n')}`);
+      return out.join('\n').trim().split('\n');
+    };
+    const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const micros = (v: number) => Math.round(v * 1e6);
+    type Offer = { node: string; gpu_count: number; gpu_price_hourly: number; interruptible_rate: number; storage_price_hourly: number; total_price_hourly: number; location: string };
+
+    // The on-demand total the API gives: gpu_count x gpu_price_hourly + 50 GB x storage_price_hourly.
+    const onDemand = (await (await fetch(`${baseUrl}/search`)).json()) as Offer[];
+    assert.ok(onDemand.length > 0);
+    for (const o of onDemand) assert.equal(micros(o.total_price_hourly), o.gpu_count * micros(o.gpu_price_hourly) + 50 * micros(o.storage_price_hourly), o.node);
+
+    // The interruptible offers: $/GPU/H is interruptible_rate itself, $/H (INT) the same sum at that rate.
+    const offers = (await (await fetch(`${baseUrl}/search?rental_type=interruptible`)).json()) as Offer[];
+    assert.ok(offers.length > 0);
+    const lines = await run(['search', '--interruptible']);
+    assert.match(lines[0]!, /\$\/GPU\/H\s+\$\/H \(INT\)\s+LOCATION$/);
+    for (const o of offers) {
+      assert.ok(o.interruptible_rate < o.gpu_price_hourly, 'the test needs an interruptible rate below the on-demand price');
+      const total = (o.gpu_count * micros(o.interruptible_rate) + 50 * micros(o.storage_price_hourly)) / 1e6;
+      const row = lines.find((l) => l.startsWith(`${o.node} `));
+      assert.ok(row, o.node);
+      assert.match(row, new RegExp(`\\$${esc(o.interruptible_rate.toFixed(3))}\\s+\\$${esc(total.toFixed(3))}\\s+${esc(o.location)}$`), row);
+    }
+
+    // pricing: the interruptible column is a price per GPU-hour, not a percentage.
+    const pricing = (await (await fetch(`${baseUrl}/pricing`)).json()) as { gpu_types: { gpu_type: string; gpu_price_hourly: number; interruptible_rate: number }[] };
+    const table = await run(['pricing']);
+    assert.match(table[0]!, /^GPU\s+VRAM\s+\$\/GPU\/H\s+INT \$\/GPU\/H\s/);
+    for (const g of pricing.gpu_types) {
+      const row = table.find((l) => l.startsWith(`${g.gpu_type} `));
+      assert.ok(row, g.gpu_type);
+      assert.match(row, new RegExp(`^${esc(g.gpu_type)}\\s+\\d+ GB\\s+\\$${esc(g.gpu_price_hourly.toFixed(3))}\\s+\\$${esc(g.interruptible_rate.toFixed(3))}\\s`), row);
+    }
   });
 
   test('vm create then vm wait; billing balance --json is the API body', async () => {
@@ -278,6 +324,50 @@ describe('gpucloud client commands', () => {
       assert.equal(await runCli([...c.path.split(' '), '--help'], {}, { out: (s) => out.push(s), err: () => {} }), 0, c.path);
       assert.match(out.join('\n'), /Example/, c.path);
       assert.ok(out.join('\n').includes(`gpucloud ${c.path}`), c.path);
+    }
+  });
+
+  test('help: a group lists its commands, a command its options and the common ones, each with its description', async () => {
+    const run = async (args: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runCli(args, {}, { out: (s) => out.push(s), err: (s) => err.push(s) });
+      // Descriptions wrap at the width of the terminal: compare with the spaces collapsed.
+      return { code, out: out.join('\n').replace(/\s+/g, ' '), err: err.join('\n') };
+    };
+    const flat = (s: string) => s.replace(/\s+/g, ' ');
+    const common = [' --json ', ' --api-url <', ' --api-key <', ' -h, --help ']; // login's --api-key is its own
+    for (const c of COMMANDS) {
+      const help = await run([...c.path.split(' '), '--help']);
+      assert.equal(help.code, 0, c.path);
+      for (const [flags, description] of c.options ?? []) assert.ok(help.out.includes(flat(`${flags} ${description}`)), `${c.path}: ${flags}`);
+      for (const flags of common) assert.ok(help.out.includes(flags), `${c.path}: ${flags}`);
+    }
+    const groups = [...new Set(COMMANDS.filter((c) => c.path.includes(' ')).map((c) => c.path.split(' ')[0]!))];
+    assert.deepEqual(groups, ['ssh-keys', 'keys', 'webhooks', 'vm', 'billing', 'reservations', 'admin']);
+    for (const g of groups) {
+      const help = await run([g, '--help']);
+      assert.equal(help.code, 0, g);
+      for (const c of COMMANDS.filter((x) => x.path.startsWith(`${g} `))) assert.ok(help.out.includes(flat(c.summary)), `${g}: ${c.path}`);
+      assert.deepEqual(await run([g, 'help']), help);
+      // The group alone: its help, but bad usage.
+      assert.equal((await run([g])).code, 2, g);
+    }
+    const sub = await run(['vm', 'help', 'ssh']);
+    assert.equal(sub.code, 0);
+    assert.ok(sub.out.includes('gpucloud vm ssh'));
+    // Refused by the parser: exit 2, "gpucloud PATH: what", then the command's help.
+    for (const [args, path, what] of [
+      [['vm', 'show', '1', '2'], 'vm show', 'too many arguments'],
+      [['vm', 'list', '--limit'], 'vm list', "option '--limit <N>' argument missing"],
+      [['whoami', '--bogus'], 'whoami', "unknown option '--bogus'"],
+      [['billing', 'balance', '--json=yes'], 'billing balance', "unknown option '--json=yes'"],
+      [['vm', 'frobnicate'], 'vm', "unknown command 'frobnicate'"],
+    ] as [string[], string, string][]) {
+      const r = await run(args);
+      assert.equal(r.code, 2, args.join(' '));
+      assert.ok(r.err.startsWith(`gpucloud ${path}: ${what}`), r.err);
+      assert.ok(r.err.includes(`\n\nUsage: gpucloud ${path} [options]`), r.err);
     }
   });
 

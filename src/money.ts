@@ -73,7 +73,7 @@ export function percentToBp(p: number): number | null {
   return Number(int) * 100 + Number((frac + '00').slice(0, 2));
 }
 
-/** "$12.345678" style text for messages. */
+/** Text for messages: the amount with at least two decimals, then the currency ("12.345678 USD", "0.45 USD"). */
 export function formatAmount(micros: number, currency = 'USD'): string {
   const v = toAmount(micros);
   return `${v.toFixed(Math.max(2, (String(v).split('.')[1] ?? '').length))} ${currency}`;

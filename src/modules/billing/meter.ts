@@ -13,26 +13,14 @@ import { newOrderedId } from '../../ids.js';
 import { mulDiv, toAmount } from '../../money.js';
 import { AppError } from '../../errors.js';
 import * as ledger from './ledger.js';
+import * as repo from './meter-repository.js';
+import type { MeteredVm, TrafficVmRow } from './meter-repository.js';
 import { recordEvent } from '../events/repository.js';
+
+export type { MeteredVm } from './meter-repository.js';
 
 const MS_PER_HOUR = 3_600_000;
 const BYTES_PER_GB = 1_000_000_000;
-
-/** The VM columns metering reads, with where its billing stands (its vm_meters row: none before its first start). */
-export interface MeteredVm {
-  id: string;
-  vmid: number;
-  user_id: number;
-  status: string;
-  gpu_count: number;
-  storage_gb: number;
-  gpu_hourly_rate_micros: number;
-  storage_hourly_rate_micros: number;
-  reservation_id: string | null;
-  billed_until: Date | null;
-  network_bytes_total: number;
-  network_bytes_billed: number;
-}
 
 export interface PeriodCharge {
   gpuMs: number;
@@ -81,114 +69,6 @@ interface Period {
   networkBytes: number;
 }
 
-/** A charge that took a balance from above zero to zero or below. */
-interface Crossing {
-  user_id: number;
-  vm_id: string;
-  balance_after: number;
-  charge: number;
-  transaction_id: string;
-  at: string;
-}
-
-/** A reservation whose prepaid balance a close used up. */
-interface Exhausted {
-  reservation_id: string;
-  user_id: number;
-  vm_id: string;
-  at: string;
-}
-
-/** ISO 8601 in UTC with milliseconds, as JavaScript's toISOString writes it. */
-const iso = (col: string) => `to_char(${col} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
-/** micro-units -> the API's number in the major unit (exact: numeric, trailing zeros dropped). */
-const amount = (col: string) => `trim_scale(${col} * 0.000001)`;
-
-/**
- * Charges priced periods (in `n` order: each VM's periods in order, each
- * user's in time order) in one statement:
- *   - a usage log for each period not written already (the unique key);
- *   - for those, a draw on the VM's active reservation for periods inside
- *     its term (up to what is left of it, in order), and for the rest one
- *     `charge` transaction carrying the balance it leaves;
- *   - the users' balances, locked in id order (the one order every close
- *     takes them in, so two closes never deadlock) with the lock an UPDATE
- *     takes, and flagged when a charge leaves them at or below zero (the
- *     low-balance job stops their running VMs);
- *   - the VMs' billed_until, and their traffic marked billed (vm_meters).
- * Returns the number of periods written, the charges that took a
- * balance from above zero to zero or below, and the reservations whose
- * prepaid balance the draws used up. This and ledger.post are the
- * only writers of balances; both keep balance == sum(transactions).
- */
-const CHARGE_PERIODS_SQL = `
-WITH input AS (
-  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::uuid[], $11::uuid[])
-    WITH ORDINALITY AS i(vm_id, period_start, period_end, gpu_ms, storage_ms, network_bytes, gpu_cost, storage_cost, network_cost, log_id, transaction_id, n)
-), priced AS (
-  SELECT i.*, i.gpu_cost + i.storage_cost + i.network_cost AS total, v.user_id, v.vmid, v.gpu_count, v.storage_gb, v.reservation_id,
-         r.remaining_micros AS reserved, r.end_at >= i.period_end AS in_term
-    FROM input i
-    JOIN vms v ON v.id = i.vm_id AND v.id = ANY($1::uuid[])
-    LEFT JOIN reservations r ON r.id = v.reservation_id AND r.status = 'active'
-), drawn AS (
-  SELECT p.*,
-         CASE WHEN p.in_term THEN least(p.total, greatest(0, p.reserved - coalesce(sum(p.total) FILTER (WHERE p.in_term)
-                OVER (PARTITION BY p.reservation_id ORDER BY p.n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))
-              ELSE 0 END AS from_reservation
-    FROM priced p
-), logs AS (
-  INSERT INTO usage_logs (id, vm_id, user_id, period_start, period_end, gpu_ms, gpu_count, storage_ms, storage_gb, network_bytes,
-                          gpu_cost_micros, storage_cost_micros, network_cost_micros, total_cost_micros, reservation_id,
-                          from_reservation_micros, transaction_id)
-  SELECT log_id, vm_id, user_id, period_start, period_end, gpu_ms, gpu_count, storage_ms, storage_gb, network_bytes,
-         gpu_cost, storage_cost, network_cost, total, reservation_id, from_reservation,
-         CASE WHEN total > from_reservation THEN transaction_id END
-    FROM drawn ORDER BY n
-  ON CONFLICT (vm_id, period_end) DO NOTHING
-  RETURNING id
-), written AS (
-  SELECT d.* FROM drawn d JOIN logs l ON l.id = d.log_id
-), draws AS (
-  UPDATE reservations SET remaining_micros = remaining_micros - w.amount
-    FROM (SELECT reservation_id, sum(from_reservation) AS amount FROM written WHERE from_reservation > 0 GROUP BY reservation_id) w
-   WHERE reservations.id = w.reservation_id
-  RETURNING reservations.id, reservations.user_id, reservations.vm_id, reservations.remaining_micros
-), charges AS (
-  SELECT w.*, w.total - w.from_reservation AS charge FROM written w WHERE w.total > w.from_reservation
-), locked AS (
-  SELECT id, balance_micros FROM users WHERE id IN (SELECT user_id FROM charges) ORDER BY id FOR NO KEY UPDATE
-), posted AS (
-  SELECT c.*, l.balance_micros - sum(c.charge) OVER (PARTITION BY c.user_id ORDER BY c.n) AS balance_after
-    FROM charges c JOIN locked l ON l.id = c.user_id
-), balances AS (
-  UPDATE users SET balance_micros = users.balance_micros - t.charged, low_balance_pending = users.low_balance_pending OR t.low
-    FROM (SELECT user_id, sum(charge) AS charged, bool_or(balance_after <= 0) AS low FROM posted GROUP BY user_id) t
-   WHERE users.id = t.user_id
-), ledger AS (
-  INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, breakdown, vm_id, created_at)
-  SELECT transaction_id, user_id, 'charge', -charge, balance_after, 'Usage of VM ' || vmid || ' from ' || t.start_at || ' to ' || t.end_at,
-         jsonb_build_object(
-           'vm_id', vm_id, 'vmid', vmid, 'period_start', t.start_at, 'period_end', t.end_at,
-           'gpu_seconds', trim_scale(gpu_ms * 0.001), 'storage_gb', storage_gb, 'network_bytes', network_bytes,
-           'gpu_cost', ${amount('gpu_cost')}, 'storage_cost', ${amount('storage_cost')}, 'network_cost', ${amount('network_cost')},
-           'from_reservation', ${amount('from_reservation')}, 'total_cost', ${amount('total')}),
-         vm_id, period_end
-    FROM posted CROSS JOIN LATERAL (SELECT ${iso('period_start')} AS start_at, ${iso('period_end')} AS end_at) t
-   ORDER BY n
-), billed AS (
-  UPDATE vm_meters m SET billed_until = b.until, network_bytes_billed = m.network_bytes_billed + b.bytes
-    FROM (SELECT vm_id, max(period_end) AS until, sum(network_bytes) AS bytes FROM input GROUP BY vm_id) b
-   WHERE m.vm_id = b.vm_id AND m.vm_id = ANY($1::uuid[])
-)
-SELECT (SELECT count(*) FROM logs)::int8 AS written,
-       (SELECT json_agg(json_build_object('user_id', user_id, 'vm_id', vm_id, 'balance_after', balance_after, 'charge', charge,
-                                          'transaction_id', transaction_id, 'at', period_end) ORDER BY n)
-          FROM posted WHERE balance_after <= 0 AND balance_after + charge > 0) AS crossings,
-       (SELECT json_agg(json_build_object('reservation_id', d.id, 'user_id', d.user_id, 'vm_id', d.vm_id,
-                                          'at', (SELECT max(period_end) FROM written w WHERE w.reservation_id = d.id)))
-          FROM draws d WHERE d.remaining_micros = 0) AS exhausted`;
-
 /**
  * The most billing periods one advance of the manual clock may close: about
  * half a minute of work on the embedded database (a test-only clock; a
@@ -228,11 +108,9 @@ export class Meter {
    * billed_until is read after it.
    */
   private async lockVm(tx: Queryable, id: string): Promise<MeteredVm | undefined> {
-    const vm = (await tx.query<Omit<MeteredVm, 'billed_until' | 'network_bytes_billed'>>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [id])).rows[0];
+    const vm = await repo.lockMeteredVm(tx, id);
     if (!vm) return undefined;
-    const meter = (
-      await tx.query<{ billed_until: Date; network_bytes_billed: number }>('SELECT billed_until, network_bytes_billed FROM vm_meters WHERE vm_id = $1 FOR UPDATE', [id])
-    ).rows[0];
+    const meter = await repo.lockMeter(tx, id);
     return { ...vm, billed_until: meter?.billed_until ?? null, network_bytes_billed: meter?.network_bytes_billed ?? 0 };
   }
 
@@ -268,33 +146,34 @@ export class Meter {
   /**
    * Charges the given periods, in one statement however many there are: the
    * interval job closes thousands at once this way, a transition one VM's
-   * few. The VMs' rows and their active reservations must be locked by the
-   * caller, and each VM's periods follow on from its billed_until in order.
-   * Prices are computed here (priceOfPeriod); the statement draws on
-   * reservations, posts the charges and moves billed_until. Idempotent: a
-   * period already charged (same VM and end) is skipped, and only the
-   * periods written here draw on reservations and balances. Returns periods
-   * written.
+   * few. The VMs' meter rows (vm_meters) and their active reservations must
+   * be locked by the caller (a transition holds the VM's row too, the
+   * interval job only the meters it claimed), and each VM's periods follow
+   * on from its billed_until in order.
+   * Prices are computed here (priceOfPeriod); the statement
+   * (chargePeriods in meter-repository.ts) draws on reservations, posts the
+   * charges and moves billed_until. Idempotent: a period already charged
+   * (same VM and end) is skipped, and only the periods written here draw on
+   * reservations and balances. Returns periods written.
    */
   private async chargePeriods(tx: Queryable, periods: readonly Period[]): Promise<number> {
     if (periods.length === 0) return 0;
     // Oldest first across VMs: each user's charges (and the balances they leave) follow time.
     const ordered = [...periods].sort((x, y) => x.endMs - y.endMs);
     const priced = ordered.map((p) => priceOfPeriod(p.vm, p.endMs - p.startMs, p.gpuRunning, p.networkBytes, this.opts.networkPricePerGbMicros));
-    const r = await tx.query<{ written: number; crossings: Crossing[] | null; exhausted: Exhausted[] | null }>(CHARGE_PERIODS_SQL, [
-      ordered.map((p) => p.vm.id),
-      ordered.map((p) => new Date(p.startMs).toISOString()),
-      ordered.map((p) => new Date(p.endMs).toISOString()),
-      priced.map((c) => c.gpuMs),
-      priced.map((c) => c.storageMs),
-      priced.map((c) => c.networkBytes),
-      priced.map((c) => c.gpuCost),
-      priced.map((c) => c.storageCost),
-      priced.map((c) => c.networkCost),
-      ordered.map(() => newOrderedId()),
-      ordered.map(() => newOrderedId()),
-    ]);
-    const { written, crossings, exhausted } = r.rows[0]!;
+    const { written, crossings, exhausted } = await repo.chargePeriods(tx, {
+      vmIds: ordered.map((p) => p.vm.id),
+      periodStarts: ordered.map((p) => new Date(p.startMs).toISOString()),
+      periodEnds: ordered.map((p) => new Date(p.endMs).toISOString()),
+      gpuMs: priced.map((c) => c.gpuMs),
+      storageMs: priced.map((c) => c.storageMs),
+      networkBytes: priced.map((c) => c.networkBytes),
+      gpuCosts: priced.map((c) => c.gpuCost),
+      storageCosts: priced.map((c) => c.storageCost),
+      networkCosts: priced.map((c) => c.networkCost),
+      logIds: ordered.map(() => newOrderedId()),
+      transactionIds: ordered.map(() => newOrderedId()),
+    });
     // A reservation whose prepaid balance these draws used up: what follows is charged to the balance.
     for (const e of exhausted ?? []) {
       await recordEvent(tx, { type: 'reservation.exhausted', userId: e.user_id, vmId: e.vm_id, data: { reservation_id: e.reservation_id }, at: new Date(e.at) });
@@ -328,12 +207,12 @@ export class Meter {
     const vm = await this.lockVm(tx, after.id);
     if (!vm) return;
     if (!vm.billed_until) {
-      if (isRunning) await tx.query('INSERT INTO vm_meters (vm_id, billed_until) VALUES ($1, $2)', [vm.id, now]);
+      if (isRunning) await repo.insertMeter(tx, vm.id, now);
       return;
     }
     await this.closeUpTo(tx, vm, now.getTime(), wasRunning, true);
     // A destroyed VM's billing is over: its last period is closed.
-    if (destroyed) await tx.query('DELETE FROM vm_meters WHERE vm_id = $1', [vm.id]);
+    if (destroyed) await repo.deleteMeter(tx, vm.id);
   }
 
   /**
@@ -344,13 +223,12 @@ export class Meter {
    * charges the difference between that minimum and what its usage cost.
    */
   async chargePreemptionMinimum(tx: Queryable, vmId: string, now: Date): Promise<number> {
-    const preempted = await tx.query('SELECT 1 FROM interruptions WHERE preempted_by_vm_id = $1 LIMIT 1', [vmId]);
-    if (preempted.rows.length === 0) return 0;
+    if (!(await repo.preemptedOthers(tx, vmId))) return 0;
     const vm = await this.lockVm(tx, vmId);
     if (!vm) return 0;
     const minimum = priceOfPeriod(vm, this.intervalMs, true, 0, 0).total;
-    const billed = await tx.query<{ total: number }>('SELECT COALESCE(SUM(total_cost_micros), 0)::int8 AS total FROM usage_logs WHERE vm_id = $1', [vmId]);
-    const owed = minimum - Number(billed.rows[0]!.total);
+    const billed = await repo.usageTotalOfVm(tx, vmId);
+    const owed = minimum - Number(billed.total);
     if (owed <= 0) return 0;
     const t = await ledger.post(tx, {
       userId: vm.user_id,
@@ -361,7 +239,7 @@ export class Meter {
       vmId: vm.id,
       now,
     });
-    if (t.balance_after_micros <= 0) await tx.query('UPDATE users SET low_balance_pending = true WHERE id = $1', [vm.user_id]);
+    if (t.balance_after_micros <= 0) await repo.markLowBalance(tx, vm.user_id);
     return owed;
   }
 
@@ -407,8 +285,8 @@ export class Meter {
   }
 
   /**
-   * The active reservations the VMs draw on, locked (after the VMs: the
-   * lock order is VM, reservation, balance), and when their terms end.
+   * The active reservations the VMs draw on, locked (after the VMs' meters:
+   * the lock order is VM, meter, reservation, balance), and when their terms end.
    * Reserved VMs draw on their prepaid reservation first, for periods
    * inside its term only.
    */
@@ -416,11 +294,7 @@ export class Meter {
     const ids = [...new Set(vms.flatMap((vm) => (vm.reservation_id ? [vm.reservation_id] : [])))];
     const termEnds = new Map<string, number>();
     if (ids.length === 0) return termEnds;
-    const r = await tx.query<{ id: string; end_at: Date }>(
-      `SELECT id, end_at FROM reservations WHERE id = ANY($1::uuid[]) AND status = 'active' ORDER BY id FOR UPDATE`,
-      [ids],
-    );
-    for (const row of r.rows) termEnds.set(row.id, row.end_at.getTime());
+    for (const row of await repo.lockActiveReservations(tx, ids)) termEnds.set(row.id, row.end_at.getTime());
     return termEnds;
   }
 
@@ -431,34 +305,22 @@ export class Meter {
    * The oldest open period decides how many VMs a batch claims.
    */
   private async closeBatch(tx: Queryable, lastBoundary: Date, budget: number): Promise<{ claimed: number; written: number }> {
-    const oldest = await tx.query<{ billed_until: Date }>('SELECT billed_until FROM vm_meters WHERE billed_until < $1 ORDER BY billed_until LIMIT 1', [lastBoundary]);
-    if (oldest.rows.length === 0) return { claimed: 0, written: 0 };
-    const behind = Math.ceil((lastBoundary.getTime() - oldest.rows[0]!.billed_until.getTime()) / this.intervalMs);
-    const due = await tx.query<MeteredVm>(
-      `SELECT v.id, v.vmid, v.user_id, v.status, v.gpu_count, v.storage_gb, v.gpu_hourly_rate_micros, v.storage_hourly_rate_micros,
-              v.reservation_id, m.billed_until, v.network_bytes_total, m.network_bytes_billed
-         FROM vm_meters m JOIN vms v ON v.id = m.vm_id
-        WHERE m.billed_until < $1
-        ORDER BY m.billed_until
-        LIMIT $2
-        FOR UPDATE OF m SKIP LOCKED`,
-      [lastBoundary, Math.max(1, Math.floor(budget / Math.max(1, behind)))],
-    );
-    if (due.rows.length === 0) return { claimed: 0, written: 0 };
-    const termEnds = await this.lockReservations(tx, due.rows);
-    const perVm = Math.max(1, Math.floor(budget / due.rows.length));
-    const periods = due.rows.flatMap((vm) =>
+    const oldest = await repo.oldestDueMeter(tx, lastBoundary);
+    if (!oldest) return { claimed: 0, written: 0 };
+    const behind = Math.ceil((lastBoundary.getTime() - oldest.billed_until.getTime()) / this.intervalMs);
+    const due = await repo.claimDueMeters(tx, lastBoundary, Math.max(1, Math.floor(budget / Math.max(1, behind))));
+    if (due.length === 0) return { claimed: 0, written: 0 };
+    const termEnds = await this.lockReservations(tx, due);
+    const perVm = Math.max(1, Math.floor(budget / due.length));
+    const periods = due.flatMap((vm) =>
       this.periodsOf(vm, lastBoundary.getTime(), vm.status === 'running', false, vm.reservation_id ? termEnds.get(vm.reservation_id) : undefined, perVm),
     );
-    return { claimed: due.rows.length, written: await this.chargePeriods(tx, periods) };
+    return { claimed: due.length, written: await this.chargePeriods(tx, periods) };
   }
 
   /** How many periods closing every boundary up to `toMs` writes (about: the VMs that accrue times the boundaries), and over how many VMs. */
   async periodsUpTo(toMs: number): Promise<{ periods: number; vms: number }> {
-    const r = await this.db.query<{ vms: number; oldest: Date | null }>(
-      'SELECT count(*)::int8 AS vms, min(billed_until) AS oldest FROM vm_meters',
-    );
-    const { vms, oldest } = r.rows[0]!;
+    const { vms, oldest } = await repo.meterSummary(this.db);
     if (!oldest) return { periods: 0, vms: 0 };
     const boundaries = Math.max(0, Math.floor(toMs / this.intervalMs) - Math.floor(oldest.getTime() / this.intervalMs));
     return { periods: Number(vms) * boundaries, vms: Number(vms) };
@@ -491,18 +353,10 @@ export class Meter {
    * once, from where its billing stands.
    */
   async nextLowBalanceBoundary(nowMs: number): Promise<number | null> {
-    const r = await this.db.query<{ balance: number; hourly: number; vms: number; unbilled: number; oldest: Date }>(
-      `SELECT u.balance_micros AS balance,
-              sum(CASE WHEN v.status = 'running' THEN v.gpu_hourly_rate_micros ELSE 0 END + v.storage_hourly_rate_micros)::int8 AS hourly,
-              count(*)::int8 AS vms, sum(GREATEST(v.network_bytes_total - m.network_bytes_billed, 0))::int8 AS unbilled,
-              min(m.billed_until) AS oldest
-         FROM vm_meters m JOIN vms v ON v.id = m.vm_id JOIN users u ON u.id = v.user_id
-        WHERE v.user_id IN (SELECT user_id FROM vms WHERE status = 'running')
-        GROUP BY u.id`,
-    );
+    const rows = await repo.accrualOfUsersWithRunningVms(this.db);
     const first = this.lastBoundary(nowMs).getTime() + this.intervalMs;
     let earliest: number | null = null;
-    for (const u of r.rows) {
+    for (const u of rows) {
       // Each part of each period is rounded half-up: at most one micro-unit more per part.
       const perInterval = Math.ceil((Number(u.hourly) * this.opts.intervalS) / 3600) + 3 * Number(u.vms);
       const traffic = Math.ceil((Number(u.unbilled) * this.opts.networkPricePerGbMicros) / BYTES_PER_GB) + Number(u.vms);
@@ -517,8 +371,7 @@ export class Meter {
 
   /** Users a charge left at or below zero; the caller stops their running VMs and clears the flag. */
   async lowBalanceUsers(): Promise<number[]> {
-    const r = await this.db.query<{ id: number }>('SELECT id FROM users WHERE low_balance_pending ORDER BY id');
-    return r.rows.map((x) => x.id);
+    return (await repo.lowBalanceUsers(this.db)).map((x) => x.id);
   }
 
   /**
@@ -531,13 +384,9 @@ export class Meter {
    */
   async sampleTraffic(now: Date, read: TrafficReader, opts: { all?: boolean } = {}): Promise<number> {
     const lastBoundary = opts.all ? 'infinity' : this.lastBoundary(now.getTime());
-    const due = await this.db.query<{ id: string; vmid: number; node: string; hv_ref: string | null; network_bytes_total: number }>(
-      `SELECT v.id, v.vmid, v.node, v.hv_ref, v.network_bytes_total FROM vm_meters m JOIN vms v ON v.id = m.vm_id
-        WHERE m.billed_until < $1 AND v.provisioned`,
-      [lastBoundary],
-    );
-    const byNode = new Map<string, typeof due.rows>();
-    for (const v of due.rows) {
+    const due = await repo.trafficDueVms(this.db, lastBoundary);
+    const byNode = new Map<string, TrafficVmRow[]>();
+    for (const v of due) {
       const list = byNode.get(v.node);
       if (list) list.push(v);
       else byNode.set(v.node, [v]);
@@ -557,17 +406,13 @@ export class Meter {
     await Promise.all(Array.from({ length: TRAFFIC_READS_AT_ONCE }, next));
     for (let i = 0; i < moved.length; i += CLOSE_BATCH) {
       const chunk = moved.slice(i, i + CLOSE_BATCH);
-      await this.db.query(
-        `UPDATE vms SET network_bytes_total = GREATEST(network_bytes_total, u.bytes)
-           FROM unnest($1::uuid[], $2::int8[]) AS u(id, bytes) WHERE vms.id = u.id AND vms.id = ANY($1::uuid[])`,
-        [chunk.map((m) => m.id), chunk.map((m) => m.bytes)],
-      );
+      await repo.raiseTrafficCounters(this.db, chunk.map((m) => m.id), chunk.map((m) => m.bytes));
     }
     return moved.length;
   }
 
   /** Clears a user's low-balance flag (after their VMs were stopped). */
   async clearLowBalance(tx: Queryable, userId: number): Promise<void> {
-    await tx.query('UPDATE users SET low_balance_pending = false WHERE id = $1', [userId]);
+    await repo.clearLowBalance(tx, userId);
   }
 }

@@ -5,6 +5,7 @@ import { AppError, notFound, validation } from '../../errors.js';
 import { formatAmount, toAmount, toMicros } from '../../money.js';
 import { CURRENCY } from '../inventory/service.js';
 import * as ledger from './ledger.js';
+import * as repo from './repository.js';
 import { recordEvent } from '../events/repository.js';
 import type { TransactionRow } from './ledger.js';
 
@@ -48,7 +49,7 @@ export class BillingService {
   }
 
   async transactions(userId: number, limit: number, offset: number): Promise<{ items: TransactionRecord[]; total: number }> {
-    const r = await ledger.listTransactions(this.db, userId, limit, offset);
+    const r = await repo.listTransactions(this.db, userId, limit, offset);
     return { items: r.rows.map(toTransactionRecord), total: r.total };
   }
 
@@ -59,9 +60,9 @@ export class BillingService {
     if (micros === null) throw validation('body.amount', 'must be an amount with at most 6 decimals');
     if (micros === 0) throw validation('body.amount', 'must not be zero');
     return this.db.transaction(async (tx) => {
-      const exists = await tx.query<{ balance_micros: number }>('SELECT balance_micros FROM users WHERE id = $1 FOR UPDATE', [userId]);
-      if (exists.rows.length === 0) throw notFound('User');
-      if (exists.rows[0]!.balance_micros + micros > MAX_BALANCE_MICROS) {
+      const exists = await repo.lockBalanceRow(tx, userId);
+      if (!exists) throw notFound('User');
+      if (exists.balance_micros + micros > MAX_BALANCE_MICROS) {
         throw new AppError('limit_exceeded', `A balance may not exceed ${formatAmount(MAX_BALANCE_MICROS)}`);
       }
       const row = await ledger.post(tx, {
@@ -80,6 +81,6 @@ export class BillingService {
   }
 
   async ledgerProblems() {
-    return ledger.unbalancedAccounts(this.db);
+    return repo.unbalancedAccounts(this.db);
   }
 }

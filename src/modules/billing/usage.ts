@@ -3,24 +3,9 @@ import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { validation } from '../../errors.js';
 import { toAmount } from '../../money.js';
+import * as repo from './repository.js';
 
 const DAY_MS = 86_400_000;
-
-interface LogRow {
-  id: string;
-  vm_id: string;
-  vmid: number;
-  gpu_type: string;
-  period_end: Date;
-  gpu_ms: number;
-  gpu_count: number;
-  storage_gb: number;
-  network_bytes: number;
-  gpu_cost_micros: number;
-  storage_cost_micros: number;
-  network_cost_micros: number;
-  total_cost_micros: number;
-}
 
 /** 'YYYY-MM-DD' -> UTC midnight in ms, or null when it is not a real calendar date. */
 export function parseDate(s: string): number | null {
@@ -46,16 +31,7 @@ export class UsageService {
     const start = q.start_date === undefined ? end - 29 * DAY_MS : parseDate(q.start_date);
     if (start === null) throw validation('query.start_date', 'must be a date YYYY-MM-DD');
     if (start > end) throw validation('query.start_date', 'must not be after end_date');
-    const rows = (
-      await this.db.query<LogRow>(
-        `SELECT l.id, l.vm_id, v.vmid, v.gpu_type, l.period_end, l.gpu_ms, l.gpu_count, l.storage_gb, l.network_bytes,
-                l.gpu_cost_micros, l.storage_cost_micros, l.network_cost_micros, l.total_cost_micros
-           FROM usage_logs l JOIN vms v ON v.id = l.vm_id
-          WHERE l.user_id = $1 AND l.period_end > $2 AND l.period_end <= $3
-          ORDER BY l.period_end DESC, l.seq DESC`,
-        [userId, new Date(start), new Date(end + DAY_MS)],
-      )
-    ).rows;
+    const rows = await repo.usageLogsOfUser(this.db, userId, new Date(start), new Date(end + DAY_MS));
     let totalCost = 0;
     let totalMs = 0;
     const byVm = new Map<string, { vm_id: string; vmid: number; gpu_model: string; ms: number; cost: number }>();
@@ -96,23 +72,7 @@ export class UsageService {
 
   /** What accrues now: running VMs' full rate, the storage rate of every other VM that has run and is not destroyed. */
   async currentSpend(userId: number) {
-    const vms = (
-      await this.db.query<{
-        id: string;
-        vmid: number;
-        gpu_type: string;
-        gpu_count: number;
-        storage_gb: number;
-        status: string;
-        gpu_hourly_rate_micros: number;
-        storage_hourly_rate_micros: number;
-      }>(
-        `SELECT id, vmid, gpu_type, gpu_count, storage_gb, status, gpu_hourly_rate_micros, storage_hourly_rate_micros
-           FROM vms WHERE user_id = $1 AND status <> 'destroyed' AND (status = 'running' OR EXISTS (SELECT 1 FROM vm_meters m WHERE m.vm_id = vms.id))
-          ORDER BY seq DESC`,
-        [userId],
-      )
-    ).rows;
+    const vms = await repo.accruingVmsOfUser(this.db, userId);
     let total = 0;
     const list = vms.map((v) => {
       const gpu = v.status === 'running' ? v.gpu_hourly_rate_micros : 0;

@@ -60,9 +60,17 @@ async function dbRoutes(app: FastifyInstance): Promise<void> {
   const sql = await openSql();
   app.addHook('onClose', () => sql.close());
   const userId = Number(env('BENCH_USER_ID'));
-  app.get<{ Params: { id: string } }>('/vms/:id', async (req) => (await sql.rows('SELECT * FROM vms WHERE id = $1 AND user_id = $2', [req.params.id, userId]))[0]);
-  app.get('/vms', async () => sql.rows(`SELECT * FROM vms WHERE user_id = $1 AND status <> 'destroyed' ORDER BY seq DESC LIMIT 50`, [userId]));
-  app.get('/billing/balance', async () => (await sql.rows('SELECT balance_micros FROM users WHERE id = $1', [userId]))[0]);
+  app.get<{ Params: { id: string } }>(
+    '/vms/:id',
+    async (req) => (await sql.rows('SELECT * FROM vms WHERE id = $1 AND user_id = $2', [req.params.id, userId]))[0],
+  );
+  app.get('/vms', async () =>
+    sql.rows(`SELECT * FROM vms WHERE user_id = $1 AND status <> 'destroyed' ORDER BY seq DESC LIMIT 50`, [userId]),
+  );
+  app.get(
+    '/billing/balance',
+    async () => (await sql.rows('SELECT balance_micros FROM users WHERE id = $1', [userId]))[0],
+  );
   app.get('/search', async () => {
     const [prices, nodes, usage] = await Promise.all([
       sql.rows(`SELECT * FROM gpu_pricing ORDER BY array_position(ARRAY['5090','4090','pro6000'], gpu_type)`),
@@ -87,7 +95,8 @@ async function main(): Promise<void> {
   else throw new Error(`usage: baseline-server.ts hello|static|db (got ${String(mode)})`);
   await app.listen({ host: '127.0.0.1', port: 0 });
   console.log(`  API:   http://127.0.0.1:${(app.server.address() as AddressInfo).port}`);
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void app.close().then(() => process.exit(0)));
+  for (const signal of ['SIGINT', 'SIGTERM'] as const)
+    process.once(signal, () => void app.close().then(() => process.exit(0)));
 }
 
 main().catch((err: unknown) => {

@@ -14,7 +14,8 @@
  *             connections creates a one-GPU VM on a node with a free GPU and
  *             destroys it (req/s counts both calls), leftovers of a run are
  *             destroyed before the next
- * Run: npm run bench -- [search pricing vm vms balance login vm-cycle] [--db embedded|postgres|both] [--duration S] [--repo DIR]
+ * Run: npm run bench -- [search pricing vm vms balance login vm-cycle] [--db embedded|postgres|both] [--duration S]
+ * [--repo DIR]
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -64,10 +65,30 @@ const BASELINES: Record<BaselineKey, Baseline> = {
 };
 
 export const SERVICE_CASES: ServiceCase[] = [
-  { name: 'search', title: 'GET /search', baselines: ['db-search', 'static-search'], load: async (w) => ({ url: `${w.base}/search` }) },
-  { name: 'pricing', title: 'GET /pricing', baselines: ['db-search'], load: async (w) => ({ url: `${w.base}/pricing` }) },
-  { name: 'vm', title: 'GET /vms/{id} (API key)', baselines: ['db-vm'], load: async (w) => ({ url: `${w.base}/vms/${w.vmIds[0]}`, headers: bearer(w.apiKey) }) },
-  { name: 'vms', title: 'GET /vms (JWT, 50 VMs)', baselines: ['db-vms'], load: async (w) => ({ url: `${w.base}/vms`, headers: bearer(await login(w.base, w.customer)) }) },
+  {
+    name: 'search',
+    title: 'GET /search',
+    baselines: ['db-search', 'static-search'],
+    load: async (w) => ({ url: `${w.base}/search` }),
+  },
+  {
+    name: 'pricing',
+    title: 'GET /pricing',
+    baselines: ['db-search'],
+    load: async (w) => ({ url: `${w.base}/pricing` }),
+  },
+  {
+    name: 'vm',
+    title: 'GET /vms/{id} (API key)',
+    baselines: ['db-vm'],
+    load: async (w) => ({ url: `${w.base}/vms/${w.vmIds[0]}`, headers: bearer(w.apiKey) }),
+  },
+  {
+    name: 'vms',
+    title: 'GET /vms (JWT, 50 VMs)',
+    baselines: ['db-vms'],
+    load: async (w) => ({ url: `${w.base}/vms`, headers: bearer(await login(w.base, w.customer)) }),
+  },
   {
     name: 'balance',
     title: 'GET /billing/balance (JWT)',
@@ -78,9 +99,19 @@ export const SERVICE_CASES: ServiceCase[] = [
     name: 'login',
     title: 'POST /auth/login (argon2id)',
     baselines: ['hello'],
-    load: async (w) => ({ url: `${w.base}/auth/login`, method: 'POST', headers: JSON_TYPE, body: JSON.stringify({ email: w.customer.email, password: w.customer.password }) }),
+    load: async (w) => ({
+      url: `${w.base}/auth/login`,
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: JSON.stringify({ email: w.customer.email, password: w.customer.password }),
+    }),
   },
-  { name: 'vm-cycle', title: 'POST /vms + DELETE /vms/{id} (50 conns)', baselines: ['hello'], load: async (w) => cycleLoad(w) },
+  {
+    name: 'vm-cycle',
+    title: 'POST /vms + DELETE /vms/{id} (50 conns)',
+    baselines: ['hello'],
+    load: async (w) => cycleLoad(w),
+  },
 ];
 
 /** The `code` of an error answer ("-" when it has none). */
@@ -94,7 +125,9 @@ function errorCode(body: string): string {
 
 /** One slot per GPU free now, named by its node (from GET /search: one offer per node with its free GPUs). */
 async function freeSlots(w: World): Promise<string[]> {
-  const offers = await must<{ node: string; gpu_count: number }[]>(w.base, 'GET', '/search?limit=100', { timeoutMs: 30_000 });
+  const offers = await must<{ node: string; gpu_count: number }[]>(w.base, 'GET', '/search?limit=100', {
+    timeoutMs: 30_000,
+  });
   return offers.flatMap((o) => Array<string>(o.gpu_count).fill(o.node));
 }
 
@@ -168,7 +201,11 @@ function describe(title: string, m: Measurement): string {
   return `  ${title}: ${m.rps.toFixed(0)} req/s, p50 ${m.p50_ms ?? '-'} ms, p99 ${m.p99_ms ?? '-'} ms${errors}`;
 }
 
-async function measureService(scope: Scope, o: BenchOptions, cases: ServiceCase[]): Promise<{ measured: Map<ServiceCase, Measurement>; inputs: BaselineInputs }> {
+async function measureService(
+  scope: Scope,
+  o: BenchOptions,
+  cases: ServiceCase[],
+): Promise<{ measured: Map<ServiceCase, Measurement>; inputs: BaselineInputs }> {
   const db = await freshDatabase(scope, o.db);
   const admin = benchAdmin();
   const service = await startService(scope, o.repo, db, admin);
@@ -193,20 +230,32 @@ function baselineEnv(mode: Baseline['mode'], inputs: BaselineInputs): Record<str
     writeFileSync(file, inputs.searchBody);
     return { BENCH_STATIC_FILE: file };
   }
-  const where: Record<string, string> = inputs.db.databaseUrl ? { BENCH_DATABASE_URL: inputs.db.databaseUrl } : { BENCH_PGLITE_DIR: inputs.db.pgliteDir! };
+  const where: Record<string, string> = inputs.db.databaseUrl
+    ? { BENCH_DATABASE_URL: inputs.db.databaseUrl }
+    : { BENCH_PGLITE_DIR: inputs.db.pgliteDir! };
   return { ...where, BENCH_USER_ID: String(inputs.world.customer.id) };
 }
 
 /** Each baseline server mode needed is started once, its baselines measured, and stopped. */
-async function measureBaselines(scope: Scope, keys: BaselineKey[], inputs: BaselineInputs, durationS: number): Promise<Map<BaselineKey, Measurement>> {
+async function measureBaselines(
+  scope: Scope,
+  keys: BaselineKey[],
+  inputs: BaselineInputs,
+  durationS: number,
+): Promise<Map<BaselineKey, Measurement>> {
   const measured = new Map<BaselineKey, Measurement>();
   for (const mode of ['hello', 'static', 'db'] as const) {
     const mine = keys.filter((k) => BASELINES[k].mode === mode);
     if (mine.length === 0) continue;
-    const server = await startChildServer(baselineEnv(mode, inputs), 60_000, (line) => process.stderr.write(`  [baseline] ${line}\n`), {
-      args: ['--import', 'tsx', BASELINE_SERVER, mode],
-      cwd: REPO_ROOT,
-    });
+    const server = await startChildServer(
+      baselineEnv(mode, inputs),
+      60_000,
+      (line) => process.stderr.write(`  [baseline] ${line}\n`),
+      {
+        args: ['--import', 'tsx', BASELINE_SERVER, mode],
+        cwd: REPO_ROOT,
+      },
+    );
     const stop = scope.defer(() => server.stop());
     for (const k of mine) {
       const m = await measure({ url: `${server.url}${BASELINES[k].path(inputs.world)}` }, durationS);
@@ -244,10 +293,13 @@ export function httpBench(o: BenchOptions, names: string[]): Promise<BenchResult
     const { measured, inputs } = await measureService(scope, o, cases);
     const keys = [...new Set<BaselineKey>(['hello', ...cases.flatMap((c) => c.baselines)])];
     const base = await measureBaselines(scope, keys, inputs, o.durationS);
-    const rows = cases.flatMap((c) => c.baselines.map((k) => row(c.title, o.db, measured.get(c)!, { title: BASELINES[k].title, m: base.get(k)! })));
+    const rows = cases.flatMap((c) =>
+      c.baselines.map((k) => row(c.title, o.db, measured.get(c)!, { title: BASELINES[k].title, m: base.get(k)! })),
+    );
     // The baselines themselves, against the bare framework.
     const hello = { title: BASELINES.hello.title, m: base.get('hello')! };
-    for (const k of keys) rows.push(row(`baseline: ${BASELINES[k].title}`, o.db, base.get(k)!, k === 'hello' ? undefined : hello));
+    for (const k of keys)
+      rows.push(row(`baseline: ${BASELINES[k].title}`, o.db, base.get(k)!, k === 'hello' ? undefined : hello));
     return rows;
   });
 }

@@ -42,14 +42,22 @@ function percentile(sorted: number[], p: number): number | null {
   return round2(sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!);
 }
 
-async function fire(load: Load, durationS: number, onAnswer: (status: number, ms: number) => void): Promise<autocannon.Result> {
+async function fire(
+  load: Load,
+  durationS: number,
+  onAnswer: (status: number, ms: number) => void,
+): Promise<autocannon.Result> {
   const { prepare: _prepare, errorCodes: _errorCodes, ...opts } = load;
   const instance = autocannon({ ...opts, connections: CONNECTIONS, duration: durationS, timeout: 30 });
   instance.on('response', (_client, status, _bytes, ms) => onAnswer(status, ms));
   return instance;
 }
 
-function summarize(r: autocannon.Result, latencies: number[], errorCodes: Map<string, number> | undefined): Measurement {
+function summarize(
+  r: autocannon.Result,
+  latencies: number[],
+  errorCodes: Map<string, number> | undefined,
+): Measurement {
   latencies.sort((a, b) => a - b);
   const statuses = Object.fromEntries(Object.entries(r.statusCodeStats).map(([code, s]) => [code, s.count]));
   const seconds = r.duration;

@@ -61,7 +61,9 @@ async function check(db: Db, vms: number, periods: number): Promise<void> {
   );
   const l = logs.rows[0]!;
   if (Number(l.vms) !== vms || Number(l.max) !== periods || Number(l.min) !== periods) {
-    throw new Error(`metering bench: expected ${periods} period(s) for each of ${vms} VMs, found ${l.n} logs over ${l.vms} VMs`);
+    throw new Error(
+      `metering bench: expected ${periods} period(s) for each of ${vms} VMs, found ${l.n} logs over ${l.vms} VMs`,
+    );
   }
   const off = await db.query(
     `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id GROUP BY u.id HAVING u.balance_micros <> COALESCE(sum(t.amount_micros), 0) LIMIT 1`,
@@ -76,12 +78,17 @@ async function timeClose(kind: DbKind, vms: number, periods: number, workers = 1
     await seedFleet(db, vms, T0);
     const pools = [db];
     for (let i = 1; i < workers; i++) {
-      const other = new PostgresDb(process.env.DATABASE_URL ?? DEFAULT_URL, { searchPath: (await db.query<{ s: string }>('SELECT current_schema() AS s')).rows[0]!.s, max: 10 });
+      const other = new PostgresDb(process.env.DATABASE_URL ?? DEFAULT_URL, {
+        searchPath: (await db.query<{ s: string }>('SELECT current_schema() AS s')).rows[0]!.s,
+        max: 10,
+      });
       scope.defer(() => other.close());
       pools.push(other);
     }
     const now = new Date(T0 + periods * INTERVAL_S * 1000 + 1000);
-    const meters = pools.map((p) => new Meter(p, new ManualClock(now.getTime()), { intervalS: INTERVAL_S, networkPricePerGbMicros: 10_000 }));
+    const meters = pools.map(
+      (p) => new Meter(p, new ManualClock(now.getTime()), { intervalS: INTERVAL_S, networkPricePerGbMicros: 10_000 }),
+    );
     const started = performance.now();
     await Promise.all(meters.map((m) => m.closeDueIntervals(now)));
     const seconds = (performance.now() - started) / 1000;
@@ -102,7 +109,12 @@ export interface MeteringCase {
 /** The default fleet sizes: PostgreSQL up to 100,000 VMs, the embedded database 10,000. */
 export function meteringCases(kind: DbKind): MeteringCase[] {
   return kind === 'postgres'
-    ? [{ vms: 10_000, periods: 1 }, { vms: 10_000, periods: 1, workers: 2 }, { vms: 100_000, periods: 1 }, { vms: 100_000, periods: 24 }]
+    ? [
+        { vms: 10_000, periods: 1 },
+        { vms: 10_000, periods: 1, workers: 2 },
+        { vms: 100_000, periods: 1 },
+        { vms: 100_000, periods: 24 },
+      ]
     : [{ vms: 10_000, periods: 1 }];
 }
 
@@ -134,7 +146,11 @@ export async function workerBench(repo: string): Promise<BenchResult[]> {
       GPUCLOUD_BILLING_INTERVAL_S: String(WORKER_INTERVAL_S),
       LOG_LEVEL: 'warn',
     });
-    const child = spawn(process.execPath, [main, 'serve', '--role', 'worker'], { cwd: repo, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [main, 'serve', '--role', 'worker'], {
+      cwd: repo,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const exited = new Promise<number>((resolve) => child.once('exit', () => resolve(performance.now())));
     scope.defer(async () => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
@@ -154,7 +170,11 @@ export async function workerBench(repo: string): Promise<BenchResult[]> {
 
     const xacts = async () =>
       Number(
-        (await db.query<{ n: number }>('SELECT (xact_commit + xact_rollback)::int8 AS n FROM pg_stat_database WHERE datname = current_database()')).rows[0]!.n,
+        (
+          await db.query<{ n: number }>(
+            'SELECT (xact_commit + xact_rollback)::int8 AS n FROM pg_stat_database WHERE datname = current_database()',
+          )
+        ).rows[0]!.n,
       );
     await sleep(3000); // past start-up
     const idleS = 10;
@@ -175,10 +195,17 @@ export async function workerBench(repo: string): Promise<BenchResult[]> {
     child.kill('SIGTERM');
     const exitS = ((await exited) - signalled) / 1000;
     const logs = Number((await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs')).rows[0]!.n);
-    console.log(`SIGTERM to exit during a close of ${WORKER_FLEET} VMs (postgres): ${exitS.toFixed(2)} s (${logs} periods closed by then)`);
+    console.log(
+      `SIGTERM to exit during a close of ${WORKER_FLEET} VMs (postgres): ${exitS.toFixed(2)} s (${logs} periods closed by then)`,
+    );
     return [
       { kind: 'metering', name: `idle worker, ${WORKER_FLEET} VMs (transactions/s)`, db: 'postgres', seconds: tps },
-      { kind: 'metering', name: `SIGTERM to exit during a close of ${WORKER_FLEET} VMs`, db: 'postgres', seconds: exitS },
+      {
+        kind: 'metering',
+        name: `SIGTERM to exit during a close of ${WORKER_FLEET} VMs`,
+        db: 'postgres',
+        seconds: exitS,
+      },
     ];
   });
 }

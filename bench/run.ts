@@ -100,10 +100,12 @@ function parse(): Args {
   const runs = Number(values.runs);
   if (!Number.isInteger(runs) || runs < 1 || runs > 50) throw new Error('--runs must be 1 to 50');
   const durationS = Number(values.duration);
-  if (!Number.isInteger(durationS) || durationS < 1 || durationS > 3600) throw new Error('--duration must be 1 to 3600 (seconds)');
+  if (!Number.isInteger(durationS) || durationS < 1 || durationS > 3600)
+    throw new Error('--duration must be 1 to 3600 (seconds)');
   if (!['embedded', 'postgres', 'both'].includes(values.db)) throw new Error('--db must be embedded, postgres or both');
   const dbs: DbKind[] = values.db === 'both' ? ['embedded', 'postgres'] : [values.db as DbKind];
-  for (const c of positionals) if (!CASES.includes(c)) throw new Error(`unknown case "${c}"; cases: ${CASES.join(', ')}`);
+  for (const c of positionals)
+    if (!CASES.includes(c)) throw new Error(`unknown case "${c}"; cases: ${CASES.join(', ')}`);
   // real-vm runs on the embedded database alone: not by default on --db postgres.
   const all = dbs.includes('embedded') ? CASES : CASES.filter((c) => c !== 'real-vm');
   return { cases: positionals.length ? positionals : all, dbs, durationS, repo: resolve(values.repo), runs };
@@ -137,17 +139,42 @@ async function runCases(a: Args): Promise<BenchResult[]> {
 const num = (n: number | null | undefined, digits = 2) => (n === undefined || n === null ? '-' : n.toFixed(digits));
 
 function printHttp(rows: BenchResult[]): void {
-  console.log(['endpoint'.padEnd(46), 'db'.padEnd(9), 'req/s'.padStart(8), 'p50 ms'.padStart(7), 'p99 ms'.padStart(7), '  baseline'.padEnd(40), 'base r/s'.padStart(9), 'ratio'.padStart(6), 'errors'.padStart(7)].join(' '));
+  console.log(
+    [
+      'endpoint'.padEnd(46),
+      'db'.padEnd(9),
+      'req/s'.padStart(8),
+      'p50 ms'.padStart(7),
+      'p99 ms'.padStart(7),
+      '  baseline'.padEnd(40),
+      'base r/s'.padStart(9),
+      'ratio'.padStart(6),
+      'errors'.padStart(7),
+    ].join(' '),
+  );
   for (const r of rows) {
     console.log(
-      [r.name.padEnd(46), r.db.padEnd(9), num(r.rps, 0).padStart(8), num(r.p50_ms).padStart(7), num(r.p99_ms).padStart(7), `  ${r.baseline ?? '-'}`.padEnd(40), num(r.baseline_rps, 0).padStart(9), num(r.ratio).padStart(6), String(r.errors ?? '').padStart(7)].join(' '),
+      [
+        r.name.padEnd(46),
+        r.db.padEnd(9),
+        num(r.rps, 0).padStart(8),
+        num(r.p50_ms).padStart(7),
+        num(r.p99_ms).padStart(7),
+        `  ${r.baseline ?? '-'}`.padEnd(40),
+        num(r.baseline_rps, 0).padStart(9),
+        num(r.ratio).padStart(6),
+        String(r.errors ?? '').padStart(7),
+      ].join(' '),
     );
   }
 }
 
 function printStartup(rows: BenchResult[]): void {
   console.log(['start-up'.padEnd(46), 'db'.padEnd(9), 'seconds'.padStart(8), 'idle RSS MB'.padStart(12)].join(' '));
-  for (const r of rows) console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(8), num(r.rss_mb, 0).padStart(12)].join(' '));
+  for (const r of rows)
+    console.log(
+      [r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(8), num(r.rss_mb, 0).padStart(12)].join(' '),
+    );
 }
 
 function printMetering(rows: BenchResult[]): void {
@@ -156,10 +183,28 @@ function printMetering(rows: BenchResult[]): void {
 }
 
 function printRealVm(rows: BenchResult[]): void {
-  console.log(['case'.padEnd(46), 'db'.padEnd(9), 'median s'.padStart(9), 'min s'.padStart(7), 'max s'.padStart(7), '  target'].join(' '));
+  console.log(
+    [
+      'case'.padEnd(46),
+      'db'.padEnd(9),
+      'median s'.padStart(9),
+      'min s'.padStart(7),
+      'max s'.padStart(7),
+      '  target',
+    ].join(' '),
+  );
   for (const r of rows) {
     const target = r.target_s === undefined ? '' : `  < ${r.target_s} s ${r.ok ? 'ok' : 'MISSED'}`;
-    console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(9), num(r.min_s).padStart(7), num(r.max_s).padStart(7), target].join(' '));
+    console.log(
+      [
+        r.name.padEnd(46),
+        r.db.padEnd(9),
+        num(r.seconds).padStart(9),
+        num(r.min_s).padStart(7),
+        num(r.max_s).padStart(7),
+        target,
+      ].join(' '),
+    );
   }
 }
 

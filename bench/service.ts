@@ -91,10 +91,19 @@ function forward(line: string): void {
  * when it prints its `API: http://...` line; stopped with the scope, or
  * earlier with stop().
  */
-export async function startService(scope: Scope, repo: string, db: ServiceDb, admin: Credentials, port = 0): Promise<Service> {
+export async function startService(
+  scope: Scope,
+  repo: string,
+  db: ServiceDb,
+  admin: Credentials,
+  port = 0,
+): Promise<Service> {
   const main = join(repo, 'dist', 'main.js');
   if (!existsSync(main)) throw new Error(`${main} does not exist: run npm run build in ${repo} first`);
-  const server: ChildServer = await startChildServer(serviceEnv(db, admin, port), START_TIMEOUT_MS, forward, { args: [main, 'serve'], cwd: repo });
+  const server: ChildServer = await startChildServer(serviceEnv(db, admin, port), START_TIMEOUT_MS, forward, {
+    args: [main, 'serve'],
+    cwd: repo,
+  });
   const stop = scope.defer(() => server.stop());
   return { url: server.url, pid: server.pid, stop };
 }

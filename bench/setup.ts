@@ -38,7 +38,10 @@ export function vmRequest(node: string) {
 }
 
 export async function login(base: string, who: Credentials): Promise<string> {
-  const pair = await must<{ access_token?: string }>(base, 'POST', '/auth/login', { body: { email: who.email, password: who.password }, timeoutMs: TIMEOUT_MS });
+  const pair = await must<{ access_token?: string }>(base, 'POST', '/auth/login', {
+    body: { email: who.email, password: who.password },
+    timeoutMs: TIMEOUT_MS,
+  });
   if (!pair.access_token) throw new Error(`POST /auth/login for ${who.email}: no access token (two-factor on?)`);
   return pair.access_token;
 }
@@ -46,17 +49,42 @@ export async function login(base: string, who: Credentials): Promise<string> {
 async function registerNodes(base: string, adminToken: string, count: number): Promise<string[]> {
   const nodes = Array.from({ length: count }, (_, i) => `bench-${String(i + 1).padStart(2, '0')}`);
   for (const node of nodes) {
-    const body = { node, gpu_type: '4090', gpu_count: GPUS_PER_NODE, ram_gb: 512, cpu_cores: 64, cpu_model: 'Bench EPYC', pcie_gen: '4.0', max_storage_gb: 2000, location: 'bench', cluster_name: 'bench' };
+    const body = {
+      node,
+      gpu_type: '4090',
+      gpu_count: GPUS_PER_NODE,
+      ram_gb: 512,
+      cpu_cores: 64,
+      cpu_model: 'Bench EPYC',
+      pcie_gen: '4.0',
+      max_storage_gb: 2000,
+      location: 'bench',
+      cluster_name: 'bench',
+    };
     await must(base, 'POST', '/admin/nodes', { token: adminToken, body, timeoutMs: TIMEOUT_MS });
   }
   return nodes;
 }
 
 async function registerCustomer(base: string, adminToken: string): Promise<Credentials & { id: number }> {
-  const who = { email: `bench-${randomBytes(4).toString('hex')}@example.com`, password: `bench-pw-${randomBytes(9).toString('hex')}` };
-  const { id } = await must<{ id: number }>(base, 'POST', '/auth/register', { body: { ...who, name: 'Bench customer' }, timeoutMs: TIMEOUT_MS });
-  await must(base, 'POST', `/admin/users/${id}/credits`, { token: adminToken, body: { amount: 1_000_000, description: 'bench credit' }, timeoutMs: TIMEOUT_MS });
-  await must(base, 'PATCH', `/admin/users/${id}`, { token: adminToken, body: { max_vms: 1000, max_gpus: 1000 }, timeoutMs: TIMEOUT_MS });
+  const who = {
+    email: `bench-${randomBytes(4).toString('hex')}@example.com`,
+    password: `bench-pw-${randomBytes(9).toString('hex')}`,
+  };
+  const { id } = await must<{ id: number }>(base, 'POST', '/auth/register', {
+    body: { ...who, name: 'Bench customer' },
+    timeoutMs: TIMEOUT_MS,
+  });
+  await must(base, 'POST', `/admin/users/${id}/credits`, {
+    token: adminToken,
+    body: { amount: 1_000_000, description: 'bench credit' },
+    timeoutMs: TIMEOUT_MS,
+  });
+  await must(base, 'PATCH', `/admin/users/${id}`, {
+    token: adminToken,
+    body: { max_vms: 1000, max_gpus: 1000 },
+    timeoutMs: TIMEOUT_MS,
+  });
   return { ...who, id };
 }
 
@@ -64,7 +92,11 @@ async function addSshKey(base: string, token: string, tmpDir: string): Promise<v
   const file = join(tmpDir, 'id_ed25519');
   execFileSync('ssh-keygen', ['-t', 'ed25519', '-N', '', '-f', file, '-q', '-C', 'bench']);
   const line = readFileSync(`${file}.pub`, 'utf8').trim();
-  await must(base, 'POST', '/ssh-keys', { token, body: { ssh_public_key: line, label: 'bench' }, timeoutMs: TIMEOUT_MS });
+  await must(base, 'POST', '/ssh-keys', {
+    token,
+    body: { ssh_public_key: line, label: 'bench' },
+    timeoutMs: TIMEOUT_MS,
+  });
 }
 
 /** Every VM of the caller that is not destroyed. */
@@ -88,19 +120,30 @@ async function untilRunning(base: string, token: string, ids: string[]): Promise
 }
 
 /** The world on the service at `base`; `cycleConnections` one-GPU VMs must fit next to the 50. */
-export async function setupWorld(base: string, admin: Credentials, tmpDir: string, cycleConnections: number): Promise<World> {
+export async function setupWorld(
+  base: string,
+  admin: Credentials,
+  tmpDir: string,
+  cycleConnections: number,
+): Promise<World> {
   const adminToken = await login(base, admin);
   const nodes = await registerNodes(base, adminToken, Math.ceil((VM_COUNT + cycleConnections) / GPUS_PER_NODE));
   const customer = await registerCustomer(base, adminToken);
   const token = await login(base, customer);
   await addSshKey(base, token, tmpDir);
-  const { key } = await must<{ key: string }>(base, 'POST', '/api-keys', { token, body: { name: 'bench', scope: 'read_write' }, timeoutMs: TIMEOUT_MS });
+  const { key } = await must<{ key: string }>(base, 'POST', '/api-keys', {
+    token,
+    body: { name: 'bench', scope: 'read_write' },
+    timeoutMs: TIMEOUT_MS,
+  });
   const vmIds: string[] = [];
   for (let i = 0; i < VM_COUNT; i++) {
     const body = vmRequest(nodes[i % nodes.length]!);
     vmIds.push((await must<Vm>(base, 'POST', '/vms', { token, body, timeoutMs: TIMEOUT_MS })).id);
   }
   await untilRunning(base, token, vmIds);
-  console.log(`  setup: ${nodes.length} nodes of ${GPUS_PER_NODE} GPUs, a customer with ${VM_COUNT} running VMs, an SSH key and a read_write API key`);
+  console.log(
+    `  setup: ${nodes.length} nodes of ${GPUS_PER_NODE} GPUs, a customer with ${VM_COUNT} running VMs, an SSH key and a read_write API key`,
+  );
   return { base, nodes, customer, apiKey: key, vmIds };
 }

@@ -36,7 +36,13 @@ async function secondsToHealthy(url: string, t0: number, started: Promise<unknow
   throw new Error(`no 200 from ${url} within ${START_TIMEOUT_MS / 1000} s`);
 }
 
-async function timedStart(scope: Scope, o: BenchOptions, db: ServiceDb, admin: Credentials, name: string): Promise<BenchResult> {
+async function timedStart(
+  scope: Scope,
+  o: BenchOptions,
+  db: ServiceDb,
+  admin: Credentials,
+  name: string,
+): Promise<BenchResult> {
   const port = await freePort();
   const t0 = performance.now();
   const started = startService(scope, o.repo, db, admin, port);
@@ -47,7 +53,14 @@ async function timedStart(scope: Scope, o: BenchOptions, db: ServiceDb, admin: C
   await service.stop();
   console.log(`  ${name}: ${seconds.toFixed(2)} s to GET /healthz 200, idle RSS ${rss?.toFixed(0) ?? 'n/a'} MB`);
   const na = { rps: null, p50_ms: null, p99_ms: null, baseline: null, baseline_rps: null, ratio: null };
-  return { kind: 'startup', name, db: o.db, ...na, seconds: Math.round(seconds * 1000) / 1000, rss_mb: rss === undefined ? null : Math.round(rss * 10) / 10 };
+  return {
+    kind: 'startup',
+    name,
+    db: o.db,
+    ...na,
+    seconds: Math.round(seconds * 1000) / 1000,
+    rss_mb: rss === undefined ? null : Math.round(rss * 10) / 10,
+  };
 }
 
 export function startupBench(o: BenchOptions): Promise<BenchResult[]> {

@@ -12,7 +12,9 @@ export const BUDGET_BYTES = 200 * 1024;
 /** Gzip bytes of every script index.html loads on the first screen, per file and in all. */
 export function firstScreenJs(outDir: string): { files: Record<string, number>; total: number } {
   const html = readFileSync(join(outDir, 'index.html'), 'utf8');
-  const urls = [...html.matchAll(/<(?:script[^>]*\ssrc|link[^>]*rel="modulepreload"[^>]*\shref)="([^"]+\.js)"/g)].map((m) => m[1]!);
+  const urls = [...html.matchAll(/<(?:script[^>]*\ssrc|link[^>]*rel="modulepreload"[^>]*\shref)="([^"]+\.js)"/g)].map(
+    (m) => m[1]!,
+  );
   const files: Record<string, number> = {};
   for (const url of urls) {
     const rel = url.replace(/^\/console\//, '');

@@ -40,7 +40,9 @@ function precompress(): Plugin {
       const js = firstScreenJs(outDir);
       const kb = (n: number) => `${(n / 1024).toFixed(1)} KB`;
       if (js.total > BUDGET_BYTES) {
-        throw new Error(`console: the first screen loads ${kb(js.total)} of gzipped JavaScript, over the ${kb(BUDGET_BYTES)} budget: ${JSON.stringify(js.files)}`);
+        throw new Error(
+          `console: the first screen loads ${kb(js.total)} of gzipped JavaScript, over the ${kb(BUDGET_BYTES)} budget: ${JSON.stringify(js.files)}`,
+        );
       }
       console.log(`console: first screen ${kb(js.total)} of gzipped JavaScript (budget ${kb(BUDGET_BYTES)})`);
     },
@@ -62,10 +64,21 @@ export default defineConfig({
   server: {
     // `npm run console:dev`: the console with hot reload, calling the API on :8080.
     proxy: Object.fromEntries(
-      ['/auth', '/account', '/api-keys', '/ssh-keys', '/search', '/pricing', '/vms', '/billing', '/reservations', '/admin', '/openapi.json', '/healthz', '/.well-known'].map((p) => [
-        p,
-        'http://127.0.0.1:8080',
-      ]),
+      [
+        '/auth',
+        '/account',
+        '/api-keys',
+        '/ssh-keys',
+        '/search',
+        '/pricing',
+        '/vms',
+        '/billing',
+        '/reservations',
+        '/admin',
+        '/openapi.json',
+        '/healthz',
+        '/.well-known',
+      ].map((p) => [p, 'http://127.0.0.1:8080']),
     ),
   },
   plugins: [precompress()],

@@ -35,7 +35,8 @@ documented schema.
 function int(name: string, raw: string | undefined, min: number, max: number): number | undefined {
   if (raw === undefined) return undefined;
   const n = Number(raw);
-  if (!/^\d+$/.test(raw.trim()) || n < min || n > max) throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, got "${raw}"`);
+  if (!/^\d+$/.test(raw.trim()) || n < min || n > max)
+    throw new UsageError(`--${name} must be a whole number from ${min} to ${max}, got "${raw}"`);
   return n;
 }
 
@@ -71,8 +72,10 @@ async function main(): Promise<number> {
     return 0;
   }
   const db = values.db ?? 'embedded';
-  if (!['embedded', 'postgres', 'both'].includes(db)) throw new UsageError(`--db must be embedded, postgres or both, got "${db}"`);
-  if ((db === 'postgres' || db === 'both') && !process.env.DATABASE_URL && !values.url) throw new UsageError('--db postgres needs DATABASE_URL');
+  if (!['embedded', 'postgres', 'both'].includes(db))
+    throw new UsageError(`--db must be embedded, postgres or both, got "${db}"`);
+  if ((db === 'postgres' || db === 'both') && !process.env.DATABASE_URL && !values.url)
+    throw new UsageError('--db postgres needs DATABASE_URL');
   const base: FuzzOptions = {
     requests: int('requests', values.requests, 1, 10_000_000),
     seed: int('seed', values.seed, 0, 2 ** 31 - 1),
@@ -85,7 +88,11 @@ async function main(): Promise<number> {
     trace: values.trace,
     log: values.quiet ? undefined : (l) => process.stderr.write(`${l}\n`),
   };
-  const kinds: ('embedded' | 'postgres')[] = values.url ? ['embedded'] : db === 'both' ? ['embedded', 'postgres'] : [db as 'embedded' | 'postgres'];
+  const kinds: ('embedded' | 'postgres')[] = values.url
+    ? ['embedded']
+    : db === 'both'
+      ? ['embedded', 'postgres']
+      : [db as 'embedded' | 'postgres'];
   let failed = false;
   for (const kind of kinds) {
     const r = await runFuzz({ ...base, db: kind });
@@ -93,7 +100,11 @@ async function main(): Promise<number> {
     if (values.stats) {
       console.log('\nstatuses per operation:');
       for (const [op, m] of Object.entries(r.statuses).sort(([a], [b]) => a.localeCompare(b))) {
-        console.log(`  ${op.padEnd(44)} ${Object.entries(m).map(([s, n]) => `${s}x${n}`).join(' ')}`);
+        console.log(
+          `  ${op.padEnd(44)} ${Object.entries(m)
+            .map(([s, n]) => `${s}x${n}`)
+            .join(' ')}`,
+        );
       }
     }
     if (!r.ok && base.serverLogLevel && base.serverLogLevel !== 'silent' && r.serverOutput) {

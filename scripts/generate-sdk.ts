@@ -90,7 +90,9 @@ export function optionalDefaultedQuery(doc: { paths?: Record<string, Record<stri
 
 /** TypeScript types (`paths`, `components`, `operations`) for an OpenAPI document. */
 export async function schemaTypes(openapiJson: string): Promise<string> {
-  const doc = JSON.parse(openapiJson) as Parameters<typeof openapiTS>[0] & { paths?: Record<string, Record<string, unknown>> };
+  const doc = JSON.parse(openapiJson) as Parameters<typeof openapiTS>[0] & {
+    paths?: Record<string, Record<string, unknown>>;
+  };
   optionalDefaultedQuery(doc);
   const ast = await openapiTS(doc, { silent: true });
   return SCHEMA_HEADER + astToString(ast);
@@ -107,19 +109,25 @@ export async function generate(): Promise<Map<string, string>> {
 async function main(argv: string[]): Promise<number> {
   const unknown = argv.filter((a) => a !== '--check');
   if (unknown.length > 0) {
-    console.error(`generate-sdk: unknown argument ${unknown[0]}\nusage: node --import tsx scripts/generate-sdk.ts [--check]`);
+    console.error(
+      `generate-sdk: unknown argument ${unknown[0]}\nusage: node --import tsx scripts/generate-sdk.ts [--check]`,
+    );
     return 2;
   }
   const check = argv.includes('--check');
   const files = await generate();
   if (check) {
-    const stale = [...files].filter(([file, text]) => !existsSync(file) || readFileSync(file, 'utf8') !== text).map(([file]) => relative(ROOT, file));
+    const stale = [...files]
+      .filter(([file, text]) => !existsSync(file) || readFileSync(file, 'utf8') !== text)
+      .map(([file]) => relative(ROOT, file));
     if (stale.length > 0) {
       for (const f of stale) console.error(`generate-sdk --check: ${f} is out of date with the server`);
       console.error('Run `node --import tsx scripts/generate-sdk.ts` and commit the result.');
       return 1;
     }
-    console.log(`generate-sdk --check: ${[...files.keys()].map((f) => relative(ROOT, f)).join(' and ')} match the server`);
+    console.log(
+      `generate-sdk --check: ${[...files.keys()].map((f) => relative(ROOT, f)).join(' and ')} match the server`,
+    );
     return 0;
   }
   for (const [file, text] of files) {

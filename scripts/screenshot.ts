@@ -48,14 +48,18 @@ async function main(): Promise<void> {
     const call = async (method: string, url: string, token?: string, body?: unknown) => {
       const r = await fetch(base + url, {
         method,
-        headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        headers: {
+          ...(body ? { 'content-type': 'application/json' } : {}),
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
         ...(body ? { body: JSON.stringify(body) } : {}),
       });
       const text = await r.text();
       if (!r.ok) throw new Error(`${method} ${url}: ${r.status} ${text}`);
       return text ? JSON.parse(text) : undefined;
     };
-    const login = async (email: string, password: string) => (await call('POST', '/auth/login', undefined, { email, password })).access_token as string;
+    const login = async (email: string, password: string) =>
+      (await call('POST', '/auth/login', undefined, { email, password })).access_token as string;
 
     await services.auth.ensureUser('ops@gpucloud.example', 'operator-password-1', 'admin');
     let adminToken = await login('ops@gpucloud.example', 'operator-password-1');
@@ -65,7 +69,16 @@ async function main(): Promise<void> {
       ['par-pro6000', 'pro6000', 8, 'Paris'],
     ] as const) {
       await call('POST', '/admin/nodes', adminToken, {
-        node, gpu_type, gpu_count, ram_gb: 512, cpu_cores: 64, cpu_model: 'AMD EPYC 7543', pcie_gen: '4.0', max_storage_gb: 4000, location, cluster_name: 'eu-1',
+        node,
+        gpu_type,
+        gpu_count,
+        ram_gb: 512,
+        cpu_cores: 64,
+        cpu_model: 'AMD EPYC 7543',
+        pcie_gen: '4.0',
+        max_storage_gb: 4000,
+        location,
+        cluster_name: 'eu-1',
       });
     }
     const email = 'ada@example.com';
@@ -74,13 +87,33 @@ async function main(): Promise<void> {
     const token = await login(email, password);
     const me = await call('GET', '/account', token);
     await call('POST', `/admin/users/${me.id}/credits`, adminToken, { amount: 250, description: 'Welcome credit' });
-    await call('POST', '/ssh-keys', token, { ssh_public_key: generateKey('ed25519', { comment: 'ada@laptop' }).line, label: 'laptop' });
-    const vm = await call('POST', '/vms', token, { node: 'fra-a100', gpu_type: '4090', gpu_count: 2, storage_gb: 200, template_vmid: 101, instance_label: 'training' });
-    await call('POST', '/vms', token, { node: 'ams-5090', gpu_type: '5090', gpu_count: 1, storage_gb: 100, template_vmid: 103, rental_type: 'interruptible', instance_label: 'comfyui' });
+    await call('POST', '/ssh-keys', token, {
+      ssh_public_key: generateKey('ed25519', { comment: 'ada@laptop' }).line,
+      label: 'laptop',
+    });
+    const vm = await call('POST', '/vms', token, {
+      node: 'fra-a100',
+      gpu_type: '4090',
+      gpu_count: 2,
+      storage_gb: 200,
+      template_vmid: 101,
+      instance_label: 'training',
+    });
+    await call('POST', '/vms', token, {
+      node: 'ams-5090',
+      gpu_type: '5090',
+      gpu_count: 1,
+      storage_gb: 100,
+      template_vmid: 103,
+      rental_type: 'interruptible',
+      instance_label: 'comfyui',
+    });
     await call('POST', '/admin/clock/advance', adminToken, { seconds: 5 * 3600 + 17 * 60 });
     adminToken = await login('ops@gpucloud.example', 'operator-password-1');
 
-    const page = await (await browser.newContext({ baseURL: base, viewport: { width: 1280, height: 760 }, deviceScaleFactor: 1 })).newPage();
+    const page = await (
+      await browser.newContext({ baseURL: base, viewport: { width: 1280, height: 760 }, deviceScaleFactor: 1 })
+    ).newPage();
     await page.goto('/console/');
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill(password);
@@ -89,7 +122,10 @@ async function main(): Promise<void> {
     await page.waitForTimeout(300);
     await page.screenshot({ path: OUT('console-dashboard.png') });
     await page.goto(`/console/vms/${vm.id}`);
-    await page.getByText(/ssh .*@/).first().waitFor();
+    await page
+      .getByText(/ssh .*@/)
+      .first()
+      .waitFor();
     await page.waitForTimeout(300);
     await page.screenshot({ path: OUT('console-vm.png') });
     console.log(`screenshot: wrote docs/console-dashboard.png and docs/console-vm.png`);

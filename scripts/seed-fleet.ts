@@ -13,7 +13,9 @@ export async function seedFleet(db: Db, vms: number, billedUntil: number): Promi
   const users = Math.max(1, Math.ceil(vms / 10));
   const credit = 1_000_000 * 1_000_000;
   // Everything below is the fleet's own: customers numbered after those already there (a test's).
-  const first = Number((await db.query<{ max: number | null }>('SELECT max(id)::int8 AS max FROM users')).rows[0]?.max ?? 0);
+  const first = Number(
+    (await db.query<{ max: number | null }>('SELECT max(id)::int8 AS max FROM users')).rows[0]?.max ?? 0,
+  );
   await db.query(
     `INSERT INTO users (email, email_normalized, password_hash, balance_micros, created_at, updated_at)
      SELECT 'fleet' || g || '@bench.example', 'fleet' || g || '@bench.example', 'x', $2, $1, $1 FROM generate_series(1, $3) g`,
@@ -62,4 +64,3 @@ export async function seedFleet(db: Db, vms: number, billedUntil: number): Promi
     [first],
   );
 }
-

@@ -33,9 +33,25 @@
 // scripts are in scripts/test-image/.
 import { spawn } from 'node:child_process';
 import {
-  chmodSync, closeSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync,
-  readFileSync, readdirSync, readlinkSync, readSync, realpathSync, renameSync, rmSync, statSync,
-  symlinkSync, writeFileSync, writeSync,
+  chmodSync,
+  closeSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  readSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -49,16 +65,29 @@ const DROPBEAR_PKG = 'dropbear-bin';
 // dropbear-bin's libraries (bookworm); the build checks with ld.so that these cover it.
 const LIB_PKGS = ['libc6', 'libcrypt1', 'libtomcrypt1', 'libtommath1', 'libgmp10', 'zlib1g'];
 const MODULES = [
-  'virtio_ring', 'virtio', 'virtio_pci_modern_dev', 'virtio_pci_legacy_dev', 'virtio_pci',
-  'failover', 'net_failover', 'virtio_net', 'virtio_blk', 'qemu_fw_cfg', 'button', 'evdev',
-  'cdrom', 'isofs',
+  'virtio_ring',
+  'virtio',
+  'virtio_pci_modern_dev',
+  'virtio_pci_legacy_dev',
+  'virtio_pci',
+  'failover',
+  'net_failover',
+  'virtio_net',
+  'virtio_blk',
+  'qemu_fw_cfg',
+  'button',
+  'evdev',
+  'cdrom',
+  'isofs',
 ];
 const CMDLINE = 'console=ttyS0,115200';
 const MBR_BIN = ['/usr/lib/syslinux/mbr/mbr.bin', '/usr/lib/SYSLINUX/mbr.bin', '/usr/share/syslinux/mbr.bin'];
 const MiB = 1024 * 1024;
 
 class BuildError extends Error {}
-const fail = (msg) => { throw new BuildError(msg); };
+const fail = (msg) => {
+  throw new BuildError(msg);
+};
 const started = Date.now();
 const log = (msg) => console.log(`test-image: ${msg}`);
 
@@ -87,7 +116,11 @@ function run(cmd, args, { cwd, input, allowFail = false, raw = false } = {}) {
       const stderr = Buffer.concat(err).toString('utf8');
       if (code !== 0 && !allowFail) {
         const text = `${stderr}${raw ? '' : stdout}`.trim().split('\n').slice(-15).join('\n');
-        reject(new BuildError(`${cmd} ${args.join(' ')} failed (${signal ? `signal ${signal}` : `exit ${code}`})${text ? `:\n${text}` : ''}`));
+        reject(
+          new BuildError(
+            `${cmd} ${args.join(' ')} failed (${signal ? `signal ${signal}` : `exit ${code}`})${text ? `:\n${text}` : ''}`,
+          ),
+        );
         return;
       }
       resolveRun({ status: code, stdout, stderr });
@@ -96,16 +129,34 @@ function run(cmd, args, { cwd, input, allowFail = false, raw = false } = {}) {
 }
 
 const TOOL_PACKAGES = {
-  'apt-get': 'apt', 'apt-cache': 'apt', 'dpkg-deb': 'dpkg', depmod: 'kmod', sfdisk: 'fdisk',
-  'mkfs.vfat': 'dosfstools', mcopy: 'mtools', syslinux: 'syslinux', 'qemu-img': 'qemu-utils',
-  xz: 'xz-utils', zstd: 'zstd',
+  'apt-get': 'apt',
+  'apt-cache': 'apt',
+  'dpkg-deb': 'dpkg',
+  depmod: 'kmod',
+  sfdisk: 'fdisk',
+  'mkfs.vfat': 'dosfstools',
+  mcopy: 'mtools',
+  syslinux: 'syslinux',
+  'qemu-img': 'qemu-utils',
+  xz: 'xz-utils',
+  zstd: 'zstd',
 };
 function hint(cmd) {
   return TOOL_PACKAGES[cmd] ? `apt-get install ${TOOL_PACKAGES[cmd]}` : 'install it';
 }
 function checkTools() {
   const missing = [];
-  for (const tool of ['apt-get', 'apt-cache', 'dpkg-deb', 'depmod', 'sfdisk', 'mkfs.vfat', 'mcopy', 'syslinux', 'qemu-img']) {
+  for (const tool of [
+    'apt-get',
+    'apt-cache',
+    'dpkg-deb',
+    'depmod',
+    'sfdisk',
+    'mkfs.vfat',
+    'mcopy',
+    'syslinux',
+    'qemu-img',
+  ]) {
     if (!which(tool)) missing.push(tool);
   }
   if (!MBR_BIN.some((p) => existsSync(p))) missing.push('mbr.bin (syslinux-common)');
@@ -127,8 +178,9 @@ function sbinPath() {
 // ---------------------------------------------------------------- packages
 
 function cacheDir() {
-  const dir = process.env.GPUCLOUD_TEST_IMAGE_CACHE
-    || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'gpucloud-test-image');
+  const dir =
+    process.env.GPUCLOUD_TEST_IMAGE_CACHE ||
+    join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'gpucloud-test-image');
   mkdirSync(dir, { recursive: true });
   return resolve(dir);
 }
@@ -171,11 +223,16 @@ function cachedDebs(cache, pkg) {
 /** The concrete kernel package behind linux-image-cloud-amd64. */
 async function kernelPackage(cache) {
   let meta = (await aptShow([KERNEL_META])).get(KERNEL_META);
-  if (!meta && await aptUpdate(`apt does not know ${KERNEL_META}`)) meta = (await aptShow([KERNEL_META])).get(KERNEL_META);
-  const dep = meta?.depends.split(',').map((d) => d.trim().split(/\s/)[0]).find((d) => /^linux-image-.*-cloud-amd64$/.test(d));
+  if (!meta && (await aptUpdate(`apt does not know ${KERNEL_META}`)))
+    meta = (await aptShow([KERNEL_META])).get(KERNEL_META);
+  const dep = meta?.depends
+    .split(',')
+    .map((d) => d.trim().split(/\s/)[0])
+    .find((d) => /^linux-image-.*-cloud-amd64$/.test(d));
   if (dep) return dep;
   // Offline: use the newest cached kernel.
-  const cached = readdirSync(cache).filter((f) => /^linux-image-[0-9].*-cloud-amd64_.*\.deb$/.test(f))
+  const cached = readdirSync(cache)
+    .filter((f) => /^linux-image-[0-9].*-cloud-amd64_.*\.deb$/.test(f))
     .sort((a, b) => statSync(join(cache, b)).mtimeMs - statSync(join(cache, a)).mtimeMs);
   if (cached.length) return cached[0].split('_')[0];
   fail(`cannot resolve ${KERNEL_META} (is deb.debian.org in the apt sources?)`);
@@ -184,7 +241,10 @@ async function kernelPackage(cache) {
 /** Paths of the .debs for pkgs: from the cache, else apt-get download into it. */
 async function fetchDebs(cache, pkgs) {
   let info = await aptShow(pkgs);
-  if (pkgs.some((p) => !info.has(p)) && await aptUpdate(`apt does not know ${pkgs.filter((p) => !info.has(p)).join(' ')}`)) {
+  if (
+    pkgs.some((p) => !info.has(p)) &&
+    (await aptUpdate(`apt does not know ${pkgs.filter((p) => !info.has(p)).join(' ')}`))
+  ) {
     info = await aptShow(pkgs);
   }
   const result = new Map();
@@ -206,14 +266,19 @@ async function fetchDebs(cache, pkgs) {
     const specs = toFetch.map((p) => `${p.pkg}=${p.version}`);
     log(`downloading ${toFetch.map((p) => debName(p)).join(' ')} (apt-get download into ${cache})`);
     let r = await run('apt-get', ['download', ...specs], { cwd: cache, allowFail: true });
-    if (r.status !== 0 && await aptUpdate('apt-get download failed')) {
+    if (r.status !== 0 && (await aptUpdate('apt-get download failed'))) {
       info = await aptShow(toFetch.map((p) => p.pkg));
       const again = toFetch.map((p) => info.get(p.pkg) ?? p);
       toFetch.splice(0, toFetch.length, ...again);
-      r = await run('apt-get', ['download', ...again.map((p) => `${p.pkg}=${p.version}`)], { cwd: cache, allowFail: true });
+      r = await run('apt-get', ['download', ...again.map((p) => `${p.pkg}=${p.version}`)], {
+        cwd: cache,
+        allowFail: true,
+      });
     }
     if (r.status !== 0) {
-      fail(`apt-get download ${specs.join(' ')} failed:\n${`${r.stderr}${r.stdout}`.trim().split('\n').slice(-10).join('\n')}`);
+      fail(
+        `apt-get download ${specs.join(' ')} failed:\n${`${r.stderr}${r.stdout}`.trim().split('\n').slice(-10).join('\n')}`,
+      );
     }
     for (const p of toFetch) {
       const file = join(cache, debName(p));
@@ -243,7 +308,7 @@ function copyInto(root, dest, src, mode) {
   const to = join(root, dest);
   mkdirSync(dirname(to), { recursive: true });
   copyFileSync(src, to);
-  chmodSync(to, mode ?? (statSync(src).mode & 0o7777));
+  chmodSync(to, mode ?? statSync(src).mode & 0o7777);
 }
 function writeInto(root, dest, text, mode = 0o644) {
   const to = join(root, dest);
@@ -257,7 +322,13 @@ function linkInto(root, dest, target) {
   if (existsSync(to) || isLink(to)) return;
   symlinkSync(target, to);
 }
-const isLink = (p) => { try { return lstatSync(p).isSymbolicLink(); } catch { return false; } };
+const isLink = (p) => {
+  try {
+    return lstatSync(p).isSymbolicLink();
+  } catch {
+    return false;
+  }
+};
 
 function findModulesDir(kdir) {
   for (const base of ['lib/modules', 'usr/lib/modules']) {
@@ -328,7 +399,10 @@ async function installBusybox(deb, work, root) {
   const bin = join(dir, 'bin', 'busybox');
   if (!existsSync(bin)) fail(`${basename(deb)} has no bin/busybox`);
   copyInto(root, 'bin/busybox', bin, 0o755);
-  const list = (await run(bin, ['--list-full'])).stdout.split('\n').map((s) => s.trim()).filter(Boolean);
+  const list = (await run(bin, ['--list-full'])).stdout
+    .split('\n')
+    .map((s) => s.trim())
+    .filter(Boolean);
   let n = 0;
   for (const path of list) {
     const name = basename(path);
@@ -337,7 +411,15 @@ async function installBusybox(deb, work, root) {
     linkInto(root, join('bin', name), '/bin/busybox'); // every applet on a plain /bin PATH too
     n++;
   }
-  for (const need of ['sbin/init', 'bin/sh', 'sbin/acpid', 'sbin/udhcpc', 'sbin/insmod', 'sbin/poweroff', 'usr/bin/awk']) {
+  for (const need of [
+    'sbin/init',
+    'bin/sh',
+    'sbin/acpid',
+    'sbin/udhcpc',
+    'sbin/insmod',
+    'sbin/poweroff',
+    'usr/bin/awk',
+  ]) {
     if (!isLink(join(root, need))) fail(`busybox has no ${need}`);
   }
   return n;
@@ -363,7 +445,8 @@ async function installDropbear(debs, work, root) {
     }
     libs.push({ soname: m[1], file: realpathSync(m[2]) });
   }
-  if (!libs.some((l) => l.soname.startsWith('libcrypt.so'))) fail('dropbear is not linked with libcrypt (password login needs it)');
+  if (!libs.some((l) => l.soname.startsWith('libcrypt.so')))
+    fail('dropbear is not linked with libcrypt (password login needs it)');
   for (const { soname, file } of libs) copyInto(root, join('lib/x86_64-linux-gnu', soname), file, 0o755);
   copyInto(root, 'lib/x86_64-linux-gnu/ld-linux-x86-64.so.2', realpathSync(ldso), 0o755);
   linkInto(root, 'lib64/ld-linux-x86-64.so.2', '/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2');
@@ -371,7 +454,19 @@ async function installDropbear(debs, work, root) {
 }
 
 function installConfig(root) {
-  for (const d of ['dev', 'proc', 'sys', 'run', 'tmp', 'mnt', 'var/log', 'etc/dropbear', 'etc/acpi/PWRF', 'home', 'usr/share/udhcpc']) {
+  for (const d of [
+    'dev',
+    'proc',
+    'sys',
+    'run',
+    'tmp',
+    'mnt',
+    'var/log',
+    'etc/dropbear',
+    'etc/acpi/PWRF',
+    'home',
+    'usr/share/udhcpc',
+  ]) {
     mkdirSync(join(root, d), { recursive: true });
   }
   mkdirSync(join(root, 'root'), { recursive: true, mode: 0o700 });
@@ -396,7 +491,11 @@ function installConfig(root) {
   writeInto(root, 'etc/hostname', 'gpucloud-test\n');
   writeInto(root, 'etc/resolv.conf', '');
   writeInto(root, 'etc/profile', 'export PATH=/sbin:/bin:/usr/sbin:/usr/bin\nexport PS1="\\u@\\h:\\w\\$ "\n');
-  writeInto(root, 'etc/os-release', 'NAME="gpucloud test image"\nID=gpucloud-test\nPRETTY_NAME="gpucloud test image (busybox + dropbear)"\n');
+  writeInto(
+    root,
+    'etc/os-release',
+    'NAME="gpucloud test image"\nID=gpucloud-test\nPRETTY_NAME="gpucloud test image (busybox + dropbear)"\n',
+  );
 }
 
 // ---------------------------------------------------------------- initramfs (cpio newc)
@@ -410,7 +509,13 @@ function cpioArchive(root, extra) {
     const nameBuf = Buffer.from(`${name}\0`);
     const fields = [ino++, mode, 0, 0, nlink, 0, data.length, 0, 0, rmajor, rminor, nameBuf.length, 0];
     const header = `070701${fields.map((f) => f.toString(16).padStart(8, '0')).join('')}`;
-    chunks.push(Buffer.from(header), nameBuf, Buffer.alloc(pad4(110 + nameBuf.length)), data, Buffer.alloc(pad4(data.length)));
+    chunks.push(
+      Buffer.from(header),
+      nameBuf,
+      Buffer.alloc(pad4(110 + nameBuf.length)),
+      data,
+      Buffer.alloc(pad4(data.length)),
+    );
   };
   const walk = (rel) => {
     const full = rel ? join(root, rel) : root;
@@ -419,8 +524,11 @@ function cpioArchive(root, extra) {
       const st = lstatSync(join(root, r));
       // Everything belongs to root; modes are normalised (the host's umask must not matter).
       if (st.isSymbolicLink()) add(r, 0o120777, Buffer.from(readlinkSync(join(root, r))));
-      else if (st.isDirectory()) { add(r, 0o040000 | (MODES[r] ?? 0o755), undefined, { nlink: 2 }); walk(r); }
-      else if (st.isFile()) add(r, 0o100000 | (MODES[r] ?? (st.mode & 0o111 ? 0o755 : 0o644)), readFileSync(join(root, r)));
+      else if (st.isDirectory()) {
+        add(r, 0o040000 | (MODES[r] ?? 0o755), undefined, { nlink: 2 });
+        walk(r);
+      } else if (st.isFile())
+        add(r, 0o100000 | (MODES[r] ?? (st.mode & 0o111 ? 0o755 : 0o644)), readFileSync(join(root, r)));
       else fail(`unexpected file type in the initramfs: ${r}`);
     }
   };
@@ -512,17 +620,29 @@ async function main() {
     rmSync(work, { recursive: true, force: true });
     rmSync(partial, { force: true });
   };
-  for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]]) {
+  for (const [sig, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+    ['SIGHUP', 129],
+  ]) {
     process.on(sig, async () => {
       if (interrupted) return;
       interrupted = true;
       const running = [...children];
       for (const child of running) {
-        try { process.kill(-child.pid, 'SIGKILL'); } catch { /* already gone */ }
+        try {
+          process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
       }
       // Let them die before removing the files they write.
       await Promise.race([
-        Promise.all(running.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => c.once('close', r))))),
+        Promise.all(
+          running.map((c) =>
+            c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => c.once('close', r)),
+          ),
+        ),
         new Promise((r) => setTimeout(r, 3000)),
       ]);
       await new Promise((r) => setTimeout(r, 100));
@@ -537,7 +657,8 @@ async function main() {
     const debs = await fetchDebs(cache, [kpkg, BUSYBOX_PKG, DROPBEAR_PKG, ...LIB_PKGS]);
     for (const f of readdirSync(cache)) {
       // Kernels of older ABIs (another package name) are not needed any more.
-      if (/^linux-image-.*-cloud-amd64_.*\.deb$/.test(f) && join(cache, f) !== debs.get(kpkg)) rmSync(join(cache, f), { force: true });
+      if (/^linux-image-.*-cloud-amd64_.*\.deb$/.test(f) && join(cache, f) !== debs.get(kpkg))
+        rmSync(join(cache, f), { force: true });
     }
     log(`packages: ${[...debs.values()].map((d) => basename(d)).join(' ')}`);
 
@@ -546,7 +667,11 @@ async function main() {
     const kernel = await installKernel(debs.get(kpkg), work, root);
     log(`kernel ${kernel.version}; modules: ${kernel.modules.map((m) => m.replace(/\.ko$/, '')).join(' ')}`);
     const applets = await installBusybox(debs.get(BUSYBOX_PKG), work, root);
-    const libs = await installDropbear([DROPBEAR_PKG, ...LIB_PKGS].map((p) => debs.get(p)), work, root);
+    const libs = await installDropbear(
+      [DROPBEAR_PKG, ...LIB_PKGS].map((p) => debs.get(p)),
+      work,
+      root,
+    );
     log(`busybox (${applets} applets), dropbear with ${libs.join(' ')}`);
     installConfig(root);
 
@@ -570,6 +695,6 @@ async function main() {
 try {
   await main();
 } catch (err) {
-  console.error(`test-image: error: ${err instanceof BuildError ? err.message : err.stack ?? err}`);
+  console.error(`test-image: error: ${err instanceof BuildError ? err.message : (err.stack ?? err)}`);
   process.exit(1);
 }

@@ -14,7 +14,11 @@ import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 const DEFAULT_AT = ['2026-12-31 23:40:00', '2027-01-01 00:00:30'];
-const at = process.env.TIMESHIFT_AT ? process.env.TIMESHIFT_AT.split(',').map((s) => s.trim()).filter(Boolean) : DEFAULT_AT;
+const at = process.env.TIMESHIFT_AT
+  ? process.env.TIMESHIFT_AT.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean)
+  : DEFAULT_AT;
 
 for (const moment of at) {
   if (!/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/.test(moment)) {

@@ -1,4 +1,5 @@
-// Runs test/**/*.test.ts (or the files and directories given) with node's test runner (through tsx), two files at a time.
+// Runs test/**/*.test.ts (or the files and directories given) with node's test runner (through tsx), two files at a
+// time.
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';

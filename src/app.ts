@@ -103,7 +103,14 @@ export function createServices(deps: AppDeps): Services {
   const tokens = new TokenService(deps.jwtSecret, clock);
   const sshKeys = new SshKeyService(deps.db, clock);
   const adminUsers = new AdminUserService(deps.db, clock);
-  const auth = new AuthService(deps.db, clock, passwords, tokens, deriveKey(deps.jwtSecret, 'totp-secret'), deps.config.sessionMaxDays * 86_400_000);
+  const auth = new AuthService(
+    deps.db,
+    clock,
+    passwords,
+    tokens,
+    deriveKey(deps.jwtSecret, 'totp-secret'),
+    deps.config.sessionMaxDays * 86_400_000,
+  );
   const apiKeys = new ApiKeyService(deps.db, clock);
   const inventory = new InventoryService(deps.db, clock, deps.jwtSecret, (endpoint) =>
     new AgentClient(endpoint, 3_000)
@@ -146,15 +153,19 @@ export function createServices(deps: AppDeps): Services {
 
   // Cross-module reactions, each inside the transaction of its cause.
   vms.useReservations(reservations); // reserved VMs take their deposit at creation
-  reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now)); // a cancelled or ended reservation's VM goes on as on-demand
-  vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now)); // billing periods close at status changes
+  // a cancelled or ended reservation's VM goes on as on-demand
+  reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now));
+  // billing periods close at status changes
+  vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now));
   vms.onTransition(async (tx, before, after, now) => {
     // Interrupting others is never free: a VM that preempted any pays at least one billing period.
-    if (after.status === 'destroyed' && before.status !== 'destroyed') await meter.chargePreemptionMinimum(tx, after.id, now);
+    if (after.status === 'destroyed' && before.status !== 'destroyed')
+      await meter.chargePreemptionMinimum(tx, after.id, now);
   });
   vms.onTransition(async (tx, before, after, now) => {
     // A reserved VM that ends failed gets its whole deposit back.
-    if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id) await reservations.refundFailed(tx, after.reservation_id, now);
+    if (after.status === 'failed' && before.status !== 'failed' && after.reservation_id)
+      await reservations.refundFailed(tx, after.reservation_id, now);
   });
   adminUsers.onSuspend((tx, userId, now) => vms.stopAllOf(tx, userId, now, 'suspended').then(() => undefined));
   // Offers are read from a snapshot; GPUs taken or freed replace it once their transaction commits.
@@ -164,10 +175,12 @@ export function createServices(deps: AppDeps): Services {
     auth.forgetUser(userId);
     apiKeys.forgetUser(userId);
   });
-  inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now)); // an offline node takes its VMs offline
+  // an offline node takes its VMs offline
+  inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now));
 
   // Background work, in this order on every pass: reservation ends (their usage draws on the
-  // reservation up to end_at), interval closes (traffic counters read first), then low-balance stops (docs/billing.md#low-balance).
+  // reservation up to end_at), interval closes (traffic counters read first), then low-balance stops
+  // (docs/billing.md#low-balance).
   reconciler.addJob({ name: 'reservation-ends', run: (now) => reservations.endDue(now) });
   reconciler.addJob({
     name: 'billing-intervals',
@@ -275,7 +288,10 @@ export async function buildApp(deps: AppDeps, services: Services = createService
             ? [408, 'Request Timeout', `The request did not arrive within ${deps.config.requestTimeoutS} s`]
             : [400, 'Bad Request', 'The request is not valid HTTP'];
       const requestId = newId();
-      const body = JSON.stringify({ detail: `${detail} (request id ${requestId})`, code: status === 400 ? 'malformed_json' : 'validation_error' });
+      const body = JSON.stringify({
+        detail: `${detail} (request id ${requestId})`,
+        code: status === 400 ? 'malformed_json' : 'validation_error',
+      });
       socket.end(
         `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
           `X-Request-Id: ${requestId}\r\nAPI-Version: ${API_VERSION}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`,
@@ -284,7 +300,12 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     serverFactory: (handler) => {
       const requestMs = deps.config.requestTimeoutS * 1000;
       const server = createServer(
-        { requestTimeout: requestMs, headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000), keepAliveTimeout: 5000, connectionsCheckingInterval: 1000 },
+        {
+          requestTimeout: requestMs,
+          headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000),
+          keepAliveTimeout: 5000,
+          connectionsCheckingInterval: 1000,
+        },
         handler,
       );
       return server;
@@ -293,7 +314,9 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   app.decorate('services', services);
   // First of all hooks, and synchronous: the request's scope for work that must commit with its change.
   app.addHook('onRequest', (req, reply, done) => {
-    const exit = enterRequestScope(req.routeOptions.config.idempotent === true && req.headers['idempotency-key'] !== undefined);
+    const exit = enterRequestScope(
+      req.routeOptions.config.idempotent === true && req.headers['idempotency-key'] !== undefined,
+    );
     if (exit) reply.raw.once('close', exit);
     done();
   });
@@ -327,13 +350,27 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   if (deps.config.corsOrigins.length > 0) {
     await app.register(cors, {
       origin: deps.config.corsOrigins.includes('*') ? true : deps.config.corsOrigins,
-      exposedHeaders: ['X-Request-Id', 'X-Total-Count', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'Retry-After', 'API-Version'],
+      exposedHeaders: [
+        'X-Request-Id',
+        'X-Total-Count',
+        'X-RateLimit-Limit',
+        'X-RateLimit-Remaining',
+        'X-RateLimit-Reset',
+        'Retry-After',
+        'API-Version',
+      ],
     });
   }
 
-  // The docs UI's and the console's files (registered by @fastify/swagger-ui and @fastify/static) are public and not rate limited.
+  // The docs UI's and the console's files (registered by @fastify/swagger-ui and @fastify/static) are public and not
+  // rate limited.
   app.addHook('onRoute', (route) => {
-    if (route.url === '/docs' || route.url.startsWith('/docs/') || route.url === '/console' || route.url.startsWith('/console/')) {
+    if (
+      route.url === '/docs' ||
+      route.url.startsWith('/docs/') ||
+      route.url === '/console' ||
+      route.url.startsWith('/console/')
+    ) {
       route.config = { ...(route.config ?? {}), auth: 'public', rateLimit: false };
     }
   });
@@ -358,7 +395,14 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   if (services.clock.clock.mode === 'manual') {
     app.addHook('onRequest', async (req) => {
       const url = req.routeOptions.url ?? '';
-      if (url === '/healthz' || url === '/readyz' || url === '/metrics' || url.startsWith('/docs') || url.startsWith('/console')) return;
+      if (
+        url === '/healthz' ||
+        url === '/readyz' ||
+        url === '/metrics' ||
+        url.startsWith('/docs') ||
+        url.startsWith('/console')
+      )
+        return;
       await services.clock.sync();
     });
   }
@@ -373,7 +417,14 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   app.get(
     '/healthz',
     {
-      schema: { tags: ['system'], operationId: 'getLiveness', summary: 'Liveness', description: 'The process is up.', security: [], response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+      schema: {
+        tags: ['system'],
+        operationId: 'getLiveness',
+        summary: 'Liveness',
+        description: 'The process is up.',
+        security: [],
+        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+      },
       config: health,
     },
     async () => ({ status: 'ok' as const }),
@@ -415,7 +466,14 @@ export async function buildApp(deps: AppDeps, services: Services = createService
         response: {
           200: Type.Object({
             keys: Type.Array(
-              Type.Object({ kty: Type.String(), crv: Type.String(), x: Type.String(), kid: Type.String(), alg: Type.String(), use: Type.String() }),
+              Type.Object({
+                kty: Type.String(),
+                crv: Type.String(),
+                x: Type.String(),
+                kid: Type.String(),
+                alg: Type.String(),
+                use: Type.String(),
+              }),
             ),
           }),
           ...errorResponses(429),

@@ -39,5 +39,8 @@ export class ManualClock implements Clock {
   }
 }
 
-/** Real time, for what must not follow a manual clock: rate-limit windows and the leases that tell a dead instance's claim from a live one. */
+/**
+ * Real time, for what must not follow a manual clock: rate-limit windows and the leases that tell a dead instance's
+ * claim from a live one.
+ */
 export const realTimeMs = (): number => Date.now();

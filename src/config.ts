@@ -63,7 +63,10 @@ export interface Config {
   sessionMaxDays: number;
   /** Prefix of this deployment's keys in Redis (several deployments may share one Redis). */
   redisPrefix: string;
-  /** Where clients reach the API (the OpenAPI document's `servers`): an absolute URL, or `/` for "wherever this document came from". */
+  /**
+   * Where clients reach the API (the OpenAPI document's `servers`): an absolute URL, or `/` for "wherever this
+   * document came from".
+   */
   publicUrl: string;
   /** Where customers write for help (the OpenAPI document's `contact`), if the operator names one. */
   supportEmail: string | undefined;
@@ -135,7 +138,10 @@ function instant(env: Env, name: string): number | undefined {
   const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/.exec(raw);
   const ms = m ? Date.parse(raw) : NaN;
   // Date.parse rolls impossible dates over (02-30 -> 03-02); a round trip of the date part refuses them.
-  const sameDay = m && !Number.isNaN(ms) && new Date(Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!)).toISOString().slice(0, 10) === `${m[1]}-${m[2]}-${m[3]}`;
+  const sameDay =
+    m &&
+    !Number.isNaN(ms) &&
+    new Date(Date.UTC(+m[1]!, +m[2]! - 1, +m[3]!)).toISOString().slice(0, 10) === `${m[1]}-${m[2]}-${m[3]}`;
   if (!m || Number.isNaN(ms) || !sameDay || +m[4]! > 23 || +m[5]! > 59 || +m[6]! > 59) {
     throw new ConfigError(name, `must be an instant like 2026-01-01T00:00:00Z (ISO 8601 with a zone), got "${raw}"`);
   }
@@ -165,14 +171,16 @@ function publicUrl(env: Env, name: string): string {
   const raw = url(env, name, ['https:', 'http:'], true);
   if (raw === undefined) return '/';
   const u = new URL(raw);
-  if (u.search || u.hash || raw.includes('?') || raw.includes('#')) throw new ConfigError(name, 'must not have a query or a fragment');
+  if (u.search || u.hash || raw.includes('?') || raw.includes('#'))
+    throw new ConfigError(name, 'must not have a query or a fragment');
   return raw.replace(/\/+$/, '');
 }
 
 function email(env: Env, name: string): string | undefined {
   const raw = str(env, name);
   if (raw === undefined) return undefined;
-  if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(raw) || raw.length > 254) throw new ConfigError(name, 'is not an email address');
+  if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(raw) || raw.length > 254)
+    throw new ConfigError(name, 'is not an email address');
   return raw;
 }
 
@@ -182,7 +190,10 @@ export function loadConfig(env: Env = process.env): Config {
   const redisUrl = url(env, 'GPUCLOUD_REDIS_URL', ['redis:', 'rediss:'], true);
   const jwtSecret = str(env, 'GPUCLOUD_JWT_SECRET');
   if (databaseUrl && !jwtSecret) {
-    throw new ConfigError('GPUCLOUD_JWT_SECRET', 'is required when DATABASE_URL is set (every instance must sign with the same secret)');
+    throw new ConfigError(
+      'GPUCLOUD_JWT_SECRET',
+      'is required when DATABASE_URL is set (every instance must sign with the same secret)',
+    );
   }
   if (jwtSecret && jwtSecret.length < 32) {
     throw new ConfigError('GPUCLOUD_JWT_SECRET', 'must be at least 32 characters');
@@ -212,14 +223,21 @@ export function loadConfig(env: Env = process.env): Config {
   if (adminEmail && !/^[^\s@]+@[^\s@]+$/.test(adminEmail)) {
     throw new ConfigError('GPUCLOUD_ADMIN_EMAIL', 'is not an email address');
   }
-  if (adminEmail && !adminPassword) throw new ConfigError('GPUCLOUD_ADMIN_PASSWORD', 'is required with GPUCLOUD_ADMIN_EMAIL');
-  if (adminPassword && !adminEmail) throw new ConfigError('GPUCLOUD_ADMIN_EMAIL', 'is required with GPUCLOUD_ADMIN_PASSWORD');
+  if (adminEmail && !adminPassword)
+    throw new ConfigError('GPUCLOUD_ADMIN_PASSWORD', 'is required with GPUCLOUD_ADMIN_EMAIL');
+  if (adminPassword && !adminEmail)
+    throw new ConfigError('GPUCLOUD_ADMIN_EMAIL', 'is required with GPUCLOUD_ADMIN_PASSWORD');
   if (adminPassword && adminPassword.length < 12) {
     throw new ConfigError('GPUCLOUD_ADMIN_PASSWORD', 'must be at least 12 characters');
   }
   const demoFlag = bool(env, 'GPUCLOUD_DEMO');
   const cors = str(env, 'GPUCLOUD_CORS_ORIGINS');
-  const corsOrigins = cors ? cors.split(',').map((s) => s.trim()).filter(Boolean) : [];
+  const corsOrigins = cors
+    ? cors
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+    : [];
   for (const o of corsOrigins) {
     if (o !== '*' && !/^https?:\/\/[^/\s]+$/.test(o)) {
       throw new ConfigError('GPUCLOUD_CORS_ORIGINS', `"${o}" is not an origin like https://console.example.com`);
@@ -255,7 +273,10 @@ export function loadConfig(env: Env = process.env): Config {
     },
     nodeEnv,
     networkPricePerGbMicros: money(env, 'GPUCLOUD_NETWORK_PRICE_GB'),
-    portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(/\/+$/, ''),
+    portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(
+      /\/+$/,
+      '',
+    ),
     passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
     passwordHashCost,
     agentHeartbeatS: int(env, 'GPUCLOUD_AGENT_HEARTBEAT_S', 10, 1, 3600),
@@ -266,7 +287,8 @@ export function loadConfig(env: Env = process.env): Config {
     requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
     metricsToken,
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
-    metricsPort: str(env, 'GPUCLOUD_METRICS_PORT') === undefined ? undefined : int(env, 'GPUCLOUD_METRICS_PORT', 0, 0, 65535),
+    metricsPort:
+      str(env, 'GPUCLOUD_METRICS_PORT') === undefined ? undefined : int(env, 'GPUCLOUD_METRICS_PORT', 0, 0, 65535),
     sessionMaxDays: int(env, 'GPUCLOUD_SESSION_MAX_DAYS', 30, 1, 365),
     redisPrefix,
     publicUrl: publicUrl(env, 'GPUCLOUD_PUBLIC_URL'),

@@ -23,7 +23,13 @@ export interface LocalAgent {
 
 /** A node id from the host name: lower case, [a-z0-9-], at most 63 characters. */
 export function nodeIdFromHostname(name: string): string {
-  const id = name.toLowerCase().split('.')[0]!.replace(/[^a-z0-9-]+/g, '-').replace(/^-+/, '').slice(0, 63).replace(/-+$/, '');
+  const id = name
+    .toLowerCase()
+    .split('.')[0]!
+    .replace(/[^a-z0-9-]+/g, '-')
+    .replace(/^-+/, '')
+    .slice(0, 63)
+    .replace(/-+$/, '');
   return /^[a-z0-9][a-z0-9-]{0,62}$/.test(id) ? id : 'local';
 }
 
@@ -36,7 +42,11 @@ export function gpuTypeOf(models: string[], fallback: string | undefined): GpuTy
   return fallback && (GPU_TYPES as readonly string[]).includes(fallback) ? (fallback as GpuType) : '4090';
 }
 
-export async function startLocalAgent(config: Config, services: Services, env: Record<string, string | undefined> = process.env): Promise<LocalAgent> {
+export async function startLocalAgent(
+  config: Config,
+  services: Services,
+  env: Record<string, string | undefined> = process.env,
+): Promise<LocalAgent> {
   const { parseAgentOptions } = await import('./agent/options.js');
   const { startAgent } = await import('./agent/main.js');
   const token = randomToken(32);
@@ -66,11 +76,18 @@ export async function startLocalAgent(config: Config, services: Services, env: R
     const existing = await inv.getNode(node).catch(() => null);
     if (existing) {
       // A new start has a new token (and maybe a new address): the node follows.
-      await inv.patchNode(node, { agent_url: agent.url, agent_token: token, gpu_count: Math.max(gpus.length, existing.gpus_allocated) });
+      await inv.patchNode(node, {
+        agent_url: agent.url,
+        agent_token: token,
+        gpu_count: Math.max(gpus.length, existing.gpus_allocated),
+      });
     } else {
       await inv.createNode({
         node,
-        gpu_type: gpuTypeOf(gpus.map((g) => g.model), env.GPUCLOUD_LOCAL_GPU_TYPE),
+        gpu_type: gpuTypeOf(
+          gpus.map((g) => g.model),
+          env.GPUCLOUD_LOCAL_GPU_TYPE,
+        ),
         gpu_count: gpus.length,
         ram_gb: Math.max(1, Math.floor(totalmem() / 1024 ** 3)),
         cpu_cores: cpus().length,

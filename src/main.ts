@@ -81,9 +81,14 @@ async function readPassword(prompt: string): Promise<string> {
 }
 
 async function serve(args: string[]): Promise<void> {
-  const { values } = parseArgs({ args, options: { role: { type: 'string', default: 'all' }, 'local-agent': { type: 'boolean', default: false } }, strict: true });
+  const { values } = parseArgs({
+    args,
+    options: { role: { type: 'string', default: 'all' }, 'local-agent': { type: 'boolean', default: false } },
+    strict: true,
+  });
   const role = values.role as Role;
-  if (!['api', 'worker', 'all'].includes(role)) throw new UsageError(`--role must be api, worker or all, got "${role}"`);
+  if (!['api', 'worker', 'all'].includes(role))
+    throw new UsageError(`--role must be api, worker or all, got "${role}"`);
   const cfg = await config();
   if (values['local-agent']) cfg.localAgent = true;
   const { startServer } = await import('./server.js');
@@ -97,9 +102,13 @@ async function serve(args: string[]): Promise<void> {
   if (server.metricsUrl) lines.push(`  Metrics: ${server.metricsUrl}`);
   if (server.localAgent) {
     const dir = process.env.GPUCLOUD_AGENT_DATA_DIR?.trim() || `${cfg.dataDir}/agent`;
-    lines.push(`  Local agent: ${server.localAgent.url} (node ${server.localAgent.node}); add templates with`, `    gpucloud agent template add VMID FILE --data-dir ${dir}`);
+    lines.push(
+      `  Local agent: ${server.localAgent.url} (node ${server.localAgent.node}); add templates with`,
+      `    gpucloud agent template add VMID FILE --data-dir ${dir}`,
+    );
   }
-  if (cfg.clock === 'manual') lines.push(`  Clock: manual, now ${server.services.clock.now().toISOString()} (POST /admin/clock/advance)`);
+  if (cfg.clock === 'manual')
+    lines.push(`  Clock: manual, now ${server.services.clock.now().toISOString()} (POST /admin/clock/advance)`);
   if (server.demo) {
     lines.push(`  Demo login: ${server.demo.email} / ${server.demo.password}`);
     if (server.url) {
@@ -173,8 +182,19 @@ async function adminCmd(args: string[]): Promise<void> {
     const clock = new SystemClock();
     // Creating a user signs nothing and reads no TOTP secret: throwaway keys.
     const throwaway = randomBytes(32);
-    const auth = new AuthService(db, clock, new PasswordHasher(1), new TokenService(throwaway.toString('hex'), clock), throwaway);
-    const { user, created } = await auth.ensureUser(values.email, password, values.admin ? 'admin' : 'user', values.name ?? null);
+    const auth = new AuthService(
+      db,
+      clock,
+      new PasswordHasher(1),
+      new TokenService(throwaway.toString('hex'), clock),
+      throwaway,
+    );
+    const { user, created } = await auth.ensureUser(
+      values.email,
+      password,
+      values.admin ? 'admin' : 'user',
+      values.name ?? null,
+    );
     console.log(`${created ? 'Created' : 'Updated'} ${user.role} ${user.email} (id ${user.id})`);
   } finally {
     await db.close();

@@ -16,15 +16,84 @@ export const DEMO_LOGIN: DemoLogin = { email: 'demo@gpucloud.local', password: '
 export const DEMO_CREDIT_MICROS = 100 * 1_000_000;
 
 const DEMO_NODES = [
-  { node: 'vm01', gpu_type: '4090', gpu_count: 8, ram_gb: 512, cpu_cores: 64, cpu_model: 'AMD EPYC 7543', pcie_gen: '4.0', max_storage_gb: 4000, location: 'eu-central', cluster_name: 'fra-1' },
-  { node: 'vm02', gpu_type: '4090', gpu_count: 4, ram_gb: 256, cpu_cores: 32, cpu_model: 'AMD EPYC 7543', pcie_gen: '4.0', max_storage_gb: 2000, location: 'us-east', cluster_name: 'nyc-1' },
-  { node: 'vm03', gpu_type: '5090', gpu_count: 8, ram_gb: 768, cpu_cores: 96, cpu_model: 'AMD EPYC 9454', pcie_gen: '5.0', max_storage_gb: 8000, location: 'eu-central', cluster_name: 'fra-1' },
-  { node: 'vm04', gpu_type: '5090', gpu_count: 2, ram_gb: 192, cpu_cores: 24, cpu_model: 'Intel Xeon w7-3465X', pcie_gen: '5.0', max_storage_gb: 2000, location: 'us-west', cluster_name: 'sfo-1' },
-  { node: 'vm05', gpu_type: 'pro6000', gpu_count: 8, ram_gb: 1536, cpu_cores: 128, cpu_model: 'AMD EPYC 9654', pcie_gen: '5.0', max_storage_gb: 16000, location: 'us-east', cluster_name: 'nyc-1' },
-  { node: 'vm06', gpu_type: 'pro6000', gpu_count: 4, ram_gb: 768, cpu_cores: 64, cpu_model: 'AMD EPYC 9554', pcie_gen: '5.0', max_storage_gb: 8000, location: 'eu-central', cluster_name: 'fra-1' },
+  {
+    node: 'vm01',
+    gpu_type: '4090',
+    gpu_count: 8,
+    ram_gb: 512,
+    cpu_cores: 64,
+    cpu_model: 'AMD EPYC 7543',
+    pcie_gen: '4.0',
+    max_storage_gb: 4000,
+    location: 'eu-central',
+    cluster_name: 'fra-1',
+  },
+  {
+    node: 'vm02',
+    gpu_type: '4090',
+    gpu_count: 4,
+    ram_gb: 256,
+    cpu_cores: 32,
+    cpu_model: 'AMD EPYC 7543',
+    pcie_gen: '4.0',
+    max_storage_gb: 2000,
+    location: 'us-east',
+    cluster_name: 'nyc-1',
+  },
+  {
+    node: 'vm03',
+    gpu_type: '5090',
+    gpu_count: 8,
+    ram_gb: 768,
+    cpu_cores: 96,
+    cpu_model: 'AMD EPYC 9454',
+    pcie_gen: '5.0',
+    max_storage_gb: 8000,
+    location: 'eu-central',
+    cluster_name: 'fra-1',
+  },
+  {
+    node: 'vm04',
+    gpu_type: '5090',
+    gpu_count: 2,
+    ram_gb: 192,
+    cpu_cores: 24,
+    cpu_model: 'Intel Xeon w7-3465X',
+    pcie_gen: '5.0',
+    max_storage_gb: 2000,
+    location: 'us-west',
+    cluster_name: 'sfo-1',
+  },
+  {
+    node: 'vm05',
+    gpu_type: 'pro6000',
+    gpu_count: 8,
+    ram_gb: 1536,
+    cpu_cores: 128,
+    cpu_model: 'AMD EPYC 9654',
+    pcie_gen: '5.0',
+    max_storage_gb: 16000,
+    location: 'us-east',
+    cluster_name: 'nyc-1',
+  },
+  {
+    node: 'vm06',
+    gpu_type: 'pro6000',
+    gpu_count: 4,
+    ram_gb: 768,
+    cpu_cores: 64,
+    cpu_model: 'AMD EPYC 9554',
+    pcie_gen: '5.0',
+    max_storage_gb: 8000,
+    location: 'eu-central',
+    cluster_name: 'fra-1',
+  },
 ] as const;
 
-/** Each step is idempotent and the seed is marked done only at the end, so a crash midway is finished by the next start. */
+/**
+ * Each step is idempotent and the seed is marked done only at the end, so a crash midway is finished by the next
+ * start.
+ */
 export async function seedDemo(db: Db, services: Services): Promise<DemoLogin> {
   const done = await db.query(`SELECT 1 FROM seeds WHERE name = 'demo'`);
   if (done.rows.length > 0) return DEMO_LOGIN;
@@ -40,9 +109,18 @@ export async function seedDemo(db: Db, services: Services): Promise<DemoLogin> {
   const { user } = await services.auth.ensureUser(DEMO_LOGIN.email, DEMO_LOGIN.password, 'user', 'Demo User');
   await db.transaction(async (tx) => {
     await ledger.lockBalance(tx, user.id);
-    const credited = await tx.query(`SELECT 1 FROM transactions WHERE user_id = $1 AND type = 'credit' AND description = 'Demo credit'`, [user.id]);
+    const credited = await tx.query(
+      `SELECT 1 FROM transactions WHERE user_id = $1 AND type = 'credit' AND description = 'Demo credit'`,
+      [user.id],
+    );
     if (credited.rows.length === 0) {
-      await ledger.post(tx, { userId: user.id, type: 'credit', amountMicros: DEMO_CREDIT_MICROS, description: 'Demo credit', now: services.clock.now() });
+      await ledger.post(tx, {
+        userId: user.id,
+        type: 'credit',
+        amountMicros: DEMO_CREDIT_MICROS,
+        description: 'Demo credit',
+        now: services.clock.now(),
+      });
     }
     await tx.query(`INSERT INTO seeds (name) VALUES ('demo') ON CONFLICT (name) DO NOTHING`);
   });

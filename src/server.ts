@@ -79,7 +79,10 @@ export async function openDatabase(config: Config): Promise<Db> {
     process.umask(0o077);
     secureDataDir(config.dataDir);
   }
-  const db = await openDb({ databaseUrl: config.databaseUrl, dataDir: config.databaseUrl ? undefined : join(resolve(config.dataDir), 'pg') });
+  const db = await openDb({
+    databaseUrl: config.databaseUrl,
+    dataDir: config.databaseUrl ? undefined : join(resolve(config.dataDir), 'pg'),
+  });
   await migrate(db);
   // The embedded database sets its own file modes as it creates files: tighten what it made. Files it
   // makes later sit in folders no one else can enter, and the next start tightens them too.
@@ -99,7 +102,10 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
   const clock = await ClockService.create(db, config.clock, config.clockStartMs);
-  const { store: rateLimitStore, kind: rateLimitKind } = createRateLimitStore(config.redisUrl, { prefix: config.redisPrefix, db });
+  const { store: rateLimitStore, kind: rateLimitKind } = createRateLimitStore(config.redisUrl, {
+    prefix: config.redisPrefix,
+    db,
+  });
   const deps = {
     config,
     db,
@@ -147,7 +153,12 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   let metricsApp: FastifyInstance | undefined;
   let metricsUrl: string | undefined;
   if (role === 'worker' && config.metricsPort !== undefined) {
-    metricsApp = await serveWorkerMetrics(services.metrics.registry, { token: config.metricsToken, loopback: config.metricsLoopback }, config.metricsPort, config.host);
+    metricsApp = await serveWorkerMetrics(
+      services.metrics.registry,
+      { token: config.metricsToken, loopback: config.metricsLoopback },
+      config.metricsPort,
+      config.host,
+    );
     metricsUrl = `${urlOf(metricsApp, config)}/metrics`;
   }
 

@@ -42,23 +42,54 @@ describe('config defaults, as documented', () => {
     assert.equal(c.adminPassword, undefined);
     assert.deepEqual(c.corsOrigins, [], 'no CORS origins by default');
     assert.equal(c.logLevel, 'info');
-    assert.deepEqual(c.rateLimits, { login: 5, loginPerIp: 30, loginGlobal: 600, auth: 10, vmMutations: 30, default: 300, windowMs: 60_000 });
+    assert.deepEqual(c.rateLimits, {
+      login: 5,
+      loginPerIp: 30,
+      loginGlobal: 600,
+      auth: 10,
+      vmMutations: 30,
+      default: 300,
+      windowMs: 60_000,
+    });
     assert.equal(c.nodeEnv, 'development');
     assert.deepEqual(
-      [c.agentHeartbeatS, c.agentStopTimeoutS, c.agentBootTimeoutS, c.localAgent, c.requestTimeoutS, c.metricsToken, c.metricsLoopback, c.sessionMaxDays, c.clockStartMs],
+      [
+        c.agentHeartbeatS,
+        c.agentStopTimeoutS,
+        c.agentBootTimeoutS,
+        c.localAgent,
+        c.requestTimeoutS,
+        c.metricsToken,
+        c.metricsLoopback,
+        c.sessionMaxDays,
+        c.clockStartMs,
+      ],
       [10, 60, 240, false, 30, undefined, true, 30, undefined],
     );
     assert.equal(c.redisPrefix, 'gpucloud:');
     assert.equal(loadConfig({ GPUCLOUD_REDIS_PREFIX: 'staging:gpucloud:' }).redisPrefix, 'staging:gpucloud:');
     assert.equal(c.publicUrl, '/');
     assert.equal(c.supportEmail, undefined);
-    assert.equal(loadConfig({ GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test/' }).publicUrl, 'https://api.gpucloud.test', 'without the trailing slash');
-    assert.equal(loadConfig({ GPUCLOUD_PUBLIC_URL: 'https://gpucloud.test/api/v1/' }).publicUrl, 'https://gpucloud.test/api/v1');
+    assert.equal(
+      loadConfig({ GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test/' }).publicUrl,
+      'https://api.gpucloud.test',
+      'without the trailing slash',
+    );
+    assert.equal(
+      loadConfig({ GPUCLOUD_PUBLIC_URL: 'https://gpucloud.test/api/v1/' }).publicUrl,
+      'https://gpucloud.test/api/v1',
+    );
     assert.equal(loadConfig({ GPUCLOUD_SUPPORT_EMAIL: 'help@gpucloud.test' }).supportEmail, 'help@gpucloud.test');
   });
 
   test('empty and blank values count as unset', () => {
-    const c = loadConfig({ PORT: '', HOST: '   ', GPUCLOUD_CLOCK: '', GPUCLOUD_DEMO: ' ', GPUCLOUD_RATE_LIMIT_LOGIN: '' });
+    const c = loadConfig({
+      PORT: '',
+      HOST: '   ',
+      GPUCLOUD_CLOCK: '',
+      GPUCLOUD_DEMO: ' ',
+      GPUCLOUD_RATE_LIMIT_LOGIN: '',
+    });
     assert.equal(c.port, 8080);
     assert.equal(c.host, '127.0.0.1');
     assert.equal(c.clock, 'system');
@@ -113,9 +144,26 @@ describe('config defaults, as documented', () => {
     assert.equal(c.adminPassword, 'a-long-admin-password');
     assert.deepEqual(c.corsOrigins, ['https://console.example.com', 'http://localhost:3000']);
     assert.equal(c.logLevel, 'debug');
-    assert.deepEqual(c.rateLimits, { login: 1, loginPerIp: 5, loginGlobal: 6, auth: 2, vmMutations: 3, default: 4, windowMs: 60_000 });
+    assert.deepEqual(c.rateLimits, {
+      login: 1,
+      loginPerIp: 5,
+      loginGlobal: 6,
+      auth: 2,
+      vmMutations: 3,
+      default: 4,
+      windowMs: 60_000,
+    });
     assert.deepEqual(
-      [c.agentHeartbeatS, c.agentStopTimeoutS, c.agentBootTimeoutS, c.localAgent, c.requestTimeoutS, c.metricsToken, c.metricsLoopback, c.sessionMaxDays],
+      [
+        c.agentHeartbeatS,
+        c.agentStopTimeoutS,
+        c.agentBootTimeoutS,
+        c.localAgent,
+        c.requestTimeoutS,
+        c.metricsToken,
+        c.metricsLoopback,
+        c.sessionMaxDays,
+      ],
       [7, 8, 90, true, 11, 'm'.repeat(32), false, 12],
     );
   });
@@ -148,8 +196,15 @@ describe('config defaults, as documented', () => {
     assert.deepEqual([loadConfig({}).webhookAllowPrivate, loadConfig({}).webhookTimeoutS], [false, 10]);
     const c = loadConfig({ GPUCLOUD_WEBHOOK_ALLOW_PRIVATE: '1', GPUCLOUD_WEBHOOK_TIMEOUT_S: '3' });
     assert.deepEqual([c.webhookAllowPrivate, c.webhookTimeoutS], [true, 3]);
-    for (const [name, value] of [['GPUCLOUD_WEBHOOK_ALLOW_PRIVATE', 'maybe'], ['GPUCLOUD_WEBHOOK_TIMEOUT_S', '0'], ['GPUCLOUD_WEBHOOK_TIMEOUT_S', '31']]) {
-      assert.throws(() => loadConfig({ [name!]: value! }), (e: unknown) => e instanceof ConfigError && e.variable === name);
+    for (const [name, value] of [
+      ['GPUCLOUD_WEBHOOK_ALLOW_PRIVATE', 'maybe'],
+      ['GPUCLOUD_WEBHOOK_TIMEOUT_S', '0'],
+      ['GPUCLOUD_WEBHOOK_TIMEOUT_S', '31'],
+    ]) {
+      assert.throws(
+        () => loadConfig({ [name!]: value! }),
+        (e: unknown) => e instanceof ConfigError && e.variable === name,
+      );
     }
   });
 
@@ -164,9 +219,13 @@ describe('config defaults, as documented', () => {
     assert.equal(loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'test' }).passwordHashCost, 'test');
     assert.throws(
       () => loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'test', NODE_ENV: 'production' }),
-      (e: unknown) => e instanceof ConfigError && e.variable === 'GPUCLOUD_PASSWORD_HASH_COST' && /production/.test(e.message),
+      (e: unknown) =>
+        e instanceof ConfigError && e.variable === 'GPUCLOUD_PASSWORD_HASH_COST' && /production/.test(e.message),
     );
-    assert.throws(() => loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'cheap' }), /GPUCLOUD_PASSWORD_HASH_COST: must be one of standard, test/);
+    assert.throws(
+      () => loadConfig({ GPUCLOUD_PASSWORD_HASH_COST: 'cheap' }),
+      /GPUCLOUD_PASSWORD_HASH_COST: must be one of standard, test/,
+    );
   });
 
   test('the manual clock is allowed outside production', () => {
@@ -176,10 +235,10 @@ describe('config defaults, as documented', () => {
 
   test('CORS: "*" and a list of origins', () => {
     assert.deepEqual(loadConfig({ GPUCLOUD_CORS_ORIGINS: '*' }).corsOrigins, ['*']);
-    assert.deepEqual(loadConfig({ GPUCLOUD_CORS_ORIGINS: 'https://a.example.com,https://b.example.com:8443' }).corsOrigins, [
-      'https://a.example.com',
-      'https://b.example.com:8443',
-    ]);
+    assert.deepEqual(
+      loadConfig({ GPUCLOUD_CORS_ORIGINS: 'https://a.example.com,https://b.example.com:8443' }).corsOrigins,
+      ['https://a.example.com', 'https://b.example.com:8443'],
+    );
   });
 
   test('GPUCLOUD_CLOCK_START: an ISO 8601 instant with a zone, to the second; unset means the real time', () => {
@@ -187,7 +246,11 @@ describe('config defaults, as documented', () => {
     const at = (v: string) => loadConfig({ GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: v }).clockStartMs;
     assert.equal(at('2026-01-01T00:00:00Z'), Date.UTC(2026, 0, 1));
     assert.equal(at('2026-01-01T01:00:00+01:00'), Date.UTC(2026, 0, 1), 'an offset names the same instant');
-    assert.equal(at('2028-02-29T23:59:59.999Z'), Date.UTC(2028, 1, 29, 23, 59, 59), 'a leap day; truncated to the second');
+    assert.equal(
+      at('2028-02-29T23:59:59.999Z'),
+      Date.UTC(2028, 1, 29, 23, 59, 59),
+      'a leap day; truncated to the second',
+    );
     assert.equal(at(' 2026-12-31T23:40:00Z '), Date.UTC(2026, 11, 31, 23, 40));
   });
 
@@ -217,18 +280,50 @@ describe('config errors name the variable and stop the start', () => {
     ['a metrics port out of range', { GPUCLOUD_METRICS_PORT: '65536' }, 'GPUCLOUD_METRICS_PORT'],
     ['request timeout zero', { GPUCLOUD_REQUEST_TIMEOUT_S: '0' }, 'GPUCLOUD_REQUEST_TIMEOUT_S'],
     ['clock start without the manual clock', { GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
-    ['clock start without a zone', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00' }, 'GPUCLOUD_CLOCK_START'],
-    ['clock start as a date only', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01' }, 'GPUCLOUD_CLOCK_START'],
-    ['clock start as epoch seconds', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '1767225600' }, 'GPUCLOUD_CLOCK_START'],
-    ['clock start on a day that does not exist', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-02-30T00:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
-    ['clock start at hour 24', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T24:00:00Z' }, 'GPUCLOUD_CLOCK_START'],
+    [
+      'clock start without a zone',
+      { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00' },
+      'GPUCLOUD_CLOCK_START',
+    ],
+    [
+      'clock start as a date only',
+      { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01' },
+      'GPUCLOUD_CLOCK_START',
+    ],
+    [
+      'clock start as epoch seconds',
+      { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '1767225600' },
+      'GPUCLOUD_CLOCK_START',
+    ],
+    [
+      'clock start on a day that does not exist',
+      { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-02-30T00:00:00Z' },
+      'GPUCLOUD_CLOCK_START',
+    ],
+    [
+      'clock start at hour 24',
+      { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-01-01T24:00:00Z' },
+      'GPUCLOUD_CLOCK_START',
+    ],
     ['clock start garbage', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: 'tomorrow' }, 'GPUCLOUD_CLOCK_START'],
-    ['clock start before 1970', { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '1969-12-31T23:59:59Z' }, 'GPUCLOUD_CLOCK_START'],
+    [
+      'clock start before 1970',
+      { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '1969-12-31T23:59:59Z' },
+      'GPUCLOUD_CLOCK_START',
+    ],
     ['DATABASE_URL without a JWT secret', { DATABASE_URL: PG_URL }, 'GPUCLOUD_JWT_SECRET'],
     ['short JWT secret', { GPUCLOUD_JWT_SECRET: 'x'.repeat(31) }, 'GPUCLOUD_JWT_SECRET'],
-    ['short JWT secret with DATABASE_URL', { DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: 'short' }, 'GPUCLOUD_JWT_SECRET'],
+    [
+      'short JWT secret with DATABASE_URL',
+      { DATABASE_URL: PG_URL, GPUCLOUD_JWT_SECRET: 'short' },
+      'GPUCLOUD_JWT_SECRET',
+    ],
     ['DATABASE_URL not a URL', { DATABASE_URL: 'not a url', GPUCLOUD_JWT_SECRET: SECRET }, 'DATABASE_URL'],
-    ['DATABASE_URL of another database', { DATABASE_URL: 'mysql://u@h/db', GPUCLOUD_JWT_SECRET: SECRET }, 'DATABASE_URL'],
+    [
+      'DATABASE_URL of another database',
+      { DATABASE_URL: 'mysql://u@h/db', GPUCLOUD_JWT_SECRET: SECRET },
+      'DATABASE_URL',
+    ],
     ['redis URL without a scheme', { GPUCLOUD_REDIS_URL: 'localhost:6379' }, 'GPUCLOUD_REDIS_URL'],
     ['redis URL with http', { GPUCLOUD_REDIS_URL: 'http://cache:6379' }, 'GPUCLOUD_REDIS_URL'],
     ['redis URL garbage', { GPUCLOUD_REDIS_URL: '::::' }, 'GPUCLOUD_REDIS_URL'],
@@ -237,7 +332,11 @@ describe('config errors name the variable and stop the start', () => {
     ['CORS origin with a path', { GPUCLOUD_CORS_ORIGINS: 'https://console.example.com/app' }, 'GPUCLOUD_CORS_ORIGINS'],
     ['CORS origin without a scheme', { GPUCLOUD_CORS_ORIGINS: 'console.example.com' }, 'GPUCLOUD_CORS_ORIGINS'],
     ['CORS origin with another scheme', { GPUCLOUD_CORS_ORIGINS: 'ftp://files.example.com' }, 'GPUCLOUD_CORS_ORIGINS'],
-    ['CORS: one bad origin in a list', { GPUCLOUD_CORS_ORIGINS: 'https://ok.example.com,not an origin' }, 'GPUCLOUD_CORS_ORIGINS'],
+    [
+      'CORS: one bad origin in a list',
+      { GPUCLOUD_CORS_ORIGINS: 'https://ok.example.com,not an origin' },
+      'GPUCLOUD_CORS_ORIGINS',
+    ],
     ['hypervisor unknown', { GPUCLOUD_HYPERVISOR: 'vmware' }, 'GPUCLOUD_HYPERVISOR'],
     ['log level unknown', { LOG_LEVEL: 'verbose' }, 'LOG_LEVEL'],
     ['provision delay negative', { GPUCLOUD_SIM_PROVISION_MS: '-5' }, 'GPUCLOUD_SIM_PROVISION_MS'],
@@ -249,10 +348,18 @@ describe('config errors name the variable and stop the start', () => {
     ['auth limit not a number', { GPUCLOUD_RATE_LIMIT_AUTH: 'ten' }, 'GPUCLOUD_RATE_LIMIT_AUTH'],
     ['VM limit negative', { GPUCLOUD_RATE_LIMIT_VM_MUTATIONS: '-30' }, 'GPUCLOUD_RATE_LIMIT_VM_MUTATIONS'],
     ['default limit not a number', { GPUCLOUD_RATE_LIMIT_DEFAULT: '300/min' }, 'GPUCLOUD_RATE_LIMIT_DEFAULT'],
-    ['admin email not an email', { GPUCLOUD_ADMIN_EMAIL: 'ops', GPUCLOUD_ADMIN_PASSWORD: 'a-long-admin-password' }, 'GPUCLOUD_ADMIN_EMAIL'],
+    [
+      'admin email not an email',
+      { GPUCLOUD_ADMIN_EMAIL: 'ops', GPUCLOUD_ADMIN_PASSWORD: 'a-long-admin-password' },
+      'GPUCLOUD_ADMIN_EMAIL',
+    ],
     ['admin email without a password', { GPUCLOUD_ADMIN_EMAIL: 'ops@example.com' }, 'GPUCLOUD_ADMIN_PASSWORD'],
     ['admin password without an email', { GPUCLOUD_ADMIN_PASSWORD: 'a-long-admin-password' }, 'GPUCLOUD_ADMIN_EMAIL'],
-    ['admin password too short', { GPUCLOUD_ADMIN_EMAIL: 'ops@example.com', GPUCLOUD_ADMIN_PASSWORD: 'short' }, 'GPUCLOUD_ADMIN_PASSWORD'],
+    [
+      'admin password too short',
+      { GPUCLOUD_ADMIN_EMAIL: 'ops@example.com', GPUCLOUD_ADMIN_PASSWORD: 'short' },
+      'GPUCLOUD_ADMIN_PASSWORD',
+    ],
   ];
   for (const [name, env, variable] of cases) {
     test(`${name} -> ${variable}`, () => {
@@ -269,7 +376,10 @@ describe('config errors name the variable and stop the start', () => {
   });
 
   test('a bad DATABASE_URL never echoes its password', () => {
-    const e = assertRejects({ DATABASE_URL: 'mysql://root:hunter2hunter2@db/x', GPUCLOUD_JWT_SECRET: SECRET }, 'DATABASE_URL');
+    const e = assertRejects(
+      { DATABASE_URL: 'mysql://root:hunter2hunter2@db/x', GPUCLOUD_JWT_SECRET: SECRET },
+      'DATABASE_URL',
+    );
     assert.ok(!e.message.includes('hunter2'), e.message);
   });
 });

@@ -19,7 +19,13 @@ function files(dir: string, ext: RegExp): string[] {
   });
 }
 
-const sources = [...files('src', /\.(ts|tsx)$/), ...files('test', /\.tsx?$/), ...files('console/src', /\.(ts|tsx)$/), ...files('bench', /\.ts$/), ...files('scripts', /\.(m?js|ts)$/)];
+const sources = [
+  ...files('src', /\.(ts|tsx)$/),
+  ...files('test', /\.tsx?$/),
+  ...files('console/src', /\.(ts|tsx)$/),
+  ...files('bench', /\.ts$/),
+  ...files('scripts', /\.(m?js|ts)$/),
+];
 const docs = ['README.md', ...files('docs', /\.md$/), ...files('test', /\.md$/)];
 const read = (p: string) => readFileSync(join(ROOT, p), 'utf8');
 

@@ -24,7 +24,7 @@ test('ordered ids take their random bits from the swappable source', () => {
   const restore = setRandomSourceForTests((n) => Buffer.alloc(n, 0xff));
   try {
     const id = newOrderedId();
-    assert.equal(id.slice(19), 'bfff-ffffffffffff', 'variant bits set over the source\'s bytes');
+    assert.equal(id.slice(19), 'bfff-ffffffffffff', "variant bits set over the source's bytes");
     assert.equal(newId(), 'ffffffff-ffff-4fff-bfff-ffffffffffff');
   } finally {
     restore();

@@ -4,7 +4,16 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bpToPercent, discounted, formatAmount, MICROS, mulDiv, percentToBp, toAmount, toMicros } from '../src/money.js';
+import {
+  bpToPercent,
+  discounted,
+  formatAmount,
+  MICROS,
+  mulDiv,
+  percentToBp,
+  toAmount,
+  toMicros,
+} from '../src/money.js';
 
 const MAX = Number.MAX_SAFE_INTEGER;
 
@@ -180,7 +189,21 @@ describe('discounted and percentages', () => {
       assert.equal(percentToBp(p), bp, `percentToBp(${p})`);
       assert.equal(bpToPercent(bp), Math.abs(p), `bpToPercent(${bp})`);
     }
-    for (const bad of [-0.01, -1, 100.01, 100.001, 101, 12.345, 33.333, 0.001, 1e-9, 12.340000001, Number.NaN, Number.POSITIVE_INFINITY, 1e21]) {
+    for (const bad of [
+      -0.01,
+      -1,
+      100.01,
+      100.001,
+      101,
+      12.345,
+      33.333,
+      0.001,
+      1e-9,
+      12.340000001,
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      1e21,
+    ]) {
       assert.equal(percentToBp(bad), null, `percentToBp(${bad}) must be refused`);
     }
   });

@@ -25,7 +25,9 @@ const KEY = 'gpucloud.session';
 function readStored(): SessionTokens | undefined {
   try {
     const v = JSON.parse(localStorage.getItem(KEY) ?? 'null') as Partial<SessionTokens> | null;
-    return v && typeof v.accessToken === 'string' && typeof v.refreshToken === 'string' ? (v as SessionTokens) : undefined;
+    return v && typeof v.accessToken === 'string' && typeof v.refreshToken === 'string'
+      ? (v as SessionTokens)
+      : undefined;
   } catch {
     return undefined;
   }
@@ -50,12 +52,20 @@ async function withRefreshLock<T>(fn: () => Promise<T>): Promise<T> {
 /** The fetch under the SDK: refreshes are serialized across tabs (see above). */
 async function consoleFetch(req: Request): Promise<Response> {
   if (!new URL(req.url).pathname.endsWith('/auth/refresh')) return fetch(req);
-  const body = (await req.clone().json().catch(() => ({}))) as { refresh_token?: string };
+  const body = (await req
+    .clone()
+    .json()
+    .catch(() => ({}))) as { refresh_token?: string };
   return withRefreshLock(async () => {
     const stored = readStored();
     if (stored && body.refresh_token && stored.refreshToken !== body.refresh_token) {
       // Another tab rotated it already: take its pair rather than presenting a used token.
-      const pair = { access_token: stored.accessToken, refresh_token: stored.refreshToken, token_type: 'bearer', expires_in: 3600 };
+      const pair = {
+        access_token: stored.accessToken,
+        refresh_token: stored.refreshToken,
+        token_type: 'bearer',
+        expires_in: 3600,
+      };
       return new Response(JSON.stringify(pair), { status: 200, headers: { 'content-type': 'application/json' } });
     }
     const res = await fetch(req);

@@ -90,7 +90,8 @@ export function App() {
 function Shell(props: { account: Account; path: string; onSignOut: () => void; children: ComponentChildren }) {
   const [menuOpen, setMenuOpen] = useState(false);
   const nav = props.account.role === 'admin' ? [...CUSTOMER_NAV, ...ADMIN_NAV] : CUSTOMER_NAV;
-  const active = (href: string) => (href === '/' ? props.path === '/' : props.path === href || props.path.startsWith(`${href}/`));
+  const active = (href: string) =>
+    href === '/' ? props.path === '/' : props.path === href || props.path.startsWith(`${href}/`);
   useEffect(() => setMenuOpen(false), [props.path]);
   return (
     <>
@@ -101,12 +102,23 @@ function Shell(props: { account: Account; path: string; onSignOut: () => void; c
         <Link href="/" class="brand">
           gpucloud
         </Link>
-        <button type="button" class="btn btn-plain menu-toggle" aria-expanded={menuOpen} aria-controls="nav" onClick={() => setMenuOpen(!menuOpen)}>
+        <button
+          type="button"
+          class="btn btn-plain menu-toggle"
+          aria-expanded={menuOpen}
+          aria-controls="nav"
+          onClick={() => setMenuOpen(!menuOpen)}
+        >
           Menu
         </button>
         <nav id="nav" class={menuOpen ? 'open' : ''} aria-label="Main">
           {nav.map(([href, label]) => (
-            <Link key={href} href={href} class={active(href) ? 'active' : ''} aria-current={active(href) ? 'page' : undefined}>
+            <Link
+              key={href}
+              href={href}
+              class={active(href) ? 'active' : ''}
+              aria-current={active(href) ? 'page' : undefined}
+            >
               {label}
             </Link>
           ))}

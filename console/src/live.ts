@@ -11,14 +11,24 @@ import { client } from './api.js';
 /** Every event type that changes what a VM page shows. */
 export const VM_EVENTS = ['vm.created', 'vm.status_changed', 'vm.interrupted', 'vm.restarted', 'vm.destroyed'];
 /** Every event type that changes a reservation's status (a VM's changes end or convert it). */
-export const RESERVATION_EVENTS = ['reservation.created', 'reservation.cancelled', 'reservation.expired', 'reservation.exhausted', 'vm.status_changed'];
+export const RESERVATION_EVENTS = [
+  'reservation.created',
+  'reservation.cancelled',
+  'reservation.expired',
+  'reservation.exhausted',
+  'vm.status_changed',
+];
 
 /**
  * Calls `onChange` when an event of `types` (about `vmId`, if given) happens,
  * and when the stream (re)opens (what changed before it opened). Stops when
  * the page goes.
  */
-export function useLiveEvents(types: string[], onChange: () => void, opts: { vmId?: string; fallbackMs?: number } = {}): void {
+export function useLiveEvents(
+  types: string[],
+  onChange: () => void,
+  opts: { vmId?: string; fallbackMs?: number } = {},
+): void {
   const ref = useRef(onChange);
   ref.current = onChange;
   const key = `${types.join(',')}|${opts.vmId ?? ''}`;
@@ -47,6 +57,6 @@ export function useLiveEvents(types: string[], onChange: () => void, opts: { vmI
       stop.abort();
       if (timer) clearInterval(timer);
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // Runs again only when the listed values change, not on every value it reads.
   }, [key]);
 }

@@ -12,7 +12,12 @@ import { errorMessage } from './api.js';
 // ---------------------------------------------------------------------------
 // Navigation
 
-export function Link(props: { href: string; children: ComponentChildren; class?: string; 'aria-current'?: 'page' | undefined }) {
+export function Link(props: {
+  href: string;
+  children: ComponentChildren;
+  class?: string;
+  'aria-current'?: 'page' | undefined;
+}) {
   const { href, children, ...rest } = props;
   return (
     <a
@@ -72,7 +77,7 @@ export function useAsync<T>(load: () => Promise<T>, deps: unknown[] = [], pollMs
       if (document.visibilityState === 'visible') void reload();
     }, pollMs);
     return () => clearInterval(t);
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // Runs again only when the listed values change, not on every value it reads.
   }, deps);
   return { data, error, loading, reload };
 }
@@ -178,7 +183,13 @@ export function Form(props: {
 }
 
 /** A submit button that shows a spinner while its form works. */
-export function Submit({ children, variant = 'primary' }: { children: ComponentChildren; variant?: 'primary' | 'danger' | 'plain' }) {
+export function Submit({
+  children,
+  variant = 'primary',
+}: {
+  children: ComponentChildren;
+  variant?: 'primary' | 'danger' | 'plain';
+}) {
   return (
     <button type="submit" class={`btn btn-${variant}`}>
       {children}
@@ -234,7 +245,10 @@ let fieldSeq = 0;
 
 /** A labelled input; the label names it for `getByLabel` and screen readers. */
 export function Field(
-  props: { label: string; hint?: ComponentChildren; multiline?: boolean } & Omit<InputHTMLAttributes<HTMLInputElement>, 'label'>,
+  props: { label: string; hint?: ComponentChildren; multiline?: boolean } & Omit<
+    InputHTMLAttributes<HTMLInputElement>,
+    'label'
+  >,
 ) {
   const { label, hint, multiline, ...input } = props;
   const id = useRef(`f${++fieldSeq}`).current;
@@ -255,7 +269,13 @@ export function Field(
   );
 }
 
-export function Select(props: { label: string; value: string; onChange: (v: string) => void; options: { value: string; label: string }[]; hint?: string }) {
+export function Select(props: {
+  label: string;
+  value: string;
+  onChange: (v: string) => void;
+  options: { value: string; label: string }[];
+  hint?: string;
+}) {
   const id = useRef(`s${++fieldSeq}`).current;
   return (
     <div class="field">
@@ -331,13 +351,28 @@ export function formatMoney(value: number, currency = 'USD', precise = false): s
   const key = `${currency}:${precise}`;
   let f = moneyFormats.get(key);
   if (!f) {
-    f = new Intl.NumberFormat(undefined, { style: 'currency', currency, minimumFractionDigits: 2, maximumFractionDigits: precise ? 6 : 2 });
+    f = new Intl.NumberFormat(undefined, {
+      style: 'currency',
+      currency,
+      minimumFractionDigits: 2,
+      maximumFractionDigits: precise ? 6 : 2,
+    });
     moneyFormats.set(key, f);
   }
   return f.format(value);
 }
 
-export function Money({ value, currency = 'USD', precise = false, perHour = false }: { value: number; currency?: string; precise?: boolean; perHour?: boolean }) {
+export function Money({
+  value,
+  currency = 'USD',
+  precise = false,
+  perHour = false,
+}: {
+  value: number;
+  currency?: string;
+  precise?: boolean;
+  perHour?: boolean;
+}) {
   return (
     <span class="money">
       {formatMoney(value, currency, precise)}
@@ -422,7 +457,14 @@ export function Empty({ children }: { children: ComponentChildren }) {
 }
 
 /** "1–50 of 123" with Previous / Next; nothing when everything fits on one page. */
-export function Pager(props: { offset: number; limit: number; total: number; shown: number; onOffset: (o: number) => void; noun: string }) {
+export function Pager(props: {
+  offset: number;
+  limit: number;
+  total: number;
+  shown: number;
+  onOffset: (o: number) => void;
+  noun: string;
+}) {
   const { offset, limit, total, shown, onOffset, noun } = props;
   if (total <= limit && offset === 0) return null;
   return (
@@ -430,10 +472,20 @@ export function Pager(props: { offset: number; limit: number; total: number; sho
       <span class="muted">
         {shown === 0 ? `${total} ${noun} in all` : `${offset + 1}–${offset + shown} of ${total} ${noun}`}
       </span>
-      <button type="button" class="btn btn-plain btn-small" disabled={offset === 0} onClick={() => onOffset(Math.max(0, offset - limit))}>
+      <button
+        type="button"
+        class="btn btn-plain btn-small"
+        disabled={offset === 0}
+        onClick={() => onOffset(Math.max(0, offset - limit))}
+      >
         Previous
       </button>
-      <button type="button" class="btn btn-plain btn-small" disabled={offset + limit >= total} onClick={() => onOffset(offset + limit)}>
+      <button
+        type="button"
+        class="btn btn-plain btn-small"
+        disabled={offset + limit >= total}
+        onClick={() => onOffset(offset + limit)}
+      >
         Next
       </button>
     </nav>

@@ -77,8 +77,35 @@ const alnumChar = fc.constantFrom(...ALNUM.split(''));
 
 /** Strings that stress text handling without breaking any length rule. */
 const SPICY_CHARS = [
-  '\u00e9', '\u00df', '\u4e2d', '\u0645', '\u05d0', '\u200b', '\u200d', '\u202e', '\ufeff', '\u0301', '\u{1F600}', '\u{1F468}\u200d\u{1F469}',
-  '\ud835\udc00', "'", '"', '\\', '%', '_', '*', '<', '>', '&', ';', '--', '$1', '{{', '`', '\u2028', ' ',
+  '\u00e9',
+  '\u00df',
+  '\u4e2d',
+  '\u0645',
+  '\u05d0',
+  '\u200b',
+  '\u200d',
+  '\u202e',
+  '\ufeff',
+  '\u0301',
+  '\u{1F600}',
+  '\u{1F468}\u200d\u{1F469}',
+  '\ud835\udc00',
+  "'",
+  '"',
+  '\\',
+  '%',
+  '_',
+  '*',
+  '<',
+  '>',
+  '&',
+  ';',
+  '--',
+  '$1',
+  '{{',
+  '`',
+  '\u2028',
+  ' ',
 ];
 
 function stringUnits(min: number, max: number): Arb<string> {
@@ -86,7 +113,12 @@ function stringUnits(min: number, max: number): Arb<string> {
     { weight: 5, arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: min, maxLength: max }) },
     { weight: 3, arbitrary: fc.string({ unit: alnumChar, minLength: min, maxLength: max }) },
     { weight: 1, arbitrary: fc.string({ unit: 'binary', minLength: min, maxLength: max }) },
-    { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom(...SPICY_CHARS), minLength: min, maxLength: max }).filter((s) => cpLen(s) <= max) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .string({ unit: fc.constantFrom(...SPICY_CHARS), minLength: min, maxLength: max })
+        .filter((s) => cpLen(s) <= max),
+    },
   );
 }
 
@@ -108,14 +140,24 @@ export const dateTimeArb: Arb<string> = fc.oneof(
   { weight: 4, arbitrary: isoDate('2026-01-01T00:00:00Z', '2031-12-31T00:00:00Z') },
   { weight: 1, arbitrary: isoDate('2020-01-01T00:00:00Z', '2026-01-01T00:00:00Z') },
   { weight: 1, arbitrary: isoDate('2026-01-01T00:00:00Z', '2031-12-31T00:00:00Z').map((s) => s.replace('.000Z', 'Z')) },
-  { weight: 1, arbitrary: isoDate('2026-01-01T00:00:00Z', '2031-12-31T00:00:00Z').map((s) => s.replace(/\.\d{3}Z$/, '+02:00')) },
+  {
+    weight: 1,
+    arbitrary: isoDate('2026-01-01T00:00:00Z', '2031-12-31T00:00:00Z').map((s) => s.replace(/\.\d{3}Z$/, '+02:00')),
+  },
 );
 
 export function emailArb(max = 254): Arb<string> {
-  return fc.oneof(
-    { weight: 4, arbitrary: fc.tuple(fc.string({ unit: alnumChar, minLength: 1, maxLength: 16 }), fc.nat()).map(([a, n]) => `fz-${a}${n}@example.com`) },
-    { weight: 1, arbitrary: fc.emailAddress() },
-  ).filter((e) => e.length <= max);
+  return fc
+    .oneof(
+      {
+        weight: 4,
+        arbitrary: fc
+          .tuple(fc.string({ unit: alnumChar, minLength: 1, maxLength: 16 }), fc.nat())
+          .map(([a, n]) => `fz-${a}${n}@example.com`),
+      },
+      { weight: 1, arbitrary: fc.emailAddress() },
+    )
+    .filter((e) => e.length <= max);
 }
 
 function stringArb(s: Schema): Arb<string> {
@@ -145,16 +187,20 @@ function stringArb(s: Schema): Arb<string> {
   }
   const cap = Math.min(max, min + 40);
   const parts: fc.WeightedArbitrary<string>[] = [{ weight: 12, arbitrary: stringUnits(min, cap) }];
-  if (max !== Infinity && max > cap) parts.push({ weight: 1, arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: max, maxLength: max }) });
-  if (min > 0) parts.push({ weight: 1, arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: min, maxLength: min }) });
+  if (max !== Infinity && max > cap)
+    parts.push({ weight: 1, arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: max, maxLength: max }) });
+  if (min > 0)
+    parts.push({ weight: 1, arbitrary: fc.string({ unit: 'grapheme-ascii', minLength: min, maxLength: min }) });
   return fc.oneof(...parts);
 }
 
 // ---------------------------------------------------------------- numbers
 
 function bounds(s: Schema, integer: boolean): { min: number; max: number } {
-  let min = num(s.minimum) ?? (num(s.exclusiveMinimum) !== undefined ? num(s.exclusiveMinimum)! + (integer ? 1 : 1e-6) : -1e9);
-  let max = num(s.maximum) ?? (num(s.exclusiveMaximum) !== undefined ? num(s.exclusiveMaximum)! - (integer ? 1 : 1e-6) : 1e9);
+  let min =
+    num(s.minimum) ?? (num(s.exclusiveMinimum) !== undefined ? num(s.exclusiveMinimum)! + (integer ? 1 : 1e-6) : -1e9);
+  let max =
+    num(s.maximum) ?? (num(s.exclusiveMaximum) !== undefined ? num(s.exclusiveMaximum)! - (integer ? 1 : 1e-6) : 1e9);
   if (integer) {
     min = Math.max(Math.ceil(min), -MAX_SAFE);
     max = Math.min(Math.floor(max), MAX_SAFE);
@@ -166,7 +212,9 @@ function integerArb(s: Schema): Arb<number> {
   const { min, max } = bounds(s, true);
   const mult = num(s.multipleOf);
   if (mult && Number.isInteger(mult)) {
-    return fc.integer({ min: Math.ceil(min / mult), max: Math.min(Math.floor(max / mult), Math.ceil(min / mult) + 1000) }).map((k) => k * mult);
+    return fc
+      .integer({ min: Math.ceil(min / mult), max: Math.min(Math.floor(max / mult), Math.ceil(min / mult) + 1000) })
+      .map((k) => k * mult);
   }
   const small = Math.min(max, min + 1000);
   return fc.oneof(
@@ -181,11 +229,25 @@ function numberArb(s: Schema): Arb<number> {
   const imin = Math.ceil(min);
   const imax = Math.floor(max);
   const parts: fc.WeightedArbitrary<number>[] = [
-    { weight: 3, arbitrary: fc.double({ min, max, noNaN: true, noDefaultInfinity: true }).map((x) => (Object.is(x, -0) ? 0 : x)) },
+    {
+      weight: 3,
+      arbitrary: fc.double({ min, max, noNaN: true, noDefaultInfinity: true }).map((x) => (Object.is(x, -0) ? 0 : x)),
+    },
     { weight: 1, arbitrary: fc.constantFrom(min, max) },
   ];
-  if (imin <= imax) parts.push({ weight: 4, arbitrary: fc.integer({ min: Math.max(imin, -MAX_SAFE), max: Math.min(imax, imin + 1000, MAX_SAFE) }) });
-  if (imin <= imax) parts.push({ weight: 2, arbitrary: fc.integer({ min: Math.max(imin * 100, -1e12), max: Math.min(imax * 100, imin * 100 + 100000, 1e12) }).map((c) => c / 100).filter((x) => x >= min && x <= max) });
+  if (imin <= imax)
+    parts.push({
+      weight: 4,
+      arbitrary: fc.integer({ min: Math.max(imin, -MAX_SAFE), max: Math.min(imax, imin + 1000, MAX_SAFE) }),
+    });
+  if (imin <= imax)
+    parts.push({
+      weight: 2,
+      arbitrary: fc
+        .integer({ min: Math.max(imin * 100, -1e12), max: Math.min(imax * 100, imin * 100 + 100000, 1e12) })
+        .map((c) => c / 100)
+        .filter((x) => x >= min && x <= max),
+    });
   return fc.oneof(...parts);
 }
 
@@ -268,21 +330,74 @@ function objectArb(s: Schema, ctx: Ctx, override: Override): Arb<Record<string, 
 // ---------------------------------------------------------------- invalid values
 
 const HUGE_NUMBERS = [
-  '1e300', '-1e300', '1e400', '-1e400', '18446744073709551616', '9223372036854775808', '9223372036854775807', '-9223372036854775809',
-  '9007199254740993', '4294967296', '2147483648', '-2147483649', '1e-400', '123456789012345678901234567890', '0.0000001', '-0',
+  '1e300',
+  '-1e300',
+  '1e400',
+  '-1e400',
+  '18446744073709551616',
+  '9223372036854775808',
+  '9223372036854775807',
+  '-9223372036854775809',
+  '9007199254740993',
+  '4294967296',
+  '2147483648',
+  '-2147483649',
+  '1e-400',
+  '123456789012345678901234567890',
+  '0.0000001',
+  '-0',
 ];
 
 /** Strings that are never OK: NULs, controls, lone surrogates, oddities. */
 const NASTY_STRINGS = [
-  '\u0000', 'a\u0000b', '\u0000'.repeat(8), '\u0001\u0002\u0003', '\u001b[31mred', '\r\n', '\t', '\u007f', '\u0085', '\ud800', 'x\udfffy', '\ufffe', '\uffff',
-  '%00', '\\u0000', '../../etc/passwd', '<script>alert(1)</script>', "' OR 1=1 --", '${jndi:ldap://x}', '{{7*7}}', ' ', '', 'null', 'undefined', 'NaN',
+  '\u0000',
+  'a\u0000b',
+  '\u0000'.repeat(8),
+  '\u0001\u0002\u0003',
+  '\u001b[31mred',
+  '\r\n',
+  '\t',
+  '\u007f',
+  '\u0085',
+  '\ud800',
+  'x\udfffy',
+  '\ufffe',
+  '\uffff',
+  '%00',
+  '\\u0000',
+  '../../etc/passwd',
+  '<script>alert(1)</script>',
+  "' OR 1=1 --",
+  '${jndi:ldap://x}',
+  '{{7*7}}',
+  ' ',
+  '',
+  'null',
+  'undefined',
+  'NaN',
 ];
 
 function nastyString(): Arb<string> {
   return fc.oneof(
     { weight: 3, arbitrary: fc.constantFrom(...NASTY_STRINGS) },
-    { weight: 2, arbitrary: fc.tuple(fc.string({ unit: 'grapheme-ascii', maxLength: 10 }), fc.constantFrom(...NASTY_STRINGS), fc.string({ unit: 'grapheme-ascii', maxLength: 10 })).map(([a, b, c]) => a + b + c) },
-    { weight: 2, arbitrary: fc.string({ unit: fc.integer({ min: 0, max: 0x1f }).map((c) => String.fromCharCode(c)), minLength: 1, maxLength: 8 }) },
+    {
+      weight: 2,
+      arbitrary: fc
+        .tuple(
+          fc.string({ unit: 'grapheme-ascii', maxLength: 10 }),
+          fc.constantFrom(...NASTY_STRINGS),
+          fc.string({ unit: 'grapheme-ascii', maxLength: 10 }),
+        )
+        .map(([a, b, c]) => a + b + c),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.string({
+        unit: fc.integer({ min: 0, max: 0x1f }).map((c) => String.fromCharCode(c)),
+        minLength: 1,
+        maxLength: 8,
+      }),
+    },
   );
 }
 
@@ -290,49 +405,108 @@ function nastyString(): Arb<string> {
 function wrongTypeArb(s: Schema): Arb<Mut> {
   const accepted = acceptedTypes(s);
   const candidates: [string, unknown][] = [
-    ['string', 'abc'], ['string', ''], ['string', '1'], ['string', 'true'], ['integer', 7], ['integer', 0], ['integer', -1],
-    ['number', 1.5], ['boolean', true], ['boolean', false], ['null', null], ['array', []], ['array', [1, 'a']],
-    ['object', {}], ['object', { a: 1 }],
+    ['string', 'abc'],
+    ['string', ''],
+    ['string', '1'],
+    ['string', 'true'],
+    ['integer', 7],
+    ['integer', 0],
+    ['integer', -1],
+    ['number', 1.5],
+    ['boolean', true],
+    ['boolean', false],
+    ['null', null],
+    ['array', []],
+    ['array', [1, 'a']],
+    ['object', {}],
+    ['object', { a: 1 }],
   ];
   const ok = (t: string) => !accepted || accepted.has(t) || (t === 'integer' && accepted.has('number'));
   const wrong = candidates.filter(([t]) => !ok(t));
   if (!wrong.length) return fc.constant({ value: { $wrong: true }, note: 'wrong shape' });
-  return fc.constantFrom(...wrong).map(([t, v]) => ({ value: structuredClone(v), note: `wrong type (${t} ${JSON.stringify(v)})` }));
+  return fc
+    .constantFrom(...wrong)
+    .map(([t, v]) => ({ value: structuredClone(v), note: `wrong type (${t} ${JSON.stringify(v)})` }));
 }
 
 function invalidString(s: Schema, ctx: Ctx, override: Override): Arb<Mut>[] {
   const min = num(s.minLength) ?? 0;
   const max = num(s.maxLength);
-  const out: Arb<Mut>[] = [nastyString().map((v) => ({ value: v, note: `string with control/odd characters ${JSON.stringify(v).slice(0, 40)}` }))];
+  const out: Arb<Mut>[] = [
+    nastyString().map((v) => ({
+      value: v,
+      note: `string with control/odd characters ${JSON.stringify(v).slice(0, 40)}`,
+    })),
+  ];
   if (max !== undefined) {
-    out.push(fc.integer({ min: max + 1, max: max + 3 }).map((n) => ({ value: 'x'.repeat(n), note: `string of ${n} chars (maxLength ${max})` })));
-    out.push(fc.constantFrom(4096, 70_000).map((n) => ({ value: 'y'.repeat(n), note: `string of ${n} chars (maxLength ${max})` })));
-    out.push(fc.integer({ min: max + 1, max: max + 3 }).map((n) => ({ value: '\u{1F600}'.repeat(n), note: `emoji string of ${n} code points (maxLength ${max})` })));
+    out.push(
+      fc
+        .integer({ min: max + 1, max: max + 3 })
+        .map((n) => ({ value: 'x'.repeat(n), note: `string of ${n} chars (maxLength ${max})` })),
+    );
+    out.push(
+      fc
+        .constantFrom(4096, 70_000)
+        .map((n) => ({ value: 'y'.repeat(n), note: `string of ${n} chars (maxLength ${max})` })),
+    );
+    out.push(
+      fc
+        .integer({ min: max + 1, max: max + 3 })
+        .map((n) => ({ value: '\u{1F600}'.repeat(n), note: `emoji string of ${n} code points (maxLength ${max})` })),
+    );
   } else {
     out.push(fc.constantFrom(10_000, 70_000).map((n) => ({ value: 'z'.repeat(n), note: `string of ${n} chars` })));
   }
-  if (min > 0) out.push(fc.constant({ value: 'a'.repeat(min - 1), note: `string of ${min - 1} chars (minLength ${min})` }));
+  if (min > 0)
+    out.push(fc.constant({ value: 'a'.repeat(min - 1), note: `string of ${min - 1} chars (minLength ${min})` }));
   if (typeof s.format === 'string') {
     out.push(
-      fc.constantFrom('not-a-' + s.format, '2026-13-45T25:61:61Z', '00000000-0000-0000-0000-00000000000g', 'a@', '@b', 'a@b@c', '2026-02-30T00:00:00Z', '9999999-01-01T00:00:00Z', '2026-01-01', '1e3')
+      fc
+        .constantFrom(
+          'not-a-' + s.format,
+          '2026-13-45T25:61:61Z',
+          '00000000-0000-0000-0000-00000000000g',
+          'a@',
+          '@b',
+          'a@b@c',
+          '2026-02-30T00:00:00Z',
+          '9999999-01-01T00:00:00Z',
+          '2026-01-01',
+          '1e3',
+        )
         .map((v) => ({ value: v, note: `bad ${String(s.format)} ${JSON.stringify(v)}` })),
     );
   }
   if (Array.isArray(s.enum)) out.push(enumMiss(s.enum));
   if (typeof s.pattern === 'string') {
-    out.push(fc.constantFrom('-leading-dash', 'UPPER', 'has space', 'a\u0000', '\u0007bell', 'ä').map((v) => ({ value: v, note: `breaks pattern ${String(s.pattern)}: ${JSON.stringify(v)}` })));
+    out.push(
+      fc
+        .constantFrom('-leading-dash', 'UPPER', 'has space', 'a\u0000', '\u0007bell', 'ä')
+        .map((v) => ({ value: v, note: `breaks pattern ${String(s.pattern)}: ${JSON.stringify(v)}` })),
+    );
   }
   // A valid value with a NUL inside: valid length, invalid content.
-  out.push(validArb(s, ctx, override).map((v) => ({ value: typeof v === 'string' && v.length ? v.slice(0, -1) + '\u0000' : '\u0000', note: 'NUL byte inside an otherwise valid string' })));
+  out.push(
+    validArb(s, ctx, override).map((v) => ({
+      value: typeof v === 'string' && v.length ? v.slice(0, -1) + '\u0000' : '\u0000',
+      note: 'NUL byte inside an otherwise valid string',
+    })),
+  );
   return out;
 }
 
 function enumMiss(values: unknown[]): Arb<Mut> {
   const strs = values.filter((v): v is string => typeof v === 'string');
-  const near = strs.flatMap((v) => [v.toUpperCase(), ` ${v}`, `${v} `, `${v}\u0000`, v.slice(0, -1)]).filter((v) => !values.includes(v));
+  const near = strs
+    .flatMap((v) => [v.toUpperCase(), ` ${v}`, `${v} `, `${v}\u0000`, v.slice(0, -1)])
+    .filter((v) => !values.includes(v));
   const nums = values.filter((v): v is number => typeof v === 'number').flatMap((n) => [n + 1, n - 1, n + 0.5, -n]);
-  const cands = [...near, ...nums.filter((v) => !values.includes(v)), 'definitely-not-a-member', 3, '1'].filter((v) => !values.includes(v));
-  return fc.constantFrom(...cands).map((v) => ({ value: v, note: `not in enum ${JSON.stringify(values)}: ${JSON.stringify(v)}` }));
+  const cands = [...near, ...nums.filter((v) => !values.includes(v)), 'definitely-not-a-member', 3, '1'].filter(
+    (v) => !values.includes(v),
+  );
+  return fc
+    .constantFrom(...cands)
+    .map((v) => ({ value: v, note: `not in enum ${JSON.stringify(values)}: ${JSON.stringify(v)}` }));
 }
 
 function invalidNumber(s: Schema, integer: boolean): Arb<Mut>[] {
@@ -341,9 +515,18 @@ function invalidNumber(s: Schema, integer: boolean): Arb<Mut>[] {
   ];
   const min = num(s.minimum);
   const max = num(s.maximum);
-  if (min !== undefined) out.push(fc.constantFrom(min - 1, min - 1e9, -1e300).map((v) => ({ value: v, note: `${v} below minimum ${min}` })));
-  if (max !== undefined) out.push(fc.constantFrom(max + 1, max * 2 + 1, 2 ** 64, 1e300).map((v) => ({ value: v, note: `${v} above maximum ${max}` })));
-  if (integer) out.push(fc.constantFrom(0.5, 1.5, 100.25, 1e-7).map((v) => ({ value: v, note: `fractional ${v} for an integer` })));
+  if (min !== undefined)
+    out.push(fc.constantFrom(min - 1, min - 1e9, -1e300).map((v) => ({ value: v, note: `${v} below minimum ${min}` })));
+  if (max !== undefined)
+    out.push(
+      fc
+        .constantFrom(max + 1, max * 2 + 1, 2 ** 64, 1e300)
+        .map((v) => ({ value: v, note: `${v} above maximum ${max}` })),
+    );
+  if (integer)
+    out.push(
+      fc.constantFrom(0.5, 1.5, 100.25, 1e-7).map((v) => ({ value: v, note: `fractional ${v} for an integer` })),
+    );
   if (Array.isArray(s.enum)) out.push(enumMiss(s.enum));
   return out;
 }
@@ -364,22 +547,45 @@ function invalidObject(s: Schema, ctx: Ctx, override: Override): Arb<Mut>[] {
   }
   if (s.additionalProperties === false) {
     const names = fc.oneof(
-      fc.constantFrom('__proto__', 'constructor', 'prototype', 'id', 'user_id', 'role', 'balance', 'admin', 'x\u0000y', '', ' ', '\u{1F600}', 'a'.repeat(300)),
+      fc.constantFrom(
+        '__proto__',
+        'constructor',
+        'prototype',
+        'id',
+        'user_id',
+        'role',
+        'balance',
+        'admin',
+        'x\u0000y',
+        '',
+        ' ',
+        '\u{1F600}',
+        'a'.repeat(300),
+      ),
       fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 12 }).filter((k) => !(k in props)),
     );
     out.push(
-      fc.tuple(base, names, smallJson).map(([o, k, v]) => ({ value: setOwn({ ...o }, k, k === '__proto__' || k === 'constructor' ? { polluted: true, role: 'admin' } : v), note: `extra property ${JSON.stringify(k).slice(0, 40)}` })),
+      fc.tuple(base, names, smallJson).map(([o, k, v]) => ({
+        value: setOwn({ ...o }, k, k === '__proto__' || k === 'constructor' ? { polluted: true, role: 'admin' } : v),
+        note: `extra property ${JSON.stringify(k).slice(0, 40)}`,
+      })),
     );
   }
   const keys = Object.keys(props);
   if (keys.length) {
     out.push(
-      fc
-        .tuple(base, fc.constantFrom(...keys))
-        .chain(([o, k]) => invalidArb(props[k] as Schema, { ...ctx, path: [...ctx.path, k] }, override).map((m) => ({ value: setOwn({ ...o }, k, m.value), note: `${k}: ${m.note}` }))),
+      fc.tuple(base, fc.constantFrom(...keys)).chain(([o, k]) =>
+        invalidArb(props[k] as Schema, { ...ctx, path: [...ctx.path, k] }, override).map((m) => ({
+          value: setOwn({ ...o }, k, m.value),
+          note: `${k}: ${m.note}`,
+        })),
+      ),
     );
     out.push(
-      fc.tuple(base, fc.constantFrom(...keys), fc.constantFrom(40, 100, 1000)).map(([o, k, d]) => ({ value: setOwn({ ...o }, k, new RawJson('['.repeat(d) + ']'.repeat(d))), note: `${k}: nested ${d} deep` })),
+      fc.tuple(base, fc.constantFrom(...keys), fc.constantFrom(40, 100, 1000)).map(([o, k, d]) => ({
+        value: setOwn({ ...o }, k, new RawJson('['.repeat(d) + ']'.repeat(d))),
+        note: `${k}: nested ${d} deep`,
+      })),
     );
   }
   const minProps = num(s.minProperties);
@@ -413,14 +619,25 @@ function componentInvalid(s: Schema, ctx: Ctx, override: Override): Arb<Mut>[] {
     case 'number':
       return invalidNumber(s, false);
     case 'boolean':
-      return [fc.constantFrom('true', 'false', 0, 1, 'yes').map((v) => ({ value: v, note: `boolean as ${JSON.stringify(v)}` }))];
+      return [
+        fc
+          .constantFrom('true', 'false', 0, 1, 'yes')
+          .map((v) => ({ value: v, note: `boolean as ${JSON.stringify(v)}` })),
+      ];
     case 'object':
       return invalidObject(s, ctx, override);
     case 'array': {
       const out: Arb<Mut>[] = [];
       const maxItems = num(s.maxItems);
-      if (maxItems !== undefined) out.push(fc.constant({ value: Array.from({ length: maxItems + 1 }, () => 1), note: `${maxItems + 1} items (maxItems ${maxItems})` }));
-      if (isPlainObject(s.items)) out.push(invalidArb(s.items, ctx, override).map((m) => ({ value: [m.value], note: `item: ${m.note}` })));
+      if (maxItems !== undefined)
+        out.push(
+          fc.constant({
+            value: Array.from({ length: maxItems + 1 }, () => 1),
+            note: `${maxItems + 1} items (maxItems ${maxItems})`,
+          }),
+        );
+      if (isPlainObject(s.items))
+        out.push(invalidArb(s.items, ctx, override).map((m) => ({ value: [m.value], note: `item: ${m.note}` })));
       return out;
     }
     default:
@@ -441,21 +658,49 @@ export function invalidParamText(s: Schema): Arb<ParamMut> {
   const t = acceptedTypes(s);
   const isNum = t?.has('integer') || t?.has('number');
   const parts: Arb<ParamMut>[] = [
-    nastyString().filter((x) => !x.includes('\ud800') && !x.includes('\udfff')).map((x) => ({ text: x, note: `text ${JSON.stringify(x).slice(0, 40)}` })),
-    fc.constantFrom('%00', '%', '%zz', '%E0%A4%A', '%ED%A0%80', '%C0%AF', '%FF%FE', '%2F..%2F', '%0A%0D').map((raw) => ({ text: new RawText(raw), note: `raw encoding ${raw}` })),
+    nastyString()
+      .filter((x) => !x.includes('\ud800') && !x.includes('\udfff'))
+      .map((x) => ({ text: x, note: `text ${JSON.stringify(x).slice(0, 40)}` })),
+    fc
+      .constantFrom('%00', '%', '%zz', '%E0%A4%A', '%ED%A0%80', '%C0%AF', '%FF%FE', '%2F..%2F', '%0A%0D')
+      .map((raw) => ({ text: new RawText(raw), note: `raw encoding ${raw}` })),
     fc.constantFrom(201, 4000, 9000).map((n) => ({ text: 'q'.repeat(n), note: `${n}-char value` })),
   ];
   if (isNum) {
     parts.push(
-      fc.constantFrom('abc', '1.5', '-1', '0', '1e3', '0x10', ' 5', '+5', '5 ', '1_000', '\u0663', 'Infinity', 'NaN', '-0', '00000000000000000001', ...HUGE_NUMBERS)
+      fc
+        .constantFrom(
+          'abc',
+          '1.5',
+          '-1',
+          '0',
+          '1e3',
+          '0x10',
+          ' 5',
+          '+5',
+          '5 ',
+          '1_000',
+          '\u0663',
+          'Infinity',
+          'NaN',
+          '-0',
+          '00000000000000000001',
+          ...HUGE_NUMBERS,
+        )
         .map((x) => ({ text: x, note: `number text ${JSON.stringify(x)}` })),
     );
     const max = num(s.maximum);
     if (max !== undefined) parts.push(fc.constant({ text: String(max + 1), note: `${max + 1} above maximum ${max}` }));
   }
-  if (t?.has('boolean')) parts.push(fc.constantFrom('yes', 'TRUE', '2', 'null', 'on', '').map((x) => ({ text: x, note: `boolean text ${JSON.stringify(x)}` })));
+  if (t?.has('boolean'))
+    parts.push(
+      fc
+        .constantFrom('yes', 'TRUE', '2', 'null', 'on', '')
+        .map((x) => ({ text: x, note: `boolean text ${JSON.stringify(x)}` })),
+    );
   if (Array.isArray(s.enum)) parts.push(enumMiss(s.enum).map((m) => ({ text: String(m.value), note: m.note })));
   const max = num(s.maxLength);
-  if (max !== undefined) parts.push(fc.constant({ text: 'm'.repeat(max + 1), note: `${max + 1} chars (maxLength ${max})` }));
+  if (max !== undefined)
+    parts.push(fc.constant({ text: 'm'.repeat(max + 1), note: `${max + 1} chars (maxLength ${max})` }));
   return fc.oneof(...parts);
 }

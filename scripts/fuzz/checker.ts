@@ -9,7 +9,8 @@ import type { RawResponse } from './http.js';
 import { snippet } from './values.js';
 
 // ajv-formats is CommonJS; its default export arrives wrapped under ESM.
-const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ?? addFormatsModule) as unknown as (ajv: Ajv2020) => Ajv2020;
+const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ??
+  addFormatsModule) as unknown as (ajv: Ajv2020) => Ajv2020;
 
 export const FAILURE_KINDS = ['5xx', 'undocumented', 'schema_mismatch'] as const;
 export type FailureKind = (typeof FAILURE_KINDS)[number];
@@ -97,7 +98,8 @@ export class Checker {
         out.push(fail('undocumented', `documented: ${[...req.op.responses.keys()].join(', ')}`, errorCode(text)));
       } else {
         const problem = this.schemaProblem(req.op, res, text, spec.mediaTypes);
-        if (problem) out.push(fail('schema_mismatch', problem, problem.split('\n')[0]!.replace(/\/\d+(?=\/|$| )/g, '/N')));
+        if (problem)
+          out.push(fail('schema_mismatch', problem, problem.split('\n')[0]!.replace(/\/\d+(?=\/|$| )/g, '/N')));
       }
     }
     for (const f of out) {
@@ -110,7 +112,10 @@ export class Checker {
   private schemaProblem(op: Operation, res: RawResponse, text: string, mediaTypes: string[]): string | undefined {
     const fn = this.validator(op, res.status);
     // No schema: an empty body is promised only by a response without content (204).
-    if (!fn) return mediaTypes.length === 0 && res.status === 204 && text.length > 0 ? `a body where the document promises none: ${snippet(text, 80)}` : undefined;
+    if (!fn)
+      return mediaTypes.length === 0 && res.status === 204 && text.length > 0
+        ? `a body where the document promises none: ${snippet(text, 80)}`
+        : undefined;
     const ct = String(res.headers['content-type'] ?? '');
     if (!/json/i.test(ct)) return `Content-Type ${JSON.stringify(ct)} where the document promises application/json`;
     let body: unknown;

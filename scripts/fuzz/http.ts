@@ -81,7 +81,12 @@ export class HttpClient {
           maxHeaderSize: 1024 * 1024,
         });
       } catch (e) {
-        finish({ status: -1, headers: {}, body: Buffer.alloc(0), error: `client refused to send: ${(e as Error).message}` });
+        finish({
+          status: -1,
+          headers: {},
+          body: Buffer.alloc(0),
+          error: `client refused to send: ${(e as Error).message}`,
+        });
         return;
       }
       cr.setTimeout(this.timeoutMs, () => {
@@ -90,8 +95,18 @@ export class HttpClient {
       cr.on('error', (e: NodeJS.ErrnoException) => {
         // (A request queued in the agent and handed a freed socket is not marked reusedSocket.)
         const retryable = !fresh && !gotResponse && (e.code === 'ECONNRESET' || e.code === 'EPIPE');
-        const how = fresh ? ' (on a fresh connection)' : cr.reusedSocket ? ' (on a reused keep-alive connection)' : ' (on a pooled connection)';
-        finish({ status: 0, headers: {}, body: Buffer.alloc(0), error: `${e.code ?? ''} ${e.message}${how}`.trim(), retryable });
+        const how = fresh
+          ? ' (on a fresh connection)'
+          : cr.reusedSocket
+            ? ' (on a reused keep-alive connection)'
+            : ' (on a pooled connection)';
+        finish({
+          status: 0,
+          headers: {},
+          body: Buffer.alloc(0),
+          error: `${e.code ?? ''} ${e.message}${how}`.trim(),
+          retryable,
+        });
       });
       cr.on('response', (res) => {
         gotResponse = true;
@@ -102,7 +117,9 @@ export class HttpClient {
           if (size <= MAX_BODY) chunks.push(c);
         });
         res.on('end', () => finish({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-        res.on('error', (e) => finish({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), error: e.message }));
+        res.on('error', (e) =>
+          finish({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), error: e.message }),
+        );
       });
       cr.end(req.body);
     });

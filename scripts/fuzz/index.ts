@@ -68,8 +68,22 @@ interface PoolEntry {
 }
 
 class World {
-  readonly pools: Record<PoolKind, PoolEntry[]> = { vm: [], sshkey: [], apikey: [], user: [], credential: [], node: [], reservation: [], refresh: [] };
-  readonly protectedIds = { apikey: new Set<string>(), sshkey: new Set<string>(), user: new Set<string>(), node: new Set<string>() };
+  readonly pools: Record<PoolKind, PoolEntry[]> = {
+    vm: [],
+    sshkey: [],
+    apikey: [],
+    user: [],
+    credential: [],
+    node: [],
+    reservation: [],
+    refresh: [],
+  };
+  readonly protectedIds = {
+    apikey: new Set<string>(),
+    sshkey: new Set<string>(),
+    user: new Set<string>(),
+    node: new Set<string>(),
+  };
   readonly tokens = new Map<IdentityName, string>();
   victimUser = 0;
   victimNode = '';
@@ -91,7 +105,13 @@ function encodeText(s: string): string {
     return encodeURIComponent(s);
   } catch {
     // Lone surrogates: send what UTF-8 makes of them.
-    return [...Buffer.from(s, 'utf8')].map((b) => (/[A-Za-z0-9\-_.~]/.test(String.fromCharCode(b)) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`)).join('');
+    return [...Buffer.from(s, 'utf8')]
+      .map((b) =>
+        /[A-Za-z0-9\-_.~]/.test(String.fromCharCode(b))
+          ? String.fromCharCode(b)
+          : `%${b.toString(16).toUpperCase().padStart(2, '0')}`,
+      )
+      .join('');
   }
 }
 
@@ -101,7 +121,11 @@ function withBytes(text: string, bytes: number[] | undefined): Buffer {
   const m = /:\s*"/.exec(text);
   if (!m) return Buffer.concat([Buffer.from('{"a":"'), Buffer.from(bytes), Buffer.from('"}')]);
   const at = m.index + m[0].length;
-  return Buffer.concat([Buffer.from(text.slice(0, at), 'utf8'), Buffer.from(bytes), Buffer.from(text.slice(at), 'utf8')]);
+  return Buffer.concat([
+    Buffer.from(text.slice(0, at), 'utf8'),
+    Buffer.from(bytes),
+    Buffer.from(text.slice(at), 'utf8'),
+  ]);
 }
 
 /** A number as plain decimal digits (query values like 1e-7 are refused by the API's own rule). */
@@ -115,7 +139,14 @@ function plainNumber(n: number): string {
 function paramText(v: unknown): string {
   if (v instanceof RawText) return v.text;
   if (typeof v === 'number') return encodeText(plainNumber(v));
-  const s = typeof v === 'string' ? v : v === null || v === undefined ? '' : typeof v === 'object' ? JSON.stringify(v) : String(v);
+  const s =
+    typeof v === 'string'
+      ? v
+      : v === null || v === undefined
+        ? ''
+        : typeof v === 'object'
+          ? JSON.stringify(v)
+          : String(v);
   return encodeText(s);
 }
 
@@ -170,12 +201,22 @@ class Fuzzer {
   /** A request of the harness itself (setup, repairs): checked like the others. */
   async call(
     opId: string,
-    opts: { as?: IdentityName | 'none'; params?: Record<string, string | number>; body?: unknown; query?: Record<string, string | number> } = {},
+    opts: {
+      as?: IdentityName | 'none';
+      params?: Record<string, string | number>;
+      body?: unknown;
+      query?: Record<string, string | number>;
+    } = {},
   ): Promise<{ status: number; json: any; res: RawResponse }> {
     const op = this.opsById.get(opId);
     if (!op) throw new Error(`the document has no operation ${opId}`);
     const path = op.path.replace(/\{([^}]+)\}/g, (_, n: string) => encodeText(String(opts.params?.[n] ?? '')));
-    const qs = opts.query ? '?' + Object.entries(opts.query).map(([k, v]) => `${encodeText(k)}=${encodeText(String(v))}`).join('&') : '';
+    const qs = opts.query
+      ? '?' +
+        Object.entries(opts.query)
+          .map(([k, v]) => `${encodeText(k)}=${encodeText(String(v))}`)
+          .join('&')
+      : '';
     const headers: [string, string][] = [];
     const who = opts.as ?? 'none';
     if (who !== 'none') headers.push(['Authorization', `Bearer ${this.world.tokens.get(who) ?? ''}`]);
@@ -186,7 +227,18 @@ class Fuzzer {
     }
     const raw: RawRequest = { method: op.method, path: path + qs, headers, body };
     const res = await this.http.send(raw);
-    this.checker.check({ seq: this.harnessSeq--, op, method: op.method, url: raw.path, identity: who, input: 'harness (setup/repair)', bodyText: body?.toString() ?? '' }, res);
+    this.checker.check(
+      {
+        seq: this.harnessSeq--,
+        op,
+        method: op.method,
+        url: raw.path,
+        identity: who,
+        input: 'harness (setup/repair)',
+        bodyText: body?.toString() ?? '',
+      },
+      res,
+    );
     let json: any;
     try {
       json = JSON.parse(res.body.toString('utf8'));
@@ -199,14 +251,17 @@ class Fuzzer {
   private async must(opId: string, opts: Parameters<Fuzzer['call']>[1], what: string): Promise<any> {
     const r = await this.call(opId, opts);
     if (r.status < 200 || r.status >= 300) {
-      throw new Error(`fuzz setup: ${what} (${opId}) answered ${r.status}: ${r.res.error ?? r.res.body.toString('utf8').slice(0, 300)}`);
+      throw new Error(
+        `fuzz setup: ${what} (${opId}) answered ${r.status}: ${r.res.error ?? r.res.body.toString('utf8').slice(0, 300)}`,
+      );
     }
     return r.json;
   }
 
   private async login(email: string, password: string): Promise<{ access: string; refresh: string }> {
     const j = await this.must('POST /auth/login', { body: { email, password } }, `login as ${email}`);
-    if (typeof j?.access_token !== 'string') throw new Error(`fuzz setup: login as ${email} gave no access token (2FA?)`);
+    if (typeof j?.access_token !== 'string')
+      throw new Error(`fuzz setup: login as ${email} gave no access token (2FA?)`);
     return { access: j.access_token, refresh: j.refresh_token };
   }
 
@@ -234,7 +289,11 @@ class Fuzzer {
     for (const who of ['user', 'other', 'victim'] as const) {
       const email = `fuzz-${who}-${tag}@example.com`;
       const password = `fuzz-${who}-password-${tag}`;
-      const u = await this.must('POST /auth/register', { body: { email, password, name: `Fuzz ${who}` } }, `register the ${who}`);
+      const u = await this.must(
+        'POST /auth/register',
+        { body: { email, password, name: `Fuzz ${who}` } },
+        `register the ${who}`,
+      );
       this.users[who] = { id: u.id, email, password };
       w.add('user', { id: u.id, email });
       w.add('credential', { email, password });
@@ -243,12 +302,28 @@ class Fuzzer {
     w.victimUser = this.users.victim.id;
     await this.loginAll();
 
-    await this.must('POST /admin/users/{user_id}/credits', { as: 'admin', params: { user_id: this.users.user.id }, body: { amount: 100000 } }, 'credit the user');
-    await this.must('POST /admin/users/{user_id}/credits', { as: 'admin', params: { user_id: this.users.other.id }, body: { amount: 5000 } }, 'credit the other user');
-    await this.must('PATCH /admin/users/{user_id}', { as: 'admin', params: { user_id: this.users.user.id }, body: { max_vms: 40, max_gpus: 200 } }, 'raise the user limits');
+    await this.must(
+      'POST /admin/users/{user_id}/credits',
+      { as: 'admin', params: { user_id: this.users.user.id }, body: { amount: 100000 } },
+      'credit the user',
+    );
+    await this.must(
+      'POST /admin/users/{user_id}/credits',
+      { as: 'admin', params: { user_id: this.users.other.id }, body: { amount: 5000 } },
+      'credit the other user',
+    );
+    await this.must(
+      'PATCH /admin/users/{user_id}',
+      { as: 'admin', params: { user_id: this.users.user.id }, body: { max_vms: 40, max_gpus: 200 } },
+      'raise the user limits',
+    );
 
     for (const who of ['user', 'other'] as const) {
-      const key = await this.must('POST /ssh-keys', { as: who, body: { ssh_public_key: ed25519Line(randomBytes(32), `fuzz-${who}`), label: `fuzz ${who}` } }, `add the ${who}'s SSH key`);
+      const key = await this.must(
+        'POST /ssh-keys',
+        { as: who, body: { ssh_public_key: ed25519Line(randomBytes(32), `fuzz-${who}`), label: `fuzz ${who}` } },
+        `add the ${who}'s SSH key`,
+      );
       w.add('sshkey', { id: key.id });
       w.protectedIds.sshkey.add(key.id);
     }
@@ -260,7 +335,17 @@ class Fuzzer {
       { node: `fz-victim-${tag}`, gpu_type: '4090', gpu_count: 2 },
     ];
     for (const n of nodes) {
-      const spec = { ...n, ram_gb: 256, cpu_cores: 64, cpu_model: 'AMD EPYC 7B13', pcie_gen: '4.0', max_storage_gb: 4000, location: 'Fuzzland', cluster_name: 'fuzz', status: 'active' };
+      const spec = {
+        ...n,
+        ram_gb: 256,
+        cpu_cores: 64,
+        cpu_model: 'AMD EPYC 7B13',
+        pcie_gen: '4.0',
+        max_storage_gb: 4000,
+        location: 'Fuzzland',
+        cluster_name: 'fuzz',
+        status: 'active',
+      };
       await this.must('POST /admin/nodes', { as: 'admin', body: spec }, `add node ${n.node}`);
       w.add('node', { node: n.node, gpu_type: n.gpu_type });
       if (!n.node.startsWith('fz-victim')) {
@@ -273,17 +358,63 @@ class Fuzzer {
     }
 
     for (const scope of ['read_write', 'read_only', 'billing_only'] as const) {
-      const k = await this.must('POST /api-keys', { as: 'user', body: { name: `fuzz ${scope}`, scope } }, `create a ${scope} API key`);
+      const k = await this.must(
+        'POST /api-keys',
+        { as: 'user', body: { name: `fuzz ${scope}`, scope } },
+        `create a ${scope} API key`,
+      );
       w.tokens.set(scope === 'read_write' ? 'key_rw' : scope === 'read_only' ? 'key_ro' : 'key_billing', k.key);
       w.add('apikey', { id: k.id });
       w.protectedIds.apikey.add(k.id);
     }
 
     const vms: [IdentityName, Record<string, unknown>][] = [
-      ['user', { node: nodes[0]!.node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101, instance_label: 'fuzz-a' }],
-      ['user', { node: nodes[1]!.node, gpu_type: '5090', gpu_count: 2, storage_gb: 200, template_vmid: 100, rental_type: 'interruptible' }],
-      ['user', { node: nodes[2]!.node, gpu_type: 'pro6000', gpu_count: 1, storage_gb: 100, template_vmid: 102, rental_type: 'reserved', reservation_months: 1 }],
-      ['user', { node: nodes[0]!.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 104, auth_method: 'password', password: 'fuzz-vm-password-1' }],
+      [
+        'user',
+        {
+          node: nodes[0]!.node,
+          gpu_type: '4090',
+          gpu_count: 1,
+          storage_gb: 100,
+          template_vmid: 101,
+          instance_label: 'fuzz-a',
+        },
+      ],
+      [
+        'user',
+        {
+          node: nodes[1]!.node,
+          gpu_type: '5090',
+          gpu_count: 2,
+          storage_gb: 200,
+          template_vmid: 100,
+          rental_type: 'interruptible',
+        },
+      ],
+      [
+        'user',
+        {
+          node: nodes[2]!.node,
+          gpu_type: 'pro6000',
+          gpu_count: 1,
+          storage_gb: 100,
+          template_vmid: 102,
+          rental_type: 'reserved',
+          reservation_months: 1,
+        },
+      ],
+      [
+        'user',
+        {
+          node: nodes[0]!.node,
+          gpu_type: '4090',
+          gpu_count: 1,
+          storage_gb: 50,
+          template_vmid: 104,
+          auth_method: 'password',
+          password: 'fuzz-vm-password-1',
+        },
+      ],
       ['other', { node: nodes[0]!.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 101 }],
     ];
     for (const [who, body] of vms) {
@@ -314,7 +445,12 @@ class Fuzzer {
       await this.call('PATCH /admin/users/{user_id}', {
         as: 'admin',
         params: { user_id: u[who].id },
-        body: { role: 'user', suspended: false, max_vms: who === 'user' ? 40 : null, max_gpus: who === 'user' ? 200 : null },
+        body: {
+          role: 'user',
+          suspended: false,
+          max_vms: who === 'user' ? 40 : null,
+          max_gpus: who === 'user' ? 200 : null,
+        },
       });
     }
     for (const n of this.setupNodes) {
@@ -322,7 +458,11 @@ class Fuzzer {
       await this.call('PATCH /admin/nodes/{node}', { as: 'admin', params: { node: String(node) }, body: spec });
       const now = await this.call('GET /admin/nodes/{node}', { as: 'admin', params: { node: String(node) } });
       if (now.status === 200 && now.json?.agent_url != null) {
-        await this.call('PATCH /admin/nodes/{node}', { as: 'admin', params: { node: String(node) }, body: { agent_url: null } });
+        await this.call('PATCH /admin/nodes/{node}', {
+          as: 'admin',
+          params: { node: String(node) },
+          body: { agent_url: null },
+        });
       }
       for (const action of ['provision', 'start', 'stop', 'destroy']) {
         await this.call('POST /admin/simulator/faults', { as: 'admin', body: { node, action, count: 0 } });
@@ -331,24 +471,39 @@ class Fuzzer {
     for (const p of this.pricing) {
       const { gpu_type, updated_at: _u, ...rest } = p;
       const body: Record<string, unknown> = {};
-      for (const k of ['gpu_ram_mb', 'gpu_price_hourly', 'interruptible_rate', 'storage_price_gb_hourly', 'reserved_discount_1mo', 'reserved_discount_3mo', 'reserved_discount_6mo']) {
+      for (const k of [
+        'gpu_ram_mb',
+        'gpu_price_hourly',
+        'interruptible_rate',
+        'storage_price_gb_hourly',
+        'reserved_discount_1mo',
+        'reserved_discount_3mo',
+        'reserved_discount_6mo',
+      ]) {
         if (k in rest) body[k] = rest[k];
       }
       await this.call('PUT /admin/pricing/{gpu_type}', { as: 'admin', params: { gpu_type: String(gpu_type) }, body });
     }
     const bal = await this.call('GET /billing/balance', { as: 'user' });
     if (bal.status === 200 && typeof bal.json?.balance === 'number' && bal.json.balance < 20000) {
-      await this.call('POST /admin/users/{user_id}/credits', { as: 'admin', params: { user_id: u.user.id }, body: { amount: 100000 } });
+      await this.call('POST /admin/users/{user_id}/credits', {
+        as: 'admin',
+        params: { user_id: u.user.id },
+        body: { amount: 100000 },
+      });
     }
     // Keep a couple of live VMs around to act on.
     const live = await this.call('GET /vms', { as: 'user', query: { limit: 100 } });
     if (live.status === 200 && Array.isArray(live.json) && live.json.length < 3) {
       const node = this.setupNodes[cycle % this.setupNodes.length]!;
-      const r = await this.call('POST /vms', { as: 'user', body: { node: node.node, gpu_type: node.gpu_type, gpu_count: 1, storage_gb: 60, template_vmid: 100 } });
+      const r = await this.call('POST /vms', {
+        as: 'user',
+        body: { node: node.node, gpu_type: node.gpu_type, gpu_count: 1, storage_gb: 60, template_vmid: 100 },
+      });
       if (r.status === 201) this.learnVm(r.json);
     }
     // A small, seed-determined step of the clock.
-    const seconds = 1 + ((this.seed ^ (cycle * 2654435761)) >>> 0) % 300;
+    const seconds = 1 + (((this.seed ^ (cycle * 2654435761)) >>> 0) % 300);
     await this.call('POST /admin/clock/advance', { as: 'admin', body: { seconds } });
   }
 
@@ -383,7 +538,8 @@ class Fuzzer {
     if (p.body.kind === 'json') {
       resolvedBody = resolveRefs(p.body.value, lookup);
       bodyText = toJsonText(resolvedBody);
-      if (p.body.duplicateKey !== undefined) bodyText = bodyText.replace(/^\{/, `{${JSON.stringify(p.body.duplicateKey)}:[[["dup"]]],`);
+      if (p.body.duplicateKey !== undefined)
+        bodyText = bodyText.replace(/^\{/, `{${JSON.stringify(p.body.duplicateKey)}:[[["dup"]]],`);
       body = withBytes(bodyText, p.body.injectBytes);
       if (p.body.contentType !== null) headers.push(['Content-Type', p.body.contentType]);
     } else if (p.body.kind === 'raw') {
@@ -392,7 +548,8 @@ class Fuzzer {
       if (p.body.contentType !== null) headers.push(['Content-Type', p.body.contentType]);
     }
     if (body && body.length !== Buffer.byteLength(bodyText)) bodyText = body.toString('latin1');
-    const input = (p.mode === 'valid' ? 'valid' : `invalid: ${p.note}`) + (notes.length ? ` (${notes.join('; ')})` : '');
+    const input =
+      (p.mode === 'valid' ? 'valid' : `invalid: ${p.note}`) + (notes.length ? ` (${notes.join('; ')})` : '');
     return {
       raw: { method: op.method, path: url, headers, body },
       sent: { seq: p.seq, op, method: op.method, url, identity: authLabel(p.auth), input, bodyText },
@@ -477,7 +634,8 @@ class Fuzzer {
       case 'POST /auth/register':
         if (typeof j?.id === 'number') {
           w.add('user', { id: j.id, email: j.email });
-          if (isPlainObject(resolvedBody) && typeof resolvedBody.password === 'string') w.add('credential', { email: resolvedBody.email, password: resolvedBody.password });
+          if (isPlainObject(resolvedBody) && typeof resolvedBody.password === 'string')
+            w.add('credential', { email: resolvedBody.email, password: resolvedBody.password });
         }
         break;
       case 'POST /auth/login':
@@ -512,10 +670,18 @@ class Fuzzer {
           this.sent++;
           const failed = this.checker.check(b.sent, res);
           this.learn(b.sent.op, res, b.resolvedBody);
-          if (res.status === 401 && p.auth.kind === 'as' && SESSION_IDENTITIES.has(p.auth.who)) await this.relogin(p.auth.who);
+          if (res.status === 401 && p.auth.kind === 'as' && SESSION_IDENTITIES.has(p.auth.who))
+            await this.relogin(p.auth.who);
           this.trace?.({
-            seq: p.seq, op: b.sent.op.id, identity: b.sent.identity, input: b.sent.input, url: b.sent.url.slice(0, 300), status: res.status,
-            request: b.sent.bodyText.slice(0, 300), response: res.error ?? res.body.toString('utf8').slice(0, 300), failed: failed.map((f) => f.kind),
+            seq: p.seq,
+            op: b.sent.op.id,
+            identity: b.sent.identity,
+            input: b.sent.input,
+            url: b.sent.url.slice(0, 300),
+            status: res.status,
+            request: b.sent.bodyText.slice(0, 300),
+            response: res.error ?? res.body.toString('utf8').slice(0, 300),
+            failed: failed.map((f) => f.kind),
           });
         }
       };
@@ -525,7 +691,9 @@ class Fuzzer {
         break;
       }
       if (end < plan.length) await this.repair(cycle++);
-      this.log(`fuzz: ${end}/${plan.length} requests, ${((performance.now() - started) / 1000).toFixed(1)} s, failures ${FAILURE_KINDS.map((k) => `${k}=${this.checker.counts[k]}`).join(' ')}`);
+      this.log(
+        `fuzz: ${end}/${plan.length} requests, ${((performance.now() - started) / 1000).toFixed(1)} s, failures ${FAILURE_KINDS.map((k) => `${k}=${this.checker.counts[k]}`).join(' ')}`,
+      );
     }
   }
 
@@ -582,10 +750,16 @@ function causes(failures: Failure[], kind: FailureKind): string[] {
   }
   return [...byGroup.values()]
     .sort((a, b) => b.n - a.n)
-    .map(({ n, f }) => `    ${String(n).padStart(4)} x ${f.op} -> ${f.status}${f.group.split('|')[3] ? ` [${f.group.split('|')[3]}]` : ''}`);
+    .map(
+      ({ n, f }) =>
+        `    ${String(n).padStart(4)} x ${f.op} -> ${f.status}${f.group.split('|')[3] ? ` [${f.group.split('|')[3]}]` : ''}`,
+    );
 }
 
-export function formatReport(r: Omit<FuzzResult, 'report' | 'summary' | 'ok'> & { summary: string }, replay: string): string {
+export function formatReport(
+  r: Omit<FuzzResult, 'report' | 'summary' | 'ok'> & { summary: string },
+  replay: string,
+): string {
   const lines = [r.summary];
   for (const kind of FAILURE_KINDS) {
     if (!r.counts[kind]) continue;
@@ -593,11 +767,14 @@ export function formatReport(r: Omit<FuzzResult, 'report' | 'summary' | 'ok'> & 
     lines.push(...causes(r.failures, kind));
     lines.push(`  examples:`);
     pickExamples(r.failures, kind, 10).forEach((f, i) => {
-      lines.push(`  ${i + 1}. ${f.method} ${f.url} -> ${f.status}   as ${f.identity}   #${f.seq < 0 ? 'harness' : f.seq}`);
+      lines.push(
+        `  ${i + 1}. ${f.method} ${f.url} -> ${f.status}   as ${f.identity}   #${f.seq < 0 ? 'harness' : f.seq}`,
+      );
       lines.push(`     input:    ${f.input}`);
       if (f.requestBody) lines.push(`     request:  ${f.requestBody}`);
       lines.push(`     response: ${f.response}`);
-      if (f.detail) lines.push(...f.detail.split('\n').map((d) => `     ${kind === 'undocumented' ? '' : 'problem:  '}${d}`));
+      if (f.detail)
+        lines.push(...f.detail.split('\n').map((d) => `     ${kind === 'undocumented' ? '' : 'problem:  '}${d}`));
     });
   }
   if (!FAILURE_KINDS.every((k) => r.counts[k] === 0)) lines.push('', `replay: ${replay}`);
@@ -616,10 +793,17 @@ export async function runFuzz(options: FuzzOptions = {}): Promise<FuzzResult> {
 
   let server: StartedServer | undefined;
   let baseUrl = options.url;
-  let admin = { email: options.adminEmail ?? process.env.GPUCLOUD_ADMIN_EMAIL ?? FUZZ_ADMIN_EMAIL, password: options.adminPassword ?? process.env.GPUCLOUD_ADMIN_PASSWORD ?? '' };
+  let admin = {
+    email: options.adminEmail ?? process.env.GPUCLOUD_ADMIN_EMAIL ?? FUZZ_ADMIN_EMAIL,
+    password: options.adminPassword ?? process.env.GPUCLOUD_ADMIN_PASSWORD ?? '',
+  };
   if (!baseUrl) {
     log(`fuzz: starting a server (${dbLabel})`);
-    server = await startServer({ db: options.db ?? 'embedded', databaseUrl: options.databaseUrl, logLevel: options.serverLogLevel });
+    server = await startServer({
+      db: options.db ?? 'embedded',
+      databaseUrl: options.databaseUrl,
+      logLevel: options.serverLogLevel,
+    });
     baseUrl = server.url;
     admin = { email: server.adminEmail, password: server.adminPassword };
     log(`fuzz: server at ${baseUrl} after ${((performance.now() - t0) / 1000).toFixed(1)} s`);
@@ -627,13 +811,18 @@ export async function runFuzz(options: FuzzOptions = {}): Promise<FuzzResult> {
   const http = new HttpClient(baseUrl, concurrency, options.timeoutMs ?? 30_000);
   try {
     const docRes = await http.send({ method: 'GET', path: '/openapi.json', headers: [], body: undefined });
-    if (docRes.status !== 200) throw new Error(`GET /openapi.json answered ${docRes.status}: ${docRes.error ?? docRes.body.toString('utf8').slice(0, 200)}`);
+    if (docRes.status !== 200)
+      throw new Error(
+        `GET /openapi.json answered ${docRes.status}: ${docRes.error ?? docRes.body.toString('utf8').slice(0, 200)}`,
+      );
     const doc = JSON.parse(docRes.body.toString('utf8')) as OpenApiDoc;
     const allOps = parseOperations(doc);
     const ops = options.only ? allOps.filter((o) => o.id.includes(options.only!)) : allOps;
     if (!ops.length) throw new Error(`no operation matches --only ${options.only}`);
     const plan = makePlan(ops, seed, requests);
-    log(`fuzz: ${ops.length} operations (document ${docFingerprint(ops)}), ${plan.filter((p) => p.mode === 'invalid').length} of ${plan.length} requests invalid, seed ${seed}`);
+    log(
+      `fuzz: ${ops.length} operations (document ${docFingerprint(ops)}), ${plan.filter((p) => p.mode === 'invalid').length} of ${plan.length} requests invalid, seed ${seed}`,
+    );
 
     const fz = new Fuzzer(http, allOps, ops, admin, seed, log);
     if (options.trace) {
@@ -647,8 +836,18 @@ export async function runFuzz(options: FuzzOptions = {}): Promise<FuzzResult> {
     if (server?.exited()) {
       fz.checker.counts['5xx']++;
       fz.checker.failures.push({
-        kind: '5xx', op: '(server)', method: '-', url: '-', status: 0, identity: '-', input: '-', requestBody: '', seq: -1,
-        response: server.output().slice(-1500), detail: `the server ${server.exited()} during the run`, group: '5xx|(server)|0|exit',
+        kind: '5xx',
+        op: '(server)',
+        method: '-',
+        url: '-',
+        status: 0,
+        identity: '-',
+        input: '-',
+        requestBody: '',
+        seq: -1,
+        response: server.output().slice(-1500),
+        detail: `the server ${server.exited()} during the run`,
+        group: '5xx|(server)|0|exit',
       });
     }
 
@@ -656,12 +855,33 @@ export async function runFuzz(options: FuzzOptions = {}): Promise<FuzzResult> {
     const durationMs = performance.now() - t0;
     const summary = `fuzz: requests=${fz.sent} 5xx=${counts['5xx']} undocumented=${counts.undocumented} schema_mismatch=${counts.schema_mismatch} seed=${seed} db=${dbLabel}`;
     const statuses: Record<string, Record<string, number>> = {};
-    for (const [op, m] of fz.checker.seen) statuses[op] = Object.fromEntries([...m.entries()].map(([s, n]) => [String(s), n]));
-    const replayArgs = [`--requests ${requests}`, `--seed ${seed}`, options.url ? `--url ${options.url}` : `--db ${dbLabel}`, options.only ? `--only '${options.only}'` : '', concurrency !== 8 ? `--concurrency ${concurrency}` : '']
+    for (const [op, m] of fz.checker.seen)
+      statuses[op] = Object.fromEntries([...m.entries()].map(([s, n]) => [String(s), n]));
+    const replayArgs = [
+      `--requests ${requests}`,
+      `--seed ${seed}`,
+      options.url ? `--url ${options.url}` : `--db ${dbLabel}`,
+      options.only ? `--only '${options.only}'` : '',
+      concurrency !== 8 ? `--concurrency ${concurrency}` : '',
+    ]
       .filter(Boolean)
       .join(' ');
-    const base = { requests: fz.sent, checked: fz.checker.checked, seed, db: dbLabel, counts: { ...counts }, failures: fz.checker.failures, durationMs, statuses, serverOutput: server?.output() ?? '', summary };
-    const report = formatReport(base, `npm run fuzz -- ${replayArgs}   (the same requests in the same order; --concurrency 1 also fixes the order in which they land)`);
+    const base = {
+      requests: fz.sent,
+      checked: fz.checker.checked,
+      seed,
+      db: dbLabel,
+      counts: { ...counts },
+      failures: fz.checker.failures,
+      durationMs,
+      statuses,
+      serverOutput: server?.output() ?? '',
+      summary,
+    };
+    const report = formatReport(
+      base,
+      `npm run fuzz -- ${replayArgs}   (the same requests in the same order; --concurrency 1 also fixes the order in which they land)`,
+    );
     log(
       `fuzz: ${fz.sent} requests (+${fz.checker.checked - fz.sent} of setup/repair${fz.skipped ? `, ${fz.skipped} the client could not send` : ''}) in ${(durationMs / 1000).toFixed(1)} s` +
         (http.retries ? `; ${http.retries} sent again after the server closed a keep-alive connection under them` : ''),

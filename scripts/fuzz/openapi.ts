@@ -93,14 +93,14 @@ export function parseOperations(doc: OpenApiDoc): Operation[] {
       const raw = item[method];
       if (!isObject(raw)) continue;
       const op = deref(doc, raw) as Record<string, unknown>;
-      const params = [...(deref(doc, shared) as unknown[]), ...(Array.isArray(op.parameters) ? op.parameters : [])].filter(isObject).map(
-        (p): Param => ({
+      const params = [...(deref(doc, shared) as unknown[]), ...(Array.isArray(op.parameters) ? op.parameters : [])]
+        .filter(isObject)
+        .map((p): Param => ({
           name: String(p.name),
           in: p.in as Param['in'],
           required: p.required === true || p.in === 'path',
           schema: isObject(p.schema) ? p.schema : {},
-        }),
-      );
+        }));
       let body: Operation['body'];
       if (isObject(op.requestBody)) {
         const content = isObject(op.requestBody.content) ? op.requestBody.content : {};
@@ -142,5 +142,10 @@ export function parseOperations(doc: OpenApiDoc): Operation[] {
 
 /** The documented entry for a status: the exact code, then "4XX", then "default". */
 export function documentedResponse(op: Operation, status: number): ResponseSpec | undefined {
-  return op.responses.get(String(status)) ?? op.responses.get(`${String(status)[0]}XX`) ?? op.responses.get(`${String(status)[0]}xx`) ?? op.responses.get('default');
+  return (
+    op.responses.get(String(status)) ??
+    op.responses.get(`${String(status)[0]}XX`) ??
+    op.responses.get(`${String(status)[0]}xx`) ??
+    op.responses.get('default')
+  );
 }

@@ -5,7 +5,18 @@
  */
 import { createHash } from 'node:crypto';
 import fc from 'fast-check';
-import { type Arb, type Ctx, type Mut, type Override, type ParamMut, dateTimeArb, emailArb, invalidArb, invalidParamText, validArb } from './arbitraries.js';
+import {
+  type Arb,
+  type Ctx,
+  type Mut,
+  type Override,
+  type ParamMut,
+  dateTimeArb,
+  emailArb,
+  invalidArb,
+  invalidParamText,
+  validArb,
+} from './arbitraries.js';
 import type { Operation, Param, Schema } from './openapi.js';
 import { type PoolKind, Ref, isPlainObject } from './values.js';
 
@@ -16,12 +27,19 @@ export type AuthSpec =
   | { kind: 'none' }
   | { kind: 'as'; who: IdentityName }
   /** A real credential sent wrongly. */
-  | { kind: 'tamper'; who: IdentityName; how: 'lowercase-scheme' | 'append' | 'truncate' | 'double-space' | 'no-scheme' | 'basic' | 'two-tokens' }
+  | {
+      kind: 'tamper';
+      who: IdentityName;
+      how: 'lowercase-scheme' | 'append' | 'truncate' | 'double-space' | 'no-scheme' | 'basic' | 'two-tokens';
+    }
   | { kind: 'raw'; header: string; note: string };
 
 export type BodySpec =
   | { kind: 'none' }
-  /** JSON of `value` (Refs resolved when sent), optionally with a key written twice or invalid UTF-8 bytes in its first string. */
+  /**
+   * JSON of `value` (Refs resolved when sent), optionally with a key written twice or invalid UTF-8 bytes in its
+   * first string.
+   */
   | { kind: 'json'; value: unknown; contentType: string | null; duplicateKey?: string; injectBytes?: number[] }
   | { kind: 'raw'; text: string; bytes?: number[]; contentType: string | null };
 
@@ -63,7 +81,9 @@ const sshKeyLine: Arb<string> = fc
   .tuple(fc.uint8Array({ minLength: 32, maxLength: 32 }), fc.string({ unit: 'grapheme-ascii', maxLength: 20 }))
   .map(([k, c]) => ed25519Line(k, c.trim()));
 
-const dateOnly = fc.date({ min: new Date('2025-12-01T00:00:00Z'), max: new Date('2026-04-01T00:00:00Z'), noInvalidDate: true }).map((d) => d.toISOString().slice(0, 10));
+const dateOnly = fc
+  .date({ min: new Date('2025-12-01T00:00:00Z'), max: new Date('2026-04-01T00:00:00Z'), noInvalidDate: true })
+  .map((d) => d.toISOString().slice(0, 10));
 
 /** Swaps in real ids and values that get past the handlers' own checks, most of the time. */
 export function makeOverride(op: Operation): Override {
@@ -74,9 +94,18 @@ export function makeOverride(op: Operation): Override {
     if (ctx.where === 'path') {
       switch (name) {
         case 'vm_id':
-          return fc.oneof({ weight: 6, arbitrary: ref('vm') }, { weight: 1, arbitrary: ref('vm', 'vmid').map((r) => r) }, { weight: 1, arbitrary: fc.uuid() }, { weight: 1, arbitrary: fromSchema(s, ctx) });
+          return fc.oneof(
+            { weight: 6, arbitrary: ref('vm') },
+            { weight: 1, arbitrary: ref('vm', 'vmid').map((r) => r) },
+            { weight: 1, arbitrary: fc.uuid() },
+            { weight: 1, arbitrary: fromSchema(s, ctx) },
+          );
         case 'key_id':
-          return mix(ref(op.path.startsWith('/api-keys') ? 'apikey' : 'sshkey'), 5, fc.oneof(fc.uuid(), fromSchema(s, ctx)));
+          return mix(
+            ref(op.path.startsWith('/api-keys') ? 'apikey' : 'sshkey'),
+            5,
+            fc.oneof(fc.uuid(), fromSchema(s, ctx)),
+          );
         case 'user_id':
           return mix(ref('user'), 5, fromSchema(s, ctx));
         case 'node':
@@ -95,7 +124,11 @@ export function makeOverride(op: Operation): Override {
         case 'node':
           return mix(ref('node', 'node'), 3, fromSchema(s, ctx));
         case 'email':
-          return mix(fc.oneof(ref('user', 'email'), fc.constantFrom('fuzz', '@example.com', 'FUZZ-USER', '%', '_')), 3, fromSchema(s, ctx));
+          return mix(
+            fc.oneof(ref('user', 'email'), fc.constantFrom('fuzz', '@example.com', 'FUZZ-USER', '%', '_')),
+            3,
+            fromSchema(s, ctx),
+          );
         case 'start_date':
         case 'end_date':
           return mix(dateOnly, 4, fromSchema(s, ctx));
@@ -131,14 +164,29 @@ export function makeOverride(op: Operation): Override {
       case 'expires_at':
         return fc.oneof({ weight: 4, arbitrary: dateTimeArb }, { weight: 1, arbitrary: fc.constant(null) });
       case 'rental_type':
-        return fc.oneof({ weight: 3, arbitrary: fc.constant('on_demand') }, { weight: 2, arbitrary: fc.constant('interruptible') }, { weight: 1, arbitrary: fc.constant('reserved') });
+        return fc.oneof(
+          { weight: 3, arbitrary: fc.constant('on_demand') },
+          { weight: 2, arbitrary: fc.constant('interruptible') },
+          { weight: 1, arbitrary: fc.constant('reserved') },
+        );
       case 'email':
         return op.path === '/auth/register' ? mix(emailArb(254), 4, fromSchema(s, ctx)) : undefined;
       case 'instance_label':
       case 'label':
       case 'name':
         // The handlers take printable ASCII only (422 otherwise): mostly that, to get further.
-        return mix(fc.oneof(fc.constant(null), fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 32 }).filter((x) => x.trim() === x && x.length > 0)).filter((x) => x !== null || acceptsNull(s)), 3, fromSchema(s, ctx));
+        return mix(
+          fc
+            .oneof(
+              fc.constant(null),
+              fc
+                .string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 32 })
+                .filter((x) => x.trim() === x && x.length > 0),
+            )
+            .filter((x) => x !== null || acceptsNull(s)),
+          3,
+          fromSchema(s, ctx),
+        );
       case 'agent_url':
         // A port nothing listens on: the agent probe fails at once.
         return mix(fc.constantFrom('http://127.0.0.1:1', 'https://127.0.0.1:1/agent'), 3, fromSchema(s, ctx));
@@ -149,7 +197,9 @@ export function makeOverride(op: Operation): Override {
 
 function acceptsNull(s: Schema): boolean {
   const branches = [...(Array.isArray(s.anyOf) ? s.anyOf : []), ...(Array.isArray(s.oneOf) ? s.oneOf : [])] as Schema[];
-  return s.type === 'null' || (Array.isArray(s.type) && s.type.includes('null')) || branches.some((b) => b.type === 'null');
+  return (
+    s.type === 'null' || (Array.isArray(s.type) && s.type.includes('null')) || branches.some((b) => b.type === 'null')
+  );
 }
 
 /** Operation-wide touches on a valid body: linked node + GPU type, known logins. */
@@ -165,27 +215,35 @@ function shapeValidBody(op: Operation, body: Arb<unknown>): Arb<unknown> {
     });
   }
   if (op.id === 'POST /vms') {
-    return fc.tuple(body, fc.nat({ max: 9999 }), fc.nat({ max: 9 }), fc.constantFrom(1, 3, 6)).map(([b, i, roll, months]) => {
-      if (!isPlainObject(b) || roll >= 8) return b;
-      const out: Record<string, unknown> = { ...b, node: new Ref('node', i, 'node'), gpu_type: new Ref('node', i, 'gpu_type') };
-      if (roll < 7) {
-        // The rules across fields: months only for reserved, a password only with auth_method password.
-        if (out.rental_type === 'reserved') out.reservation_months = months;
-        else delete out.reservation_months;
-        if (out.auth_method === 'password') {
-          delete out.ssh_key_id;
-          if (out.password === undefined) out.password = 'fuzz-vm-password-1';
-        } else {
-          delete out.password;
+    return fc
+      .tuple(body, fc.nat({ max: 9999 }), fc.nat({ max: 9 }), fc.constantFrom(1, 3, 6))
+      .map(([b, i, roll, months]) => {
+        if (!isPlainObject(b) || roll >= 8) return b;
+        const out: Record<string, unknown> = {
+          ...b,
+          node: new Ref('node', i, 'node'),
+          gpu_type: new Ref('node', i, 'gpu_type'),
+        };
+        if (roll < 7) {
+          // The rules across fields: months only for reserved, a password only with auth_method password.
+          if (out.rental_type === 'reserved') out.reservation_months = months;
+          else delete out.reservation_months;
+          if (out.auth_method === 'password') {
+            delete out.ssh_key_id;
+            if (out.password === undefined) out.password = 'fuzz-vm-password-1';
+          } else {
+            delete out.password;
+          }
         }
-      }
-      return out;
-    });
+        return out;
+      });
   }
   if (op.id === 'POST /auth/login') {
-    return fc.tuple(body, fc.nat({ max: 9999 }), fc.nat({ max: 3 })).map(([b, i, roll]) =>
-      roll < 3 ? { email: new Ref('credential', i, 'email'), password: new Ref('credential', i, 'password') } : b,
-    );
+    return fc
+      .tuple(body, fc.nat({ max: 9999 }), fc.nat({ max: 3 }))
+      .map(([b, i, roll]) =>
+        roll < 3 ? { email: new Ref('credential', i, 'email'), password: new Ref('credential', i, 'password') } : b,
+      );
   }
   return body;
 }
@@ -198,8 +256,14 @@ const BOGUS_HEADERS: [string, string][] = [
   ['Bearer gpc_', 'empty API key'],
   ['Bearer gpc_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', 'unknown API key'],
   ['Bearer a.b.c', 'three-part garbage JWT'],
-  [`Bearer ${b64u('{"alg":"none","typ":"JWT"}')}.${b64u('{"sub":"1","role":"admin","type":"access"}')}.`, 'unsigned alg=none JWT'],
-  [`Bearer ${b64u('{"alg":"HS256","typ":"JWT"}')}.${b64u('{"sub":"1","role":"admin","exp":99999999999}')}.c2lnbmF0dXJl`, 'JWT with a forged signature'],
+  [
+    `Bearer ${b64u('{"alg":"none","typ":"JWT"}')}.${b64u('{"sub":"1","role":"admin","type":"access"}')}.`,
+    'unsigned alg=none JWT',
+  ],
+  [
+    `Bearer ${b64u('{"alg":"HS256","typ":"JWT"}')}.${b64u('{"sub":"1","role":"admin","exp":99999999999}')}.c2lnbmF0dXJl`,
+    'JWT with a forged signature',
+  ],
   ['Basic ZnV6ejpmdXp6', 'Basic credentials'],
   ['Token abc', 'unknown scheme'],
   [`Bearer ${'x'.repeat(5000)}`, '5000-char token'],
@@ -217,15 +281,38 @@ function authArb(op: Operation): Arb<AuthSpec> {
     weight,
     arbitrary: fc.oneof(
       fc.constantFrom(...BOGUS_HEADERS).map(([header, note]): AuthSpec => ({ kind: 'raw', header, note })),
-      fc.string({ unit: 'grapheme-ascii', maxLength: 40 }).map((t): AuthSpec => ({ kind: 'raw', header: `Bearer ${t}`, note: 'random token' })),
       fc
-        .tuple(fc.constantFrom(...IDENTITIES), fc.constantFrom('lowercase-scheme', 'append', 'truncate', 'double-space', 'no-scheme', 'basic', 'two-tokens') as Arb<Extract<AuthSpec, { kind: 'tamper' }>['how']>)
+        .string({ unit: 'grapheme-ascii', maxLength: 40 })
+        .map((t): AuthSpec => ({ kind: 'raw', header: `Bearer ${t}`, note: 'random token' })),
+      fc
+        .tuple(
+          fc.constantFrom(...IDENTITIES),
+          fc.constantFrom(
+            'lowercase-scheme',
+            'append',
+            'truncate',
+            'double-space',
+            'no-scheme',
+            'basic',
+            'two-tokens',
+          ) as Arb<Extract<AuthSpec, { kind: 'tamper' }>['how']>,
+        )
         .map(([who, how]): AuthSpec => ({ kind: 'tamper', who, how })),
     ),
   });
   if (op.public) return fc.oneof(none(6), as('user', 1), as('admin', 1), bogus(1));
-  if (op.path.startsWith('/admin')) return fc.oneof(as('admin', 10), as('user', 1), as('key_rw', 1), as('key_ro', 1), none(1), bogus(1));
-  return fc.oneof(as('user', 6), as('key_rw', 2), as('key_ro', 2), as('key_billing', 1), as('other', 1), as('admin', 1), none(1), bogus(1));
+  if (op.path.startsWith('/admin'))
+    return fc.oneof(as('admin', 10), as('user', 1), as('key_rw', 1), as('key_ro', 1), none(1), bogus(1));
+  return fc.oneof(
+    as('user', 6),
+    as('key_rw', 2),
+    as('key_ro', 2),
+    as('key_billing', 1),
+    as('other', 1),
+    as('admin', 1),
+    none(1),
+    bogus(1),
+  );
 }
 
 // ---------------------------------------------------------------- parameters and bodies
@@ -253,7 +340,8 @@ function validQuery(op: Operation, ov: Override): Arb<QuerySpec> {
     // A date range in order, most of the time (start after end is a 422 of its own).
     const start = entries.find(([n]) => n === 'start_date');
     const end = entries.find(([n]) => n === 'end_date');
-    if (start && end && typeof start[1] === 'string' && typeof end[1] === 'string' && start[1] > end[1]) [start[1], end[1]] = [end[1], start[1]];
+    if (start && end && typeof start[1] === 'string' && typeof end[1] === 'string' && start[1] > end[1])
+      [start[1], end[1]] = [end[1], start[1]];
     return { kind: 'params', entries };
   });
 }
@@ -267,7 +355,12 @@ function validBody(op: Operation, ov: Override): Arb<BodySpec> {
   return fc.oneof({ weight: 4, arbitrary: json }, { weight: 1, arbitrary: fc.constant<BodySpec>({ kind: 'none' }) });
 }
 
-const IDEMPOTENT_POSTS = new Set(['POST /vms', 'POST /ssh-keys', 'POST /api-keys', 'POST /admin/users/{user_id}/credits']);
+const IDEMPOTENT_POSTS = new Set([
+  'POST /vms',
+  'POST /ssh-keys',
+  'POST /api-keys',
+  'POST /admin/users/{user_id}/credits',
+]);
 
 function validHeaders(op: Operation): Arb<[string, string][]> {
   if (op.method !== 'POST') return fc.constant([]);
@@ -277,7 +370,12 @@ function validHeaders(op: Operation): Arb<[string, string][]> {
     {
       weight,
       arbitrary: fc
-        .oneof(fc.constantFrom('fz-1', 'fz-2', 'fz-3', 'fz-4'), fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 255 }).filter((s) => s.trim() === s && s.length > 0))
+        .oneof(
+          fc.constantFrom('fz-1', 'fz-2', 'fz-3', 'fz-4'),
+          fc
+            .string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 255 })
+            .filter((s) => s.trim() === s && s.length > 0),
+        )
         .map((k): [string, string][] => [['Idempotency-Key', k]]),
     },
   );
@@ -291,15 +389,65 @@ interface Parts {
 }
 
 const MALFORMED_JSON = [
-  '{', '}', '[', '{"a":', '{"a":1,}', '[1,2', 'nul', 'tru', 'undefined', "{'a':1}", '{"a":1}{"b":2}', '{"a" 1}', '{a:1}', '\ufeff{}', '{"a":01}',
-  '{"a":1e}', '{"a":.5}', '{"a":+1}', '{"a":NaN}', '{"a":Infinity}', '{"a":"\\x41"}', '{"a":"\\u12"}', '{"a":"unterminated}', '"\u0000"', '\u0000', ' ',
-  '/* c */ {}', '{"a":1}//', 'null', '0', '"a string"', '[]', 'true', '-', '\u001f{}', '{"\\ud800":1}', '{"a":"\\ud800"}',
+  '{',
+  '}',
+  '[',
+  '{"a":',
+  '{"a":1,}',
+  '[1,2',
+  'nul',
+  'tru',
+  'undefined',
+  "{'a':1}",
+  '{"a":1}{"b":2}',
+  '{"a" 1}',
+  '{a:1}',
+  '\ufeff{}',
+  '{"a":01}',
+  '{"a":1e}',
+  '{"a":.5}',
+  '{"a":+1}',
+  '{"a":NaN}',
+  '{"a":Infinity}',
+  '{"a":"\\x41"}',
+  '{"a":"\\u12"}',
+  '{"a":"unterminated}',
+  '"\u0000"',
+  '\u0000',
+  ' ',
+  '/* c */ {}',
+  '{"a":1}//',
+  'null',
+  '0',
+  '"a string"',
+  '[]',
+  'true',
+  '-',
+  '\u001f{}',
+  '{"\\ud800":1}',
+  '{"a":"\\ud800"}',
 ];
 
 const OTHER_TYPES = [
-  'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=fz', 'application/xml', 'application/octet-stream', 'text/json', 'application/jsonx',
-  'application/json-patch+json', 'application/vnd.api+json', 'application/json; charset=utf-16', 'application/json; charset=latin1', 'APPLICATION/JSON', 'application/json;;',
-  'application/', '*/*', 'application/json, text/plain', 'image/png', ';', 'application/json; boundary=x; charset="utf-8"',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=fz',
+  'application/xml',
+  'application/octet-stream',
+  'text/json',
+  'application/jsonx',
+  'application/json-patch+json',
+  'application/vnd.api+json',
+  'application/json; charset=utf-16',
+  'application/json; charset=latin1',
+  'APPLICATION/JSON',
+  'application/json;;',
+  'application/',
+  '*/*',
+  'application/json, text/plain',
+  'image/png',
+  ';',
+  'application/json; boundary=x; charset="utf-8"',
 ];
 
 function depthText(kind: 'array' | 'object', d: number): string {
@@ -310,14 +458,20 @@ function depthText(kind: 'array' | 'object', d: number): string {
 function invalidParts(op: Operation, ov: Override, valid: Arb<Parts>): Arb<{ parts: Parts; note: string }> {
   const variants: fc.WeightedArbitrary<{ parts: Parts; note: string }>[] = [];
   const withPart = <K extends keyof Parts>(weight: number, key: K, arb: Arb<{ value: Parts[K]; note: string }>) =>
-    variants.push({ weight, arbitrary: fc.tuple(valid, arb).map(([p, m]) => ({ parts: { ...p, [key]: m.value }, note: m.note })) });
+    variants.push({
+      weight,
+      arbitrary: fc.tuple(valid, arb).map(([p, m]) => ({ parts: { ...p, [key]: m.value }, note: m.note })),
+    });
 
   if (op.pathParams.length) {
     withPart(
       3,
       'path',
       fc.tuple(validPath(op, ov), fc.constantFrom(...op.pathParams)).chain(([path, p]) =>
-        invalidParamText(p.schema).map((m: ParamMut) => ({ value: { ...path, [p.name]: m.text }, note: `path ${p.name}: ${m.note}` })),
+        invalidParamText(p.schema).map((m: ParamMut) => ({
+          value: { ...path, [p.name]: m.text },
+          note: `path ${p.name}: ${m.note}`,
+        })),
       ),
     );
   }
@@ -328,7 +482,10 @@ function invalidParts(op: Operation, ov: Override, valid: Arb<Parts>): Arb<{ par
       fc.tuple(validQuery(op, ov), fc.constantFrom(...op.queryParams)).chain(([q, p]) =>
         invalidParamText(p.schema).map((m) => {
           const entries = (q as Extract<QuerySpec, { kind: 'params' }>).entries.filter(([n]) => n !== p.name);
-          return { value: { kind: 'params', entries: [...entries, [p.name, m.text]] } as QuerySpec, note: `query ${p.name}: ${m.note}` };
+          return {
+            value: { kind: 'params', entries: [...entries, [p.name, m.text]] } as QuerySpec,
+            note: `query ${p.name}: ${m.note}`,
+          };
         }),
       ),
     );
@@ -337,7 +494,10 @@ function invalidParts(op: Operation, ov: Override, valid: Arb<Parts>): Arb<{ par
       'query',
       fc.tuple(validQuery(op, ov), fc.constantFrom(...op.queryParams)).map(([q, p]) => {
         const entries = (q as Extract<QuerySpec, { kind: 'params' }>).entries;
-        return { value: { kind: 'params', entries: [...entries, [p.name, '1'], [p.name, '2']] } as QuerySpec, note: `query ${p.name} repeated` };
+        return {
+          value: { kind: 'params', entries: [...entries, [p.name, '1'], [p.name, '2']] } as QuerySpec,
+          note: `query ${p.name} repeated`,
+        };
       }),
     );
   }
@@ -345,45 +505,101 @@ function invalidParts(op: Operation, ov: Override, valid: Arb<Parts>): Arb<{ par
     1,
     'query',
     fc.oneof(
-      fc.constantFrom('&&&', '=', '==1', 'limit', 'limit=&offset=', '%', '%zz=1', 'a[b]=1', 'limit[]=1', 'unknown_param=1', '__proto__[x]=1', 'constructor=1', 'x=%00', '%00=1', 'x=' + 'a'.repeat(9000))
-        .map((text) => ({ value: { kind: 'raw', text } as QuerySpec, note: `raw query ${JSON.stringify(text.slice(0, 40))}` })),
-      fc.string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 12 }).filter((k) => !op.queryParams.some((p) => p.name === k)).map((k) => ({ value: { kind: 'params', entries: [[k, 'x']] } as QuerySpec, note: `unknown query parameter ${JSON.stringify(k)}` })),
+      fc
+        .constantFrom(
+          '&&&',
+          '=',
+          '==1',
+          'limit',
+          'limit=&offset=',
+          '%',
+          '%zz=1',
+          'a[b]=1',
+          'limit[]=1',
+          'unknown_param=1',
+          '__proto__[x]=1',
+          'constructor=1',
+          'x=%00',
+          '%00=1',
+          'x=' + 'a'.repeat(9000),
+        )
+        .map((text) => ({
+          value: { kind: 'raw', text } as QuerySpec,
+          note: `raw query ${JSON.stringify(text.slice(0, 40))}`,
+        })),
+      fc
+        .string({ unit: 'grapheme-ascii', minLength: 1, maxLength: 12 })
+        .filter((k) => !op.queryParams.some((p) => p.name === k))
+        .map((k) => ({
+          value: { kind: 'params', entries: [[k, 'x']] } as QuerySpec,
+          note: `unknown query parameter ${JSON.stringify(k)}`,
+        })),
     ),
   );
 
   if (op.body) {
     const schema = op.body.schema ?? {};
-    withPart(8, 'body', invalidArb(schema, { where: 'body', path: [] }, ov).map((m: Mut) => ({ value: { kind: 'json', value: m.value, contentType: 'application/json' } as BodySpec, note: `body ${m.note}` })));
-    withPart(2, 'body', fc.constantFrom(...MALFORMED_JSON).map((text) => ({ value: { kind: 'raw', text, contentType: 'application/json' } as BodySpec, note: `malformed JSON ${JSON.stringify(text).slice(0, 40)}` })));
+    withPart(
+      8,
+      'body',
+      invalidArb(schema, { where: 'body', path: [] }, ov).map((m: Mut) => ({
+        value: { kind: 'json', value: m.value, contentType: 'application/json' } as BodySpec,
+        note: `body ${m.note}`,
+      })),
+    );
+    withPart(
+      2,
+      'body',
+      fc.constantFrom(...MALFORMED_JSON).map((text) => ({
+        value: { kind: 'raw', text, contentType: 'application/json' } as BodySpec,
+        note: `malformed JSON ${JSON.stringify(text).slice(0, 40)}`,
+      })),
+    );
     withPart(
       2,
       'body',
       fc.tuple(validBody(op, ov), fc.oneof(fc.constantFrom(...OTHER_TYPES), fc.constant(null))).map(([b, ct]) => ({
-        value: b.kind === 'json' ? ({ kind: 'json', value: b.value, contentType: ct } as BodySpec) : ({ kind: 'raw', text: '{}', contentType: ct } as BodySpec),
+        value:
+          b.kind === 'json'
+            ? ({ kind: 'json', value: b.value, contentType: ct } as BodySpec)
+            : ({ kind: 'raw', text: '{}', contentType: ct } as BodySpec),
         note: ct === null ? 'body without Content-Type' : `Content-Type ${ct}`,
       })),
     );
     withPart(
       1,
       'body',
-      fc.tuple(fc.constantFrom<'array' | 'object'>('array', 'object'), fc.constantFrom(33, 100, 1000, 5000, 20000)).map(([k, d]) => ({
-        value: { kind: 'raw', text: depthText(k, d), contentType: 'application/json' } as BodySpec,
-        note: `${k} nested ${d} deep`,
+      fc
+        .tuple(fc.constantFrom<'array' | 'object'>('array', 'object'), fc.constantFrom(33, 100, 1000, 5000, 20000))
+        .map(([k, d]) => ({
+          value: { kind: 'raw', text: depthText(k, d), contentType: 'application/json' } as BodySpec,
+          note: `${k} nested ${d} deep`,
+        })),
+    );
+    withPart(
+      1,
+      'body',
+      fc.constantFrom(65_536 - 12, 65_537, 70_000, 200_000).map((n) => ({
+        value: { kind: 'raw', text: `{"pad":"${'p'.repeat(n)}"}`, contentType: 'application/json' } as BodySpec,
+        note: `body of ${n + 10} bytes`,
       })),
     );
     withPart(
       1,
       'body',
-      fc.constantFrom(65_536 - 12, 65_537, 70_000, 200_000).map((n) => ({ value: { kind: 'raw', text: `{"pad":"${'p'.repeat(n)}"}`, contentType: 'application/json' } as BodySpec, note: `body of ${n + 10} bytes` })),
-    );
-    withPart(
-      1,
-      'body',
-      fc.tuple(validBody(op, ov), fc.constantFrom<number[]>([0xff], [0xfe, 0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xe2, 0x28, 0xa1], [0x80])).map(([b, bytes]) => {
-        // A valid body whose first string gets invalid UTF-8 bytes.
-        const value: BodySpec = b.kind === 'json' ? { ...b, injectBytes: bytes } : { kind: 'raw', text: '{"a":"x"}', bytes, contentType: 'application/json' };
-        return { value, note: `invalid UTF-8 bytes ${bytes.map((x) => x.toString(16)).join(' ')} in a string` };
-      }),
+      fc
+        .tuple(
+          validBody(op, ov),
+          fc.constantFrom<number[]>([0xff], [0xfe, 0xff], [0xc0, 0xaf], [0xed, 0xa0, 0x80], [0xe2, 0x28, 0xa1], [0x80]),
+        )
+        .map(([b, bytes]) => {
+          // A valid body whose first string gets invalid UTF-8 bytes.
+          const value: BodySpec =
+            b.kind === 'json'
+              ? { ...b, injectBytes: bytes }
+              : { kind: 'raw', text: '{"a":"x"}', bytes, contentType: 'application/json' };
+          return { value, note: `invalid UTF-8 bytes ${bytes.map((x) => x.toString(16)).join(' ')} in a string` };
+        }),
     );
     withPart(
       1,
@@ -393,30 +609,61 @@ function invalidParts(op: Operation, ov: Override, valid: Arb<Parts>): Arb<{ par
         .map((b) => {
           const obj = (b as Extract<BodySpec, { kind: 'json' }>).value as Record<string, unknown>;
           const k = Object.keys(obj)[0]!;
-          return { value: { ...(b as Extract<BodySpec, { kind: 'json' }>), duplicateKey: k } as BodySpec, note: `duplicate key ${k}` };
+          return {
+            value: { ...(b as Extract<BodySpec, { kind: 'json' }>), duplicateKey: k } as BodySpec,
+            note: `duplicate key ${k}`,
+          };
         }),
     );
-    withPart(1, 'body', fc.constantFrom<BodySpec>({ kind: 'none' }, { kind: 'raw', text: '', contentType: 'application/json' }, { kind: 'raw', text: 'null', contentType: 'application/json' }).map((value) => ({ value, note: 'no body / empty / null body' })));
+    withPart(
+      1,
+      'body',
+      fc
+        .constantFrom<BodySpec>(
+          { kind: 'none' },
+          { kind: 'raw', text: '', contentType: 'application/json' },
+          { kind: 'raw', text: 'null', contentType: 'application/json' },
+        )
+        .map((value) => ({ value, note: 'no body / empty / null body' })),
+    );
   } else {
     withPart(
       1,
       'body',
-      fc.tuple(fc.jsonValue({ maxDepth: 2 }), fc.constantFrom('application/json', 'text/plain', null)).map(([v, ct]) => ({
-        value: { kind: 'raw', text: JSON.stringify(v) ?? '{}', contentType: ct } as BodySpec,
-        note: `a body where none is expected (${ct ?? 'no Content-Type'})`,
-      })),
+      fc
+        .tuple(fc.jsonValue({ maxDepth: 2 }), fc.constantFrom('application/json', 'text/plain', null))
+        .map(([v, ct]) => ({
+          value: { kind: 'raw', text: JSON.stringify(v) ?? '{}', contentType: ct } as BodySpec,
+          note: `a body where none is expected (${ct ?? 'no Content-Type'})`,
+        })),
     );
   }
   withPart(
     1,
     'headers',
     fc.oneof(
-      fc.constantFrom(256, 300, 10_000, 20_000).map((n) => ({ value: [['Idempotency-Key', 'k'.repeat(n)]] as [string, string][], note: `Idempotency-Key of ${n} chars` })),
-      fc.constantFrom('', ' ', '\t', 'a b', '\u00e9').map((k) => ({ value: [['Idempotency-Key', k]] as [string, string][], note: `Idempotency-Key ${JSON.stringify(k)}` })),
-      fc.constantFrom('x'.repeat(129), 'bad id!', '\u00ff').map((k) => ({ value: [['X-Request-Id', k]] as [string, string][], note: `X-Request-Id ${JSON.stringify(k.slice(0, 20))}` })),
-      fc.constant({ value: [['X-Fuzz-Padding', 'h'.repeat(20_000)]] as [string, string][], note: '20 000-byte header' }),
-      fc.constantFrom('gzip', 'br', 'identity;q=0', '*;q=0').map((e) => ({ value: [['Accept-Encoding', e]] as [string, string][], note: `Accept-Encoding ${e}` })),
-      fc.constantFrom('application/xml', 'text/html', 'image/png', '*/*;q=0').map((a) => ({ value: [['Accept', a]] as [string, string][], note: `Accept ${a}` })),
+      fc.constantFrom(256, 300, 10_000, 20_000).map((n) => ({
+        value: [['Idempotency-Key', 'k'.repeat(n)]] as [string, string][],
+        note: `Idempotency-Key of ${n} chars`,
+      })),
+      fc.constantFrom('', ' ', '\t', 'a b', '\u00e9').map((k) => ({
+        value: [['Idempotency-Key', k]] as [string, string][],
+        note: `Idempotency-Key ${JSON.stringify(k)}`,
+      })),
+      fc.constantFrom('x'.repeat(129), 'bad id!', '\u00ff').map((k) => ({
+        value: [['X-Request-Id', k]] as [string, string][],
+        note: `X-Request-Id ${JSON.stringify(k.slice(0, 20))}`,
+      })),
+      fc.constant({
+        value: [['X-Fuzz-Padding', 'h'.repeat(20_000)]] as [string, string][],
+        note: '20 000-byte header',
+      }),
+      fc
+        .constantFrom('gzip', 'br', 'identity;q=0', '*;q=0')
+        .map((e) => ({ value: [['Accept-Encoding', e]] as [string, string][], note: `Accept-Encoding ${e}` })),
+      fc
+        .constantFrom('application/xml', 'text/html', 'image/png', '*/*;q=0')
+        .map((a) => ({ value: [['Accept', a]] as [string, string][], note: `Accept ${a}` })),
     ),
   );
   return fc.oneof(...variants);
@@ -425,7 +672,8 @@ function invalidParts(op: Operation, ov: Override, valid: Arb<Parts>): Arb<{ par
 // ---------------------------------------------------------------- the plan
 
 function opWeight(op: Operation): number {
-  if (['/metrics', '/healthz', '/readyz', '/pricing', '/admin/clock', '/admin/clock/advance'].includes(op.path)) return 1;
+  if (['/metrics', '/healthz', '/readyz', '/pricing', '/admin/clock', '/admin/clock/advance'].includes(op.path))
+    return 1;
   if (op.id === 'POST /vms') return 6;
   if (op.path.startsWith('/vms') || op.path.startsWith('/reservations')) return 4;
   if (op.path.startsWith('/auth')) return 2;
@@ -435,11 +683,23 @@ function opWeight(op: Operation): number {
 export function planArbitrary(ops: Operation[]): Arb<Omit<Planned, 'seq'>> {
   const perOp = ops.map((op, index) => {
     const ov = makeOverride(op);
-    const valid: Arb<Parts> = fc.record({ path: validPath(op, ov), query: validQuery(op, ov), body: validBody(op, ov), headers: validHeaders(op) });
+    const valid: Arb<Parts> = fc.record({
+      path: validPath(op, ov),
+      query: validQuery(op, ov),
+      body: validBody(op, ov),
+      headers: validHeaders(op),
+    });
     const auth = authArb(op);
-    const validReq = fc.tuple(auth, valid).map(([a, p]): Omit<Planned, 'seq'> => ({ op: index, auth: a, mode: 'valid', note: '', ...p }));
-    const invalidReq = fc.tuple(auth, invalidParts(op, ov, valid)).map(([a, { parts, note }]): Omit<Planned, 'seq'> => ({ op: index, auth: a, mode: 'invalid', note, ...parts }));
-    return { weight: opWeight(op), arbitrary: fc.oneof({ weight: 13, arbitrary: validReq }, { weight: 7, arbitrary: invalidReq }) };
+    const validReq = fc
+      .tuple(auth, valid)
+      .map(([a, p]): Omit<Planned, 'seq'> => ({ op: index, auth: a, mode: 'valid', note: '', ...p }));
+    const invalidReq = fc
+      .tuple(auth, invalidParts(op, ov, valid))
+      .map(([a, { parts, note }]): Omit<Planned, 'seq'> => ({ op: index, auth: a, mode: 'invalid', note, ...parts }));
+    return {
+      weight: opWeight(op),
+      arbitrary: fc.oneof({ weight: 13, arbitrary: validReq }, { weight: 7, arbitrary: invalidReq }),
+    };
   });
   return fc.oneof(...perOp);
 }

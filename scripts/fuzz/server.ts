@@ -45,7 +45,6 @@ function baseEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
-
 export async function startServer(opts: ServerOptions): Promise<StartedServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gpucloud-fuzz-'));
   const adminPassword = `fuzz-${randomBytes(12).toString('hex')}`;
@@ -89,7 +88,11 @@ export async function startServer(opts: ServerOptions): Promise<StartedServer> {
       if (lines.length > 400) lines.splice(0, lines.length - 400);
     }
   };
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], { cwd: REPO_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', 'serve'], {
+    cwd: REPO_ROOT,
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let exitInfo: string | undefined;
   const exitedP = new Promise<void>((res) =>
     child.on('exit', (code, signal) => {
@@ -112,7 +115,10 @@ export async function startServer(opts: ServerOptions): Promise<StartedServer> {
 
   const url = await new Promise<string>((res, rej) => {
     let buf = '';
-    const timer = setTimeout(() => rej(new Error(`the server did not print its URL within ${opts.startTimeoutMs ?? 90_000} ms`)), opts.startTimeoutMs ?? 90_000);
+    const timer = setTimeout(
+      () => rej(new Error(`the server did not print its URL within ${opts.startTimeoutMs ?? 90_000} ms`)),
+      opts.startTimeoutMs ?? 90_000,
+    );
     child.stdout!.on('data', (c: Buffer) => {
       keep(c, '');
       buf += c.toString('utf8');

@@ -81,7 +81,9 @@ export function hasRef(v: unknown): boolean {
   return false;
 }
 
-const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const UNPRINTABLE =
+  // eslint-disable-next-line no-control-regex -- control characters are what this looks for
+  /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /** A short printable rendering for reports: control, invisible and lone surrogate characters as \uXXXX. */
 export function snippet(text: string, max = 300): string {

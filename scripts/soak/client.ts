@@ -52,8 +52,15 @@ export function errorCode(r: Reply): string | undefined {
 }
 
 /** A call that must succeed (setup, teardown): throws with the answer otherwise. */
-export async function must<T>(base: string, method: string, path: string, o: CallOptions, okStatus: number[] = [200, 201]): Promise<T> {
+export async function must<T>(
+  base: string,
+  method: string,
+  path: string,
+  o: CallOptions,
+  okStatus: number[] = [200, 201],
+): Promise<T> {
   const r = await httpCall(base, method, path, o);
-  if (!okStatus.includes(r.status)) throw new Error(`${method} ${path}: ${r.status} ${r.text.slice(0, 500)} (x-request-id ${r.requestId})`);
+  if (!okStatus.includes(r.status))
+    throw new Error(`${method} ${path}: ${r.status} ${r.text.slice(0, 500)} (x-request-id ${r.requestId})`);
   return r.body as T;
 }

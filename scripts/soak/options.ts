@@ -55,7 +55,9 @@ function num(name: string, raw: string | undefined, def: number, min: number, ma
   if (raw === undefined) return def;
   const n = Number(raw);
   if (raw.trim() === '' || !Number.isFinite(n) || (integer && !Number.isInteger(n)) || n < min || n > max) {
-    throw new SoakUsageError(`--${name} must be ${integer ? 'a whole number' : 'a number'} from ${min} to ${max}, got "${raw}"`);
+    throw new SoakUsageError(
+      `--${name} must be ${integer ? 'a whole number' : 'a number'} from ${min} to ${max}, got "${raw}"`,
+    );
   }
   return n;
 }
@@ -91,7 +93,8 @@ export function parseSoakArgs(argv: string[], env: Record<string, string | undef
   }
   if (values.help) throw new SoakUsageError('');
   const db = values.db ?? 'embedded';
-  if (db !== 'embedded' && db !== 'postgres') throw new SoakUsageError(`--db must be embedded or postgres, got "${db}"`);
+  if (db !== 'embedded' && db !== 'postgres')
+    throw new SoakUsageError(`--db must be embedded or postgres, got "${db}"`);
   if (values.url !== undefined) {
     let u: URL;
     try {
@@ -101,17 +104,22 @@ export function parseSoakArgs(argv: string[], env: Record<string, string | undef
     }
     if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new SoakUsageError('--url must be http(s)');
     if (values.db !== undefined || values.redis !== undefined || values['log-level'] !== undefined) {
-      throw new SoakUsageError('--db, --redis and --log-level configure the server started here; they do not go with --url');
+      throw new SoakUsageError(
+        '--db, --redis and --log-level configure the server started here; they do not go with --url',
+      );
     }
   } else if (values.pid !== undefined) {
     throw new SoakUsageError('--pid only goes with --url (the started server is watched anyway)');
   }
-  if (db === 'postgres' && !values.url && !env.DATABASE_URL) throw new SoakUsageError('--db postgres needs DATABASE_URL (a server and a user that may create databases)');
+  if (db === 'postgres' && !values.url && !env.DATABASE_URL)
+    throw new SoakUsageError('--db postgres needs DATABASE_URL (a server and a user that may create databases)');
   const warmupS = num('warmup-s', values['warmup-s'], 10, 0, 3600);
   const minutes = num('minutes', values.minutes, 10, 0.5, 7 * 24 * 60, false);
-  if (minutes * 60 < warmupS + 10) throw new SoakUsageError(`--minutes must leave at least 10 s after the ${warmupS} s warm-up`);
+  if (minutes * 60 < warmupS + 10)
+    throw new SoakUsageError(`--minutes must leave at least 10 s after the ${warmupS} s warm-up`);
   const logLevel = values['log-level'] ?? 'silent';
-  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) throw new SoakUsageError(`--log-level: unknown level "${logLevel}"`);
+  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel))
+    throw new SoakUsageError(`--log-level: unknown level "${logLevel}"`);
   return {
     minutes,
     rate: num('rate', values.rate, 50, 0.1, 10_000, false),

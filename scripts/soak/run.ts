@@ -29,7 +29,14 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { SoakOptions } from './options.js';
 import { scrapeMetrics, type ServerMetrics } from './metrics.js';
-import { createScratchDatabase, rateLimitVariables, readRssMb, startChildServer, type ChildServer, type ScratchDatabase } from './server.js';
+import {
+  createScratchDatabase,
+  rateLimitVariables,
+  readRssMb,
+  startChildServer,
+  type ChildServer,
+  type ScratchDatabase,
+} from './server.js';
 import { Histogram, SoakStats } from './stats.js';
 import { setup, Traffic } from './traffic.js';
 
@@ -51,7 +58,10 @@ export interface SoakResult {
   rssGrowthPct: number | undefined;
   rssSamples: RssSample[];
   passed: boolean;
-  /** The line CI greps, e.g. `soak: minutes=1 requests=3000 errors=0 p50_ms=3 p99_ms=40 rss_start_mb=120 rss_max_mb=131 rss_growth_pct=9.2`. */
+  /**
+   * The line CI greps, e.g. `soak: minutes=1 requests=3000 errors=0 p50_ms=3 p99_ms=40 rss_start_mb=120
+   * rss_max_mb=131 rss_growth_pct=9.2`.
+   */
   summary: string;
 }
 
@@ -74,7 +84,11 @@ function slopePerMin(xs: number[], ys: number[]): number | undefined {
   return den === 0 ? undefined : (num / den) * 60;
 }
 
-export async function runSoak(o: SoakOptions, out: (line: string) => void = console.log, signal?: AbortSignal): Promise<SoakResult> {
+export async function runSoak(
+  o: SoakOptions,
+  out: (line: string) => void = console.log,
+  signal?: AbortSignal,
+): Promise<SoakResult> {
   const tmp = mkdtempSync(join(tmpdir(), 'gpucloud-soak-'));
   let server: ChildServer | undefined;
   let scratch: ScratchDatabase | undefined;
@@ -113,22 +127,38 @@ export async function runSoak(o: SoakOptions, out: (line: string) => void = cons
         // Initialise the fresh data dir with a first start (see the top of this file).
         const first = await startChildServer(env, 120_000, forward);
         await sleep(1000);
-        out(`soak: data dir initialised by a first start (rss ${rssText(first.pid)} MB after ${((performance.now() - t0) / 1000).toFixed(1)} s); restarting on it`);
+        out(
+          `soak: data dir initialised by a first start (rss ${rssText(first.pid)} MB after ${((performance.now() - t0) / 1000).toFixed(1)} s); restarting on it`,
+        );
         await first.stop();
       }
       const t1 = performance.now();
       server = await startChildServer(env, 120_000, forward);
       base = server.url;
       pid = server.pid;
-      out(`soak: server pid ${pid} at ${base} (${o.db}${o.redisUrl ? ' + redis' : ''}), started in ${((performance.now() - t1) / 1000).toFixed(1)} s, rss ${rssText(pid)} MB`);
+      out(
+        `soak: server pid ${pid} at ${base} (${o.db}${o.redisUrl ? ' + redis' : ''}), started in ${((performance.now() - t1) / 1000).toFixed(1)} s, rss ${rssText(pid)} MB`,
+      );
     } else {
-      if (!adminPassword) throw new Error('--url needs the admin password: --admin-password or GPUCLOUD_ADMIN_PASSWORD');
+      if (!adminPassword)
+        throw new Error('--url needs the admin password: --admin-password or GPUCLOUD_ADMIN_PASSWORD');
       out(`soak: server at ${base}${pid ? ` (pid ${pid})` : ' (no --pid: RSS is not measured)'}`);
     }
     const serverUrl = base;
 
     // ---- setup ----
-    const world = await setup(base, { adminEmail: o.adminEmail, adminPassword, users: o.users, vmsPerUser: o.vmsPerUser, timeoutMs: o.timeoutMs, tmpDir: tmp }, out);
+    const world = await setup(
+      base,
+      {
+        adminEmail: o.adminEmail,
+        adminPassword,
+        users: o.users,
+        vmsPerUser: o.vmsPerUser,
+        timeoutMs: o.timeoutMs,
+        tmpDir: tmp,
+      },
+      out,
+    );
     if (pid) out(`soak: rss after setup ${rssText(pid)} MB`);
     const tr = new Traffic(world, stats, o.timeoutMs);
 
@@ -174,7 +204,11 @@ export async function runSoak(o: SoakOptions, out: (line: string) => void = cons
       while (issued < due) waiting.push(trafficStart + (issued++ * 1000) / o.rate);
       drain();
       // Wake up for the next start (timers are ~1 ms precise; never more than 50 ms apart).
-      if (issued < totalStarts) tickTimer = setTimeout(tick, Math.min(50, Math.max(0, trafficStart + (issued * 1000) / o.rate - performance.now())));
+      if (issued < totalStarts)
+        tickTimer = setTimeout(
+          tick,
+          Math.min(50, Math.max(0, trafficStart + (issued * 1000) / o.rate - performance.now())),
+        );
     };
     let sampling = false;
     const sample = async () => {
@@ -230,12 +264,21 @@ export async function runSoak(o: SoakOptions, out: (line: string) => void = cons
     clearTimeout(tickTimer);
     for (const t of timers) clearInterval(t);
     if (why) {
-      stats.error(why === 'interrupted' ? 'interrupted' : 'server exited', '', `${why} after ${elapsedS().toFixed(1)} s${server?.tail.length ? `; its last lines:\n${server.tail.join('\n')}` : ''}`);
+      stats.error(
+        why === 'interrupted' ? 'interrupted' : 'server exited',
+        '',
+        `${why} after ${elapsedS().toFixed(1)} s${server?.tail.length ? `; its last lines:\n${server.tail.join('\n')}` : ''}`,
+      );
     }
     // Starts never sent because every slot was busy until the end: errors (the server could not keep up).
     const unsent = waiting.length;
     if (unsent > 0 && !why) {
-      for (let i = 0; i < unsent; i++) stats.error('not sent (all slots busy until the end)', '', `${unsent} scheduled starts were never sent: ${o.concurrency} requests in flight`);
+      for (let i = 0; i < unsent; i++)
+        stats.error(
+          'not sent (all slots busy until the end)',
+          '',
+          `${unsent} scheduled starts were never sent: ${o.concurrency} requests in flight`,
+        );
     }
     waiting.length = 0;
     const drainUntil = performance.now() + o.timeoutMs + 2000;
@@ -247,21 +290,27 @@ export async function runSoak(o: SoakOptions, out: (line: string) => void = cons
 
     // ---- report ----
     out('soak: per endpoint (latency from the scheduled start; expected = business 4xx)');
-    out(`  ${'endpoint'.padEnd(28)} ${'count'.padStart(7)} ${'errors'.padStart(6)} ${'expected'.padStart(8)} ${'p50_ms'.padStart(7)} ${'p99_ms'.padStart(7)} ${'max_ms'.padStart(7)}  expected by code`);
+    out(
+      `  ${'endpoint'.padEnd(28)} ${'count'.padStart(7)} ${'errors'.padStart(6)} ${'expected'.padStart(8)} ${'p50_ms'.padStart(7)} ${'p99_ms'.padStart(7)} ${'max_ms'.padStart(7)}  expected by code`,
+    );
     for (const [name, e] of [...stats.endpoints].sort((a, b) => a[0].localeCompare(b[0]))) {
       const codes = [...e.expectedByCode].map(([c, n]) => `${c}:${n}`).join(' ');
       out(
         `  ${name.padEnd(28)} ${String(e.hist.count).padStart(7)} ${String(e.errors).padStart(6)} ${String(e.expected).padStart(8)} ${fmtMs(e.hist.percentile(50)).padStart(7)} ${fmtMs(e.hist.percentile(99)).padStart(7)} ${fmtMs(e.hist.max).padStart(7)}  ${codes}`,
       );
     }
-    out(`soak: VM creates=${tr.creates} full cycles (create, stop, start, destroy)=${tr.cycles} failed=${tr.failedVms} left=${tr.liveCount()} (${tr.liveSummary()})`);
+    out(
+      `soak: VM creates=${tr.creates} full cycles (create, stop, start, destroy)=${tr.cycles} failed=${tr.failedVms} left=${tr.liveCount()} (${tr.liveSummary()})`,
+    );
     out(
       `soak: max in flight=${maxInflight} of ${o.concurrency}; start lag (sent after scheduled) p50_ms=${startLag.percentile(50).toFixed(1)} p99_ms=${startLag.percentile(99).toFixed(1)} max_ms=${startLag.max.toFixed(1)}, more than 1 s late=${lateStarts}; server event-loop lag max_ms=${fmtMs(loopLagMaxMs)}`,
     );
     if (samples.length) {
       out(`soak: rss_mb over time (s=MB): ${samples.map((s) => `${s.atS}=${Math.round(s.mb)}`).join(' ')}`);
       if (samples.some((s) => s.metrics?.heapUsedMb !== undefined)) {
-        out(`soak: heap_used_mb over time: ${samples.map((s) => `${s.atS}=${s.metrics?.heapUsedMb === undefined ? '?' : Math.round(s.metrics.heapUsedMb)}`).join(' ')}`);
+        out(
+          `soak: heap_used_mb over time: ${samples.map((s) => `${s.atS}=${s.metrics?.heapUsedMb === undefined ? '?' : Math.round(s.metrics.heapUsedMb)}`).join(' ')}`,
+        );
         const first = afterWarmup()[0]?.metrics ?? samples[0]!.metrics;
         const last = samples.at(-1)!.metrics;
         out(
@@ -282,14 +331,16 @@ export async function runSoak(o: SoakOptions, out: (line: string) => void = cons
     }
     for (const [group, g] of stats.errorGroups) {
       out(`soak: ERROR x${g.count} ${group}`);
-      for (const s of g.samples) out(`    at ${s.atS}s${s.requestId ? ` x-request-id ${s.requestId}` : ''}: ${s.detail}`);
+      for (const s of g.samples)
+        out(`    at ${s.atS}s${s.requestId ? ` x-request-id ${s.requestId}` : ''}: ${s.detail}`);
     }
     const aw = afterWarmup();
     const max = aw.length ? Math.max(...aw.map((s) => s.mb)) : undefined;
     const growth = baseline !== undefined && max !== undefined ? ((max - baseline) / baseline) * 100 : undefined;
     const rssOk = growth === undefined || growth <= o.maxRssGrowthPct;
     if (!rssOk) out(`soak: RSS grew ${growth!.toFixed(1)} % over the baseline (limit ${o.maxRssGrowthPct} %)`);
-    if (pid && baseline === undefined) out('soak: RSS baseline never taken (the run ended during warm-up or /proc is unreadable)');
+    if (pid && baseline === undefined)
+      out('soak: RSS baseline never taken (the run ended during warm-up or /proc is unreadable)');
     const p50 = stats.all.percentile(50);
     const p99 = stats.all.percentile(99);
     const summary =
@@ -317,7 +368,9 @@ export async function runSoak(o: SoakOptions, out: (line: string) => void = cons
       if (died) out(`soak: the server had exited by itself (code ${died.code}, signal ${died.signal})`);
     }
     if (scratch) {
-      await scratch.drop().catch((err: unknown) => out(`soak: could not drop database ${scratch!.name}: ${(err as Error).message}`));
+      await scratch
+        .drop()
+        .catch((err: unknown) => out(`soak: could not drop database ${scratch!.name}: ${(err as Error).message}`));
     }
     rmSync(tmp, { recursive: true, force: true });
   }

@@ -33,7 +33,8 @@ export async function startChildServer(
 ): Promise<ChildServer> {
   const base: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (k.startsWith('GPUCLOUD_') || ['DATABASE_URL', 'PORT', 'HOST', 'LOG_LEVEL', 'NODE_OPTIONS'].includes(k)) continue;
+    if (k.startsWith('GPUCLOUD_') || ['DATABASE_URL', 'PORT', 'HOST', 'LOG_LEVEL', 'NODE_OPTIONS'].includes(k))
+      continue;
     base[k] = v;
   }
   const child: ChildProcess = spawn(process.execPath, command.args, {
@@ -99,9 +100,19 @@ export async function startChildServer(
   child.once('exit', (code, signal) => {
     server.exit = { code, signal };
     process.removeListener('exit', killOnExit);
-    failed(new Error(`the server exited (code ${code}, signal ${signal}) before printing its URL:\n${before.join('\n')}`));
+    failed(
+      new Error(`the server exited (code ${code}, signal ${signal}) before printing its URL:\n${before.join('\n')}`),
+    );
   });
-  const timer = setTimeout(() => failed(new Error(`the server printed no "API: http://..." line within ${startTimeoutMs / 1000} s:\n${before.join('\n')}`)), startTimeoutMs);
+  const timer = setTimeout(
+    () =>
+      failed(
+        new Error(
+          `the server printed no "API: http://..." line within ${startTimeoutMs / 1000} s:\n${before.join('\n')}`,
+        ),
+      ),
+    startTimeoutMs,
+  );
   try {
     server.url = await ready;
   } catch (err) {
@@ -128,7 +139,8 @@ export function rateLimitVariables(): string[] {
     'GPUCLOUD_RATE_LIMIT_DEFAULT',
   ]);
   try {
-    for (const m of readFileSync(`${REPO_ROOT}src/config.ts`, 'utf8').matchAll(/'(GPUCLOUD_RATE_LIMIT_[A-Z_]+)'/g)) names.add(m[1]!);
+    for (const m of readFileSync(`${REPO_ROOT}src/config.ts`, 'utf8').matchAll(/'(GPUCLOUD_RATE_LIMIT_[A-Z_]+)'/g))
+      names.add(m[1]!);
   } catch {
     // The known ones then.
   }

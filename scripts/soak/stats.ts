@@ -119,6 +119,7 @@ export class SoakStats {
       this.errorGroups.set(group, g);
     }
     g.count++;
-    if (g.samples.length < 3) g.samples.push({ atS: Math.round(this.t0() / 100) / 10, requestId, detail: detail.slice(0, 600) });
+    if (g.samples.length < 3)
+      g.samples.push({ atS: Math.round(this.t0() / 100) / 10, requestId, detail: detail.slice(0, 600) });
   }
 }

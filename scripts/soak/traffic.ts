@@ -18,7 +18,10 @@ import { join } from 'node:path';
 import { errorCode, httpCall, must, nextRequestId, type Reply } from './client.js';
 import type { SoakStats } from './stats.js';
 
-/** A VM in one of these for longer than this is reported as stuck (an error: the reconciler should move it in seconds). */
+/**
+ * A VM in one of these for longer than this is reported as stuck (an error: the reconciler should move it in
+ * seconds).
+ */
 export const STUCK_AFTER_MS = 60_000;
 const TRANSITIONAL = new Set(['creating', 'starting', 'stopping', 'unknown']);
 
@@ -29,7 +32,10 @@ export interface TrackedVm {
   step: 0 | 1 | 2;
   busy: boolean;
   gpus: number;
-  /** performance.now() of the last status change, of the last mutation's answer, of the start of the last read applied. */
+  /**
+   * performance.now() of the last status change, of the last mutation's answer, of the start of the last read
+   * applied.
+   */
   statusSince: number;
   mutatedAt: number;
   observedAt: number;
@@ -89,7 +95,8 @@ export async function setup(base: string, o: SetupOptions, log: (s: string) => v
   const runId = randomBytes(3).toString('hex');
   const login = async (email: string, password: string): Promise<TokenPair> => {
     const p = await must<TokenPair>(base, 'POST', '/auth/login', { body: { email, password }, timeoutMs: t });
-    if (!p.access_token || !p.refresh_token) throw new Error(`POST /auth/login for ${email}: no token pair (two-factor on?)`);
+    if (!p.access_token || !p.refresh_token)
+      throw new Error(`POST /auth/login for ${email}: no token pair (two-factor on?)`);
     return p;
   };
   const adminToken = (await login(o.adminEmail, o.adminPassword)).access_token!;
@@ -103,16 +110,36 @@ export async function setup(base: string, o: SetupOptions, log: (s: string) => v
     await must(base, 'POST', '/admin/nodes', {
       token: adminToken,
       timeoutMs: t,
-      body: { ...n, ram_gb: 512, cpu_cores: 128, cpu_model: 'Soak EPYC', pcie_gen: '4.0', location: 'soak', cluster_name: `soak-${runId}` },
+      body: {
+        ...n,
+        ram_gb: 512,
+        cpu_cores: 128,
+        cpu_model: 'Soak EPYC',
+        pcie_gen: '4.0',
+        location: 'soak',
+        cluster_name: `soak-${runId}`,
+      },
     });
   }
   const users: SoakUser[] = [];
   for (let i = 0; i < o.users; i++) {
     const email = `soak-${runId}-${i}@example.com`;
     const password = `soak-pw-${randomBytes(9).toString('hex')}`;
-    const acct = await must<{ id: number }>(base, 'POST', '/auth/register', { body: { email, password, name: `Soak ${i}` }, timeoutMs: t });
-    await must(base, 'POST', `/admin/users/${acct.id}/credits`, { token: adminToken, body: { amount: 10_000, description: 'soak test credit' }, timeoutMs: t });
-    const admView = await must<{ max_vms: number | null; max_gpus: number | null }>(base, 'GET', `/admin/users/${acct.id}`, { token: adminToken, timeoutMs: t });
+    const acct = await must<{ id: number }>(base, 'POST', '/auth/register', {
+      body: { email, password, name: `Soak ${i}` },
+      timeoutMs: t,
+    });
+    await must(base, 'POST', `/admin/users/${acct.id}/credits`, {
+      token: adminToken,
+      body: { amount: 10_000, description: 'soak test credit' },
+      timeoutMs: t,
+    });
+    const admView = await must<{ max_vms: number | null; max_gpus: number | null }>(
+      base,
+      'GET',
+      `/admin/users/${acct.id}`,
+      { token: adminToken, timeoutMs: t },
+    );
     const keyFile = join(o.tmpDir, `id_ed25519_${i}`);
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', `soak-${i}`, '-f', keyFile]);
     const pair = await login(email, password);
@@ -121,7 +148,11 @@ export async function setup(base: string, o: SetupOptions, log: (s: string) => v
       body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8').trim(), label: `soak-${i}` },
       timeoutMs: t,
     });
-    const apiKey = await must<{ key: string }>(base, 'POST', '/api-keys', { token: pair.access_token, body: { name: `soak-${i}`, scope: 'read_only' }, timeoutMs: t });
+    const apiKey = await must<{ key: string }>(base, 'POST', '/api-keys', {
+      token: pair.access_token,
+      body: { name: `soak-${i}`, scope: 'read_only' },
+      timeoutMs: t,
+    });
     // The server's defaults when null: 10 VMs, 16 GPUs (D-limits, GET /admin/users/{id}).
     const maxVms = admView.max_vms ?? 10;
     const maxGpus = admView.max_gpus ?? 16;
@@ -141,11 +172,22 @@ export async function setup(base: string, o: SetupOptions, log: (s: string) => v
       creatingGpus: 0,
     });
   }
-  log(`setup: run ${runId}: ${nodes.length} nodes (${nodes.reduce((s, n) => s + n.gpu_count, 0)} GPUs), ${users.length} users with 10000 credit, an SSH key and a read_only API key each`);
+  log(
+    `setup: run ${runId}: ${nodes.length} nodes (${nodes.reduce((s, n) => s + n.gpu_count, 0)} GPUs), ${users.length} users with 10000 credit, an SSH key and a read_only API key each`,
+  );
   return { base, runId, adminToken, users, nodes };
 }
 
-export type OpKind = 'search' | 'pricing' | 'list_vms' | 'get_vm' | 'balance' | 'transactions' | 'current_spend' | 'login_refresh' | 'vm_mutation';
+export type OpKind =
+  | 'search'
+  | 'pricing'
+  | 'list_vms'
+  | 'get_vm'
+  | 'balance'
+  | 'transactions'
+  | 'current_spend'
+  | 'login_refresh'
+  | 'vm_mutation';
 
 /** The mix, in percent of scheduled starts. A mutation slot with nothing to do polls a VM instead. */
 export const MIX: [OpKind, number][] = [
@@ -198,7 +240,14 @@ export class Traffic {
   async run(kind: OpKind, scheduledAt: number): Promise<void> {
     switch (kind) {
       case 'search': {
-        const q = pick(['', '?gpu_type=4090', '?gpu_type=5090&min_gpus=2', '?rental_type=interruptible', '?max_price=1&limit=10', '?gpu_type=pro6000&rental_type=reserved']);
+        const q = pick([
+          '',
+          '?gpu_type=4090',
+          '?gpu_type=5090&min_gpus=2',
+          '?rental_type=interruptible',
+          '?max_price=1&limit=10',
+          '?gpu_type=pro6000&rental_type=reserved',
+        ]);
         await this.call('GET /search', 'GET', `/search${q}`, undefined, undefined, scheduledAt, 200);
         return;
       }
@@ -210,13 +259,37 @@ export class Traffic {
       case 'get_vm':
         return this.poll(scheduledAt);
       case 'balance':
-        await this.call('GET /billing/balance', 'GET', '/billing/balance', this.readAuth(pick(this.w.users)), undefined, scheduledAt, 200);
+        await this.call(
+          'GET /billing/balance',
+          'GET',
+          '/billing/balance',
+          this.readAuth(pick(this.w.users)),
+          undefined,
+          scheduledAt,
+          200,
+        );
         return;
       case 'transactions':
-        await this.call('GET /billing/transactions', 'GET', `/billing/transactions?limit=${pick([10, 50, 100])}`, this.readAuth(pick(this.w.users)), undefined, scheduledAt, 200);
+        await this.call(
+          'GET /billing/transactions',
+          'GET',
+          `/billing/transactions?limit=${pick([10, 50, 100])}`,
+          this.readAuth(pick(this.w.users)),
+          undefined,
+          scheduledAt,
+          200,
+        );
         return;
       case 'current_spend':
-        await this.call('GET /billing/current-spend', 'GET', '/billing/current-spend', this.readAuth(pick(this.w.users)), undefined, scheduledAt, 200);
+        await this.call(
+          'GET /billing/current-spend',
+          'GET',
+          '/billing/current-spend',
+          this.readAuth(pick(this.w.users)),
+          undefined,
+          scheduledAt,
+          200,
+        );
         return;
       case 'login_refresh':
         return this.loginRefresh(pick(this.w.users), scheduledAt);
@@ -236,16 +309,33 @@ export class Traffic {
    * slot counts too). Returns the answer when it was the success status or an
    * expected business refusal, undefined when it was an error.
    */
-  private async call(endpoint: string, method: string, path: string, token: string | undefined, body: unknown, startedAt: number, ok: number, expected: Expect = none, headers?: Record<string, string>): Promise<Reply | undefined> {
+  private async call(
+    endpoint: string,
+    method: string,
+    path: string,
+    token: string | undefined,
+    body: unknown,
+    startedAt: number,
+    ok: number,
+    expected: Expect = none,
+    headers?: Record<string, string>,
+  ): Promise<Reply | undefined> {
     const requestId = nextRequestId();
     let r: Reply;
     try {
       r = await httpCall(this.w.base, method, path, { token, body, headers, timeoutMs: this.timeoutMs, requestId });
     } catch (err) {
       const e = err as Error & { cause?: { code?: string; message?: string } };
-      const what = e.name === 'TimeoutError' ? `timeout after ${this.timeoutMs} ms` : `${e.message}${e.cause ? ` (${e.cause.code ?? e.cause.message})` : ''}`;
+      const what =
+        e.name === 'TimeoutError'
+          ? `timeout after ${this.timeoutMs} ms`
+          : `${e.message}${e.cause ? ` (${e.cause.code ?? e.cause.message})` : ''}`;
       this.stats.record(endpoint, performance.now() - startedAt, 'error');
-      this.stats.error(`${endpoint} network: ${e.name === 'TimeoutError' ? 'timeout' : (e.cause?.code ?? e.message)}`, requestId, `${method} ${path}: ${what}`);
+      this.stats.error(
+        `${endpoint} network: ${e.name === 'TimeoutError' ? 'timeout' : (e.cause?.code ?? e.message)}`,
+        requestId,
+        `${method} ${path}: ${what}`,
+      );
       return undefined;
     }
     const ms = performance.now() - startedAt;
@@ -259,7 +349,11 @@ export class Traffic {
       return r;
     }
     this.stats.record(endpoint, ms, 'error');
-    this.stats.error(`${endpoint} ${r.status} ${code ?? ''}`.trim(), requestId, `${method} ${path} -> ${r.status} ${r.text.slice(0, 400)}`);
+    this.stats.error(
+      `${endpoint} ${r.status} ${code ?? ''}`.trim(),
+      requestId,
+      `${method} ${path} -> ${r.status} ${r.text.slice(0, 400)}`,
+    );
     return undefined;
   }
 
@@ -270,7 +364,18 @@ export class Traffic {
     if (!t) {
       // A VM we do not track: one whose create timed out but happened. Track it so limits stay right.
       if (u.forgotten.has(v.id) || v.status === 'destroyed' || v.status === 'failed') return;
-      t = { id: v.id, status: v.status, step: v.status === 'stopped' ? 1 : 0, busy: false, gpus: v.gpu_count, statusSince: readStart, mutatedAt: 0, observedAt: 0, startRefused: false, stuckReported: false };
+      t = {
+        id: v.id,
+        status: v.status,
+        step: v.status === 'stopped' ? 1 : 0,
+        busy: false,
+        gpus: v.gpu_count,
+        statusSince: readStart,
+        mutatedAt: 0,
+        observedAt: 0,
+        startRefused: false,
+        stuckReported: false,
+      };
       u.vms.set(v.id, t);
     }
     if (readStart <= t.mutatedAt || readStart <= t.observedAt) return; // stale
@@ -309,19 +414,43 @@ export class Traffic {
     const chosen = moving.length && Math.random() < 0.8 ? pick(moving) : all.length ? pick(all) : undefined;
     if (!chosen) return this.listVms(pick(this.w.users), startedAt);
     const readStart = performance.now();
-    const r = await this.call('GET /vms/{id}', 'GET', `/vms/${chosen.vm.id}`, this.readAuth(chosen.u), undefined, startedAt, 200);
+    const r = await this.call(
+      'GET /vms/{id}',
+      'GET',
+      `/vms/${chosen.vm.id}`,
+      this.readAuth(chosen.u),
+      undefined,
+      startedAt,
+      200,
+    );
     if (r) this.observe(chosen.u, r.body as VmBody, readStart);
   }
 
   private async loginRefresh(u: SoakUser, startedAt: number): Promise<void> {
-    const r = await this.call('POST /auth/login', 'POST', '/auth/login', undefined, { email: u.email, password: u.password }, startedAt, 200);
+    const r = await this.call(
+      'POST /auth/login',
+      'POST',
+      '/auth/login',
+      undefined,
+      { email: u.email, password: u.password },
+      startedAt,
+      200,
+    );
     if (!r) return;
     const pair = r.body as TokenPair;
     if (!pair.refresh_token) {
       this.stats.error('POST /auth/login no refresh_token', r.requestId, r.text.slice(0, 200));
       return;
     }
-    const r2 = await this.call('POST /auth/refresh', 'POST', '/auth/refresh', undefined, { refresh_token: pair.refresh_token }, performance.now(), 200);
+    const r2 = await this.call(
+      'POST /auth/refresh',
+      'POST',
+      '/auth/refresh',
+      undefined,
+      { refresh_token: pair.refresh_token },
+      performance.now(),
+      200,
+    );
     const fresh = (r2?.body as TokenPair | undefined)?.access_token;
     if (fresh) u.token = fresh;
   }
@@ -340,7 +469,8 @@ export class Traffic {
       for (const vm of u.vms.values()) {
         if (vm.busy) continue;
         if (vm.status === 'running') actions.push({ u, vm, what: vm.step === 0 ? 'stop' : 'destroy' });
-        else if (vm.status === 'stopped') actions.push({ u, vm, what: vm.step === 1 && !vm.startRefused ? 'start' : 'destroy' });
+        else if (vm.status === 'stopped')
+          actions.push({ u, vm, what: vm.step === 1 && !vm.startRefused ? 'start' : 'destroy' });
         else if (vm.status === 'interrupted' || vm.status === 'offline') actions.push({ u, vm, what: 'destroy' });
       }
     }
@@ -372,14 +502,35 @@ export class Traffic {
     u.creating++;
     u.creatingGpus += gpus;
     try {
-      const r = await this.call('POST /vms', 'POST', '/vms', u.token, body, startedAt, 201, codes('gpu_unavailable', 'insufficient_balance', 'limit_exceeded'), {
-        'idempotency-key': randomUUID(),
-      });
+      const r = await this.call(
+        'POST /vms',
+        'POST',
+        '/vms',
+        u.token,
+        body,
+        startedAt,
+        201,
+        codes('gpu_unavailable', 'insufficient_balance', 'limit_exceeded'),
+        {
+          'idempotency-key': randomUUID(),
+        },
+      );
       if (r?.status === 201) {
         this.creates++;
         const v = r.body as VmBody;
         const now = performance.now();
-        u.vms.set(v.id, { id: v.id, status: v.status, step: 0, busy: false, gpus: v.gpu_count, statusSince: now, mutatedAt: now, observedAt: 0, startRefused: false, stuckReported: false });
+        u.vms.set(v.id, {
+          id: v.id,
+          status: v.status,
+          step: 0,
+          busy: false,
+          gpus: v.gpu_count,
+          statusSince: now,
+          mutatedAt: now,
+          observedAt: 0,
+          startRefused: false,
+          stuckReported: false,
+        });
       }
     } finally {
       u.creating--;
@@ -391,15 +542,34 @@ export class Traffic {
     vm.busy = true;
     try {
       if (what === 'destroy') {
-        const r = await this.call('DELETE /vms/{id}', 'DELETE', `/vms/${vm.id}`, u.token, undefined, startedAt, 200, codes('invalid_state'));
+        const r = await this.call(
+          'DELETE /vms/{id}',
+          'DELETE',
+          `/vms/${vm.id}`,
+          u.token,
+          undefined,
+          startedAt,
+          200,
+          codes('invalid_state'),
+        );
         if (r) {
           if (r.status === 200 && vm.step === 2) this.cycles++;
           this.forget(u, vm);
         } else this.unknown(vm);
         return;
       }
-      const expected = what === 'stop' ? codes('invalid_state') : codes('invalid_state', 'gpu_unavailable', 'insufficient_balance');
-      const r = await this.call(`POST /vms/{id}/${what}`, 'POST', `/vms/${vm.id}/${what}`, u.token, undefined, startedAt, 200, expected);
+      const expected =
+        what === 'stop' ? codes('invalid_state') : codes('invalid_state', 'gpu_unavailable', 'insufficient_balance');
+      const r = await this.call(
+        `POST /vms/{id}/${what}`,
+        'POST',
+        `/vms/${vm.id}/${what}`,
+        u.token,
+        undefined,
+        startedAt,
+        200,
+        expected,
+      );
       if (r?.status === 200) {
         vm.status = what === 'stop' ? 'stopping' : 'starting';
         vm.statusSince = performance.now();
@@ -427,7 +597,11 @@ export class Traffic {
       for (const vm of u.vms.values()) {
         if (!vm.stuckReported && TRANSITIONAL.has(vm.status) && now - vm.statusSince > STUCK_AFTER_MS) {
           vm.stuckReported = true;
-          this.stats.error(`VM stuck in ${vm.status}`, '', `VM ${vm.id} of user ${u.id} has been ${vm.status} for ${Math.round((now - vm.statusSince) / 1000)} s`);
+          this.stats.error(
+            `VM stuck in ${vm.status}`,
+            '',
+            `VM ${vm.id} of user ${u.id} has been ${vm.status} for ${Math.round((now - vm.statusSince) / 1000)} s`,
+          );
         }
       }
     }
@@ -447,7 +621,9 @@ export class Traffic {
   async destroyAll(): Promise<void> {
     for (const u of this.w.users) {
       for (const vm of [...u.vms.values()]) {
-        await httpCall(this.w.base, 'DELETE', `/vms/${vm.id}`, { token: u.token, timeoutMs: this.timeoutMs }).catch(() => undefined);
+        await httpCall(this.w.base, 'DELETE', `/vms/${vm.id}`, { token: u.token, timeoutMs: this.timeoutMs }).catch(
+          () => undefined,
+        );
       }
     }
   }

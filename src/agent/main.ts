@@ -44,25 +44,41 @@ Options (each also an environment variable):
 export class AgentUsageError extends Error {}
 
 function dataDirOf(args: string[]): string {
-  const { values } = parseArgs({ args, options: { 'data-dir': { type: 'string' }, user: { type: 'string' } }, strict: false, allowPositionals: true });
+  const { values } = parseArgs({
+    args,
+    options: { 'data-dir': { type: 'string' }, user: { type: 'string' } },
+    strict: false,
+    allowPositionals: true,
+  });
   const v = (values['data-dir'] as string | undefined) ?? process.env.GPUCLOUD_AGENT_DATA_DIR;
   return resolve(v?.trim() || './agent-data');
 }
 
 async function templateCommand(args: string[]): Promise<void> {
   const [sub, ...rest] = args;
-  const { values, positionals } = parseArgs({ args: rest, options: { user: { type: 'string' }, 'data-dir': { type: 'string' } }, strict: true, allowPositionals: true });
+  const { values, positionals } = parseArgs({
+    args: rest,
+    options: { user: { type: 'string' }, 'data-dir': { type: 'string' } },
+    strict: true,
+    allowPositionals: true,
+  });
   const store = new TemplateStore(join(dataDirOf(rest), 'templates'));
   try {
     if (sub === 'list') {
       const all = store.list();
-      if (all.length === 0) console.log('No templates. Add one with: gpucloud agent template add VMID FILE [--user NAME]');
-      for (const t of all) console.log(`${t.vmid}\tuser ${t.user}\t${(t.size_bytes / 1048576).toFixed(1)} MB\tadded ${t.added_at}`);
+      if (all.length === 0)
+        console.log('No templates. Add one with: gpucloud agent template add VMID FILE [--user NAME]');
+      for (const t of all)
+        console.log(`${t.vmid}\tuser ${t.user}\t${(t.size_bytes / 1048576).toFixed(1)} MB\tadded ${t.added_at}`);
       return;
     }
     if (sub === 'add') {
       if (positionals.length !== 2) throw new AgentUsageError('template add needs VMID and FILE');
-      const t = await store.add(templateVmid(positionals[0]!), positionals[1]!, (values.user as string | undefined) ?? 'root');
+      const t = await store.add(
+        templateVmid(positionals[0]!),
+        positionals[1]!,
+        (values.user as string | undefined) ?? 'root',
+      );
       console.log(`Template ${t.vmid} added (user ${t.user}, ${(t.size_bytes / 1048576).toFixed(1)} MB)`);
       return;
     }
@@ -71,7 +87,14 @@ async function templateCommand(args: string[]): Promise<void> {
       const vmid = templateVmid(positionals[0]!);
       // VMs stand on their template: look at the VM folders without starting anything.
       const manager = new VmManager(
-        { dataDir: dataDirOf(rest), accel: 'tcg', publicHost: '127.0.0.1', forwardHost: '127.0.0.1', sshPorts: { from: 22000, to: 22999 }, fakeGpus: 1 },
+        {
+          dataDir: dataDirOf(rest),
+          accel: 'tcg',
+          publicHost: '127.0.0.1',
+          forwardHost: '127.0.0.1',
+          sshPorts: { from: 22000, to: 22999 },
+          fakeGpus: 1,
+        },
         store,
       );
       await manager.load();
@@ -96,7 +119,11 @@ export interface RunningAgent {
 
 /** Starts the daemon; resolves once it listens. */
 export async function startAgent(options: AgentOptions, log = true): Promise<RunningAgent> {
-  if (!qemuAvailable()) throw new AgentOptionError('qemu-system-x86_64', 'is not installed (Debian: apt-get install qemu-system-x86 qemu-utils genisoimage)');
+  if (!qemuAvailable())
+    throw new AgentOptionError(
+      'qemu-system-x86_64',
+      'is not installed (Debian: apt-get install qemu-system-x86 qemu-utils genisoimage)',
+    );
   mkdirSync(options.dataDir, { recursive: true, mode: 0o700 });
   chmodSync(options.dataDir, 0o700); // VM disks and seeds are the customers'
   const accel = options.accel === 'auto' ? hostAccel() : options.accel;
@@ -106,16 +133,35 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
     if (log) process.stderr.write(JSON.stringify({ time: new Date().toISOString(), msg, ...data }) + '\n');
   };
   if (options.network === 'bridge' && process.getuid?.() !== 0) {
-    throw new AgentOptionError('--network', 'bridge needs root (it makes a bridge, tap devices and NAT rules); use --network user otherwise');
+    throw new AgentOptionError(
+      '--network',
+      'bridge needs root (it makes a bridge, tap devices and NAT rules); use --network user otherwise',
+    );
   }
   const network =
-    options.network === 'bridge' ? { kind: 'bridge' as const, subnet: parseSubnet(options.vmSubnet), nameservers: hostNameservers() } : { kind: 'user' as const };
+    options.network === 'bridge'
+      ? { kind: 'bridge' as const, subnet: parseSubnet(options.vmSubnet), nameservers: hostNameservers() }
+      : { kind: 'user' as const };
   const vms = new VmManager(
-    { dataDir: options.dataDir, accel, publicHost: options.publicHost, forwardHost, sshPorts: options.sshPorts, fakeGpus: options.fakeGpus, network, log: logLine },
+    {
+      dataDir: options.dataDir,
+      accel,
+      publicHost: options.publicHost,
+      forwardHost,
+      sshPorts: options.sshPorts,
+      fakeGpus: options.fakeGpus,
+      network,
+      log: logLine,
+    },
     templates,
   );
   await vms.load();
-  const app = await buildAgentApp(vms, templates, { token: options.token, accel, publicHost: options.publicHost, https: options.tls });
+  const app = await buildAgentApp(vms, templates, {
+    token: options.token,
+    accel,
+    publicHost: options.publicHost,
+    https: options.tls,
+  });
   await app.listen({ host: options.listenHost, port: options.listenPort });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : options.listenPort;

@@ -48,7 +48,8 @@ export const AGENT_OPTION_SPEC = {
   'vm-subnet': { type: 'string' },
 } as const;
 
-const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
+const HOSTNAME =
+  /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
 function host(option: string, v: string): string {
   const bare = v.startsWith('[') && v.endsWith(']') ? v.slice(1, -1) : v;
@@ -57,14 +58,18 @@ function host(option: string, v: string): string {
 }
 
 function port(option: string, v: string, min = 1): number {
-  if (!/^\d{1,5}$/.test(v) || Number(v) < min || Number(v) > 65535) throw new AgentOptionError(option, `"${v}" is not a port (${min}-65535)`);
+  if (!/^\d{1,5}$/.test(v) || Number(v) < min || Number(v) > 65535)
+    throw new AgentOptionError(option, `"${v}" is not a port (${min}-65535)`);
   return Number(v);
 }
 
 export function parseAgentOptions(args: string[], env: Record<string, string | undefined> = process.env): AgentOptions {
   const { values, positionals } = parseArgs({ args, options: AGENT_OPTION_SPEC, strict: true, allowPositionals: true });
   if (positionals.length) throw new AgentOptionError('gpucloud agent', `unexpected argument "${positionals[0]}"`);
-  const pick = (flag: keyof typeof AGENT_OPTION_SPEC, variable: string): { name: string; value: string | undefined } => {
+  const pick = (
+    flag: keyof typeof AGENT_OPTION_SPEC,
+    variable: string,
+  ): { name: string; value: string | undefined } => {
     const fromFlag = values[flag];
     if (fromFlag !== undefined) return { name: `--${flag}`, value: fromFlag.trim() };
     const fromEnv = env[variable]?.trim();
@@ -79,40 +84,55 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
   const listenPort = port(listen.name, m[2]!, 0);
 
   const token = pick('token', 'GPUCLOUD_AGENT_TOKEN');
-  if (!token.value) throw new AgentOptionError('--token', 'is required (or GPUCLOUD_AGENT_TOKEN): the control plane authenticates with it');
+  if (!token.value)
+    throw new AgentOptionError(
+      '--token',
+      'is required (or GPUCLOUD_AGENT_TOKEN): the control plane authenticates with it',
+    );
   if (token.value.length < 32) throw new AgentOptionError(token.name, 'must be at least 32 characters');
-  if (!/^[\x21-\x7e]+$/.test(token.value)) throw new AgentOptionError(token.name, 'must be printable ASCII without spaces');
+  if (!/^[\x21-\x7e]+$/.test(token.value))
+    throw new AgentOptionError(token.name, 'must be printable ASCII without spaces');
 
   const pub = pick('public-host', 'GPUCLOUD_AGENT_PUBLIC_HOST');
-  const publicHost = pub.value ? host(pub.name, pub.value) : listenHost === '0.0.0.0' || listenHost === '::' ? '127.0.0.1' : listenHost;
+  const publicHost = pub.value
+    ? host(pub.name, pub.value)
+    : listenHost === '0.0.0.0' || listenHost === '::'
+      ? '127.0.0.1'
+      : listenHost;
 
   const ports = pick('ssh-ports', 'GPUCLOUD_AGENT_SSH_PORTS');
   const pm = /^(\d+)-(\d+)$/.exec(ports.value ?? '22000-22999');
   if (!pm) throw new AgentOptionError(ports.name, `"${ports.value}" must be a range FROM-TO, like 22000-22999`);
   const sshPorts = { from: port(ports.name, pm[1]!, 1024), to: port(ports.name, pm[2]!, 1024) };
   if (sshPorts.to < sshPorts.from) throw new AgentOptionError(ports.name, 'the range ends before it starts');
-  if (listenPort >= sshPorts.from && listenPort <= sshPorts.to) throw new AgentOptionError(ports.name, `includes the agent's own port ${listenPort}`);
+  if (listenPort >= sshPorts.from && listenPort <= sshPorts.to)
+    throw new AgentOptionError(ports.name, `includes the agent's own port ${listenPort}`);
 
   const accel = pick('accel', 'GPUCLOUD_AGENT_ACCEL');
   const accelValue = accel.value ?? 'auto';
-  if (accelValue !== 'kvm' && accelValue !== 'tcg' && accelValue !== 'auto') throw new AgentOptionError(accel.name, `must be kvm, tcg or auto, got "${accelValue}"`);
+  if (accelValue !== 'kvm' && accelValue !== 'tcg' && accelValue !== 'auto')
+    throw new AgentOptionError(accel.name, `must be kvm, tcg or auto, got "${accelValue}"`);
 
   const fake = pick('fake-gpus', 'GPUCLOUD_AGENT_FAKE_GPUS');
   const fv = fake.value ?? '0';
-  if (!/^\d{1,2}$/.test(fv) || Number(fv) > 64) throw new AgentOptionError(fake.name, `must be a number of GPUs from 0 to 64, got "${fv}"`);
+  if (!/^\d{1,2}$/.test(fv) || Number(fv) > 64)
+    throw new AgentOptionError(fake.name, `must be a number of GPUs from 0 to 64, got "${fv}"`);
 
   const cert = pick('tls-cert', 'GPUCLOUD_AGENT_TLS_CERT');
   const key = pick('tls-key', 'GPUCLOUD_AGENT_TLS_KEY');
-  if (!!cert.value !== !!key.value) throw new AgentOptionError(cert.value ? '--tls-key' : '--tls-cert', 'TLS needs both --tls-cert and --tls-key');
+  if (!!cert.value !== !!key.value)
+    throw new AgentOptionError(cert.value ? '--tls-key' : '--tls-cert', 'TLS needs both --tls-cert and --tls-key');
   let tls: AgentOptions['tls'] = null;
   if (cert.value && key.value) {
-    for (const f of [cert, key]) if (!existsSync(f.value!)) throw new AgentOptionError(f.name, `${f.value} does not exist`);
+    for (const f of [cert, key])
+      if (!existsSync(f.value!)) throw new AgentOptionError(f.name, `${f.value} does not exist`);
     tls = { cert: readFileSync(cert.value), key: readFileSync(key.value) };
   }
 
   const net = pick('network', 'GPUCLOUD_AGENT_NETWORK');
   const network = net.value ?? 'user';
-  if (network !== 'user' && network !== 'bridge') throw new AgentOptionError(net.name, `must be user or bridge, got "${network}"`);
+  if (network !== 'user' && network !== 'bridge')
+    throw new AgentOptionError(net.name, `must be user or bridge, got "${network}"`);
   const sub = pick('vm-subnet', 'GPUCLOUD_AGENT_VM_SUBNET');
   const vmSubnet = sub.value ?? '10.88.0.0/16';
   try {

@@ -19,7 +19,9 @@ import { Type, type Static } from 'typebox';
 import { AgentError, UUID, type VmManager } from './vms.js';
 import type { TemplateStore } from './templates.js';
 
-export const AGENT_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+export const AGENT_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 const ProvisionBody = Type.Object(
   {
@@ -36,7 +38,10 @@ const ProvisionBody = Type.Object(
   { additionalProperties: false },
 );
 
-const StopBody = Type.Object({ timeout_s: Type.Integer({ minimum: 0, maximum: 3600 }) }, { additionalProperties: false });
+const StopBody = Type.Object(
+  { timeout_s: Type.Integer({ minimum: 0, maximum: 3600 }) },
+  { additionalProperties: false },
+);
 const IdParams = Type.Object({ id: Type.String({ pattern: UUID.source }) });
 
 export interface AgentServerOptions {
@@ -60,7 +65,11 @@ export function hostCpuModel(): string {
   }
 }
 
-export async function buildAgentApp(vms: VmManager, templates: TemplateStore, opts: AgentServerOptions): Promise<FastifyInstance> {
+export async function buildAgentApp(
+  vms: VmManager,
+  templates: TemplateStore,
+  opts: AgentServerOptions,
+): Promise<FastifyInstance> {
   // Strict bodies: an unknown field or a wrong type is refused, never dropped or coerced.
   const common = {
     logger: opts.logger ?? false,
@@ -68,11 +77,9 @@ export async function buildAgentApp(vms: VmManager, templates: TemplateStore, op
     ajv: { customOptions: { removeAdditional: false as const, coerceTypes: false as const, useDefaults: false } },
   };
   // http or https: the routes are the same, so one instance type serves both.
-  const app = (
-    opts.https
-      ? Fastify({ ...common, https: { cert: opts.https.cert, key: opts.https.key } })
-      : Fastify(common)
-  ) as unknown as FastifyInstance;
+  const app = (opts.https
+    ? Fastify({ ...common, https: { cert: opts.https.cert, key: opts.https.key } })
+    : Fastify(common)) as unknown as FastifyInstance;
   const expected = digest(`Bearer ${opts.token}`);
   const cpuModel = hostCpuModel();
 
@@ -80,7 +87,8 @@ export async function buildAgentApp(vms: VmManager, templates: TemplateStore, op
     if (err instanceof AgentError) return reply.code(err.status).send({ detail: err.message, code: err.code });
     const e = err as { validation?: unknown; statusCode?: number; message: string };
     if (e.validation) return reply.code(422).send({ detail: e.message, code: 'validation_error' });
-    if (e.statusCode && e.statusCode < 500) return reply.code(e.statusCode).send({ detail: e.message, code: 'bad_request' });
+    if (e.statusCode && e.statusCode < 500)
+      return reply.code(e.statusCode).send({ detail: e.message, code: 'bad_request' });
     reply.log.error({ err }, 'agent request failed');
     return reply.code(500).send({ detail: 'internal error', code: 'internal' });
   });
@@ -102,7 +110,12 @@ export async function buildAgentApp(vms: VmManager, templates: TemplateStore, op
     agent_version: AGENT_VERSION,
     accel: opts.accel,
     host_cpu_model: cpuModel,
-    host_gpus: vms.gpus.map((g) => ({ pci_address: g.pci_address, model: g.model, vfio: g.vfio, iommu_group: g.iommu_group })),
+    host_gpus: vms.gpus.map((g) => ({
+      pci_address: g.pci_address,
+      model: g.model,
+      vfio: g.vfio,
+      iommu_group: g.iommu_group,
+    })),
     public_host: opts.publicHost,
     templates: templates.list().map((t) => ({ vmid: t.vmid, user: t.user })),
     vms: vms.list(),
@@ -113,15 +126,21 @@ export async function buildAgentApp(vms: VmManager, templates: TemplateStore, op
     { schema: { params: IdParams, body: ProvisionBody } },
     async (req) => {
       const b = req.body;
-      if (b.auth_method === 'ssh_key' && !b.ssh_public_key) throw new AgentError(422, 'validation_error', 'ssh_public_key is required for auth_method ssh_key');
-      if (b.auth_method === 'password' && !b.password) throw new AgentError(422, 'validation_error', 'password is required for auth_method password');
+      if (b.auth_method === 'ssh_key' && !b.ssh_public_key)
+        throw new AgentError(422, 'validation_error', 'ssh_public_key is required for auth_method ssh_key');
+      if (b.auth_method === 'password' && !b.password)
+        throw new AgentError(422, 'validation_error', 'password is required for auth_method password');
       return vms.provision(req.params.id, b);
     },
   );
 
-  app.get<{ Params: Static<typeof IdParams> }>('/v1/vms/:id', { schema: { params: IdParams } }, async (req) => vms.view(req.params.id));
+  app.get<{ Params: Static<typeof IdParams> }>('/v1/vms/:id', { schema: { params: IdParams } }, async (req) =>
+    vms.view(req.params.id),
+  );
 
-  app.post<{ Params: Static<typeof IdParams> }>('/v1/vms/:id/start', { schema: { params: IdParams } }, async (req) => vms.start(req.params.id));
+  app.post<{ Params: Static<typeof IdParams> }>('/v1/vms/:id/start', { schema: { params: IdParams } }, async (req) =>
+    vms.start(req.params.id),
+  );
 
   app.post<{ Params: Static<typeof IdParams>; Body: Static<typeof StopBody> }>(
     '/v1/vms/:id/stop',
@@ -129,10 +148,14 @@ export async function buildAgentApp(vms: VmManager, templates: TemplateStore, op
     async (req) => vms.stop(req.params.id, req.body.timeout_s),
   );
 
-  app.delete<{ Params: Static<typeof IdParams> }>('/v1/vms/:id', { schema: { params: IdParams } }, async (req, reply) => {
-    await vms.destroy(req.params.id);
-    return reply.code(204).send();
-  });
+  app.delete<{ Params: Static<typeof IdParams> }>(
+    '/v1/vms/:id',
+    { schema: { params: IdParams } },
+    async (req, reply) => {
+      await vms.destroy(req.params.id);
+      return reply.code(204).send();
+    },
+  );
 
   await app.ready();
   return app;

@@ -6,7 +6,17 @@
  * overlay on it, so the template itself is never written.
  */
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 
@@ -24,7 +34,8 @@ export const USER_RE = /^[a-z_][a-z0-9_-]{0,31}$/;
 
 export function templateVmid(raw: string | number): number {
   const s = String(raw);
-  if (!/^\d{1,9}$/.test(s) || Number(s) < 1) throw new Error(`template VMID must be a positive whole number, got "${s}"`);
+  if (!/^\d{1,9}$/.test(s) || Number(s) < 1)
+    throw new Error(`template VMID must be a positive whole number, got "${s}"`);
   return Number(s);
 }
 
@@ -57,15 +68,21 @@ export class TemplateStore {
     templateVmid(vmid);
     if (!USER_RE.test(user)) throw new Error(`--user "${user}" is not a Linux user name`);
     if (!existsSync(file) || !statSync(file).isFile()) throw new Error(`${file} is not a file`);
-    if (this.get(vmid)) throw new Error(`template ${vmid} exists already (VMs stand on it); remove it first with: gpucloud agent template remove ${vmid}`);
+    if (this.get(vmid))
+      throw new Error(
+        `template ${vmid} exists already (VMs stand on it); remove it first with: gpucloud agent template remove ${vmid}`,
+      );
     let format: string;
     try {
       const info = await run('qemu-img', ['info', '--output=json', file]);
       format = String((JSON.parse(info.stdout) as { format?: string }).format);
     } catch (err) {
-      throw new Error(`qemu-img cannot read ${file}: ${(err as { stderr?: string }).stderr?.trim() || (err as Error).message}`);
+      throw new Error(
+        `qemu-img cannot read ${file}: ${(err as { stderr?: string }).stderr?.trim() || (err as Error).message}`,
+      );
     }
-    if (format !== 'qcow2' && format !== 'raw') throw new Error(`${file} is ${format}; a template must be qcow2 or raw`);
+    if (format !== 'qcow2' && format !== 'raw')
+      throw new Error(`${file} is ${format}; a template must be qcow2 or raw`);
     mkdirSync(this.dir, { recursive: true, mode: 0o700 });
     const folder = this.folder(vmid);
     const tmp = `${folder}.tmp-${process.pid}`;
@@ -75,7 +92,11 @@ export class TemplateStore {
       // A flat copy without a backing chain: the template stands alone.
       await run('qemu-img', ['convert', '-f', format, '-O', 'qcow2', file, join(tmp, 'disk.qcow2')]);
       chmodSync(join(tmp, 'disk.qcow2'), 0o400);
-      writeFileSync(join(tmp, 'template.json'), JSON.stringify({ vmid, user, added_at: now.toISOString() }, null, 2) + '\n', { mode: 0o600 });
+      writeFileSync(
+        join(tmp, 'template.json'),
+        JSON.stringify({ vmid, user, added_at: now.toISOString() }, null, 2) + '\n',
+        { mode: 0o600 },
+      );
       renameSync(tmp, folder);
     } catch (err) {
       rmSync(tmp, { recursive: true, force: true });

@@ -32,7 +32,18 @@ import { fakeGpus, scanGpus, type HostGpu } from './gpus/scan.js';
 import { hashPassword, writeSeed } from './images/seed.js';
 import { freePortInRange, sshBanner } from './network/ssh-probe.js';
 import { tapCounters } from './network/traffic.js';
-import { applyForwards, ensureBridge, ensureTap, gatewayOf, hostCount, macOf, removeTap, tapName, vmAddress, type Subnet } from './network/bridge.js';
+import {
+  applyForwards,
+  ensureBridge,
+  ensureTap,
+  gatewayOf,
+  hostCount,
+  macOf,
+  removeTap,
+  tapName,
+  vmAddress,
+  type Subnet,
+} from './network/bridge.js';
 import type { TemplateStore } from './templates.js';
 import type { AgentProvisionSpec, AgentVmState } from './api.js';
 
@@ -118,7 +129,8 @@ export class VmManager {
     this.hostGpus = opts.fakeGpus > 0 ? fakeGpus(opts.fakeGpus) : scanGpus(opts.sysRoot);
     // A unix socket path is at most 107 bytes: refuse a data dir that cannot hold one.
     const probe = join(this.vmsDir, '999999999', 'qmp.sock');
-    if (Buffer.byteLength(probe) > 107) throw new Error(`the data directory path is too long for QEMU's sockets (${probe}); use a shorter --data-dir`);
+    if (Buffer.byteLength(probe) > 107)
+      throw new Error(`the data directory path is too long for QEMU's sockets (${probe}); use a shorter --data-dir`);
   }
 
   get gpus(): HostGpu[] {
@@ -192,7 +204,15 @@ export class VmManager {
   private rt(id: string): Runtime {
     let r = this.runtime.get(id);
     if (!r) {
-      r = { state: 'stopped', qmp: null, pid: null, exitReason: null, expectingExit: false, guestShutdown: false, generation: 0 };
+      r = {
+        state: 'stopped',
+        qmp: null,
+        pid: null,
+        exitReason: null,
+        expectingExit: false,
+        guestShutdown: false,
+        generation: 0,
+      };
       this.runtime.set(id, r);
     }
     return r;
@@ -247,7 +267,9 @@ export class VmManager {
   private traffic(rec: VmRecord): VmView['traffic'] {
     const c = rec.net ? tapCounters(rec.net.tap) : null;
     // Host side rx is what the guest sent; tx what it received.
-    return c ? { rx_bytes: c.txBytes, tx_bytes: c.rxBytes, counted: true } : { rx_bytes: 0, tx_bytes: 0, counted: false };
+    return c
+      ? { rx_bytes: c.txBytes, tx_bytes: c.rxBytes, counted: true }
+      : { rx_bytes: 0, tx_bytes: 0, counted: false };
   }
 
   list(): VmView[] {
@@ -271,12 +293,21 @@ export class VmManager {
       }
       const template = this.templates.get(spec.template_vmid);
       if (!template) {
-        throw new AgentError(422, 'template_missing', `template ${spec.template_vmid} is not on this host (add it with: gpucloud agent template add ${spec.template_vmid} FILE)`);
+        throw new AgentError(
+          422,
+          'template_missing',
+          `template ${spec.template_vmid} is not on this host (add it with: gpucloud agent template add ${spec.template_vmid} FILE)`,
+        );
       }
       const gpus = this.allocateGpus(spec.gpu_count);
       const taken = new Set([...this.records.values()].map((r) => r.ssh_port));
       const port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, taken, this.opts.forwardHost);
-      if (port === null) throw new AgentError(409, 'no_ports', `no free SSH port in ${this.opts.sshPorts.from}-${this.opts.sshPorts.to}`);
+      if (port === null)
+        throw new AgentError(
+          409,
+          'no_ports',
+          `no free SSH port in ${this.opts.sshPorts.from}-${this.opts.sshPorts.to}`,
+        );
       const bridge = this.bridge();
       const address = bridge ? this.allocateAddress(bridge.subnet) : null;
       const rec: VmRecord = {
@@ -298,7 +329,18 @@ export class VmManager {
       rmSync(tmp, { recursive: true, force: true });
       mkdirSync(tmp, { mode: 0o700 });
       try {
-        await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', template.path, join(tmp, 'disk.qcow2'), `${spec.storage_gb}G`]);
+        await run('qemu-img', [
+          'create',
+          '-q',
+          '-f',
+          'qcow2',
+          '-F',
+          'qcow2',
+          '-b',
+          template.path,
+          join(tmp, 'disk.qcow2'),
+          `${spec.storage_gb}G`,
+        ]);
         await writeSeed(tmp, {
           instanceId: id,
           hostname: `gpucloud-${spec.vmid}`,
@@ -307,7 +349,14 @@ export class VmManager {
           sshPublicKeys: spec.auth_method === 'ssh_key' && spec.ssh_public_key ? [spec.ssh_public_key] : [],
           passwordHash: spec.auth_method === 'password' && spec.password ? await hashPassword(spec.password) : null,
           ...(bridge && rec.net
-            ? { network: { mac: rec.net.mac, address: `${rec.net.ip}/${bridge.subnet.prefix}`, gateway: gatewayOf(bridge.subnet), nameservers: bridge.nameservers } }
+            ? {
+                network: {
+                  mac: rec.net.mac,
+                  address: `${rec.net.ip}/${bridge.subnet.prefix}`,
+                  gateway: gatewayOf(bridge.subnet),
+                  nameservers: bridge.nameservers,
+                },
+              }
             : {}),
         });
         if (rec.net) await ensureTap(rec.net.tap);
@@ -363,7 +412,9 @@ export class VmManager {
         seedPath: join(dir, 'seed.iso'),
         // Stand-in GPUs of a host without any are never passed to QEMU.
         gpus: this.opts.fakeGpus > 0 ? [] : rec.gpus,
-        net: rec.net ? { kind: 'tap', ifname: rec.net.tap, mac: rec.net.mac } : { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
+        net: rec.net
+          ? { kind: 'tap', ifname: rec.net.tap, mac: rec.net.mac }
+          : { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
       });
       if (rec.net) await ensureTap(rec.net.tap);
       try {

@@ -15,7 +15,22 @@ export const ADMIN_COMMANDS: Command[] = [
     async run(ctx) {
       const rows = await call(ctx.client().api.GET('/admin/nodes', { params: { query: page(ctx) } }));
       if (ctx.json) return printJson(ctx, rows);
-      ctx.out(table(['NODE', 'GPU', 'GPUS', 'FREE', 'STATUS', 'CPU', 'RAM', 'LOCATION', 'CLUSTER'], rows.map((n) => [n.node, n.gpu_type, n.gpu_count, n.gpus_free, n.status, n.cpu_cores, `${n.ram_gb} GB`, n.location, n.cluster_name])));
+      ctx.out(
+        table(
+          ['NODE', 'GPU', 'GPUS', 'FREE', 'STATUS', 'CPU', 'RAM', 'LOCATION', 'CLUSTER'],
+          rows.map((n) => [
+            n.node,
+            n.gpu_type,
+            n.gpu_count,
+            n.gpus_free,
+            n.status,
+            n.cpu_cores,
+            `${n.ram_gb} GB`,
+            n.location,
+            n.cluster_name,
+          ]),
+        ),
+      );
     },
   },
   {
@@ -25,7 +40,21 @@ export const ADMIN_COMMANDS: Command[] = [
     async run(ctx) {
       const rows = await call(ctx.client().api.GET('/admin/pricing'));
       if (ctx.json) return printJson(ctx, rows);
-      ctx.out(table(['GPU', '$/GPU/H', 'INTERRUPTIBLE', '$/GB/H', 'RES 1MO', 'RES 3MO', 'RES 6MO', 'UPDATED'], rows.map((p) => [p.gpu_type, money(p.gpu_price_hourly, 3), p.interruptible_rate, money(p.storage_price_gb_hourly, 5), `${p.reserved_discount_1mo}%`, `${p.reserved_discount_3mo}%`, `${p.reserved_discount_6mo}%`, p.updated_at])));
+      ctx.out(
+        table(
+          ['GPU', '$/GPU/H', 'INTERRUPTIBLE', '$/GB/H', 'RES 1MO', 'RES 3MO', 'RES 6MO', 'UPDATED'],
+          rows.map((p) => [
+            p.gpu_type,
+            money(p.gpu_price_hourly, 3),
+            p.interruptible_rate,
+            money(p.storage_price_gb_hourly, 5),
+            `${p.reserved_discount_1mo}%`,
+            `${p.reserved_discount_3mo}%`,
+            `${p.reserved_discount_6mo}%`,
+            p.updated_at,
+          ]),
+        ),
+      );
     },
   },
   {
@@ -38,7 +67,12 @@ export const ADMIN_COMMANDS: Command[] = [
       if (str(ctx, 'email')) query.email = str(ctx, 'email')!;
       const rows = await call(ctx.client().api.GET('/admin/users', { params: { query } }));
       if (ctx.json) return printJson(ctx, rows);
-      ctx.out(table(['ID', 'EMAIL', 'NAME', 'ROLE', '2FA', 'SUSPENDED', 'MAX VMS', 'MAX GPUS'], rows.map((u) => [u.id, u.email, u.name, u.role, u.two_factor_enabled, u.suspended, u.max_vms, u.max_gpus])));
+      ctx.out(
+        table(
+          ['ID', 'EMAIL', 'NAME', 'ROLE', '2FA', 'SUSPENDED', 'MAX VMS', 'MAX GPUS'],
+          rows.map((u) => [u.id, u.email, u.name, u.role, u.two_factor_enabled, u.suspended, u.max_vms, u.max_gpus]),
+        ),
+      );
     },
   },
   {
@@ -54,7 +88,11 @@ export const ADMIN_COMMANDS: Command[] = [
       if (!Number.isFinite(amount)) throw new CliUsageError(`AMOUNT must be a number, got "${amountRaw}"`);
       const body: { amount: number; description?: string } = { amount };
       if (str(ctx, 'description')) body.description = str(ctx, 'description')!;
-      const tx = await call(ctx.client().api.POST('/admin/users/{user_id}/credits', { params: { path: { user_id: Number(userRaw) } }, body }));
+      const tx = await call(
+        ctx
+          .client()
+          .api.POST('/admin/users/{user_id}/credits', { params: { path: { user_id: Number(userRaw) } }, body }),
+      );
       if (ctx.json) return printJson(ctx, tx);
       ctx.out(`Credited ${money(tx.amount)} to user ${userRaw}; balance now ${money(tx.balance_after)}`);
     },
@@ -80,7 +118,21 @@ export const ADMIN_COMMANDS: Command[] = [
       const rows = await call(ctx.client().api.GET('/admin/vms', { params: { query: query as never } }));
       if (ctx.json) return printJson(ctx, rows);
       if (rows.length === 0) return ctx.out('No VMs');
-      ctx.out(table(['ID', 'VMID', 'USER', 'STATUS', 'GPU', 'NODE', 'RENTAL', '$/H'], rows.map((v) => [v.id, v.vmid, v.user_id, v.status, `${v.gpu_count}x ${v.gpu_type}`, v.node, v.rental_type, money(v.hourly_rate, 3)])));
+      ctx.out(
+        table(
+          ['ID', 'VMID', 'USER', 'STATUS', 'GPU', 'NODE', 'RENTAL', '$/H'],
+          rows.map((v) => [
+            v.id,
+            v.vmid,
+            v.user_id,
+            v.status,
+            `${v.gpu_count}x ${v.gpu_type}`,
+            v.node,
+            v.rental_type,
+            money(v.hourly_rate, 3),
+          ]),
+        ),
+      );
     },
   },
 ];

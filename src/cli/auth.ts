@@ -6,10 +6,19 @@ import { CliUsageError, keyValues } from './output.js';
 import { ask, interactive } from './prompt.js';
 
 /** Saves a (rotated) pair of session tokens in the config file, in place of a saved API key. */
-export function saveTokens(ctx: Ctx, tokens: { accessToken: string; refreshToken: string }, extra: SavedConfig = {}): void {
+export function saveTokens(
+  ctx: Ctx,
+  tokens: { accessToken: string; refreshToken: string },
+  extra: SavedConfig = {},
+): void {
   const saved = readConfig(ctx.configFile);
   delete saved.api_key;
-  writeConfig(ctx.configFile, { ...saved, ...extra, access_token: tokens.accessToken, refresh_token: tokens.refreshToken });
+  writeConfig(ctx.configFile, {
+    ...saved,
+    ...extra,
+    access_token: tokens.accessToken,
+    refresh_token: tokens.refreshToken,
+  });
 }
 
 export const AUTH_COMMANDS: Command[] = [
@@ -50,7 +59,13 @@ export const AUTH_COMMANDS: Command[] = [
         baseUrl: apiUrl,
         onTokens: (t) => {
           // The first pair replaces whatever was saved; later ones are rotations.
-          if (first) writeConfig(ctx.configFile, { api_url: apiUrl, email, access_token: t.accessToken, refresh_token: t.refreshToken });
+          if (first)
+            writeConfig(ctx.configFile, {
+              api_url: apiUrl,
+              email,
+              access_token: t.accessToken,
+              refresh_token: t.refreshToken,
+            });
           else saveTokens(ctx, t);
           first = false;
         },
@@ -74,7 +89,11 @@ export const AUTH_COMMANDS: Command[] = [
     async run(ctx) {
       const saved = readConfig(ctx.configFile);
       if (saved.refresh_token) {
-        const client = new GpuCloudClient({ baseUrl: ctx.resolved().apiUrl, accessToken: saved.access_token, refreshToken: saved.refresh_token });
+        const client = new GpuCloudClient({
+          baseUrl: ctx.resolved().apiUrl,
+          accessToken: saved.access_token,
+          refreshToken: saved.refresh_token,
+        });
         try {
           await client.logout();
         } catch (err) {

@@ -19,7 +19,10 @@ export interface Ctx {
   positionals: string[];
   json: boolean;
   env: NodeJS.ProcessEnv;
-  /** The SDK client, credentials resolved from the options, the environment and the config file; rotated tokens are saved back. */
+  /**
+   * The SDK client, credentials resolved from the options, the environment and the config file; rotated tokens are
+   * saved back.
+   */
   client(): GpuCloudClient;
   resolved(): Resolved;
   configFile: string;
@@ -55,7 +58,11 @@ export function flag(ctx: Ctx, name: string): boolean {
   return ctx.values[name] === true;
 }
 
-export function int(ctx: Ctx, name: string, opts: { min?: number; max?: number; def?: number } = {}): number | undefined {
+export function int(
+  ctx: Ctx,
+  name: string,
+  opts: { min?: number; max?: number; def?: number } = {},
+): number | undefined {
   const raw = str(ctx, name);
   if (raw === undefined) return opts.def;
   if (!/^-?\d+$/.test(raw.trim())) throw new CliUsageError(`--${name} must be a whole number, got "${raw}"`);
@@ -96,14 +103,19 @@ export type GpuType = (typeof GPU_TYPES)[number];
 /** The --gpu option (or another named one) as a GPU type, checked. */
 export function gpuType(raw: string | undefined, name = 'gpu'): GpuType | undefined {
   if (raw === undefined) return undefined;
-  if (!(GPU_TYPES as readonly string[]).includes(raw)) throw new CliUsageError(`--${name} must be one of ${GPU_TYPES.join(', ')}, got "${raw}"`);
+  if (!(GPU_TYPES as readonly string[]).includes(raw))
+    throw new CliUsageError(`--${name} must be one of ${GPU_TYPES.join(', ')}, got "${raw}"`);
   return raw as GpuType;
 }
 
-/** Asks y/N unless --yes; aborts (exit 1) on anything but yes, and is bad usage (exit 2) with no answer and no terminal. */
+/**
+ * Asks y/N unless --yes; aborts (exit 1) on anything but yes, and is bad usage (exit 2) with no answer and no
+ * terminal.
+ */
 export async function confirmOrAbort(ctx: Ctx, question: string): Promise<void> {
   if (flag(ctx, 'yes')) return;
   const answer = await ask(`${question} [y/N] `);
-  if (answer === undefined && !interactive()) throw new CliUsageError('no answer on stdin: pass --yes to confirm without a terminal');
+  if (answer === undefined && !interactive())
+    throw new CliUsageError('no answer on stdin: pass --yes to confirm without a terminal');
   if (answer === undefined || !/^y(es)?$/i.test(answer)) throw new CliFailure('Aborted');
 }

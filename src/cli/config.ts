@@ -21,7 +21,8 @@ export interface SavedConfig {
 }
 
 export function configPath(env: NodeJS.ProcessEnv = process.env): string {
-  const base = env.XDG_CONFIG_HOME && env.XDG_CONFIG_HOME.trim() !== '' ? env.XDG_CONFIG_HOME : join(homedir(), '.config');
+  const base =
+    env.XDG_CONFIG_HOME && env.XDG_CONFIG_HOME.trim() !== '' ? env.XDG_CONFIG_HOME : join(homedir(), '.config');
   return join(base, 'gpucloud', 'config.json');
 }
 
@@ -63,7 +64,11 @@ export interface Resolved {
   source: 'flag' | 'env' | 'saved' | 'none';
 }
 
-export function resolve(flags: { apiUrl?: string; apiKey?: string }, env: NodeJS.ProcessEnv, saved: SavedConfig): Resolved {
+export function resolve(
+  flags: { apiUrl?: string; apiKey?: string },
+  env: NodeJS.ProcessEnv,
+  saved: SavedConfig,
+): Resolved {
   const apiUrl = flags.apiUrl ?? nonEmpty(env.GPUCLOUD_API_URL) ?? saved.api_url ?? DEFAULT_API_URL;
   if (flags.apiKey) return { apiUrl, apiKey: flags.apiKey, source: 'flag' };
   const envKey = nonEmpty(env.GPUCLOUD_API_KEY);

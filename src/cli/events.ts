@@ -39,7 +39,8 @@ export const EVENT_COMMANDS: Command[] = [
       const limit = int(ctx, 'limit', { min: 1, max: 200 });
       if (limit !== undefined) query.limit = limit;
       const follow = flag(ctx, 'follow');
-      const print = (e: ApiEvent) => ctx.out(ctx.json ? JSON.stringify(e) : `${e.created_at}  ${e.type.padEnd(22)} ${describeEvent(e)}`);
+      const print = (e: ApiEvent) =>
+        ctx.out(ctx.json ? JSON.stringify(e) : `${e.created_at}  ${e.type.padEnd(22)} ${describeEvent(e)}`);
       if (!follow) {
         const events = await call(client.api.GET('/events', { params: { query } }));
         if (ctx.json) return printJson(ctx, events);

@@ -122,7 +122,10 @@ function program(io: Io, chosen: (c: Chosen) => void): CliCommand {
   const groupOf = (name: string): CliCommand => {
     let g = groups.get(name);
     if (g) return g;
-    g = root.command(name).description(GROUP_SUMMARIES[name] ?? '').addHelpOption(helpOption()) as CliCommand;
+    g = root
+      .command(name)
+      .description(GROUP_SUMMARIES[name] ?? '')
+      .addHelpOption(helpOption()) as CliCommand;
     stopsWith(g, name);
     groups.set(name, g);
     return g;
@@ -266,7 +269,9 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
     }
     if (err instanceof TypeError && /fetch failed/i.test(err.message)) {
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      io.err(`Error: cannot reach the API at ${getResolved().apiUrl}${cause?.code ? ` (${cause.code})` : cause?.message ? ` (${cause.message})` : ''}`);
+      io.err(
+        `Error: cannot reach the API at ${getResolved().apiUrl}${cause?.code ? ` (${cause.code})` : cause?.message ? ` (${cause.message})` : ''}`,
+      );
       return 1;
     }
     throw err;

@@ -16,7 +16,8 @@ export const API_KEY_COMMANDS: Command[] = [
       const name = str(ctx, 'name');
       if (!name) throw new CliUsageError('--name is required');
       const scope = str(ctx, 'scope');
-      if (scope !== undefined && !['read_write', 'read_only', 'billing_only'].includes(scope)) throw new CliUsageError('--scope must be read_write, read_only or billing_only');
+      if (scope !== undefined && !['read_write', 'read_only', 'billing_only'].includes(scope))
+        throw new CliUsageError('--scope must be read_write, read_only or billing_only');
       const body: { name: string; scope?: 'read_write' | 'read_only' | 'billing_only'; expires_at?: string } = { name };
       if (scope) body.scope = scope as 'read_write';
       if (str(ctx, 'expires')) body.expires_at = str(ctx, 'expires')!;
@@ -34,7 +35,12 @@ export const API_KEY_COMMANDS: Command[] = [
       const keys = await call(ctx.client().api.GET('/api-keys', { params: { query: page(ctx) } }));
       if (ctx.json) return printJson(ctx, keys);
       if (keys.length === 0) return ctx.out('No API keys');
-      ctx.out(table(['ID', 'NAME', 'SCOPE', 'PREFIX', 'CREATED', 'EXPIRES', 'LAST USED'], keys.map((k) => [k.id, k.name, k.scope, k.prefix, k.created_at, k.expires_at, k.last_used_at])));
+      ctx.out(
+        table(
+          ['ID', 'NAME', 'SCOPE', 'PREFIX', 'CREATED', 'EXPIRES', 'LAST USED'],
+          keys.map((k) => [k.id, k.name, k.scope, k.prefix, k.created_at, k.expires_at, k.last_used_at]),
+        ),
+      );
     },
   },
   {

@@ -35,13 +35,37 @@ export const OFFER_COMMANDS: Command[] = [
       // (gpu_count x the GPU price + the smallest disk), in millionths so that no float noise shows.
       const micros = (v: number) => Math.round(v * 1e6);
       const price = (o: (typeof offers)[number]) =>
-        interruptible ? (o.gpu_count * micros(o.interruptible_rate) + MIN_DISK_GB * micros(o.storage_price_hourly)) / 1e6 : o.total_price_hourly;
+        interruptible
+          ? (o.gpu_count * micros(o.interruptible_rate) + MIN_DISK_GB * micros(o.storage_price_hourly)) / 1e6
+          : o.total_price_hourly;
       const sorted = [...offers].sort((a, b) => price(a) - price(b) || a.node.localeCompare(b.node));
       if (sorted.length === 0) return ctx.out('No offers match');
       ctx.out(
         table(
-          ['NODE', 'GPU', 'GPUS', 'VRAM', 'CPU', 'RAM', 'DISK', '$/GPU/H', interruptible ? '$/H (INT)' : '$/H', 'LOCATION'],
-          sorted.map((o) => [o.node, o.gpu_type, o.gpu_count, `${Math.round(o.gpu_ram_mb / 1024)} GB`, o.cpu_cores, `${o.ram_gb} GB`, `${o.max_storage_gb} GB`, money(interruptible ? o.interruptible_rate : o.gpu_price_hourly, 3), money(price(o), 3), o.location]),
+          [
+            'NODE',
+            'GPU',
+            'GPUS',
+            'VRAM',
+            'CPU',
+            'RAM',
+            'DISK',
+            '$/GPU/H',
+            interruptible ? '$/H (INT)' : '$/H',
+            'LOCATION',
+          ],
+          sorted.map((o) => [
+            o.node,
+            o.gpu_type,
+            o.gpu_count,
+            `${Math.round(o.gpu_ram_mb / 1024)} GB`,
+            o.cpu_cores,
+            `${o.ram_gb} GB`,
+            `${o.max_storage_gb} GB`,
+            money(interruptible ? o.interruptible_rate : o.gpu_price_hourly, 3),
+            money(price(o), 3),
+            o.location,
+          ]),
         ),
       );
     },

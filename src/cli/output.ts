@@ -38,7 +38,12 @@ export function money(v: number | null | undefined, digits = 2): string {
 export function table(headers: string[], rows: Cell[][]): string {
   const cells = rows.map((r) => r.map(fmt));
   // Numbers and money are right-aligned (not names that look like numbers, such as GPU "4090").
-  const right = headers.map((_, i) => rows.length > 0 && rows.some((r) => r[i] != null) && rows.every((r) => r[i] == null || typeof r[i] === 'number' || /^-?\$\d/.test(fmt(r[i]))));
+  const right = headers.map(
+    (_, i) =>
+      rows.length > 0 &&
+      rows.some((r) => r[i] != null) &&
+      rows.every((r) => r[i] == null || typeof r[i] === 'number' || /^-?\$\d/.test(fmt(r[i]))),
+  );
   const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((r) => (r[i] ?? '').length)));
   const line = (r: string[]) =>
     r

@@ -3,7 +3,17 @@ import { call, confirmOrAbort, gpuType, int, LIMIT_OPTS, page, printJson, str, t
 import { CliUsageError, keyValues, money, table, type Cell } from './output.js';
 
 /** A reservation's quote, for `reservations quote` and before `vm create --reserved` asks. */
-export function quoteText(q: { reservation_months: number; gpu_count: number; gpu_type: string; storage_gb: number; discount_percent: number; hourly_rate_after_discount: number; monthly_cost: number; deposit_required: number; cancellation_fee_25_percent: number }): string {
+export function quoteText(q: {
+  reservation_months: number;
+  gpu_count: number;
+  gpu_type: string;
+  storage_gb: number;
+  discount_percent: number;
+  hourly_rate_after_discount: number;
+  monthly_cost: number;
+  deposit_required: number;
+  cancellation_fee_25_percent: number;
+}): string {
   return keyValues([
     ['Reservation', `${q.reservation_months} month(s), ${q.gpu_count}x ${q.gpu_type}, ${q.storage_gb} GB disk`],
     ['Discount', `${q.discount_percent}%`],
@@ -32,7 +42,16 @@ export const RESERVATION_COMMANDS: Command[] = [
       if (![1, 2, 4, 8].includes(count)) throw new CliUsageError('--count must be 1, 2, 4 or 8');
       const months = int(ctx, 'months', { def: 1 })!;
       if (![1, 3, 6].includes(months)) throw new CliUsageError('--months must be 1, 3 or 6');
-      const q = await call(ctx.client().api.POST('/reservations/calculate', { body: { gpu_type: gpu, gpu_count: count as 1, storage_gb: int(ctx, 'disk', { def: 50, min: 1 })!, reservation_months: months as 1 } }));
+      const q = await call(
+        ctx.client().api.POST('/reservations/calculate', {
+          body: {
+            gpu_type: gpu,
+            gpu_count: count as 1,
+            storage_gb: int(ctx, 'disk', { def: 50, min: 1 })!,
+            reservation_months: months as 1,
+          },
+        }),
+      );
       if (ctx.json) return printJson(ctx, q);
       ctx.out(quoteText(q));
     },
@@ -46,7 +65,22 @@ export const RESERVATION_COMMANDS: Command[] = [
       const rows = await call(ctx.client().api.GET('/reservations', { params: { query: page(ctx) } }));
       if (ctx.json) return printJson(ctx, rows);
       if (rows.length === 0) return ctx.out('No reservations');
-      ctx.out(table(['ID', 'VM', 'GPU', 'MONTHS', 'DISCOUNT', 'DEPOSIT', 'REMAINING', 'STATUS', 'ENDS'], rows.map((r) => [r.id, r.vm_id, `${r.gpu_count}x ${r.gpu_type}`, r.reservation_months, `${r.discount_percent}%`, money(r.deposit_amount), money(r.remaining_balance), r.status, r.end_at])));
+      ctx.out(
+        table(
+          ['ID', 'VM', 'GPU', 'MONTHS', 'DISCOUNT', 'DEPOSIT', 'REMAINING', 'STATUS', 'ENDS'],
+          rows.map((r) => [
+            r.id,
+            r.vm_id,
+            `${r.gpu_count}x ${r.gpu_type}`,
+            r.reservation_months,
+            `${r.discount_percent}%`,
+            money(r.deposit_amount),
+            money(r.remaining_balance),
+            r.status,
+            r.end_at,
+          ]),
+        ),
+      );
     },
   },
   {
@@ -58,7 +92,9 @@ export const RESERVATION_COMMANDS: Command[] = [
     async run(ctx) {
       const id = ctx.positionals[0]!;
       await confirmOrAbort(ctx, `Cancel reservation ${id}? A cancellation fee applies.`);
-      const r = await call(ctx.client().api.DELETE('/reservations/{reservation_id}', { params: { path: { reservation_id: id } } }));
+      const r = await call(
+        ctx.client().api.DELETE('/reservations/{reservation_id}', { params: { path: { reservation_id: id } } }),
+      );
       if (ctx.json) return printJson(ctx, r);
       ctx.out(`Reservation ${r.id} is ${r.status}: fee ${money(r.cancellation_fee)}, refund ${money(r.refund_amount)}`);
     },

@@ -34,7 +34,12 @@ export const SSH_KEY_COMMANDS: Command[] = [
       const keys = await call(ctx.client().api.GET('/ssh-keys', { params: { query: page(ctx) } }));
       if (ctx.json) return printJson(ctx, keys);
       if (keys.length === 0) return ctx.out('No SSH keys; add one with: gpucloud ssh-keys add ~/.ssh/id_ed25519.pub');
-      ctx.out(table(['ID', 'LABEL', 'TYPE', 'FINGERPRINT', 'CREATED'], keys.map((k) => [k.id, k.label, k.key_type, k.fingerprint, k.created_at])));
+      ctx.out(
+        table(
+          ['ID', 'LABEL', 'TYPE', 'FINGERPRINT', 'CREATED'],
+          keys.map((k) => [k.id, k.label, k.key_type, k.fingerprint, k.created_at]),
+        ),
+      );
     },
   },
   {

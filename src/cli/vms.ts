@@ -1,11 +1,29 @@
 /** `gpucloud vm ...`: rent, watch, control and reach VMs (docs/vms.md). */
 import { spawnSync } from 'node:child_process';
 import type { CreateVmRequest, Vm, VmStatus } from '../sdk/index.js';
-import { call, confirmOrAbort, flag, gpuType, int, LIMIT_OPTS, page, printJson, str, type Command, type Ctx } from './command.js';
+import {
+  call,
+  confirmOrAbort,
+  flag,
+  gpuType,
+  int,
+  LIMIT_OPTS,
+  page,
+  printJson,
+  str,
+  type Command,
+  type Ctx,
+} from './command.js';
 import { CliFailure, CliUsageError, keyValues, money, table } from './output.js';
 import { quoteText } from './reservations.js';
 
-const TEMPLATES: Record<string, number> = { 'ubuntu-22.04': 100, 'ubuntu-24.04': 101, 'stable-diffusion': 102, comfyui: 103, desktop: 104 };
+const TEMPLATES: Record<string, number> = {
+  'ubuntu-22.04': 100,
+  'ubuntu-24.04': 101,
+  'stable-diffusion': 102,
+  comfyui: 103,
+  desktop: 104,
+};
 const TEMPLATE_NAMES = Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [v, k]));
 
 function onOff(raw: string | undefined): boolean {
@@ -59,7 +77,17 @@ async function waitWithStatus(ctx: Ctx, id: string, status: VmStatus, timeoutS: 
 function vmRows(vms: Vm[]): string {
   return table(
     ['ID', 'VMID', 'LABEL', 'STATUS', 'GPU', 'NODE', 'IP', 'RENTAL', '$/H'],
-    vms.map((v) => [v.id, v.vmid, v.instance_label, v.status, `${v.gpu_count}x ${v.gpu_type}`, v.node, v.ip_address, v.rental_type, money(v.hourly_rate, 3)]),
+    vms.map((v) => [
+      v.id,
+      v.vmid,
+      v.instance_label,
+      v.status,
+      `${v.gpu_count}x ${v.gpu_type}`,
+      v.node,
+      v.ip_address,
+      v.rental_type,
+      money(v.hourly_rate, 3),
+    ]),
   );
 }
 
@@ -74,7 +102,10 @@ function showVm(vm: Vm): string {
     ['CPU', `${vm.cpu_cores} cores${vm.cpu_model ? ` (${vm.cpu_model})` : ''}`],
     ['RAM', `${vm.ram_gb} GB`],
     ['Disk', `${vm.storage_gb} GB`],
-    ['Template', `${vm.template_vmid}${TEMPLATE_NAMES[vm.template_vmid] ? ` (${TEMPLATE_NAMES[vm.template_vmid]})` : ''}`],
+    [
+      'Template',
+      `${vm.template_vmid}${TEMPLATE_NAMES[vm.template_vmid] ? ` (${TEMPLATE_NAMES[vm.template_vmid]})` : ''}`,
+    ],
     ['IP', vm.ip_address],
     ['Rental', vm.rental_type],
     ['Reservation', vm.reservation_id],
@@ -87,7 +118,10 @@ function showVm(vm: Vm): string {
   ]);
 }
 
-async function message(ctx: Ctx, p: Promise<{ data?: { message: string }; error?: unknown; response: Response }>): Promise<void> {
+async function message(
+  ctx: Ctx,
+  p: Promise<{ data?: { message: string }; error?: unknown; response: Response }>,
+): Promise<void> {
   const data = await call(p);
   if (ctx.json) printJson(ctx, data);
   else ctx.out(data.message);
@@ -101,13 +135,19 @@ export const VM_COMMANDS: Command[] = [
   {
     path: 'vm create',
     summary: 'Rent a VM',
-    example: ['gpucloud vm create --node vm01 --gpu 4090 --template ubuntu-24.04 --ssh-key 6f1c... --wait', 'gpucloud vm create --node vm02 --gpu 5090 --count 2 --reserved 3 --password "a long password" --yes'],
+    example: [
+      'gpucloud vm create --node vm01 --gpu 4090 --template ubuntu-24.04 --ssh-key 6f1c... --wait',
+      'gpucloud vm create --node vm02 --gpu 5090 --count 2 --reserved 3 --password "a long password" --yes',
+    ],
     options: [
       ['--node <N>', 'The node to place it on (see gpucloud search) (required)'],
       ['--gpu <TYPE>', '5090, 4090 or pro6000 (required)'],
       ['--count <N>', 'GPUs: 1, 2, 4 or 8 (default 1)'],
       ['--disk <GB>', 'Disk size (default 50)'],
-      ['--template <T>', '100-104 or ubuntu-22.04, ubuntu-24.04, stable-diffusion, comfyui, desktop (default ubuntu-24.04)'],
+      [
+        '--template <T>',
+        '100-104 or ubuntu-22.04, ubuntu-24.04, stable-diffusion, comfyui, desktop (default ubuntu-24.04)',
+      ],
       ['--interruptible', 'An interruptible (preemptible) rental at a lower rate'],
       ['--reserved <MONTHS>', 'A reservation of 1, 3 or 6 months (shows the quote and asks)'],
       ['--password <P>', 'Log in with this password'],
@@ -127,15 +167,26 @@ export const VM_COMMANDS: Command[] = [
       const disk = int(ctx, 'disk', { def: 50, min: 1 })!;
       const tRaw = str(ctx, 'template') ?? 'ubuntu-24.04';
       const template = /^\d+$/.test(tRaw) ? Number(tRaw) : TEMPLATES[tRaw];
-      if (template === undefined || template < 100 || template > 104) throw new CliUsageError(`--template must be 100-104 or one of ${Object.keys(TEMPLATES).join(', ')}, got "${tRaw}"`);
+      if (template === undefined || template < 100 || template > 104)
+        throw new CliUsageError(
+          `--template must be 100-104 or one of ${Object.keys(TEMPLATES).join(', ')}, got "${tRaw}"`,
+        );
       const reserved = int(ctx, 'reserved');
-      if (reserved !== undefined && ![1, 3, 6].includes(reserved)) throw new CliUsageError('--reserved must be 1, 3 or 6 (months)');
-      if (reserved !== undefined && flag(ctx, 'interruptible')) throw new CliUsageError('--reserved and --interruptible exclude each other');
+      if (reserved !== undefined && ![1, 3, 6].includes(reserved))
+        throw new CliUsageError('--reserved must be 1, 3 or 6 (months)');
+      if (reserved !== undefined && flag(ctx, 'interruptible'))
+        throw new CliUsageError('--reserved and --interruptible exclude each other');
       const password = str(ctx, 'password');
       const sshKey = str(ctx, 'ssh-key');
       if (password && sshKey) throw new CliUsageError('give --password or --ssh-key, not both');
       const timeout = int(ctx, 'timeout', { def: 600, min: 1 })!;
-      const body: CreateVmRequest = { node, gpu_type: gpu, gpu_count: count as 1, storage_gb: disk, template_vmid: template };
+      const body: CreateVmRequest = {
+        node,
+        gpu_type: gpu,
+        gpu_count: count as 1,
+        storage_gb: disk,
+        template_vmid: template,
+      };
       if (flag(ctx, 'interruptible')) body.rental_type = 'interruptible';
       if (reserved !== undefined) {
         body.rental_type = 'reserved';
@@ -152,17 +203,27 @@ export const VM_COMMANDS: Command[] = [
       if (str(ctx, 'label') !== undefined) body.instance_label = str(ctx, 'label')!;
       const client = ctx.client();
       if (reserved !== undefined) {
-        const q = await call(client.api.POST('/reservations/calculate', { body: { gpu_type: gpu, gpu_count: count as 1, storage_gb: disk, reservation_months: reserved as 1 } }));
+        const q = await call(
+          client.api.POST('/reservations/calculate', {
+            body: { gpu_type: gpu, gpu_count: count as 1, storage_gb: disk, reservation_months: reserved as 1 },
+          }),
+        );
         if (!flag(ctx, 'yes')) {
           ctx.err(quoteText(q));
-          await confirmOrAbort(ctx, `Reserve for ${reserved} month(s) and pay the deposit of ${money(q.deposit_required)} now?`);
+          await confirmOrAbort(
+            ctx,
+            `Reserve for ${reserved} month(s) and pay the deposit of ${money(q.deposit_required)} now?`,
+          );
         }
       }
       let vm = await client.createVm(body);
       if (!ctx.json) ctx.out(`Created VM ${vm.vmid} (${vm.id}) on ${vm.node}: ${vm.status}`);
       if (flag(ctx, 'wait')) {
         vm = await waitWithStatus(ctx, vm.id, 'running', timeout);
-        if (!ctx.json) ctx.out(`VM ${vm.vmid} is running${vm.ip_address ? ` at ${vm.ip_address}` : ''}; connect with: gpucloud vm ssh ${vm.vmid}`);
+        if (!ctx.json)
+          ctx.out(
+            `VM ${vm.vmid} is running${vm.ip_address ? ` at ${vm.ip_address}` : ''}; connect with: gpucloud vm ssh ${vm.vmid}`,
+          );
       }
       if (ctx.json) printJson(ctx, vm);
     },
@@ -217,7 +278,10 @@ export const VM_COMMANDS: Command[] = [
       const id = ctx.positionals[0]!;
       if (!flag(ctx, 'yes')) {
         const vm = await ctx.client().getVm(id);
-        await confirmOrAbort(ctx, `Destroy VM ${vm.vmid}${vm.instance_label ? ` "${vm.instance_label}"` : ''} (${vm.gpu_count}x ${vm.gpu_type} on ${vm.node}) and its disk?`);
+        await confirmOrAbort(
+          ctx,
+          `Destroy VM ${vm.vmid}${vm.instance_label ? ` "${vm.instance_label}"` : ''} (${vm.gpu_count}x ${vm.gpu_type} on ${vm.node}) and its disk?`,
+        );
       }
       await message(ctx, ctx.client().api.DELETE('/vms/{vm_id}', vmPath(id)));
     },
@@ -229,7 +293,10 @@ export const VM_COMMANDS: Command[] = [
     example: 'gpucloud vm label 1234 training-run-7',
     async run(ctx) {
       const [id, label] = ctx.positionals;
-      await message(ctx, ctx.client().api.POST('/vms/{vm_id}/set-label', { ...vmPath(id!), body: { instance_label: label ?? null } }));
+      await message(
+        ctx,
+        ctx.client().api.POST('/vms/{vm_id}/set-label', { ...vmPath(id!), body: { instance_label: label ?? null } }),
+      );
     },
   },
   {
@@ -240,7 +307,10 @@ export const VM_COMMANDS: Command[] = [
     async run(ctx) {
       const [id, v] = ctx.positionals;
       const on = onOff(v);
-      await message(ctx, ctx.client().api.POST('/vms/{vm_id}/set-auto-restart', { ...vmPath(id!), body: { auto_restart: on } }));
+      await message(
+        ctx,
+        ctx.client().api.POST('/vms/{vm_id}/set-auto-restart', { ...vmPath(id!), body: { auto_restart: on } }),
+      );
     },
   },
   {
@@ -250,10 +320,19 @@ export const VM_COMMANDS: Command[] = [
     example: 'gpucloud vm interruptions 1234',
     options: LIMIT_OPTS,
     async run(ctx) {
-      const rows = await call(ctx.client().api.GET('/vms/{vm_id}/interruption-history', { params: { path: { vm_id: ctx.positionals[0]! }, query: page(ctx) } }));
+      const rows = await call(
+        ctx.client().api.GET('/vms/{vm_id}/interruption-history', {
+          params: { path: { vm_id: ctx.positionals[0]! }, query: page(ctx) },
+        }),
+      );
       if (ctx.json) return printJson(ctx, rows);
       if (rows.length === 0) return ctx.out('No interruptions');
-      ctx.out(table(['ID', 'STATUS', 'PREEMPTED AT', 'RESTORED AT', 'DOWNTIME S', 'BY VM'], rows.map((r) => [r.id, r.status, r.preempted_at, r.restored_at, r.downtime_seconds, r.preempted_by_vm_id])));
+      ctx.out(
+        table(
+          ['ID', 'STATUS', 'PREEMPTED AT', 'RESTORED AT', 'DOWNTIME S', 'BY VM'],
+          rows.map((r) => [r.id, r.status, r.preempted_at, r.restored_at, r.downtime_seconds, r.preempted_by_vm_id]),
+        ),
+      );
     },
   },
   {
@@ -261,10 +340,23 @@ export const VM_COMMANDS: Command[] = [
     args: '<VM>',
     summary: 'Wait until a VM is in a status (default running)',
     example: 'gpucloud vm wait 1234 --status stopped --timeout 120',
-    options: [['--status <S>', 'The status to wait for (default running)'], ['--timeout <S>', 'Give up after S seconds (default 600)']],
+    options: [
+      ['--status <S>', 'The status to wait for (default running)'],
+      ['--timeout <S>', 'Give up after S seconds (default 600)'],
+    ],
     async run(ctx) {
       const status = (str(ctx, 'status') ?? 'running') as VmStatus;
-      const valid = ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted', 'destroyed', 'failed', 'offline'];
+      const valid = [
+        'creating',
+        'starting',
+        'running',
+        'stopping',
+        'stopped',
+        'interrupted',
+        'destroyed',
+        'failed',
+        'offline',
+      ];
       if (!valid.includes(status)) throw new CliUsageError(`--status must be one of ${valid.join(', ')}`);
       const vm = await waitWithStatus(ctx, ctx.positionals[0]!, status, int(ctx, 'timeout', { def: 600, min: 1 })!);
       if (ctx.json) return printJson(ctx, vm);
@@ -276,7 +368,10 @@ export const VM_COMMANDS: Command[] = [
     args: '<VM> [SSH_ARGS...]',
     summary: 'Open an SSH session to a running VM',
     example: ['gpucloud vm ssh 1234', 'gpucloud vm ssh 1234 --dry-run', 'gpucloud vm ssh 1234 -- nvidia-smi'],
-    options: [['--dry-run', 'Print the ssh command instead of running it'], ['-i, --identity <F>', 'The private key file to pass to ssh']],
+    options: [
+      ['--dry-run', 'Print the ssh command instead of running it'],
+      ['-i, --identity <F>', 'The private key file to pass to ssh'],
+    ],
     async run(ctx) {
       const [id, ...extra] = ctx.positionals;
       const info = await call(ctx.client().api.GET('/vms/{vm_id}/access-info', vmPath(id!)));

@@ -1,6 +1,17 @@
 /** `gpucloud webhooks ...`: endpoints that receive your events (docs/webhooks.md). */
 import type { Webhook, WebhookDelivery } from '../sdk/index.js';
-import { call, int, LIMIT_OPTS, page, printJson, str, flag, type Command, type Ctx, type OptionSpec } from './command.js';
+import {
+  call,
+  int,
+  LIMIT_OPTS,
+  page,
+  printJson,
+  str,
+  flag,
+  type Command,
+  type Ctx,
+  type OptionSpec,
+} from './command.js';
 import { CliFailure, CliUsageError, keyValues, table } from './output.js';
 
 const hookPath = (id: string) => ({ params: { path: { webhook_id: id } } });
@@ -22,7 +33,14 @@ function eventTypes(ctx: Ctx): string[] | null | undefined {
 }
 
 const typesOf = (w: Webhook) => (w.event_types ? w.event_types.join(',') : 'all');
-const stateOf = (w: Webhook) => (w.enabled ? (w.failing_since ? `failing since ${w.failing_since}` : 'on') : w.disabled_reason === 'failing' ? 'off (failing)' : 'off');
+const stateOf = (w: Webhook) =>
+  w.enabled
+    ? w.failing_since
+      ? `failing since ${w.failing_since}`
+      : 'on'
+    : w.disabled_reason === 'failing'
+      ? 'off (failing)'
+      : 'off';
 
 function showHook(w: Webhook): string {
   return keyValues([
@@ -42,14 +60,21 @@ function attemptLine(a: WebhookDelivery): string {
   return `${a.outcome} (${what}, ${a.duration_ms} ms${next})`;
 }
 
-const EVENTS_OPT: OptionSpec = ['--events <T>', 'The event types to send, comma-separated or repeated; "all" for every type (see gpucloud events)', { repeatable: true }];
+const EVENTS_OPT: OptionSpec = [
+  '--events <T>',
+  'The event types to send, comma-separated or repeated; "all" for every type (see gpucloud events)',
+  { repeatable: true },
+];
 
 export const WEBHOOK_COMMANDS: Command[] = [
   {
     path: 'webhooks create',
     args: '<URL>',
     summary: 'Add an endpoint that receives your events (its secret is shown once)',
-    example: ['gpucloud webhooks create https://hooks.example.com/gpucloud --events vm.interrupted,billing.low_balance', 'gpucloud webhooks create https://hooks.example.com/all --description "audit log"'],
+    example: [
+      'gpucloud webhooks create https://hooks.example.com/gpucloud --events vm.interrupted,billing.low_balance',
+      'gpucloud webhooks create https://hooks.example.com/all --description "audit log"',
+    ],
     options: [EVENTS_OPT, ['--description <D>', 'A note for you']],
     async run(ctx) {
       const body: { url: string; event_types?: string[] | null; description?: string } = { url: ctx.positionals[0]! };
@@ -72,7 +97,12 @@ export const WEBHOOK_COMMANDS: Command[] = [
       const hooks = await call(ctx.client().api.GET('/webhooks', { params: { query: page(ctx) } }));
       if (ctx.json) return printJson(ctx, hooks);
       if (hooks.length === 0) return ctx.out('No webhooks; add one with: gpucloud webhooks create https://...');
-      ctx.out(table(['ID', 'URL', 'EVENTS', 'STATE', 'DESCRIPTION'], hooks.map((w) => [w.id, w.url, typesOf(w), stateOf(w), w.description])));
+      ctx.out(
+        table(
+          ['ID', 'URL', 'EVENTS', 'STATE', 'DESCRIPTION'],
+          hooks.map((w) => [w.id, w.url, typesOf(w), stateOf(w), w.description]),
+        ),
+      );
     },
   },
   {
@@ -99,7 +129,8 @@ export const WEBHOOK_COMMANDS: Command[] = [
       ['--disable', 'Turn it off (what waits for it is dropped)'],
     ],
     async run(ctx) {
-      if (flag(ctx, 'enable') && flag(ctx, 'disable')) throw new CliUsageError('--enable and --disable exclude each other');
+      if (flag(ctx, 'enable') && flag(ctx, 'disable'))
+        throw new CliUsageError('--enable and --disable exclude each other');
       const body: { url?: string; event_types?: string[] | null; description?: string; enabled?: boolean } = {};
       if (str(ctx, 'url') !== undefined) body.url = str(ctx, 'url')!;
       const types = eventTypes(ctx);
@@ -107,8 +138,11 @@ export const WEBHOOK_COMMANDS: Command[] = [
       if (str(ctx, 'description') !== undefined) body.description = str(ctx, 'description')!;
       if (flag(ctx, 'enable')) body.enabled = true;
       if (flag(ctx, 'disable')) body.enabled = false;
-      if (Object.keys(body).length === 0) throw new CliUsageError('nothing to change: give --url, --events, --description, --enable or --disable');
-      const w = await call(ctx.client().api.PATCH('/webhooks/{webhook_id}', { ...hookPath(ctx.positionals[0]!), body }));
+      if (Object.keys(body).length === 0)
+        throw new CliUsageError('nothing to change: give --url, --events, --description, --enable or --disable');
+      const w = await call(
+        ctx.client().api.PATCH('/webhooks/{webhook_id}', { ...hookPath(ctx.positionals[0]!), body }),
+      );
       if (ctx.json) return printJson(ctx, w);
       ctx.out(showHook(w));
     },
@@ -131,15 +165,19 @@ export const WEBHOOK_COMMANDS: Command[] = [
     summary: 'A new signing secret (shown once); the old one still signs for 24 hours',
     example: 'gpucloud webhooks rotate-secret 4a7c...',
     async run(ctx) {
-      const w = await call(ctx.client().api.POST('/webhooks/{webhook_id}/rotate-secret', hookPath(ctx.positionals[0]!)));
+      const w = await call(
+        ctx.client().api.POST('/webhooks/{webhook_id}/rotate-secret', hookPath(ctx.positionals[0]!)),
+      );
       if (ctx.json) return printJson(ctx, w);
-      ctx.out(`New signing secret for webhook ${w.id}, shown only this once (the old one still signs for 24 hours):\n\n  ${w.secret}\n`);
+      ctx.out(
+        `New signing secret for webhook ${w.id}, shown only this once (the old one still signs for 24 hours):\n\n  ${w.secret}\n`,
+      );
     },
   },
   {
     path: 'webhooks test',
     args: '<ID>',
-    summary: 'Send a webhook.test event and wait for the first attempt\'s outcome',
+    summary: "Send a webhook.test event and wait for the first attempt's outcome",
     example: 'gpucloud webhooks test 4a7c...',
     options: [['--timeout <S>', 'Seconds to wait for the attempt (default 30)']],
     async run(ctx) {
@@ -150,7 +188,11 @@ export const WEBHOOK_COMMANDS: Command[] = [
       if (!ctx.json) ctx.err(`Sent test event ${event_id}; waiting for the attempt...`);
       const deadline = Date.now() + timeoutS * 1000;
       for (;;) {
-        const attempts = await call(client.api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: id }, query: { limit: 20 } } }));
+        const attempts = await call(
+          client.api.GET('/webhooks/{webhook_id}/deliveries', {
+            params: { path: { webhook_id: id }, query: { limit: 20 } },
+          }),
+        );
         const a = attempts.find((x) => x.event_id === event_id);
         if (a) {
           if (ctx.json) printJson(ctx, a);
@@ -158,7 +200,11 @@ export const WEBHOOK_COMMANDS: Command[] = [
           if (a.outcome !== 'succeeded') throw new CliFailure('The endpoint did not answer 2xx', 1);
           return;
         }
-        if (Date.now() > deadline) throw new CliFailure(`No attempt within ${timeoutS} s: is a worker running? (gpucloud serve --role worker)`, 1);
+        if (Date.now() > deadline)
+          throw new CliFailure(
+            `No attempt within ${timeoutS} s: is a worker running? (gpucloud serve --role worker)`,
+            1,
+          );
         await new Promise((r) => setTimeout(r, 500));
       }
     },
@@ -171,13 +217,25 @@ export const WEBHOOK_COMMANDS: Command[] = [
     options: LIMIT_OPTS,
     async run(ctx) {
       const id = ctx.positionals[0]!;
-      const attempts = await call(ctx.client().api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: id }, query: page(ctx) } }));
+      const attempts = await call(
+        ctx
+          .client()
+          .api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: id }, query: page(ctx) } }),
+      );
       if (ctx.json) return printJson(ctx, attempts);
       if (attempts.length === 0) return ctx.out('No delivery attempts yet');
       ctx.out(
         table(
           ['TIME', 'EVENT', 'TYPE', 'TRY', 'RESULT', 'MS', 'OUTCOME'],
-          attempts.map((a) => [a.attempted_at, a.event_id, a.event_type, a.attempt, a.status_code ?? a.error, a.duration_ms, a.outcome === 'retrying' && a.next_attempt_at ? `retrying at ${a.next_attempt_at}` : a.outcome]),
+          attempts.map((a) => [
+            a.attempted_at,
+            a.event_id,
+            a.event_type,
+            a.attempt,
+            a.status_code ?? a.error,
+            a.duration_ms,
+            a.outcome === 'retrying' && a.next_attempt_at ? `retrying at ${a.next_attempt_at}` : a.outcome,
+          ]),
         ),
       );
     },

@@ -24,7 +24,10 @@ export function isPublic(req: FastifyRequest): boolean {
 /** The caller a credential names, or why it names none (an API key, else an access token). */
 export type Identify = (credential: string) => Promise<(Principal & { suspended: boolean }) | string>;
 
-async function principalFrom(header: string, identify: Identify): Promise<(Principal & { suspended: boolean }) | string> {
+async function principalFrom(
+  header: string,
+  identify: Identify,
+): Promise<(Principal & { suspended: boolean }) | string> {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   if (!m) return 'Authorization header must be "Bearer <token or API key>"';
   return identify(m[1]!);
@@ -65,19 +68,29 @@ export function metricsAllowed(req: FastifyRequest, access: MetricsAccess): bool
 }
 
 /** Runs after the rate limiter: rejects what the caller may not do. */
-export function registerAuthorization(app: FastifyInstance, metrics: MetricsAccess = { token: undefined, loopback: true }): void {
+export function registerAuthorization(
+  app: FastifyInstance,
+  metrics: MetricsAccess = { token: undefined, loopback: true },
+): void {
   app.addHook('onRequest', async (req) => {
     if (isPublic(req)) return;
     if (req.routeOptions.config.auth === 'metrics') {
       if (metricsAllowed(req, metrics)) return;
       const p = req.principal;
-      if (!p) throw new AppError('unauthorized', 'Metrics need the metrics token or an administrator', undefined, { 'www-authenticate': 'Bearer realm="gpucloud"' });
-      if (p.role !== 'admin' || p.scope !== 'read_write') throw forbidden('Metrics need the metrics token or an administrator\'s session or read_write key');
+      if (!p)
+        throw new AppError('unauthorized', 'Metrics need the metrics token or an administrator', undefined, {
+          'www-authenticate': 'Bearer realm="gpucloud"',
+        });
+      if (p.role !== 'admin' || p.scope !== 'read_write')
+        throw forbidden("Metrics need the metrics token or an administrator's session or read_write key");
       return;
     }
     const p = req.principal as (Principal & { suspended?: boolean }) | undefined;
     // RFC 6750: a 401 names the scheme the client should use.
-    if (!p) throw new AppError('unauthorized', req.authFailure ?? 'Missing or invalid credentials', undefined, { 'www-authenticate': 'Bearer realm="gpucloud"' });
+    if (!p)
+      throw new AppError('unauthorized', req.authFailure ?? 'Missing or invalid credentials', undefined, {
+        'www-authenticate': 'Bearer realm="gpucloud"',
+      });
     if (p.suspended) throw forbidden('This account is suspended; contact the operator');
     const route = req.routeOptions.url!;
     if (!scopeAllows(p.scope, req.method, route)) {

@@ -60,7 +60,9 @@ export async function registerConsole(app: FastifyInstance, dir: string | undefi
       reply
         .code(404)
         .type('text/plain; charset=utf-8')
-        .send('The web console is not built. Run `npm run build` (npm install does it too), then restart the server.\n');
+        .send(
+          'The web console is not built. Run `npm run build` (npm install does it too), then restart the server.\n',
+        );
     app.get('/console/', route, notBuilt);
     app.get('/console/*', route, notBuilt);
     return;
@@ -84,7 +86,10 @@ export async function registerConsole(app: FastifyInstance, dir: string | undefi
     schemaHide: true,
     setHeaders: (res, path) => {
       // Hashed asset names change with their content: cache them for a year.
-      res.setHeader('Cache-Control', /[\\/]assets[\\/]/.test(path) ? 'public, max-age=31536000, immutable' : 'no-cache');
+      res.setHeader(
+        'Cache-Control',
+        /[\\/]assets[\\/]/.test(path) ? 'public, max-age=31536000, immutable' : 'no-cache',
+      );
       res.setHeader('Content-Security-Policy', CSP);
       res.setHeader('X-Frame-Options', 'DENY');
     },
@@ -93,7 +98,9 @@ export async function registerConsole(app: FastifyInstance, dir: string | undefi
   // Any other path is a page of the app (its router reads the URL); a missing asset is a real 404.
   app.get('/console/*', route, async (req, reply) => {
     if (req.url.startsWith('/console/assets/')) {
-      return reply.code(404).send({ detail: `No console asset at ${req.url.split('?')[0]!.slice(0, 200)}`, code: 'not_found' });
+      return reply
+        .code(404)
+        .send({ detail: `No console asset at ${req.url.split('?')[0]!.slice(0, 200)}`, code: 'not_found' });
     }
     return sendIndex(req, reply);
   });

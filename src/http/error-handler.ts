@@ -17,7 +17,10 @@ const FASTIFY_CODES: Record<string, { code: ErrorCode; detail: (e: FastifyError)
     code: 'unsupported_media_type',
     detail: () => 'Unsupported Content-Type: send the body as application/json',
   },
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'malformed_json', detail: () => 'Content-Length does not match the body' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: {
+    code: 'malformed_json',
+    detail: () => 'Content-Length does not match the body',
+  },
   FST_ERR_CTP_INVALID_TYPE: { code: 'unsupported_media_type', detail: () => 'Invalid Content-Type header' },
 };
 
@@ -42,8 +45,12 @@ export function frameworkErrors(err: FastifyError, req: FastifyRequest, reply: F
   reply.header('API-Version', API_VERSION);
   if (err.code === 'FST_ERR_BAD_URL' || err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
     const path = req.raw.url?.split('?')[0] ?? '';
-    const what = err.code === 'FST_ERR_BAD_URL' ? 'is not valid percent-encoding' : 'has a path segment that is too long';
-    reply.code(404).send({ detail: `No route matches ${req.raw.method ?? 'GET'} ${path.slice(0, 200)}: the URL ${what}`, code: 'not_found' });
+    const what =
+      err.code === 'FST_ERR_BAD_URL' ? 'is not valid percent-encoding' : 'has a path segment that is too long';
+    reply.code(404).send({
+      detail: `No route matches ${req.raw.method ?? 'GET'} ${path.slice(0, 200)}: the URL ${what}`,
+      code: 'not_found',
+    });
     return;
   }
   req.log.error({ err }, 'framework error');
@@ -80,12 +87,12 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return reply.code(ERROR_STATUS[code]).send({ detail: fe.message, code });
     }
     req.log.error({ err }, 'unhandled error');
-    return reply
-      .code(500)
-      .send({ detail: `Internal server error (request id ${req.id})`, code: 'internal' });
+    return reply.code(500).send({ detail: `Internal server error (request id ${req.id})`, code: 'internal' });
   });
 
   app.setNotFoundHandler((req, reply) => {
-    reply.code(404).send({ detail: `Route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)} not found`, code: 'not_found' });
+    reply
+      .code(404)
+      .send({ detail: `Route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)} not found`, code: 'not_found' });
   });
 }

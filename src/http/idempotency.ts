@@ -63,7 +63,8 @@ interface DerivedKeys {
 }
 
 function derive(userId: number, key: string): DerivedKeys {
-  const h = (label: string) => createHash('sha256').update(`gpucloud-idempotency:${label}:${userId}:`).update(key, 'utf8').digest();
+  const h = (label: string) =>
+    createHash('sha256').update(`gpucloud-idempotency:${label}:${userId}:`).update(key, 'utf8').digest();
   return { lookup: h('lookup').toString('hex'), enc: h('enc'), mac: h('mac') };
 }
 
@@ -84,7 +85,12 @@ interface Stored {
 }
 
 /** Records the answer of the owner of a pending key; false when the key is no longer its own. */
-async function recordAnswer(q: Queryable, idem: NonNullable<FastifyRequest['idempotency']>, status: number, body: string): Promise<boolean> {
+async function recordAnswer(
+  q: Queryable,
+  idem: NonNullable<FastifyRequest['idempotency']>,
+  status: number,
+  body: string,
+): Promise<boolean> {
   const r = await q.query(
     `UPDATE idempotency_keys SET state = 'done', response_status = $4, response_body = $5
       WHERE user_id = $1 AND idem_key = $2 AND owner = $3`,
@@ -129,8 +135,18 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
         // The change this request makes and its answer commit together (see onSend for answers without a change).
         bindToNextCommit(async (tx, result) => {
           const body = reply.serialize(result);
-          if (!(await recordAnswer(tx, idem, reply.statusCode, typeof body === 'string' ? body : Buffer.from(body as ArrayBuffer).toString('utf8')))) {
-            throw new AppError('conflict', 'This request took too long and a retry with the same Idempotency-Key took it over; its answer is the retry\'s');
+          if (
+            !(await recordAnswer(
+              tx,
+              idem,
+              reply.statusCode,
+              typeof body === 'string' ? body : Buffer.from(body as ArrayBuffer).toString('utf8'),
+            ))
+          ) {
+            throw new AppError(
+              'conflict',
+              "This request took too long and a retry with the same Idempotency-Key took it over; its answer is the retry's",
+            );
           }
         });
       };
@@ -177,10 +193,20 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
     const idem = req.idempotency;
     if (!idem) return payload;
     req.idempotency = undefined;
-    const body = payload == null ? '' : typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : undefined;
+    const body =
+      payload == null
+        ? ''
+        : typeof payload === 'string'
+          ? payload
+          : Buffer.isBuffer(payload)
+            ? payload.toString('utf8')
+            : undefined;
     if (reply.statusCode >= 500 || body === undefined) {
       // Not a definitive answer (or a stream we cannot keep): release the key so the client can retry.
-      await db.query(`DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'pending'`, [idem.userId, idem.lookup, idem.owner]);
+      await db.query(
+        `DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'pending'`,
+        [idem.userId, idem.lookup, idem.owner],
+      );
       return payload;
     }
     // Answers without a change (a refusal) are recorded here; one with a change was recorded in its
@@ -192,6 +218,8 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
 
 /** Forgets every stored response older than 24 h (a background job; requests also purge their own user's). */
 export async function purgeExpiredIdempotencyKeys(db: Db, now: Date): Promise<number> {
-  const r = await db.query('DELETE FROM idempotency_keys WHERE created_at <= $1', [new Date(now.getTime() - IDEMPOTENCY_TTL_MS)]);
+  const r = await db.query('DELETE FROM idempotency_keys WHERE created_at <= $1', [
+    new Date(now.getTime() - IDEMPOTENCY_TTL_MS),
+  ]);
   return r.rowCount;
 }

@@ -23,12 +23,15 @@ export function findNul(value: unknown, root: string): string | null {
   while (stack.length) {
     const [v, path] = stack.pop()!;
     if (typeof v === 'string') {
-      if ((v.includes('\u0000') || v.includes('\ufeff')) && !HASHED_ONLY.has(path.slice(path.lastIndexOf('.') + 1))) return path;
+      if ((v.includes('\u0000') || v.includes('\ufeff')) && !HASHED_ONLY.has(path.slice(path.lastIndexOf('.') + 1)))
+        return path;
     } else if (Array.isArray(v)) {
       v.forEach((x, i) => stack.push([x, `${path}[${i}]`]));
     } else if (v && typeof v === 'object') {
       for (const [k, x] of Object.entries(v)) {
-        if (k.includes('\u0000') || k.includes('\ufeff')) return `${path}.${k.replace(/\u0000/g, '\\0').replace(/\ufeff/g, '')}`;
+        if (k.includes('\u0000') || k.includes('\ufeff'))
+          // eslint-disable-next-line no-control-regex -- control characters are what this looks for
+          return `${path}.${k.replace(/\u0000/g, '\\0').replace(/\ufeff/g, '')}`;
         stack.push([x, `${path}.${k}`]);
       }
     }
@@ -54,7 +57,11 @@ export function depthOf(value: unknown, limit = Infinity): number {
 
 export function registerInputGuards(app: FastifyInstance): void {
   app.addHook('preValidation', async (req) => {
-    for (const [where, value] of [['path', req.params], ['query', req.query], ['body', req.body]] as const) {
+    for (const [where, value] of [
+      ['path', req.params],
+      ['query', req.query],
+      ['body', req.body],
+    ] as const) {
       const at = findNul(value, where);
       if (at) throw validation(at, 'must not contain NUL characters or a byte-order mark (U+FEFF)');
     }

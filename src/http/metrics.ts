@@ -1,4 +1,7 @@
-/** Prometheus metrics at GET /metrics: process defaults, HTTP request counts and latencies, and the background work's (jobs/metrics.ts). */
+/**
+ * Prometheus metrics at GET /metrics: process defaults, HTTP request counts and latencies, and the background work's
+ * (jobs/metrics.ts).
+ */
 import Fastify, { type FastifyInstance } from 'fastify';
 import { metricsAllowed, type MetricsAccess } from './authenticate.js';
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
@@ -28,7 +31,10 @@ export function registerMetrics(app: FastifyInstance, background?: Registry): Re
     const key = `${req.method} ${reply.statusCode} ${route}`;
     let s = series.get(key);
     if (!s) {
-      s = { count: requests.labels({ method: req.method, route, status: String(reply.statusCode) }), time: duration.labels({ method: req.method, route }) };
+      s = {
+        count: requests.labels({ method: req.method, route, status: String(reply.statusCode) }),
+        time: duration.labels({ method: req.method, route }),
+      };
       series.set(key, s);
     }
     s.count.inc();
@@ -43,9 +49,12 @@ export function registerMetrics(app: FastifyInstance, background?: Registry): Re
         operationId: 'getMetrics',
         summary: 'Prometheus metrics',
         description:
-          'Prometheus text exposition format: the process, HTTP requests by route and status, and the background work (passes of each job, hypervisor actions, webhook attempts, missed agent heartbeats). Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator\'s session or read_write key; a client on this machine\'s loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.',
+          "Prometheus text exposition format: the process, HTTP requests by route and status, and the background work (passes of each job, hypervisor actions, webhook attempts, missed agent heartbeats). Needs the metrics token (GPUCLOUD_METRICS_TOKEN) as a Bearer token, or an administrator's session or read_write key; a client on this machine's loopback needs nothing unless GPUCLOUD_METRICS_LOOPBACK=0.",
         response: {
-          200: { description: 'Prometheus text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } },
+          200: {
+            description: 'Prometheus text exposition format',
+            content: { 'text/plain': { schema: { type: 'string' } } },
+          },
           ...errorResponses(401, 403),
         },
       },
@@ -64,7 +73,12 @@ export function registerMetrics(app: FastifyInstance, background?: Registry): Re
  * process's and the background work's metrics, to the metrics token or a
  * loopback client, as on the API) and GET /healthz.
  */
-export async function serveWorkerMetrics(background: Registry, access: MetricsAccess, port: number, host: string): Promise<FastifyInstance> {
+export async function serveWorkerMetrics(
+  background: Registry,
+  access: MetricsAccess,
+  port: number,
+  host: string,
+): Promise<FastifyInstance> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'gpucloud_' });
   const app = Fastify({ logger: false });

@@ -34,7 +34,7 @@ login 5, other /auth 10, VM mutations 30, everything else 300. Headers \`X-RateL
 /** The tags, in the order the docs show them. */
 export const TAGS = [
   { name: 'auth', description: 'Sign up, sign in, tokens and two-factor authentication' },
-  { name: 'account', description: 'The caller\'s account' },
+  { name: 'account', description: "The caller's account" },
   { name: 'ssh-keys', description: 'SSH public keys installed on new VMs' },
   { name: 'api-keys', description: 'API keys for programs, with read_write, read_only or billing_only scope' },
   { name: 'events', description: 'What happened to your VMs, money, keys and account, oldest first' },
@@ -89,10 +89,14 @@ export function sharedResponseRefs(doc: Json): Json {
   components.responses = responses;
   components.headers = {
     'X-Request-Id': {
-      description: 'The request\'s id: the client\'s own X-Request-Id when it sent a sane one, otherwise a new one. Quote it when reporting a problem.',
+      description:
+        "The request's id: the client's own X-Request-Id when it sent a sane one, otherwise a new one. Quote it when reporting a problem.",
       schema: { type: 'string' },
     },
-    'Retry-After': { description: 'Seconds until the rate limit window resets', schema: { type: 'integer', minimum: 0 } },
+    'Retry-After': {
+      description: 'Seconds until the rate limit window resets',
+      schema: { type: 'integer', minimum: 0 },
+    },
   };
   doc.components = components;
   return doc;
@@ -113,7 +117,12 @@ export async function registerOpenApi(app: FastifyInstance, opts: OpenApiOptions
           ...(opts.supportEmail ? { email: opts.supportEmail } : {}),
         },
       },
-      servers: [{ url: opts.publicUrl, description: opts.publicUrl === '/' ? 'The origin this document was served from' : 'The API' }],
+      servers: [
+        {
+          url: opts.publicUrl,
+          description: opts.publicUrl === '/' ? 'The origin this document was served from' : 'The API',
+        },
+      ],
       components: {
         securitySchemes: {
           bearer: {
@@ -129,7 +138,10 @@ export async function registerOpenApi(app: FastifyInstance, opts: OpenApiOptions
     refResolver: {
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
     },
-    transformObject: (doc) => ('openapiObject' in doc ? (sharedResponseRefs(doc.openapiObject as Json) as typeof doc.openapiObject) : doc.swaggerObject),
+    transformObject: (doc) =>
+      'openapiObject' in doc
+        ? (sharedResponseRefs(doc.openapiObject as Json) as typeof doc.openapiObject)
+        : doc.swaggerObject,
   });
   await app.register(swaggerUi, {
     routePrefix: '/docs',
@@ -138,9 +150,7 @@ export async function registerOpenApi(app: FastifyInstance, opts: OpenApiOptions
     uiHooks: {},
     staticCSP: true,
   });
-  app.get(
-    '/openapi.json',
-    { schema: { hide: true }, config: { auth: 'public', rateLimit: false } },
-    async () => app.swagger(),
+  app.get('/openapi.json', { schema: { hide: true }, config: { auth: 'public', rateLimit: false } }, async () =>
+    app.swagger(),
   );
 }

@@ -22,7 +22,10 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Who may call the route (default 'user'). */
     auth?: AuthMode;
-    /** Rate-limit bucket (docs/security.md#rate-limits); false for infrastructure routes (health, metrics, docs). Default 'default'. */
+    /**
+     * Rate-limit bucket (docs/security.md#rate-limits); false for infrastructure routes (health, metrics, docs).
+     * Default 'default'.
+     */
     rateLimit?: RateBucket | false;
     /** Honours the Idempotency-Key header (docs/errors.md#idempotency-keys). */
     idempotent?: boolean;

@@ -243,7 +243,9 @@ export class PostgresRateLimitStore implements RateLimitStore {
     if (nowMs >= this.nextSweepMs) {
       this.nextSweepMs = nowMs + PG_SWEEP_EVERY_MS;
       // Housekeeping: a failed sweep is retried at the next one and never fails a request.
-      void this.db.query('DELETE FROM rate_limit_hits WHERE window_end < $1', [nowMs - EXPIRY_SLACK_MS]).catch(() => undefined);
+      void this.db
+        .query('DELETE FROM rate_limit_hits WHERE window_end < $1', [nowMs - EXPIRY_SLACK_MS])
+        .catch(() => undefined);
     }
     const r = await this.db.query<{ count: number }>(
       `INSERT INTO rate_limit_hits (key, window_start, window_end, count) VALUES ($1, $2, $3, 1)
@@ -273,7 +275,10 @@ export function createRateLimitStore(
 ): { store: RateLimitStore; kind: RateLimitStoreKind } {
   const url = redisUrl?.trim();
   if (url) {
-    return { store: new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix }), kind: 'redis' };
+    return {
+      store: new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix }),
+      kind: 'redis',
+    };
   }
   if (opts.db?.kind === 'postgres') return { store: new PostgresRateLimitStore(opts.db), kind: 'postgres' };
   return { store: new MemoryRateLimitStore(), kind: 'memory' };

@@ -28,7 +28,13 @@ declare module 'fastify' {
 }
 
 export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, limits: RateLimitConfig): void {
-  async function consume(req: FastifyRequest, reply: FastifyReply, bucket: RateBucket, subject: string, enforce = true) {
+  async function consume(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    bucket: RateBucket,
+    subject: string,
+    enforce = true,
+  ) {
     if (req.rateLimitCounted) return;
     req.rateLimitCounted = true;
     const limit = limits[LIMIT_OF[bucket]] as number;
@@ -45,9 +51,14 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     reply.header('X-RateLimit-Remaining', String(Math.max(0, limit - hit.count)));
     reply.header('X-RateLimit-Reset', String(resetS));
     if (enforce && hit.count > limit) {
-      throw new AppError('rate_limited', `Rate limit of ${limit} requests per minute exceeded; retry in ${resetS} s`, undefined, {
-        'retry-after': String(resetS),
-      });
+      throw new AppError(
+        'rate_limited',
+        `Rate limit of ${limit} requests per minute exceeded; retry in ${resetS} s`,
+        undefined,
+        {
+          'retry-after': String(resetS),
+        },
+      );
     }
   }
 
@@ -75,7 +86,13 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     await extra(req, reply, 'login-all', limits.loginGlobal, 'logins to this service');
   });
 
-  async function extra(req: FastifyRequest, reply: FastifyReply, key: string, limit: number, what: string): Promise<void> {
+  async function extra(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    key: string,
+    limit: number,
+    what: string,
+  ): Promise<void> {
     let hit;
     try {
       hit = await store.hit(key, limits.windowMs, realTimeMs());
@@ -88,7 +105,12 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     reply.header('X-RateLimit-Limit', String(limit));
     reply.header('X-RateLimit-Remaining', '0');
     reply.header('X-RateLimit-Reset', String(resetS));
-    throw new AppError('rate_limited', `Rate limit of ${limit} ${what} per minute exceeded; retry in ${resetS} s`, undefined, { 'retry-after': String(resetS) });
+    throw new AppError(
+      'rate_limited',
+      `Rate limit of ${limit} ${what} per minute exceeded; retry in ${resetS} s`,
+      undefined,
+      { 'retry-after': String(resetS) },
+    );
   }
 
   // A login whose body could not even be read (malformed JSON, too large, wrong

@@ -8,7 +8,8 @@ export const ErrorResponse = Type.Object(
     code: Type.Unsafe<ErrorCode>({
       type: 'string',
       enum: [...ERROR_CODES],
-      description: 'Stable machine-readable code. A later version may add codes: treat an unknown one by its HTTP status',
+      description:
+        'Stable machine-readable code. A later version may add codes: treat an unknown one by its HTTP status',
       examples: ['not_found'],
     }),
     errors: Type.Optional(
@@ -27,7 +28,8 @@ export const MessageResponse = Type.Object(
 
 export const Nullable = <T extends TSchema>(t: T, opts: TSchemaOptions = {}) => Type.Union([t, Type.Null()], opts);
 
-export const DateTime = (description?: string) => Type.String({ format: 'date-time', ...(description ? { description } : {}) });
+export const DateTime = (description?: string) =>
+  Type.String({ format: 'date-time', ...(description ? { description } : {}) });
 
 /**
  * The control (Cc) and formatting (Cf) characters of the Basic Multilingual
@@ -52,8 +54,17 @@ export const NO_CONTROL_CC = `^[^${CONTROL_CHARS}]*$`;
 
 /** Lists take `limit` 1..100 (default 50) and `offset` >= 0 (default 0). */
 export const PaginationQuery = {
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size, 1..100 (default 50)' })),
-  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0, description: 'Items to skip (default 0)' })),
+  limit: Type.Optional(
+    Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size, 1..100 (default 50)' }),
+  ),
+  offset: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: Number.MAX_SAFE_INTEGER,
+      default: 0,
+      description: 'Items to skip (default 0)',
+    }),
+  ),
 };
 
 export interface Page {
@@ -83,16 +94,39 @@ export function pageArgs(q: { limit?: number; offset?: number }): [limit: number
  * its shared response (see `sharedResponseRefs` in openapi.ts).
  */
 export const SHARED_ERROR_RESPONSES = {
-  BadRequest: { status: 400, description: 'Not possible in the current state, or a malformed body (codes: invalid_state, conflict, limit_exceeded, insufficient_balance, gpu_unavailable, malformed_json, ...)' },
-  MalformedRequest: { status: 400, description: 'The body is not valid JSON, or Content-Length does not match it (code: malformed_json)' },
+  BadRequest: {
+    status: 400,
+    description:
+      'Not possible in the current state, or a malformed body (codes: invalid_state, conflict, limit_exceeded, insufficient_balance, gpu_unavailable, malformed_json, ...)',
+  },
+  MalformedRequest: {
+    status: 400,
+    description: 'The body is not valid JSON, or Content-Length does not match it (code: malformed_json)',
+  },
   Unauthorized: { status: 401, description: 'Missing, expired or invalid credentials (code: unauthorized)' },
-  Forbidden: { status: 403, description: 'Authenticated but not allowed: key scope, role or suspended account (code: forbidden)' },
+  Forbidden: {
+    status: 403,
+    description: 'Authenticated but not allowed: key scope, role or suspended account (code: forbidden)',
+  },
   NotFound: { status: 404, description: 'Not found, or not yours (code: not_found)' },
   PayloadTooLarge: { status: 413, description: 'The body is over 64 KiB (code: payload_too_large)' },
-  UnsupportedMediaType: { status: 415, description: 'A body sent with a Content-Type other than application/json (code: unsupported_media_type)' },
-  ValidationFailed: { status: 422, description: 'Validation error; `errors` names each offending field (codes: validation_error, idempotency_mismatch)' },
-  RateLimited: { status: 429, description: 'Rate limit exceeded: retry after the Retry-After header\'s seconds (code: rate_limited)' },
-  HeadersTooLarge: { status: 431, description: 'The request headers are over 16 KiB (code: validation_error); the connection is closed' },
+  UnsupportedMediaType: {
+    status: 415,
+    description: 'A body sent with a Content-Type other than application/json (code: unsupported_media_type)',
+  },
+  ValidationFailed: {
+    status: 422,
+    description:
+      'Validation error; `errors` names each offending field (codes: validation_error, idempotency_mismatch)',
+  },
+  RateLimited: {
+    status: 429,
+    description: "Rate limit exceeded: retry after the Retry-After header's seconds (code: rate_limited)",
+  },
+  HeadersTooLarge: {
+    status: 431,
+    description: 'The request headers are over 16 KiB (code: validation_error); the connection is closed',
+  },
   NotReady: { status: 503, description: 'Not ready to serve: the database cannot be reached or is not migrated' },
 } as const;
 
@@ -100,8 +134,16 @@ export type SharedErrorResponse = keyof typeof SHARED_ERROR_RESPONSES;
 
 /** The shared response a route's status stands for (a route's own 400 means more than a malformed body). */
 const BY_STATUS: Record<number, SharedErrorResponse> = {
-  400: 'BadRequest', 401: 'Unauthorized', 403: 'Forbidden', 404: 'NotFound', 413: 'PayloadTooLarge',
-  415: 'UnsupportedMediaType', 422: 'ValidationFailed', 429: 'RateLimited', 431: 'HeadersTooLarge', 503: 'NotReady',
+  400: 'BadRequest',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'NotFound',
+  413: 'PayloadTooLarge',
+  415: 'UnsupportedMediaType',
+  422: 'ValidationFailed',
+  429: 'RateLimited',
+  431: 'HeadersTooLarge',
+  503: 'NotReady',
 };
 
 function errorRef(name: SharedErrorResponse): TSchema {
@@ -145,4 +187,8 @@ export const UuidParam = (name: string) => Type.Object({ [name]: Type.String({ d
 
 /** A closed set of string or integer values, typed as their union (and a plain `enum` in the OpenAPI document). */
 export const Enum = <T extends string | number>(values: readonly T[], description?: string) =>
-  Type.Unsafe<T>({ type: typeof values[0] === 'number' ? 'integer' : 'string', enum: [...values], ...(description ? { description } : {}) });
+  Type.Unsafe<T>({
+    type: typeof values[0] === 'number' ? 'integer' : 'string',
+    enum: [...values],
+    ...(description ? { description } : {}),
+  });

@@ -24,13 +24,21 @@ export class SnapshotBodies<Snapshot extends object> {
    * `make` returns, serialized with the route's response schema (200) and kept.
    * `total`, when given, is sent as X-Total-Count.
    */
-  async send(reply: FastifyReply, snapshot: Snapshot, key: string, make: () => Promise<{ payload: unknown; total?: number }>): Promise<FastifyReply> {
+  async send(
+    reply: FastifyReply,
+    snapshot: Snapshot,
+    key: string,
+    make: () => Promise<{ payload: unknown; total?: number }>,
+  ): Promise<FastifyReply> {
     let forSnapshot = this.bodies.get(snapshot);
     let body = forSnapshot?.get(key);
     if (!body) {
       const made = await make();
       const serialized = reply.serialize(made.payload);
-      body = { bytes: typeof serialized === 'string' ? Buffer.from(serialized) : Buffer.from(serialized as Uint8Array), total: made.total };
+      body = {
+        bytes: typeof serialized === 'string' ? Buffer.from(serialized) : Buffer.from(serialized as Uint8Array),
+        total: made.total,
+      };
       if (!forSnapshot) this.bodies.set(snapshot, (forSnapshot = new Map()));
       if (forSnapshot.size < MAX_PER_SNAPSHOT) forSnapshot.set(key, body);
     }

@@ -47,7 +47,10 @@ export class AgentClient {
         redirect: 'error',
       });
     } catch (err) {
-      const why = (err as { name?: string }).name === 'TimeoutError' ? `no answer within ${Math.round(timeoutMs / 1000)} s` : 'unreachable';
+      const why =
+        (err as { name?: string }).name === 'TimeoutError'
+          ? `no answer within ${Math.round(timeoutMs / 1000)} s`
+          : 'unreachable';
       throw new AgentCallError(`agent at ${this.endpoint.url} ${why}`, 0, undefined);
     }
     const text = await res.text();

@@ -9,7 +9,11 @@ import { HV_ACTIONS, type HypervisorDriver } from './driver.js';
 import { SimulatorDriver } from './simulator.js';
 
 /** `inventory.getNode` answers 404 for a node that does not exist. */
-export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, inventory: { getNode(node: string): Promise<unknown> }): void {
+export function simulatorRoutes(
+  app: FastifyInstance,
+  driver: HypervisorDriver,
+  inventory: { getNode(node: string): Promise<unknown> },
+): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     '/admin/simulator/faults',
     {
@@ -38,7 +42,9 @@ export function simulatorRoutes(app: FastifyInstance, driver: HypervisorDriver, 
       if (req.body.vm_id !== undefined && !UUID_RE.test(req.body.vm_id)) throw notFound('VM');
       const count = req.body.count ?? 1;
       await driver.injectFault({ node: req.body.node, vmId: req.body.vm_id }, req.body.action, count);
-      return { message: `The next ${count} ${req.body.action} call(s) on ${req.body.vm_id ? `VM ${req.body.vm_id}` : `node ${req.body.node}`} will fail` };
+      return {
+        message: `The next ${count} ${req.body.action} call(s) on ${req.body.vm_id ? `VM ${req.body.vm_id}` : `node ${req.body.node}`} will fail`,
+      };
     },
   );
 }

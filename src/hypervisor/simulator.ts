@@ -5,7 +5,14 @@
  * The provisioning delay is applied by the reconciler on the service clock.
  */
 import type { Db } from '../db/db.js';
-import { DriverError, type HvAction, type HypervisorDriver, type Provisioned, type VmRef, type VmSpec } from './driver.js';
+import {
+  DriverError,
+  type HvAction,
+  type HypervisorDriver,
+  type Provisioned,
+  type VmRef,
+  type VmSpec,
+} from './driver.js';
 
 export interface SimCall {
   action: HvAction;
@@ -82,9 +89,10 @@ export class SimulatorDriver implements HypervisorDriver {
   }
 
   async trafficBytes(_node: string, vms: readonly VmRef[]): Promise<Map<string, number>> {
-    const r = await this.db.query<{ vm_id: string; bytes: number }>('SELECT vm_id, bytes FROM sim_traffic WHERE vm_id = ANY($1::uuid[])', [
-      vms.map((vm) => vm.id),
-    ]);
+    const r = await this.db.query<{ vm_id: string; bytes: number }>(
+      'SELECT vm_id, bytes FROM sim_traffic WHERE vm_id = ANY($1::uuid[])',
+      [vms.map((vm) => vm.id)],
+    );
     return new Map(r.rows.map((row) => [row.vm_id, row.bytes]));
   }
 }

@@ -44,7 +44,10 @@ export class AgentMonitor {
   /** Checks every agent due for a heartbeat now; returns how many were checked. */
   async checkDue(): Promise<number> {
     // A little slack so that a 1 s loop does not skip a beat by a few milliseconds.
-    const due = await this.inventory.claimAgentChecks(new Date(realTimeMs()), Math.max(0, this.heartbeatS * 1000 - 500));
+    const due = await this.inventory.claimAgentChecks(
+      new Date(realTimeMs()),
+      Math.max(0, this.heartbeatS * 1000 - 500),
+    );
     await Promise.all(due.map((row) => this.check(row.node, this.inventory.endpointOf(row))));
     return due.length;
   }
@@ -57,7 +60,10 @@ export class AgentMonitor {
     } catch (err) {
       this.metrics?.agentMisses.inc({ node });
       const { misses, tookOffline } = await this.inventory.agentMissed(node);
-      this.log?.warn({ node, misses, err: err instanceof Error ? err.message : String(err) }, tookOffline ? 'agent offline: node set offline' : 'agent missed a heartbeat');
+      this.log?.warn(
+        { node, misses, err: err instanceof Error ? err.message : String(err) },
+        tookOffline ? 'agent offline: node set offline' : 'agent missed a heartbeat',
+      );
       return;
     }
     await this.inventory.agentAnswered(node, agentInfoOf(host));

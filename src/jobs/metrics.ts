@@ -37,7 +37,10 @@ export class JobMetrics {
     registers: [this.registry],
   });
 
-  /** Hypervisor actions (provision, start, stop, destroy) by outcome: ok, failed (the driver), unrecorded (the outcome could not be written). */
+  /**
+   * Hypervisor actions (provision, start, stop, destroy) by outcome: ok, failed (the driver), unrecorded (the outcome
+   * could not be written).
+   */
   readonly hypervisorActions = new Counter({
     name: 'gpucloud_hypervisor_actions_total',
     help: 'Hypervisor actions by action and outcome',

@@ -118,7 +118,8 @@ export class Reconciler {
         built = await this.driver.provision(this.vms.specOf(vm));
         ipAddress = built.ipAddress;
       }
-      if (action === 'start') ipAddress = (await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
+      if (action === 'start')
+        ipAddress = (await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
       if (action === 'stop') await this.driver.stop(ref);
       if (action === 'destroy') await this.driver.destroy(ref);
       outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built };
@@ -164,7 +165,10 @@ export class Reconciler {
     const signal = this.stopping.signal;
     this.timer = setInterval(() => this.kick(), intervalMs);
     this.timer.unref();
-    this.loops = this.jobs.map((job) => new Loop(job.name, job.everyMs ?? intervalMs, () => job.run(this.clock.now(), signal), this.log, this.metrics));
+    this.loops = this.jobs.map(
+      (job) =>
+        new Loop(job.name, job.everyMs ?? intervalMs, () => job.run(this.clock.now(), signal), this.log, this.metrics),
+    );
     for (const loop of this.loops) loop.start();
   }
 

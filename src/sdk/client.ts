@@ -139,7 +139,15 @@ export interface WaitForVmOptions {
 // ---------------------------------------------------------------------------
 // Errors.
 
-const STATUS_CODE: Record<number, string> = { 401: 'unauthorized', 403: 'forbidden', 404: 'not_found', 413: 'payload_too_large', 415: 'unsupported_media_type', 422: 'validation_error', 429: 'rate_limited' };
+const STATUS_CODE: Record<number, string> = {
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  422: 'validation_error',
+  429: 'rate_limited',
+};
 
 /**
  * A request the API refused, with the fields of its error body: `status`
@@ -171,8 +179,12 @@ export class GpuCloudError extends Error {
     const text = typeof body === 'string' && body.trim() !== '' ? body.trim().slice(0, 200) : undefined;
     return new GpuCloudError({
       status: response.status,
-      code: typeof b.code === 'string' ? b.code : (STATUS_CODE[response.status] ?? (response.status >= 500 ? 'internal' : 'unknown')),
-      detail: typeof b.detail === 'string' ? b.detail : (text ?? `HTTP ${response.status} ${response.statusText}`.trim()),
+      code:
+        typeof b.code === 'string'
+          ? b.code
+          : (STATUS_CODE[response.status] ?? (response.status >= 500 ? 'internal' : 'unknown')),
+      detail:
+        typeof b.detail === 'string' ? b.detail : (text ?? `HTTP ${response.status} ${response.statusText}`.trim()),
       ...(Array.isArray(b.errors) ? { errors: b.errors } : {}),
       ...(response.headers.get('x-request-id') ? { requestId: response.headers.get('x-request-id')! } : {}),
     });
@@ -293,7 +305,10 @@ export class GpuCloudClient {
     return unwrap(this.api.GET('/vms/{vm_id}', { params: { path: { vm_id: String(id) } } }));
   }
 
-  /** GET /vms: one page (`limit` 1..100, default 50, and `offset`), newest first; destroyed VMs only with `include_destroyed`. */
+  /**
+   * GET /vms: one page (`limit` 1..100, default 50, and `offset`), newest first; destroyed VMs only with
+   * `include_destroyed`.
+   */
   async listVms(query: ListVmsQuery = {}): Promise<Vm[]> {
     return unwrap(this.api.GET('/vms', { params: { query } }));
   }
@@ -319,11 +334,20 @@ export class GpuCloudClient {
       }
       if (wanted.has(vm.status)) return true;
       if (TERMINAL.has(vm.status)) {
-        throw new GpuCloudError({ status: 0, code: 'invalid_state', detail: `VM ${vm.vmid} is ${vm.status}; it will not become ${[...wanted].join(' or ')}` });
+        throw new GpuCloudError({
+          status: 0,
+          code: 'invalid_state',
+          detail: `VM ${vm.vmid} is ${vm.status}; it will not become ${[...wanted].join(' or ')}`,
+        });
       }
       return false;
     };
-    const timedOut = (vm: Vm) => new GpuCloudError({ status: 0, code: 'timeout', detail: `VM ${vm.vmid} is still ${vm.status} after ${Math.round(timeoutMs / 1000)} s` });
+    const timedOut = (vm: Vm) =>
+      new GpuCloudError({
+        status: 0,
+        code: 'timeout',
+        detail: `VM ${vm.vmid} is still ${vm.status} after ${Math.round(timeoutMs / 1000)} s`,
+      });
     let vm = await this.getVm(id);
     if (await arrived(vm)) return vm;
     if (opts.intervalMs !== undefined) return this.pollVm(vm, arrived, timedOut, timeoutMs, opts.intervalMs);
@@ -333,7 +357,11 @@ export class GpuCloudClient {
     const timer = setTimeout(() => stop.abort(), timeoutMs);
     try {
       // Each item, the stream opening or a change it reports, is a reason to read the VM again.
-      for await (const _ of this.streamEvents({ vmId: vm.id, types: ['vm.status_changed', 'vm.destroyed'], signal: stop.signal })) {
+      for await (const _ of this.streamEvents({
+        vmId: vm.id,
+        types: ['vm.status_changed', 'vm.destroyed'],
+        signal: stop.signal,
+      })) {
         vm = await this.getVm(vm.id);
         if (await arrived(vm)) return vm;
       }
@@ -351,7 +379,13 @@ export class GpuCloudClient {
   }
 
   /** waitForVm by reading the VM every `intervalMs` (with `intervalMs` given, or without the event stream). */
-  private async pollVm(vm: Vm, arrived: (vm: Vm) => Promise<boolean>, timedOut: (vm: Vm) => Error, timeoutMs: number, intervalMs: number): Promise<Vm> {
+  private async pollVm(
+    vm: Vm,
+    arrived: (vm: Vm) => Promise<boolean>,
+    timedOut: (vm: Vm) => Error,
+    timeoutMs: number,
+    intervalMs: number,
+  ): Promise<Vm> {
     const started = Date.now();
     let slept = 0; // with an injected sleep, real time may not pass: count the waits too
     for (;;) {
@@ -436,14 +470,22 @@ export class GpuCloudClient {
       else if (manageAuth) headers.delete('authorization');
       let res: Response;
       try {
-        res = await this.fetchImpl(new Request(input.url, { method, headers, body, signal: input.signal, redirect: input.redirect }));
+        res = await this.fetchImpl(
+          new Request(input.url, { method, headers, body, signal: input.signal, redirect: input.redirect }),
+        );
       } catch (err) {
         // A network error: the request may or may not have been acted on.
         if (input.signal.aborted || !safe || retries >= this.maxRetries) throw err;
         await this.sleep(this.backoff(retries++));
         continue;
       }
-      if (res.status === 401 && manageAuth && !replayed && this.apiKey === undefined && this.refreshToken !== undefined) {
+      if (
+        res.status === 401 &&
+        manageAuth &&
+        !replayed &&
+        this.apiKey === undefined &&
+        this.refreshToken !== undefined
+      ) {
         replayed = true;
         if (await this.refreshAfter(credential)) {
           await discard(res);

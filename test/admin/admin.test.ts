@@ -11,7 +11,19 @@ import { createApiKey, createUser, uniqueEmail, type TestUser } from '../helpers
 import { ClockService } from '../../src/modules/clock/service.js';
 import { AppError } from '../../src/errors.js';
 
-const ADMIN_USER_FIELDS = ['balance', 'created_at', 'email', 'id', 'max_gpus', 'max_vms', 'name', 'role', 'suspended', 'two_factor_enabled', 'updated_at'];
+const ADMIN_USER_FIELDS = [
+  'balance',
+  'created_at',
+  'email',
+  'id',
+  'max_gpus',
+  'max_vms',
+  'name',
+  'role',
+  'suspended',
+  'two_factor_enabled',
+  'updated_at',
+];
 const MAX_ADVANCE_S = 10 * 366 * 86_400;
 
 describeEachDb('admin API', (t) => {
@@ -88,7 +100,17 @@ describeEachDb('admin API', (t) => {
 
     test('seconds must be a whole number >= 1 given as a JSON number', async () => {
       const before = await clockNow();
-      const bad: unknown[] = [{ seconds: 0 }, { seconds: -1 }, { seconds: 1.5 }, { seconds: '10' }, { seconds: null }, { seconds: true }, {}, { seconds: 10, extra: 1 }, { seconds: MAX_ADVANCE_S + 1 }];
+      const bad: unknown[] = [
+        { seconds: 0 },
+        { seconds: -1 },
+        { seconds: 1.5 },
+        { seconds: '10' },
+        { seconds: null },
+        { seconds: true },
+        {},
+        { seconds: 10, extra: 1 },
+        { seconds: MAX_ADVANCE_S + 1 },
+      ];
       for (const body of bad) {
         const r = await req('POST', '/admin/clock/advance', { token: admin.token, body });
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
@@ -232,7 +254,11 @@ describeEachDb('admin API', (t) => {
       assert.equal(total, r.body.length);
       assert.ok(total >= 9);
       const ids = r.body.map((u: { id: number }) => u.id);
-      assert.deepEqual(ids, [...ids].sort((a: number, b: number) => b - a), 'newest first');
+      assert.deepEqual(
+        ids,
+        [...ids].sort((a: number, b: number) => b - a),
+        'newest first',
+      );
       for (const u of r.body) assert.deepEqual(Object.keys(u).sort(), ADMIN_USER_FIELDS);
       const a = r.body.find((u: { id: number }) => u.id === admin.id);
       assert.equal(a.role, 'admin');
@@ -240,7 +266,10 @@ describeEachDb('admin API', (t) => {
     });
 
     test('the email filter is a case-insensitive substring', async () => {
-      const r = await req('GET', '/admin/users', { token: admin.token, query: { email: `FILTER.${tag.toUpperCase()}` } });
+      const r = await req('GET', '/admin/users', {
+        token: admin.token,
+        query: { email: `FILTER.${tag.toUpperCase()}` },
+      });
       assert.equal(r.status, 200);
       assert.equal(r.headers['x-total-count'], '3');
       assert.deepEqual(
@@ -248,7 +277,10 @@ describeEachDb('admin API', (t) => {
         [`filter.${tag}.three@example.com`, `filter.${tag}.two@example.com`, `filter.${tag}.one@example.com`],
       );
       const domain = await req('GET', '/admin/users', { token: admin.token, query: { email: `${tag}.one@EXAMPLE` } });
-      assert.deepEqual(domain.body.map((u: { id: number }) => u.id), [tagged[0]!.id]);
+      assert.deepEqual(
+        domain.body.map((u: { id: number }) => u.id),
+        [tagged[0]!.id],
+      );
       const none = await req('GET', '/admin/users', { token: admin.token, query: { email: `nobody-${tag}` } });
       assert.deepEqual(none.body, []);
       assert.equal(none.headers['x-total-count'], '0');
@@ -256,10 +288,16 @@ describeEachDb('admin API', (t) => {
 
     test('% and _ in the filter are literal characters, not wildcards', async () => {
       const pct = await req('GET', '/admin/users', { token: admin.token, query: { email: `pct%${tag}` } });
-      assert.deepEqual(pct.body.map((u: { email: string }) => u.email), [`pct%${tag}@example.com`]);
+      assert.deepEqual(
+        pct.body.map((u: { email: string }) => u.email),
+        [`pct%${tag}@example.com`],
+      );
       assert.equal(pct.headers['x-total-count'], '1');
       const und = await req('GET', '/admin/users', { token: admin.token, query: { email: `und_${tag}` } });
-      assert.deepEqual(und.body.map((u: { email: string }) => u.email), [`und_${tag}@example.com`]);
+      assert.deepEqual(
+        und.body.map((u: { email: string }) => u.email),
+        [`und_${tag}@example.com`],
+      );
       const onlyPct = await req('GET', '/admin/users', { token: admin.token, query: { email: '%' } });
       assert.equal(onlyPct.headers['x-total-count'], '1', 'a bare % matches only addresses that contain one');
       const backslash = await req('GET', '/admin/users', { token: admin.token, query: { email: '\\' } });
@@ -270,10 +308,16 @@ describeEachDb('admin API', (t) => {
     test('limit and offset page through the filtered list; X-Total-Count stays the filtered total', async () => {
       const q = { email: `filter.${tag}` };
       const p1 = await req('GET', '/admin/users', { token: admin.token, query: { ...q, limit: 2 } });
-      assert.deepEqual(p1.body.map((u: { id: number }) => u.id), [tagged[2]!.id, tagged[1]!.id]);
+      assert.deepEqual(
+        p1.body.map((u: { id: number }) => u.id),
+        [tagged[2]!.id, tagged[1]!.id],
+      );
       assert.equal(p1.headers['x-total-count'], '3');
       const p2 = await req('GET', '/admin/users', { token: admin.token, query: { ...q, limit: 2, offset: 2 } });
-      assert.deepEqual(p2.body.map((u: { id: number }) => u.id), [tagged[0]!.id]);
+      assert.deepEqual(
+        p2.body.map((u: { id: number }) => u.id),
+        [tagged[0]!.id],
+      );
       assert.equal(p2.headers['x-total-count'], '3');
       const unknownParam = await req('GET', '/admin/users', { token: admin.token, query: { role: 'admin' } });
       assert.equal(unknownParam.status, 422);
@@ -292,7 +336,10 @@ describeEachDb('admin API', (t) => {
       assert.equal(r.body.max_vms, null);
       assert.equal(r.body.max_gpus, null);
       assert.equal(r.body.balance, 0);
-      const credited = await req('POST', `/admin/users/${user.id}/credits`, { token: admin.token, body: { amount: 12.345678, description: 'test' } });
+      const credited = await req('POST', `/admin/users/${user.id}/credits`, {
+        token: admin.token,
+        body: { amount: 12.345678, description: 'test' },
+      });
       assert.equal(credited.status, 201, credited.text);
       assert.equal((await req('GET', `/admin/users/${user.id}`, { token: admin.token })).body.balance, 12.345678);
       const listed = await req('GET', '/admin/users', { token: admin.token, query: { email: user.email } });
@@ -311,13 +358,19 @@ describeEachDb('admin API', (t) => {
       const target = await createUser(t());
       await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 5 } });
       const now = await clockNow();
-      const r = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: 20, max_gpus: 32 } });
+      const r = await req('PATCH', `/admin/users/${target.id}`, {
+        token: admin.token,
+        body: { max_vms: 20, max_gpus: 32 },
+      });
       assert.equal(r.status, 200, r.text);
       assert.deepEqual([r.body.max_vms, r.body.max_gpus, r.body.role, r.body.suspended], [20, 32, 'user', false]);
       assert.equal(Date.parse(r.body.updated_at), now);
       const zero = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: 0 } });
       assert.deepEqual([zero.body.max_vms, zero.body.max_gpus], [0, 32], 'only the given fields change');
-      const back = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: null, max_gpus: null } });
+      const back = await req('PATCH', `/admin/users/${target.id}`, {
+        token: admin.token,
+        body: { max_vms: null, max_gpus: null },
+      });
       assert.deepEqual([back.body.max_vms, back.body.max_gpus], [null, null]);
       const stored = await req('GET', `/admin/users/${target.id}`, { token: admin.token });
       assert.deepEqual([stored.body.max_vms, stored.body.max_gpus], [null, null]);
@@ -357,12 +410,18 @@ describeEachDb('admin API', (t) => {
       for (const [body, field] of cases) {
         const r = await req('PATCH', url, { token: admin.token, body });
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(body)}: ${JSON.stringify(r.body.errors)}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === field),
+          `${JSON.stringify(body)}: ${JSON.stringify(r.body.errors)}`,
+        );
       }
       const none = await req('PATCH', url, { token: admin.token });
       assert.equal(none.status, 422);
       const still = await req('GET', url, { token: admin.token });
-      assert.deepEqual([still.body.role, still.body.suspended, still.body.max_vms, still.body.max_gpus], ['user', false, null, null]);
+      assert.deepEqual(
+        [still.body.role, still.body.suspended, still.body.max_vms, still.body.max_gpus],
+        ['user', false, null, null],
+      );
       const missing = await req('PATCH', '/admin/users/987654321', { token: admin.token, body: { max_vms: 1 } });
       assert.equal(missing.status, 404);
       assert.equal(missing.body.code, 'not_found');
@@ -374,16 +433,28 @@ describeEachDb('admin API', (t) => {
       const url = `/admin/users/${admin.id}`;
       const key = await createApiKey(t(), admin.token, 'read_write');
       for (const token of [admin.token, key]) {
-        for (const body of [{ suspended: true }, { role: 'user' }, { role: 'user', suspended: true }, { suspended: true, max_vms: 3 }]) {
+        for (const body of [
+          { suspended: true },
+          { role: 'user' },
+          { role: 'user', suspended: true },
+          { suspended: true, max_vms: 3 },
+        ]) {
           const r = await req('PATCH', url, { token, body });
           assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
           assert.equal(r.body.code, 'invalid_state');
         }
       }
       const self = await req('GET', url, { token: admin.token });
-      assert.deepEqual([self.body.role, self.body.suspended, self.body.max_vms], ['admin', false, null], 'nothing changed');
+      assert.deepEqual(
+        [self.body.role, self.body.suspended, self.body.max_vms],
+        ['admin', false, null],
+        'nothing changed',
+      );
       // harmless changes to oneself are fine
-      const ok = await req('PATCH', url, { token: admin.token, body: { role: 'admin', suspended: false, max_vms: 50 } });
+      const ok = await req('PATCH', url, {
+        token: admin.token,
+        body: { role: 'admin', suspended: false, max_vms: 50 },
+      });
       assert.equal(ok.status, 200, ok.text);
       assert.equal(ok.body.max_vms, 50);
       await req('PATCH', url, { token: admin.token, body: { max_vms: null } });
@@ -445,7 +516,10 @@ describeEachDb('admin API', (t) => {
 
     test('a suspended admin loses the admin API too', async () => {
       const admin2 = await createUser(t(), { admin: true });
-      assert.equal((await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { suspended: true } })).status, 200);
+      assert.equal(
+        (await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { suspended: true } })).status,
+        200,
+      );
       const r = await req('PATCH', `/admin/users/${admin.id}`, { token: admin2.token, body: { suspended: true } });
       assert.equal(r.status, 403);
       assert.equal((await req('GET', `/admin/users/${admin.id}`, { token: admin.token })).body.suspended, false);
@@ -483,12 +557,20 @@ describeEachDb('admin API', (t) => {
 
     test('a new user registered through the API appears with role user and default limits', async () => {
       const email = uniqueEmail('fresh');
-      const reg = await req('POST', '/auth/register', { body: { email, password: 'a-long-password-fresh', name: 'Fresh' } });
+      const reg = await req('POST', '/auth/register', {
+        body: { email, password: 'a-long-password-fresh', name: 'Fresh' },
+      });
       assert.equal(reg.status, 201);
       const r = await req('GET', '/admin/users', { token: admin.token, query: { email } });
       assert.equal(r.body.length, 1);
       assert.deepEqual(
-        { role: r.body[0].role, suspended: r.body[0].suspended, max_vms: r.body[0].max_vms, max_gpus: r.body[0].max_gpus, name: r.body[0].name },
+        {
+          role: r.body[0].role,
+          suspended: r.body[0].suspended,
+          max_vms: r.body[0].max_vms,
+          max_gpus: r.body[0].max_gpus,
+          name: r.body[0].name,
+        },
         { role: 'user', suspended: false, max_vms: null, max_gpus: null, name: 'Fresh' },
       );
     });

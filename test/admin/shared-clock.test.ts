@@ -16,7 +16,12 @@ const H = 3600;
 
 describeEachDb('the manual clock across instances', (t) => {
   const inject = async (app: FastifyInstance, method: string, url: string, token: string, body?: unknown) => {
-    const r = await app.inject({ method: method as 'POST', url, headers: { authorization: `Bearer ${token}` }, payload: body as object });
+    const r = await app.inject({
+      method: method as 'POST',
+      url,
+      headers: { authorization: `Bearer ${token}` },
+      payload: body as object,
+    });
     return { status: r.statusCode, body: r.body ? JSON.parse(r.body) : undefined, text: r.body };
   };
 
@@ -46,7 +51,18 @@ describeEachDb('the manual clock across instances', (t) => {
     const now = Date.parse((await t().req('GET', '/admin/clock', { token: adminKey })).body.now);
     const toHour = Math.ceil(now / (H * 1000)) * H - now / 1000;
     if (toHour > 0) await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: toHour } });
-    const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' } });
+    const c = await t().req('POST', '/vms', {
+      token: key,
+      body: {
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 50,
+        template_vmid: 100,
+        auth_method: 'password',
+        password: 'a-vm-password-1234',
+      },
+    });
     assert.equal(c.status, 201, c.text);
     await t().services.clock.advance(0); // provisioned and running (0 s in tests)
     const start = Date.parse((await t().req('GET', `/vms/${c.body.id}`, { token: key })).body.started_at);
@@ -70,7 +86,10 @@ describeEachDb('the manual clock across instances', (t) => {
     assert.equal(logs.rows.length, 5, 'five hourly periods');
     assert.equal(logs.rows[0]!.period_start.getTime(), start);
     assert.equal(logs.rows.at(-1)!.period_end.getTime(), start + 5 * H * 1000, 'billed up to the destroy, through B');
-    assert.ok(logs.rows.every((l) => l.gpu_ms === H * 1000), 'every hour charged as running');
+    assert.ok(
+      logs.rows.every((l) => l.gpu_ms === H * 1000),
+      'every hour charged as running',
+    );
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
 });

@@ -24,7 +24,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const has = (bin: string) => spawnSync('sh', ['-c', `command -v ${bin}`]).status === 0;
 const root = process.getuid?.() === 0;
 const required = process.env.GPUCLOUD_REQUIRE_QEMU === '1';
-const missing = !root ? 'needs root (network namespaces, a bridge, taps)' : !has('nft') ? 'nft not found: apt-get install nftables' : false;
+const missing = !root
+  ? 'needs root (network namespaces, a bridge, taps)'
+  : !has('nft')
+    ? 'nft not found: apt-get install nftables'
+    : false;
 const skip = qemu.skip || qemuImg.skip || genisoimage.skip || (required ? false : missing);
 
 describe('bridge networking with counted traffic (a network namespace as the host)', { skip }, () => {
@@ -53,21 +57,52 @@ describe('bridge networking with counted traffic (a network namespace as the hos
     execFileSync('ip', ['link', 'set', nsIf, 'netns', ns]);
     execFileSync('ip', ['addr', 'add', `${hostIp}/30`, 'dev', hostIf]);
     execFileSync('ip', ['link', 'set', hostIf, 'up']);
-    for (const args of [['ip', 'addr', 'add', `${agentIp}/30`, 'dev', nsIf], ['ip', 'link', 'set', nsIf, 'up'], ['ip', 'link', 'set', 'lo', 'up']]) {
+    for (const args of [
+      ['ip', 'addr', 'add', `${agentIp}/30`, 'dev', nsIf],
+      ['ip', 'link', 'set', nsIf, 'up'],
+      ['ip', 'link', 'set', 'lo', 'up'],
+    ]) {
       const r = inNs(...args);
       assert.equal(r.status, 0, r.stderr);
     }
     const dataDir = join(dir, 'a');
     assert.equal(cli(['agent', 'template', 'add', '100', image, '--data-dir', dataDir]).status, 0);
     agent = await startAgentProcess(
-      ['--listen', `${agentIp}:7070`, '--public-host', agentIp, '--network', 'bridge', '--vm-subnet', '10.89.0.0/24', '--data-dir', dataDir, '--token', TOKEN, '--accel', 'tcg', '--fake-gpus', '1', '--ssh-ports', '22000-22009'],
+      [
+        '--listen',
+        `${agentIp}:7070`,
+        '--public-host',
+        agentIp,
+        '--network',
+        'bridge',
+        '--vm-subnet',
+        '10.89.0.0/24',
+        '--data-dir',
+        dataDir,
+        '--token',
+        TOKEN,
+        '--accel',
+        'tcg',
+        '--fake-gpus',
+        '1',
+        '--ssh-ports',
+        '22000-22009',
+      ],
       { netns: ns },
     );
-    t = await buildTestApp(DB_KINDS[0]!, { env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '20' } });
+    t = await buildTestApp(DB_KINDS[0]!, {
+      env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '20' },
+    });
     admin = await createUser(t, { admin: true });
     renter = await createUser(t);
     await credit(t, admin.token, renter.id, 100);
-    const n = await createNode(t, admin.token, { agent_url: agent.url, agent_token: TOKEN, gpu_count: 1, ram_gb: 1, cpu_cores: 1 });
+    const n = await createNode(t, admin.token, {
+      agent_url: agent.url,
+      agent_token: TOKEN,
+      gpu_count: 1,
+      ram_gb: 1,
+      cpu_cores: 1,
+    });
     assert.equal(n.agent_status, 'online');
     node = n.node;
   });
@@ -84,8 +119,19 @@ describe('bridge networking with counted traffic (a network namespace as the hos
   test('SSH through the forwarded port, traffic counted on the tap and billed as network_bytes, nothing left after destroy', async () => {
     const keyFile = join(dir, 'id');
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', keyFile]);
-    assert.equal((await t.req('POST', '/ssh-keys', { token: renter.token, body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') } })).status, 201);
-    const c = await t.req('POST', '/vms', { token: renter.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    assert.equal(
+      (
+        await t.req('POST', '/ssh-keys', {
+          token: renter.token,
+          body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') },
+        })
+      ).status,
+      201,
+    );
+    const c = await t.req('POST', '/vms', {
+      token: renter.token,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     assert.equal(c.status, 201, c.text);
     await advance(t, admin.token, 5);
     assert.equal((await t.req('GET', `/vms/${c.body.id}`, { token: renter.token })).body.status, 'running');
@@ -100,16 +146,35 @@ describe('bridge networking with counted traffic (a network namespace as the hos
     // 8 MiB into the guest: the tap counts it (host-side tx = what the guest received).
     const payload = Buffer.alloc(8 * 1024 * 1024, 7);
     const parts = info.command.split(' ').slice(1);
-    const sent = spawnSync('ssh', ['-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'BatchMode=yes', '-o', 'LogLevel=ERROR', '-i', keyFile, ...parts, 'cat > /dev/null'], {
-      input: payload,
-      timeout: 120_000,
-    });
+    const sent = spawnSync(
+      'ssh',
+      [
+        '-o',
+        'StrictHostKeyChecking=no',
+        '-o',
+        'UserKnownHostsFile=/dev/null',
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'LogLevel=ERROR',
+        '-i',
+        keyFile,
+        ...parts,
+        'cat > /dev/null',
+      ],
+      {
+        input: payload,
+        timeout: 120_000,
+      },
+    );
     assert.equal(sent.status, 0, String(sent.stderr));
     let bytes = 0;
     for (let i = 0; i < 20 && bytes < payload.length; i++) {
       await sleep(600);
       await t.services.agents.checkDue();
-      const r = await t.db.query<{ b: string }>('SELECT network_bytes_total::text AS b FROM vms WHERE id = $1', [c.body.id]);
+      const r = await t.db.query<{ b: string }>('SELECT network_bytes_total::text AS b FROM vms WHERE id = $1', [
+        c.body.id,
+      ]);
       bytes = Number(r.rows[0]!.b);
     }
     assert.ok(bytes >= payload.length, `network_bytes_total ${bytes} counts the 8 MiB sent`);

@@ -30,55 +30,86 @@ const base: QemuLaunchSpec = {
 };
 
 const common = (accel: 'kvm' | 'tcg', cores: string, ram: string): string[] => [
-  '-name', 'guest=vm-1',
-  '-machine', 'q35',
-  '-accel', accel,
-  '-cpu', accel === 'kvm' ? 'host' : 'max',
-  '-smp', cores,
-  '-m', ram,
+  '-name',
+  'guest=vm-1',
+  '-machine',
+  'q35',
+  '-accel',
+  accel,
+  '-cpu',
+  accel === 'kvm' ? 'host' : 'max',
+  '-smp',
+  cores,
+  '-m',
+  ram,
   '-nodefaults',
-  '-display', 'none',
-  '-vga', 'none',
-  '-serial', 'file:/var/lib/gpucloud/vms/vm-1/console.log',
-  '-qmp', 'unix:/var/lib/gpucloud/vms/vm-1/qmp.sock,server=on,wait=off',
-  '-pidfile', '/var/lib/gpucloud/vms/vm-1/qemu.pid',
+  '-display',
+  'none',
+  '-vga',
+  'none',
+  '-serial',
+  'file:/var/lib/gpucloud/vms/vm-1/console.log',
+  '-qmp',
+  'unix:/var/lib/gpucloud/vms/vm-1/qmp.sock,server=on,wait=off',
+  '-pidfile',
+  '/var/lib/gpucloud/vms/vm-1/qemu.pid',
   '-daemonize',
-  '-sandbox', 'on,obsolete=deny,resourcecontrol=deny',
-  '-drive', 'file=/var/lib/gpucloud/vms/vm-1/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap',
-  '-drive', 'file=/var/lib/gpucloud/vms/vm-1/seed.iso,if=virtio,format=raw,readonly=on',
+  '-sandbox',
+  'on,obsolete=deny,resourcecontrol=deny',
+  '-drive',
+  'file=/var/lib/gpucloud/vms/vm-1/disk.qcow2,if=virtio,format=qcow2,cache=writeback,discard=unmap',
+  '-drive',
+  'file=/var/lib/gpucloud/vms/vm-1/seed.iso,if=virtio,format=raw,readonly=on',
 ];
 
 describe('qemuArgs', () => {
   test('tcg, no GPU, user networking', () => {
     assert.deepEqual(qemuArgs(base), [
       ...common('tcg', '2', '512'),
-      '-netdev', 'user,id=net0,hostfwd=tcp:127.0.0.1:22001-:22',
-      '-device', 'virtio-net-pci,netdev=net0',
+      '-netdev',
+      'user,id=net0,hostfwd=tcp:127.0.0.1:22001-:22',
+      '-device',
+      'virtio-net-pci,netdev=net0',
     ]);
   });
 
   test('kvm with two GPUs behind distinct root ports', () => {
-    assert.deepEqual(qemuArgs({ ...base, accel: 'kvm', cpuCores: 16, ramMb: 131072, gpus: ['0000:01:00.0', '0000:c1:00.0'] }), [
-      ...common('kvm', '16', '131072'),
-      '-netdev', 'user,id=net0,hostfwd=tcp:127.0.0.1:22001-:22',
-      '-device', 'virtio-net-pci,netdev=net0',
-      '-device', 'pcie-root-port,id=rp0,chassis=1,slot=1',
-      '-device', 'vfio-pci,host=0000:01:00.0,bus=rp0',
-      '-device', 'pcie-root-port,id=rp1,chassis=2,slot=2',
-      '-device', 'vfio-pci,host=0000:c1:00.0,bus=rp1',
-    ]);
+    assert.deepEqual(
+      qemuArgs({ ...base, accel: 'kvm', cpuCores: 16, ramMb: 131072, gpus: ['0000:01:00.0', '0000:c1:00.0'] }),
+      [
+        ...common('kvm', '16', '131072'),
+        '-netdev',
+        'user,id=net0,hostfwd=tcp:127.0.0.1:22001-:22',
+        '-device',
+        'virtio-net-pci,netdev=net0',
+        '-device',
+        'pcie-root-port,id=rp0,chassis=1,slot=1',
+        '-device',
+        'vfio-pci,host=0000:01:00.0,bus=rp0',
+        '-device',
+        'pcie-root-port,id=rp1,chassis=2,slot=2',
+        '-device',
+        'vfio-pci,host=0000:c1:00.0,bus=rp1',
+      ],
+    );
   });
 
   test('tap networking (MAC normalized to lower case)', () => {
     assert.deepEqual(qemuArgs({ ...base, net: { kind: 'tap', ifname: 'gc-tap7', mac: '52:54:00:AB:cd:01' } }), [
       ...common('tcg', '2', '512'),
-      '-netdev', 'tap,id=net0,ifname=gc-tap7,script=no,downscript=no',
-      '-device', 'virtio-net-pci,netdev=net0,mac=52:54:00:ab:cd:01',
+      '-netdev',
+      'tap,id=net0,ifname=gc-tap7,script=no,downscript=no',
+      '-device',
+      'virtio-net-pci,netdev=net0,mac=52:54:00:ab:cd:01',
     ]);
   });
 
   test('helpers: files in vmDir, -qmp value, binary', () => {
-    assert.deepEqual(vmFiles('/v/x'), { qmpSocket: '/v/x/qmp.sock', pidFile: '/v/x/qemu.pid', consoleLog: '/v/x/console.log' });
+    assert.deepEqual(vmFiles('/v/x'), {
+      qmpSocket: '/v/x/qmp.sock',
+      pidFile: '/v/x/qemu.pid',
+      consoleLog: '/v/x/console.log',
+    });
     assert.equal(qmpArg('/v/x'), 'unix:/v/x/qmp.sock,server=on,wait=off');
     assert.equal(qemuBinary({}), 'qemu-system-x86_64');
     assert.equal(qemuBinary({ binary: '/opt/qemu/bin/qemu-system-x86_64' }), '/opt/qemu/bin/qemu-system-x86_64');
@@ -126,7 +157,10 @@ describe('qemuArgs', () => {
     ['net missing', { net: null }],
     ['net unknown kind', { net: { kind: 'bridge' } }],
     ['hostfwdHost hostname', { net: { kind: 'user', hostfwdHost: 'localhost', sshPort: 22 } }],
-    ['hostfwdHost with injection', { net: { kind: 'user', hostfwdHost: '127.0.0.1:1-:22,hostfwd=tcp:0.0.0.0', sshPort: 22 } }],
+    [
+      'hostfwdHost with injection',
+      { net: { kind: 'user', hostfwdHost: '127.0.0.1:1-:22,hostfwd=tcp:0.0.0.0', sshPort: 22 } },
+    ],
     ['hostfwdHost IPv6', { net: { kind: 'user', hostfwdHost: '::1', sshPort: 22 } }],
     ['port 0', { net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: 0 } }],
     ['port 65536', { net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: 65536 } }],
@@ -167,7 +201,17 @@ describe('qemuArgs accepted by a real QEMU (tcg)', { skip: qemu.skip || qemuImg.
     writeFileSync(seed, Buffer.alloc(64 * 1024));
     const port = await freePortInRange(30000, 40000, new Set(), '127.0.0.1');
     assert.ok(port);
-    const args = qemuArgs({ name: 'cmd-test', vmDir: dir, accel: 'tcg', cpuCores: 1, ramMb: 128, diskPath: disk, seedPath: seed, gpus: [], net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: port } });
+    const args = qemuArgs({
+      name: 'cmd-test',
+      vmDir: dir,
+      accel: 'tcg',
+      cpuCores: 1,
+      ramMb: 128,
+      diskPath: disk,
+      seedPath: seed,
+      gpus: [],
+      net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: port },
+    });
     await launchQemu(args);
     pid = readPid(vmFiles(dir).pidFile);
     assert.ok(pid);
@@ -175,9 +219,17 @@ describe('qemuArgs accepted by a real QEMU (tcg)', { skip: qemu.skip || qemuImg.
 
     const c = await QmpClient.connect(vmFiles(dir).qmpSocket);
     assert.equal(((await c.execute('query-status')) as { status: string }).status, 'running');
-    const blocks = (await c.execute('query-block')) as Array<{ inserted?: { file: string; ro: boolean; cache: { direct: boolean } } }>;
+    const blocks = (await c.execute('query-block')) as Array<{
+      inserted?: { file: string; ro: boolean; cache: { direct: boolean } };
+    }>;
     const files = blocks.flatMap((b) => (b.inserted ? [b.inserted] : []));
-    assert.deepEqual(files.map((f) => [f.file, f.ro]), [[disk, false], [seed, true]]);
+    assert.deepEqual(
+      files.map((f) => [f.file, f.ro]),
+      [
+        [disk, false],
+        [seed, true],
+      ],
+    );
 
     // User networking accepts the TCP connection although nothing in the guest listens.
     await new Promise<void>((resolve, reject) => {

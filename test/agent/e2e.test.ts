@@ -19,7 +19,17 @@ import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { DB_KINDS } from '../helpers/db.js';
 import { advance, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { qemu, qemuImg, genisoimage } from './qemu-helpers.js';
-import { cli, freePort, kill, qemuPidsUnder, ssh, startAgentProcess, testImage, workDir, type AgentProcess } from './real-vms.js';
+import {
+  cli,
+  freePort,
+  kill,
+  qemuPidsUnder,
+  ssh,
+  startAgentProcess,
+  testImage,
+  workDir,
+  type AgentProcess,
+} from './real-vms.js';
 
 const TOKEN = 'e2e-agent-token-'.padEnd(48, 'z');
 const skip = qemu.skip || qemuImg.skip || genisoimage.skip;
@@ -64,16 +74,37 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
 
     const port = await freePort();
     const sshFrom = 20000 + Math.floor(Math.random() * 4000) * 10;
-    agentArgs = ['--listen', `127.0.0.1:${port}`, '--data-dir', dataDir, '--token', TOKEN, '--accel', 'tcg', '--fake-gpus', '2', '--ssh-ports', `${sshFrom}-${sshFrom + 9}`];
+    agentArgs = [
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--data-dir',
+      dataDir,
+      '--token',
+      TOKEN,
+      '--accel',
+      'tcg',
+      '--fake-gpus',
+      '2',
+      '--ssh-ports',
+      `${sshFrom}-${sshFrom + 9}`,
+    ];
     agent = await startAgentProcess(agentArgs);
     assert.equal(agent.url, `http://127.0.0.1:${port}`);
 
-    t = await buildTestApp(DB_KINDS[DB_KINDS.length - 1]!, { env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '30' } });
+    t = await buildTestApp(DB_KINDS[DB_KINDS.length - 1]!, {
+      env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '30' },
+    });
     t.forbidSecret(TOKEN);
     admin = await createUser(t, { admin: true });
     renter = await createUser(t);
     await credit(t, admin.token, renter.id, 100);
-    const n = await createNode(t, admin.token, { agent_url: agent.url, agent_token: TOKEN, gpu_count: 2, ram_gb: 1, cpu_cores: 2 });
+    const n = await createNode(t, admin.token, {
+      agent_url: agent.url,
+      agent_token: TOKEN,
+      gpu_count: 2,
+      ram_gb: 1,
+      cpu_cores: 2,
+    });
     node = n.node;
     assert.equal(n.agent_status, 'online');
     assert.equal(n.accel, 'tcg');
@@ -92,7 +123,10 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     const pub = readFileSync(`${keyFile}.pub`, 'utf8');
     const key = await t.req('POST', '/ssh-keys', { token: renter.token, body: { ssh_public_key: pub } });
     assert.equal(key.status, 201, key.text);
-    const c = await t.req('POST', '/vms', { token: renter.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const c = await t.req('POST', '/vms', {
+      token: renter.token,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     assert.equal(c.status, 201, c.text);
     await advance(t, admin.token, 5);
     assert.equal((await vm(c.body.id)).status, 'running', 'running once the guest answers on SSH');
@@ -126,7 +160,10 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal(ssh(info.command, 'true', { key: keyFile }).status, 0, 'the guest answers while no agent runs');
     agent = await startAgentProcess(agentArgs);
     assert.match(agent.output(), /re-attached to a running VM/);
-    await until('the node is online again', async () => (await t.req('GET', `/admin/nodes/${node}`, { token: admin.token })).body.agent_status === 'online');
+    await until(
+      'the node is online again',
+      async () => (await t.req('GET', `/admin/nodes/${node}`, { token: admin.token })).body.agent_status === 'online',
+    );
     assert.equal((await vm(c.body.id)).status, 'running');
     assert.deepEqual(qemuPidsUnder(dataDir), [pid], 'the same QEMU process');
     assert.equal((await t.req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
@@ -141,8 +178,14 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     const [again] = qemuPidsUnder(dataDir);
     process.kill(again!, 'SIGKILL');
     await until('the killed VM is stopped', async () => (await vm(c.body.id)).status === 'stopped');
-    const events = await t.db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.status_changed' AND data->>'from' = 'running' AND data->>'to' = 'stopped'`, [c.body.id]);
-    assert.deepEqual(events.rows.map((r) => r.data.reason), ['crashed']);
+    const events = await t.db.query<{ data: { reason: string } }>(
+      `SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.status_changed' AND data->>'from' = 'running' AND data->>'to' = 'stopped'`,
+      [c.body.id],
+    );
+    assert.deepEqual(
+      events.rows.map((r) => r.data.reason),
+      ['crashed'],
+    );
 
     // Destroy: no process, no file of the VM left on the host.
     assert.equal(vmDirs().length, 1);
@@ -157,7 +200,15 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     const password = 'correct horse battery staple';
     const c = await t.req('POST', '/vms', {
       token: renter.token,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password },
+      body: {
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 50,
+        template_vmid: 100,
+        auth_method: 'password',
+        password,
+      },
     });
     assert.equal(c.status, 201, c.text);
     t.forbidSecret(password);

@@ -34,4 +34,3 @@ export function buildSysfs(root: string, devs: FakeDev[]): void {
     symlinkSync(`../../../devices/pci0000:00/0000:00:01.0/${d.addr}`, join(root, 'bus/pci/devices', d.addr));
   }
 }
-

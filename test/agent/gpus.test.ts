@@ -30,10 +30,42 @@ describe('scanGpus', () => {
 
   test('finds NVIDIA display functions only, with group, driver and model, sorted by address', () => {
     assert.deepEqual(scanGpus(root), [
-      { pci_address: '0000:01:00.0', vendor_id: '10de', device_id: '2684', model: 'NVIDIA GeForce RTX 4090', iommu_group: 12, driver: 'vfio-pci', vfio: true },
-      { pci_address: '0000:41:00.0', vendor_id: '10de', device_id: '2331', model: 'NVIDIA H100 PCIe', iommu_group: null, driver: 'vfio-pci', vfio: true },
-      { pci_address: '0000:81:00.0', vendor_id: '10de', device_id: '2b85', model: 'NVIDIA GeForce RTX 5090', iommu_group: 40, driver: 'nvidia', vfio: false },
-      { pci_address: '0000:c1:00.0', vendor_id: '10de', device_id: '1234', model: 'NVIDIA [10de:1234]', iommu_group: 7, driver: null, vfio: false },
+      {
+        pci_address: '0000:01:00.0',
+        vendor_id: '10de',
+        device_id: '2684',
+        model: 'NVIDIA GeForce RTX 4090',
+        iommu_group: 12,
+        driver: 'vfio-pci',
+        vfio: true,
+      },
+      {
+        pci_address: '0000:41:00.0',
+        vendor_id: '10de',
+        device_id: '2331',
+        model: 'NVIDIA H100 PCIe',
+        iommu_group: null,
+        driver: 'vfio-pci',
+        vfio: true,
+      },
+      {
+        pci_address: '0000:81:00.0',
+        vendor_id: '10de',
+        device_id: '2b85',
+        model: 'NVIDIA GeForce RTX 5090',
+        iommu_group: 40,
+        driver: 'nvidia',
+        vfio: false,
+      },
+      {
+        pci_address: '0000:c1:00.0',
+        vendor_id: '10de',
+        device_id: '1234',
+        model: 'NVIDIA [10de:1234]',
+        iommu_group: 7,
+        driver: null,
+        vfio: false,
+      },
     ]);
   });
 
@@ -52,8 +84,16 @@ describe('scanGpus', () => {
 describe('model names', () => {
   test('common cards by device id', () => {
     const expected: Record<string, RegExp> = {
-      '2684': /RTX 4090/, '2b85': /RTX 5090/, '2331': /H100 PCIe/, '2330': /H100 SXM/,
-      '20b0': /A100/, '20b2': /A100/, '20f1': /A100/, '26b9': /L40S/, '26b1': /RTX 6000 Ada/, '2bb1': /RTX PRO 6000 Blackwell/,
+      '2684': /RTX 4090/,
+      '2b85': /RTX 5090/,
+      '2331': /H100 PCIe/,
+      '2330': /H100 SXM/,
+      '20b0': /A100/,
+      '20b2': /A100/,
+      '20f1': /A100/,
+      '26b9': /L40S/,
+      '26b1': /RTX 6000 Ada/,
+      '2bb1': /RTX PRO 6000 Blackwell/,
     };
     for (const [id, re] of Object.entries(expected)) assert.match(gpuModelName(id), re, id);
     assert.equal(gpuModelName('ffff'), 'NVIDIA [10de:ffff]');
@@ -63,7 +103,10 @@ describe('model names', () => {
 describe('fakeGpus', () => {
   test('n stand-ins that can never be PCI addresses', () => {
     const g = fakeGpus(3);
-    assert.deepEqual(g.map((x) => x.pci_address), ['fake:0', 'fake:1', 'fake:2']);
+    assert.deepEqual(
+      g.map((x) => x.pci_address),
+      ['fake:0', 'fake:1', 'fake:2'],
+    );
     for (const x of g) {
       assert.equal(x.model, 'fake');
       assert.equal(x.vfio, false);

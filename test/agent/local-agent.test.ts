@@ -43,7 +43,15 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
 
   const start = async (agentPort: number, sshFrom: number): Promise<{ url: string; out: () => string }> => {
     const env: NodeJS.ProcessEnv = { ...process.env };
-    for (const k of ['DATABASE_URL', 'GPUCLOUD_REDIS_URL', 'GPUCLOUD_JWT_SECRET', 'GPUCLOUD_CLOCK', 'GPUCLOUD_CLOCK_START', 'NODE_OPTIONS']) delete env[k];
+    for (const k of [
+      'DATABASE_URL',
+      'GPUCLOUD_REDIS_URL',
+      'GPUCLOUD_JWT_SECRET',
+      'GPUCLOUD_CLOCK',
+      'GPUCLOUD_CLOCK_START',
+      'NODE_OPTIONS',
+    ])
+      delete env[k];
     Object.assign(env, {
       GPUCLOUD_DATA_DIR: join(dir, 'data'),
       PORT: '0',
@@ -57,7 +65,11 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
       GPUCLOUD_AGENT_FAKE_GPUS: '1',
       GPUCLOUD_AGENT_HEARTBEAT_S: '1',
     });
-    server = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve', '--local-agent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    server = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve', '--local-agent'], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     server.stdout!.on('data', (d) => (out += d));
     server.stderr!.on('data', (d) => (out += d));
@@ -75,7 +87,7 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
     return { url, out: () => out };
   };
 
-  test('registers this host as a node with the agent\'s hardware, and rents a real VM on it', async () => {
+  test("registers this host as a node with the agent's hardware, and rents a real VM on it", async () => {
     qemu.ensure();
     const image = testImage();
     const added = cli(['agent', 'template', 'add', '100', image, '--data-dir', join(dir, 'data', 'agent')]);
@@ -90,7 +102,10 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
     const api = async (method: string, path: string, token?: string, body?: unknown) => {
       const r = await fetch(`${s.url}${path}`, {
         method,
-        headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body ? { 'content-type': 'application/json' } : {}) },
+        headers: {
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(body ? { 'content-type': 'application/json' } : {}),
+        },
         body: body ? JSON.stringify(body) : undefined,
       });
       const text = await r.text();
@@ -110,11 +125,23 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
 
     // The operator rents from their own machine: credit, a key, a VM, SSH.
     const me = await api('GET', '/account', token);
-    assert.equal((await api('POST', `/admin/users/${me.body.id}/credits`, token, { amount: 10, description: 'own use' })).status, 201);
+    assert.equal(
+      (await api('POST', `/admin/users/${me.body.id}/credits`, token, { amount: 10, description: 'own use' })).status,
+      201,
+    );
     const keyFile = join(dir, 'id');
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', keyFile]);
-    assert.equal((await api('POST', '/ssh-keys', token, { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') })).status, 201);
-    const c = await api('POST', '/vms', token, { node, gpu_type: n.body.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+    assert.equal(
+      (await api('POST', '/ssh-keys', token, { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') })).status,
+      201,
+    );
+    const c = await api('POST', '/vms', token, {
+      node,
+      gpu_type: n.body.gpu_type,
+      gpu_count: 1,
+      storage_gb: 50,
+      template_vmid: 100,
+    });
     assert.equal(c.status, 201, JSON.stringify(c.body));
     let status = '';
     for (let i = 0; i < 240 && status !== 'running'; i++) {
@@ -140,10 +167,19 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
     // A second start: the same node, with this start's token.
     await kill(server!, 'SIGTERM');
     const again = await start(agentPort, sshFrom);
-    const login2 = await fetch(`${again.url}/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(ADMIN) });
+    const login2 = await fetch(`${again.url}/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(ADMIN),
+    });
     const token2 = ((await login2.json()) as { access_token: string }).access_token;
-    const nodes = (await (await fetch(`${again.url}/admin/nodes`, { headers: { authorization: `Bearer ${token2}` } })).json()) as { node: string; agent_status: string }[];
-    assert.deepEqual(nodes.map((x) => [x.node, x.agent_status]), [[node, 'online']]);
+    const nodes = (await (
+      await fetch(`${again.url}/admin/nodes`, { headers: { authorization: `Bearer ${token2}` } })
+    ).json()) as { node: string; agent_status: string }[];
+    assert.deepEqual(
+      nodes.map((x) => [x.node, x.agent_status]),
+      [[node, 'online']],
+    );
     await kill(server!, 'SIGTERM');
     server = undefined;
   });

@@ -39,9 +39,18 @@ describe('gpucloud agent options', () => {
       GPUCLOUD_AGENT_FAKE_GPUS: '4',
     };
     const o = parseAgentOptions([], env);
-    assert.deepEqual([o.listenHost, o.listenPort, o.dataDir, o.publicHost, o.sshPorts, o.accel, o.fakeGpus], ['0.0.0.0', 7171, '/var/lib/gc', 'gpu7.example.com', { from: 30000, to: 30099 }, 'tcg', 4]);
-    const f = parseAgentOptions(['--listen', '[::1]:8000', '--accel', 'kvm', '--fake-gpus', '0', '--token', 'u'.repeat(40)], env);
-    assert.deepEqual([f.listenHost, f.listenPort, f.accel, f.fakeGpus, f.token, f.publicHost], ['::1', 8000, 'kvm', 0, 'u'.repeat(40), 'gpu7.example.com']);
+    assert.deepEqual(
+      [o.listenHost, o.listenPort, o.dataDir, o.publicHost, o.sshPorts, o.accel, o.fakeGpus],
+      ['0.0.0.0', 7171, '/var/lib/gc', 'gpu7.example.com', { from: 30000, to: 30099 }, 'tcg', 4],
+    );
+    const f = parseAgentOptions(
+      ['--listen', '[::1]:8000', '--accel', 'kvm', '--fake-gpus', '0', '--token', 'u'.repeat(40)],
+      env,
+    );
+    assert.deepEqual(
+      [f.listenHost, f.listenPort, f.accel, f.fakeGpus, f.token, f.publicHost],
+      ['::1', 8000, 'kvm', 0, 'u'.repeat(40), 'gpu7.example.com'],
+    );
     // Listening on every address: the public host defaults to loopback, not 0.0.0.0.
     assert.equal(parseAgentOptions(['--listen', '0.0.0.0:7070', '--token', TOKEN], {}).publicHost, '127.0.0.1');
   });
@@ -49,33 +58,106 @@ describe('gpucloud agent options', () => {
   const refusals: [string, string[], Record<string, string>, RegExp][] = [
     ['no token', [], {}, /--token: is required/],
     ['a short token', ['--token', 'x'.repeat(31)], {}, /--token: must be at least 32/],
-    ['a short token from the environment', [], { GPUCLOUD_AGENT_TOKEN: 'short' }, /GPUCLOUD_AGENT_TOKEN: must be at least 32/],
+    [
+      'a short token from the environment',
+      [],
+      { GPUCLOUD_AGENT_TOKEN: 'short' },
+      /GPUCLOUD_AGENT_TOKEN: must be at least 32/,
+    ],
     ['a token with a space', ['--token', `${'x'.repeat(32)} y`], {}, /printable ASCII/],
-    ['listen without a port', ['--listen', '127.0.0.1'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--listen: .* must be HOST:PORT/],
-    ['listen on a bad port', ['--listen', '127.0.0.1:70000'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--listen: .*not a port/],
+    [
+      'listen without a port',
+      ['--listen', '127.0.0.1'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--listen: .* must be HOST:PORT/,
+    ],
+    [
+      'listen on a bad port',
+      ['--listen', '127.0.0.1:70000'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--listen: .*not a port/,
+    ],
     ['listen on a bad host', ['--listen', 'bad host:7070'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--listen: .*not a host/],
-    ['a public host with a path', ['--public-host', 'h/x'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--public-host: .*not a host/],
+    [
+      'a public host with a path',
+      ['--public-host', 'h/x'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--public-host: .*not a host/,
+    ],
     ['ssh ports not a range', ['--ssh-ports', '22000'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--ssh-ports: .*FROM-TO/],
     ['ssh ports backwards', ['--ssh-ports', '23000-22000'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /ends before it starts/],
-    ['ssh ports below 1024', ['--ssh-ports', '22-80'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--ssh-ports: .*not a port \(1024-65535\)/],
-    ['ssh ports holding the agent\'s own port', ['--ssh-ports', '7000-7100'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /agent's own port 7070/],
-    ['an unknown accelerator', ['--accel', 'hvf'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--accel: must be kvm, tcg or auto/],
-    ['fake GPUs not a number', ['--fake-gpus', 'two'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--fake-gpus: must be a number/],
-    ['too many fake GPUs', [], { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_FAKE_GPUS: '65' }, /GPUCLOUD_AGENT_FAKE_GPUS/],
-    ['a certificate without a key', ['--tls-cert', '/etc/hostname'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--tls-key: TLS needs both/],
-    ['a missing certificate file', ['--tls-cert', '/nonexistent.pem', '--tls-key', '/nonexistent.key'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /does not exist/],
-    ['an unknown network', ['--network', 'macvtap'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--network: must be user or bridge/],
-    ['a subnet that is not one', ['--vm-subnet', '10.88.0.1/16'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /--vm-subnet: .*not the start of a \/16/],
-    ['a subnet too large', [], { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_VM_SUBNET: '10.0.0.0/8' }, /GPUCLOUD_AGENT_VM_SUBNET: .*\/16 to \/28/],
+    [
+      'ssh ports below 1024',
+      ['--ssh-ports', '22-80'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--ssh-ports: .*not a port \(1024-65535\)/,
+    ],
+    [
+      "ssh ports holding the agent's own port",
+      ['--ssh-ports', '7000-7100'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /agent's own port 7070/,
+    ],
+    [
+      'an unknown accelerator',
+      ['--accel', 'hvf'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--accel: must be kvm, tcg or auto/,
+    ],
+    [
+      'fake GPUs not a number',
+      ['--fake-gpus', 'two'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--fake-gpus: must be a number/,
+    ],
+    [
+      'too many fake GPUs',
+      [],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_FAKE_GPUS: '65' },
+      /GPUCLOUD_AGENT_FAKE_GPUS/,
+    ],
+    [
+      'a certificate without a key',
+      ['--tls-cert', '/etc/hostname'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--tls-key: TLS needs both/,
+    ],
+    [
+      'a missing certificate file',
+      ['--tls-cert', '/nonexistent.pem', '--tls-key', '/nonexistent.key'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /does not exist/,
+    ],
+    [
+      'an unknown network',
+      ['--network', 'macvtap'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--network: must be user or bridge/,
+    ],
+    [
+      'a subnet that is not one',
+      ['--vm-subnet', '10.88.0.1/16'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--vm-subnet: .*not the start of a \/16/,
+    ],
+    [
+      'a subnet too large',
+      [],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_VM_SUBNET: '10.0.0.0/8' },
+      /GPUCLOUD_AGENT_VM_SUBNET: .*\/16 to \/28/,
+    ],
     ['a stray argument', ['serve'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /unexpected argument "serve"/],
   ];
   for (const [name, args, env, message] of refusals) {
     test(`refused: ${name}`, () => {
-      assert.throws(() => parseAgentOptions(args, env), (err: unknown) => {
-        assert.ok(err instanceof AgentOptionError, String(err));
-        assert.match(err.message, message);
-        return true;
-      });
+      assert.throws(
+        () => parseAgentOptions(args, env),
+        (err: unknown) => {
+          assert.ok(err instanceof AgentOptionError, String(err));
+          assert.match(err.message, message);
+          return true;
+        },
+      );
     });
   }
 
@@ -86,7 +168,20 @@ describe('gpucloud agent options', () => {
     assert.match(r.stderr, /--token: is required/);
     const help = cli(['agent', '--help']);
     assert.equal(help.status, 0);
-    for (const o of ['--listen', '--data-dir', '--token', '--public-host', '--ssh-ports', '--accel', '--fake-gpus', '--network', '--vm-subnet', '--tls-cert', 'template add']) assert.ok(help.stdout.includes(o), o);
+    for (const o of [
+      '--listen',
+      '--data-dir',
+      '--token',
+      '--public-host',
+      '--ssh-ports',
+      '--accel',
+      '--fake-gpus',
+      '--network',
+      '--vm-subnet',
+      '--tls-cert',
+      'template add',
+    ])
+      assert.ok(help.stdout.includes(o), o);
     const bad = cli(['agent', 'template', 'add', 'x', '/nonexistent']);
     assert.equal(bad.status, 2);
     assert.match(bad.stderr, /VMID must be a positive whole number/);

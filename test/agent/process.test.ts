@@ -88,18 +88,42 @@ describe('launchQemu', () => {
 
   test('a launcher that never exits is killed at the timeout', async () => {
     const t0 = Date.now();
-    await assert.rejects(launchQemu(['-c', 'sleep 10', '-daemonize'], { binary: 'sh', timeoutMs: 200 }), /did not daemonize within 200 ms/);
+    await assert.rejects(
+      launchQemu(['-c', 'sleep 10', '-daemonize'], { binary: 'sh', timeoutMs: 200 }),
+      /did not daemonize within 200 ms/,
+    );
     assert.ok(Date.now() - t0 < 2000);
   });
 
-  test('a bad option rejects with QEMU\'s message', { skip: qemu.skip }, async () => {
+  test("a bad option rejects with QEMU's message", { skip: qemu.skip }, async () => {
     qemu.ensure();
     await assert.rejects(
-      launchQemu(['-machine', 'q35', '-accel', 'tcg', '-nodefaults', '-display', 'none', '-no-such-option', '-daemonize']),
+      launchQemu([
+        '-machine',
+        'q35',
+        '-accel',
+        'tcg',
+        '-nodefaults',
+        '-display',
+        'none',
+        '-no-such-option',
+        '-daemonize',
+      ]),
       /qemu-system-x86_64: -no-such-option: invalid option/,
     );
     await assert.rejects(
-      launchQemu(['-machine', 'q35', '-accel', 'tcg', '-nodefaults', '-display', 'none', '-drive', `file=${join(dir, 'missing.qcow2')},if=virtio,format=qcow2`, '-daemonize']),
+      launchQemu([
+        '-machine',
+        'q35',
+        '-accel',
+        'tcg',
+        '-nodefaults',
+        '-display',
+        'none',
+        '-drive',
+        `file=${join(dir, 'missing.qcow2')},if=virtio,format=qcow2`,
+        '-daemonize',
+      ]),
       /missing\.qcow2.*No such file or directory/,
     );
   });

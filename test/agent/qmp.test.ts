@@ -23,10 +23,18 @@ async function waitFor(cond: () => boolean, ms: number, what: string): Promise<v
   }
 }
 
-type Handler = (cmd: { execute: string; id?: unknown; arguments?: unknown }, send: (s: string) => void, sock: net.Socket) => void;
+type Handler = (
+  cmd: { execute: string; id?: unknown; arguments?: unknown },
+  send: (s: string) => void,
+  sock: net.Socket,
+) => void;
 
 /** A fake QMP server: greets (unless told not to) and passes each command to `handler`. */
-async function fakeServer(dir: string, handler: Handler, opts: { greet?: boolean } = {}): Promise<{ path: string; server: net.Server; seen: unknown[] }> {
+async function fakeServer(
+  dir: string,
+  handler: Handler,
+  opts: { greet?: boolean } = {},
+): Promise<{ path: string; server: net.Server; seen: unknown[] }> {
   const path = join(dir, `fake-${Math.random().toString(36).slice(2)}.sock`);
   const seen: unknown[] = [];
   const server = net.createServer((sock) => {
@@ -95,7 +103,12 @@ describe('QmpClient against a fake server', () => {
 
   test('an error reply rejects with QmpError carrying the class', async () => {
     const { path } = await serve((cmd, send) => {
-      send(JSON.stringify({ error: { class: 'CommandNotFound', desc: `The command ${cmd.execute} has not been found` }, id: cmd.id }) + '\n');
+      send(
+        JSON.stringify({
+          error: { class: 'CommandNotFound', desc: `The command ${cmd.execute} has not been found` },
+          id: cmd.id,
+        }) + '\n',
+      );
     });
     const c = await QmpClient.connect(path);
     await assert.rejects(c.execute('nope'), (err: unknown) => {
@@ -117,7 +130,10 @@ describe('QmpClient against a fake server', () => {
       } else send(reply);
     });
     const c = await QmpClient.connect(path);
-    await assert.rejects(c.execute('slow', undefined, { timeoutMs: 50 }), (err: unknown) => err instanceof QmpConnectionError && err.reason === 'timeout');
+    await assert.rejects(
+      c.execute('slow', undefined, { timeoutMs: 50 }),
+      (err: unknown) => err instanceof QmpConnectionError && err.reason === 'timeout',
+    );
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(await c.execute('fast'), 'fast');
     c.close();
@@ -128,9 +144,15 @@ describe('QmpClient against a fake server', () => {
     const c = await QmpClient.connect(path);
     let closes = 0;
     c.onClose(() => closes++);
-    await assert.rejects(c.execute('query-status'), (err: unknown) => err instanceof QmpConnectionError && err.reason === 'closed');
+    await assert.rejects(
+      c.execute('query-status'),
+      (err: unknown) => err instanceof QmpConnectionError && err.reason === 'closed',
+    );
     assert.equal(c.closed, true);
-    await assert.rejects(c.execute('query-status'), (err: unknown) => err instanceof QmpConnectionError && err.reason === 'closed');
+    await assert.rejects(
+      c.execute('query-status'),
+      (err: unknown) => err instanceof QmpConnectionError && err.reason === 'closed',
+    );
     c.close();
     let late = 0;
     c.onClose(() => late++);
@@ -142,7 +164,10 @@ describe('QmpClient against a fake server', () => {
   test('connect times out without a greeting, and fails at once on a missing socket', async () => {
     const { path } = await serve(() => {}, { greet: false });
     const t0 = Date.now();
-    await assert.rejects(QmpClient.connect(path, { timeoutMs: 150 }), (err: unknown) => err instanceof QmpConnectionError && err.reason === 'timeout');
+    await assert.rejects(
+      QmpClient.connect(path, { timeoutMs: 150 }),
+      (err: unknown) => err instanceof QmpConnectionError && err.reason === 'timeout',
+    );
     assert.ok(Date.now() - t0 < 1000);
     await assert.rejects(QmpClient.connect(join(dir, 'missing.sock')), /ENOENT/);
   });
@@ -178,7 +203,23 @@ describe('QmpClient against a real QEMU', { skip: qemu.skip }, () => {
     const sock = join(dir, `${name}.sock`);
     const qmpArg = `unix:${sock},server=on,wait=off`;
     const pidFile = join(dir, `${name}.pid`);
-    await launchQemu(['-machine', 'q35', '-accel', 'tcg', '-m', '64', '-nodefaults', '-display', 'none', '-S', '-qmp', qmpArg, '-pidfile', pidFile, '-daemonize']);
+    await launchQemu([
+      '-machine',
+      'q35',
+      '-accel',
+      'tcg',
+      '-m',
+      '64',
+      '-nodefaults',
+      '-display',
+      'none',
+      '-S',
+      '-qmp',
+      qmpArg,
+      '-pidfile',
+      pidFile,
+      '-daemonize',
+    ]);
     const pid = readPid(pidFile);
     assert.ok(pid, 'QEMU wrote its pid file');
     pids.push(pid);
@@ -191,10 +232,16 @@ describe('QmpClient against a real QEMU', { skip: qemu.skip }, () => {
 
     const c1 = await QmpClient.connect(sock);
     assert.deepEqual(await c1.execute('query-status'), { status: 'prelaunch', singlestep: false, running: false });
-    await assert.rejects(c1.execute('no-such-command'), (err: unknown) => err instanceof QmpError && err.qmpClass === 'CommandNotFound');
+    await assert.rejects(
+      c1.execute('no-such-command'),
+      (err: unknown) => err instanceof QmpError && err.qmpClass === 'CommandNotFound',
+    );
 
     // QEMU greets a second client only after the first has gone.
-    await assert.rejects(QmpClient.connect(sock, { timeoutMs: 300 }), (err: unknown) => err instanceof QmpConnectionError && err.reason === 'timeout');
+    await assert.rejects(
+      QmpClient.connect(sock, { timeoutMs: 300 }),
+      (err: unknown) => err instanceof QmpConnectionError && err.reason === 'timeout',
+    );
     c1.close();
 
     const c2 = await QmpClient.connect(sock);

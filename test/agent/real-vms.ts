@@ -23,7 +23,10 @@ export function testImage(): string {
   const out = join(tmpdir(), `gpucloud-test-image-${h.digest('hex').slice(0, 16)}.qcow2`);
   if (existsSync(out)) return out;
   const tmp = `${out}.${process.pid}.tmp.qcow2`;
-  const r = spawnSync(process.execPath, [join(ROOT, 'scripts/test-image.mjs'), tmp], { encoding: 'utf8', timeout: 300_000 });
+  const r = spawnSync(process.execPath, [join(ROOT, 'scripts/test-image.mjs'), tmp], {
+    encoding: 'utf8',
+    timeout: 300_000,
+  });
   if (r.status !== 0) throw new Error(`npm run test-image failed:\n${r.stdout}\n${r.stderr}`);
   renameSync(tmp, out);
   return out;
@@ -33,7 +36,12 @@ export { freePort } from '../helpers/ports.js';
 
 /** `gpucloud ARGS` to completion. */
 export function cli(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, ...env }, timeout: 120_000 });
+  return spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    env: { ...process.env, ...env },
+    timeout: 120_000,
+  });
 }
 
 export interface AgentProcess {
@@ -84,7 +92,16 @@ export function workDir(tag: string): string {
 export function ssh(command: string, remote: string, auth: { key: string } | { password: string; dir: string }) {
   const parts = command.split(' ');
   if (parts[0] !== 'ssh') throw new Error(`access-info command does not start with ssh: ${command}`);
-  const opts = ['-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'ConnectTimeout=20', '-o', 'LogLevel=ERROR'];
+  const opts = [
+    '-o',
+    'StrictHostKeyChecking=no',
+    '-o',
+    'UserKnownHostsFile=/dev/null',
+    '-o',
+    'ConnectTimeout=20',
+    '-o',
+    'LogLevel=ERROR',
+  ];
   const env: Record<string, string> = { ...(process.env as Record<string, string>) };
   if ('key' in auth) {
     opts.push('-i', auth.key, '-o', 'BatchMode=yes', '-o', 'IdentitiesOnly=yes');
@@ -94,9 +111,21 @@ export function ssh(command: string, remote: string, auth: { key: string } | { p
     writeFileSync(askpass, `#!/bin/sh\nprintf '%s\\n' '${auth.password.replace(/'/g, `'\\''`)}'\n`);
     chmodSync(askpass, 0o700);
     Object.assign(env, { SSH_ASKPASS: askpass, SSH_ASKPASS_REQUIRE: 'force', DISPLAY: ':0' });
-    opts.push('-o', 'PreferredAuthentications=password,keyboard-interactive', '-o', 'PubkeyAuthentication=no', '-o', 'NumberOfPasswordPrompts=1');
+    opts.push(
+      '-o',
+      'PreferredAuthentications=password,keyboard-interactive',
+      '-o',
+      'PubkeyAuthentication=no',
+      '-o',
+      'NumberOfPasswordPrompts=1',
+    );
   }
-  return spawnSync('ssh', [...opts, ...parts.slice(1), remote], { encoding: 'utf8', env, timeout: 60_000, stdio: ['ignore', 'pipe', 'pipe'] });
+  return spawnSync('ssh', [...opts, ...parts.slice(1), remote], {
+    encoding: 'utf8',
+    env,
+    timeout: 60_000,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 }
 
 /** The QEMU processes whose command line mentions this directory. */

@@ -9,7 +9,15 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { hashPassword, metaData, normalizeSshKey, sha512Crypt, userData, writeSeed, type SeedSpec } from '../../src/agent/images/seed.js';
+import {
+  hashPassword,
+  metaData,
+  normalizeSshKey,
+  sha512Crypt,
+  userData,
+  writeSeed,
+  type SeedSpec,
+} from '../../src/agent/images/seed.js';
 import { qemuAvailable } from '../../src/agent/qemu/process.js';
 import { genisoimage } from './qemu-helpers.js';
 
@@ -159,15 +167,19 @@ describe('SHA-512 crypt', () => {
     assert.equal(checked, passwords.length * salts.length);
   });
 
-  test('matches mkpasswd (glibc crypt)', { skip: qemuAvailable('mkpasswd') ? false : 'mkpasswd not found: apt-get install whois' }, () => {
-    for (const pw of passwords) {
-      for (const salt of ['saltstring', 'abcdefghijklmnop', 'ABCDEFGH']) {
-        const r = spawnSync('mkpasswd', ['-m', 'sha-512', '-S', salt, pw], { encoding: 'utf8' });
-        assert.equal(r.status, 0, r.stderr);
-        assert.equal(sha512Crypt(pw, salt), r.stdout.trim(), `${JSON.stringify(pw)} / ${salt}`);
+  test(
+    'matches mkpasswd (glibc crypt)',
+    { skip: qemuAvailable('mkpasswd') ? false : 'mkpasswd not found: apt-get install whois' },
+    () => {
+      for (const pw of passwords) {
+        for (const salt of ['saltstring', 'abcdefghijklmnop', 'ABCDEFGH']) {
+          const r = spawnSync('mkpasswd', ['-m', 'sha-512', '-S', salt, pw], { encoding: 'utf8' });
+          assert.equal(r.status, 0, r.stderr);
+          assert.equal(sha512Crypt(pw, salt), r.stdout.trim(), `${JSON.stringify(pw)} / ${salt}`);
+        }
       }
-    }
-  });
+    },
+  );
 
   test('hashPassword: fresh 16-char salts, verifiable, accepted by userData', async () => {
     const a = await hashPassword('correct horse');
@@ -211,7 +223,13 @@ describe('writeSeed', { skip: genisoimage.skip }, () => {
     const bytes = readFileSync(iso);
     // Primary volume descriptor at sector 16; the volume id starts at byte 40 of it.
     assert.equal(bytes.subarray(0x8001, 0x8006).toString('latin1'), 'CD001');
-    assert.equal(bytes.subarray(0x8028, 0x8028 + 32).toString('latin1').trimEnd(), 'cidata');
+    assert.equal(
+      bytes
+        .subarray(0x8028, 0x8028 + 32)
+        .toString('latin1')
+        .trimEnd(),
+      'cidata',
+    );
     const text = bytes.toString('latin1');
     assert.ok(text.includes(userData(pwVm)), 'user-data inside');
     assert.ok(text.includes(metaData(pwVm)), 'meta-data inside');
@@ -227,6 +245,9 @@ describe('writeSeed', { skip: genisoimage.skip }, () => {
   });
 
   test('a missing genisoimage rejects with the package name', async () => {
-    await assert.rejects(writeSeed(dir, keyVm, { binary: 'no-such-genisoimage' }), /not found \(Debian package genisoimage\)/);
+    await assert.rejects(
+      writeSeed(dir, keyVm, { binary: 'no-such-genisoimage' }),
+      /not found \(Debian package genisoimage\)/,
+    );
   });
 });

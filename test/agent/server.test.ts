@@ -56,7 +56,14 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     templates = new TemplateStore(join(dir, 'd', 'templates'));
     await templates.add(100, base, 'ubuntu');
     vms = new VmManager(
-      { dataDir: join(dir, 'd'), accel: 'tcg', publicHost: 'gpu7.example.com', forwardHost: '127.0.0.1', sshPorts: { from: 41000, to: 41002 }, fakeGpus: 2 },
+      {
+        dataDir: join(dir, 'd'),
+        accel: 'tcg',
+        publicHost: 'gpu7.example.com',
+        forwardHost: '127.0.0.1',
+        sshPorts: { from: 41000, to: 41002 },
+        fakeGpus: 2,
+      },
       templates,
     );
     await vms.load();
@@ -87,7 +94,15 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
   test('GET /v1/host: version, accelerator, CPU, GPUs, templates, VMs', async () => {
     const r = await call('GET', '/v1/host');
     assert.equal(r.status, 200);
-    assert.deepEqual(Object.keys(r.body).sort(), ['accel', 'agent_version', 'host_cpu_model', 'host_gpus', 'public_host', 'templates', 'vms']);
+    assert.deepEqual(Object.keys(r.body).sort(), [
+      'accel',
+      'agent_version',
+      'host_cpu_model',
+      'host_gpus',
+      'public_host',
+      'templates',
+      'vms',
+    ]);
     assert.equal(r.body.accel, 'tcg');
     assert.equal(r.body.host_gpus.length, 2);
     assert.deepEqual(r.body.templates, [{ vmid: 100, user: 'ubuntu' }]);
@@ -112,21 +127,33 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     assert.deepEqual(readdirSync(folder).sort(), ['disk.qcow2', 'seed.iso', 'vm.json']);
     assert.equal(statSync(folder).mode & 0o777, 0o700);
     assert.equal(statSync(join(folder, 'vm.json')).mode & 0o777, 0o600);
-    const info = JSON.parse(execFileSync('qemu-img', ['info', '-U', '--output=json', join(folder, 'disk.qcow2')], { encoding: 'utf8' }));
+    const info = JSON.parse(
+      execFileSync('qemu-img', ['info', '-U', '--output=json', join(folder, 'disk.qcow2')], { encoding: 'utf8' }),
+    );
     assert.equal(info['virtual-size'], 20 * 1024 ** 3, 'grown to storage_gb');
     assert.equal(info['backing-filename'], templates.get(100)!.path);
     const seed = readFileSync(join(folder, 'seed.iso')).toString('latin1');
-    assert.ok(seed.includes('AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl'), 'the key is in the seed');
+    assert.ok(
+      seed.includes('AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl'),
+      'the key is in the seed',
+    );
     assert.ok(!seed.includes('me@laptop'), 'without its comment');
     assert.equal((await call('GET', `/v1/vms/${id}`)).body.state, 'stopped');
     const host = await call('GET', '/v1/host');
-    assert.deepEqual(host.body.vms.map((v: { id: string }) => v.id), [id]);
+    assert.deepEqual(
+      host.body.vms.map((v: { id: string }) => v.id),
+      [id],
+    );
   });
 
   test('a password VM keeps only the hash of its password', async () => {
     const id = randomUUID();
     const password = 'a long password 1234';
-    const r = await call('PUT', `/v1/vms/${id}`, spec({ vmid: 1001, gpu_count: 0, auth_method: 'password', ssh_public_key: null, password }));
+    const r = await call(
+      'PUT',
+      `/v1/vms/${id}`,
+      spec({ vmid: 1001, gpu_count: 0, auth_method: 'password', ssh_public_key: null, password }),
+    );
     assert.equal(r.status, 200, JSON.stringify(r.body));
     assert.equal(r.body.ssh.port, 41001);
     const folder = join(dir, 'd', 'vms', '1001');
@@ -175,7 +202,11 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     assert.equal((await call('GET', `/v1/vms/${randomUUID()}`)).status, 404);
     assert.equal((await call('POST', `/v1/vms/${randomUUID()}/start`)).status, 404);
     assert.equal((await call('POST', `/v1/vms/${randomUUID()}/stop`, { timeout_s: 5 })).status, 404);
-    assert.equal((await call('DELETE', `/v1/vms/${randomUUID()}`)).status, 204, 'a VM that is not here counts as destroyed');
+    assert.equal(
+      (await call('DELETE', `/v1/vms/${randomUUID()}`)).status,
+      204,
+      'a VM that is not here counts as destroyed',
+    );
   });
 
   test('stop of a stopped VM is a no-op; destroy removes every file; the template cannot go while VMs stand on it', async () => {
@@ -204,9 +235,15 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     execFileSync('qemu-img', ['create', '-q', '-f', 'vmdk', text, '8M']);
     await assert.rejects(templates.add(203, text), /is vmdk; a template must be qcow2 or raw/);
     writeFileSync(join(dir, 'empty'), '');
-    assert.deepEqual(templates.list().map((x) => x.vmid), [100, 200]);
+    assert.deepEqual(
+      templates.list().map((x) => x.vmid),
+      [100, 200],
+    );
     templates.remove(200, false);
-    assert.deepEqual(templates.list().map((x) => x.vmid), [100]);
+    assert.deepEqual(
+      templates.list().map((x) => x.vmid),
+      [100],
+    );
   });
 
   test('real GPUs: only devices bound to vfio-pci are given out, each to one VM; the others are named in the refusal', async () => {
@@ -217,22 +254,40 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
       { addr: '0000:03:00.0', vendor: '0x10de', device: '0x2684', cls: '0x030000', group: 14, driver: 'nvidia' },
     ]);
     const real = new VmManager(
-      { dataDir: join(dir, 'real'), accel: 'kvm', publicHost: '127.0.0.1', forwardHost: '127.0.0.1', sshPorts: { from: 41100, to: 41110 }, fakeGpus: 0, sysRoot: sys },
+      {
+        dataDir: join(dir, 'real'),
+        accel: 'kvm',
+        publicHost: '127.0.0.1',
+        forwardHost: '127.0.0.1',
+        sshPorts: { from: 41100, to: 41110 },
+        fakeGpus: 0,
+        sysRoot: sys,
+      },
       templates,
     );
     await real.load();
-    assert.deepEqual(real.gpus.map((g) => [g.pci_address, g.vfio]), [['0000:01:00.0', true], ['0000:02:00.0', true], ['0000:03:00.0', false]]);
+    assert.deepEqual(
+      real.gpus.map((g) => [g.pci_address, g.vfio]),
+      [
+        ['0000:01:00.0', true],
+        ['0000:02:00.0', true],
+        ['0000:03:00.0', false],
+      ],
+    );
     const one = await real.provision(randomUUID(), spec({ vmid: 2000, gpu_count: 1 }) as never);
     const two = await real.provision(randomUUID(), spec({ vmid: 2001, gpu_count: 1 }) as never);
     assert.deepEqual([one.gpus, two.gpus], [['0000:01:00.0'], ['0000:02:00.0']], 'one device, one VM');
-    await assert.rejects(real.provision(randomUUID(), spec({ vmid: 2002, gpu_count: 1 }) as never), (err: Error & { code?: string }) => {
-      assert.equal(err.code, 'gpus_unavailable');
-      assert.match(err.message, /0 free on this host \(1 more are not bound to vfio-pci\)/);
-      return true;
-    });
+    await assert.rejects(
+      real.provision(randomUUID(), spec({ vmid: 2002, gpu_count: 1 }) as never),
+      (err: Error & { code?: string }) => {
+        assert.equal(err.code, 'gpus_unavailable');
+        assert.match(err.message, /0 free on this host \(1 more are not bound to vfio-pci\)/);
+        return true;
+      },
+    );
     await real.destroy(one.id);
     const three = await real.provision(randomUUID(), spec({ vmid: 2003, gpu_count: 1 }) as never);
-    assert.deepEqual(three.gpus, ['0000:01:00.0'], 'a destroyed VM\'s device is free again');
+    assert.deepEqual(three.gpus, ['0000:01:00.0'], "a destroyed VM's device is free again");
     for (const v of [two, three]) await real.destroy(v.id);
     real.close();
   });

@@ -19,7 +19,11 @@ const TOKEN = 'tls-agent-token-'.padEnd(40, 't');
 function fetchHost(url: string, env: Record<string, string>): Promise<string> {
   const script = `fetch(process.argv[1] + '/v1/host', { headers: { authorization: 'Bearer ${TOKEN}' } })
     .then((r) => r.json()).then((j) => console.log('ok', j.accel), (e) => console.log('error', e.cause?.code ?? e.message))`;
-  return new Promise((resolve) => execFile(process.execPath, ['-e', script, url], { env: { ...process.env, ...env } }, (_e, out) => resolve(out.trim())));
+  return new Promise((resolve) =>
+    execFile(process.execPath, ['-e', script, url], { env: { ...process.env, ...env } }, (_e, out) =>
+      resolve(out.trim()),
+    ),
+  );
 }
 
 describe('agent over TLS', { skip: qemu.skip }, () => {
@@ -27,10 +31,46 @@ describe('agent over TLS', { skip: qemu.skip }, () => {
   let agent: RunningAgent;
   before(async () => {
     dir = workDir('tls');
-    execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2', '-subj', '/CN=127.0.0.1',
-      '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-days',
+        '2',
+        '-subj',
+        '/CN=127.0.0.1',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1',
+        '-keyout',
+        join(dir, 'key.pem'),
+        '-out',
+        join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
     const options = parseAgentOptions(
-      ['--listen', '127.0.0.1:0', '--data-dir', join(dir, 'a'), '--token', TOKEN, '--accel', 'tcg', '--fake-gpus', '1', '--tls-cert', join(dir, 'cert.pem'), '--tls-key', join(dir, 'key.pem')],
+      [
+        '--listen',
+        '127.0.0.1:0',
+        '--data-dir',
+        join(dir, 'a'),
+        '--token',
+        TOKEN,
+        '--accel',
+        'tcg',
+        '--fake-gpus',
+        '1',
+        '--tls-cert',
+        join(dir, 'cert.pem'),
+        '--tls-key',
+        join(dir, 'key.pem'),
+      ],
       {},
     );
     agent = await startAgent(options, false);

@@ -38,7 +38,8 @@ describe('tapCounters', () => {
   });
 
   test('names that are not interface names throw', () => {
-    for (const bad of ['../../etc', 'a/b', '', 'x'.repeat(16), 'tap 0']) assert.throws(() => tapCounters(bad, root), TypeError, bad);
+    for (const bad of ['../../etc', 'a/b', '', 'x'.repeat(16), 'tap 0'])
+      assert.throws(() => tapCounters(bad, root), TypeError, bad);
   });
 
   test('the loopback device of this host has counters', () => {

@@ -24,7 +24,8 @@ describeEachDb('api-keys', (t) => {
   }
 
   async function rowCount(userId: number): Promise<number> {
-    return (await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM api_keys WHERE user_id = $1', [userId])).rows[0]!.n;
+    return (await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM api_keys WHERE user_id = $1', [userId]))
+      .rows[0]!.n;
   }
 
   test('create: 201 with exactly the key record fields plus key, gpc_ key shown once, default scope read_write, no-store', async () => {
@@ -38,7 +39,10 @@ describeEachDb('api-keys', (t) => {
     assert.equal(r.body.scope, 'read_write');
     assert.match(r.body.key, /^gpc_[A-Za-z0-9_-]{40,}$/);
     assert.ok(r.body.key.startsWith(r.body.prefix), 'prefix is the start of the key');
-    assert.ok(r.body.prefix.startsWith('gpc_') && r.body.prefix.length < r.body.key.length / 2, 'prefix reveals only a little');
+    assert.ok(
+      r.body.prefix.startsWith('gpc_') && r.body.prefix.length < r.body.key.length / 2,
+      'prefix reveals only a little',
+    );
     assert.equal(r.body.created_at, t().clock.now().toISOString());
     assert.equal(r.body.expires_at, null);
     assert.equal(r.body.last_used_at, null);
@@ -78,7 +82,9 @@ describeEachDb('api-keys', (t) => {
         // Nor the part after the displayed prefix.
         assert.ok(!text.includes(r.body.key.slice(r.body.prefix.length)), `column ${col} holds the secret part`);
       }
-      const whole = await t().db.query<{ row: string }>('SELECT k::text AS row FROM api_keys k WHERE id = $1', [r.body.id]);
+      const whole = await t().db.query<{ row: string }>('SELECT k::text AS row FROM api_keys k WHERE id = $1', [
+        r.body.id,
+      ]);
       assert.ok(!whole.rows[0]!.row.includes(r.body.key.slice(8)));
     }
   });
@@ -136,7 +142,10 @@ describeEachDb('api-keys', (t) => {
       const r = await u.api.post('/api-keys', { rawBody: body });
       assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
       assert.equal(r.body.code, 'validation_error');
-      assert.ok(r.body.errors?.some((e) => e.field === field), `${JSON.stringify(body)}: ${r.text}`);
+      assert.ok(
+        r.body.errors?.some((e) => e.field === field),
+        `${JSON.stringify(body)}: ${r.text}`,
+      );
     }
     assert.equal(await rowCount(u.id), 0, 'nothing was created');
     const noBody = await u.api.post('/api-keys', { rawBody: undefined });
@@ -185,7 +194,11 @@ describeEachDb('api-keys', (t) => {
     assert.equal(again.body.code, 'not_found');
     const list = await u.api.get('/api-keys');
     assert.equal(list.status, 200, list.text);
-    assert.deepEqual(list.body.map((k) => k.name), ['read_only'], 'only the kept key (the world names keys by scope)');
+    assert.deepEqual(
+      list.body.map((k) => k.name),
+      ['read_only'],
+      'only the kept key (the world names keys by scope)',
+    );
     assert.equal(list.headers['x-total-count'], '1');
     assert.equal((await w.as(w.keys.read_only).get('/account')).status, 200, 'other keys unaffected');
   });
@@ -200,7 +213,7 @@ describeEachDb('api-keys', (t) => {
     assert.equal((await self.get('/api-keys')).status, 401);
   });
 
-  test('another user\'s key is 404 exactly like a missing one, and keeps working; malformed ids are 404', async () => {
+  test("another user's key is 404 exactly like a missing one, and keeps working; malformed ids are 404", async () => {
     const w = await world(t());
     const owner = w.user;
     const other = await w.newUser();
@@ -231,7 +244,10 @@ describeEachDb('api-keys', (t) => {
     const victim = await create(w.user.api, { name: 'victim' });
     assert.equal(victim.status, 201, victim.text);
     const id = { params: { key_id: victim.body.id } };
-    for (const [c, name] of [[ro, 'read_only'], [bo, 'billing_only']] as const) {
+    for (const [c, name] of [
+      [ro, 'read_only'],
+      [bo, 'billing_only'],
+    ] as const) {
       for (const scope of [undefined, 'read_write', 'read_only', 'billing_only'] as const) {
         const r = await c.post('/api-keys', { body: scope ? { name: 'x', scope } : { name: 'x' } });
         assert.equal(r.status, 403, `${name} creating ${scope}: ${r.text}`);
@@ -266,10 +282,16 @@ describeEachDb('api-keys', (t) => {
     const all = await u.api.get('/api-keys');
     assert.equal(all.status, 200, all.text);
     assert.equal(all.headers['x-total-count'], '5');
-    assert.deepEqual(all.body.map((k) => k.id), [...ids].reverse());
+    assert.deepEqual(
+      all.body.map((k) => k.id),
+      [...ids].reverse(),
+    );
     const p = await u.api.get('/api-keys', { query: { limit: 2, offset: 1 } });
     assert.equal(p.status, 200, p.text);
-    assert.deepEqual(p.body.map((k) => k.id), [ids[3], ids[2]]);
+    assert.deepEqual(
+      p.body.map((k) => k.id),
+      [ids[3], ids[2]],
+    );
     assert.equal(p.headers['x-total-count'], '5');
     const end = await u.api.get('/api-keys', { query: { limit: 100, offset: 5 } });
     assert.deepEqual(end.body, []);
@@ -319,7 +341,14 @@ describeEachDb('api-keys', (t) => {
   test('bad credentials: unknown, malformed or truncated keys are 401', async () => {
     const w = await world(t(), { keys: ['read_write'] });
     const key = w.keys.read_write;
-    for (const token of ['gpc_unknown', key.slice(0, -1), key + 'x', key.toUpperCase(), 'gpc_', `${'gpc_'}${'a'.repeat(300)}`]) {
+    for (const token of [
+      'gpc_unknown',
+      key.slice(0, -1),
+      key + 'x',
+      key.toUpperCase(),
+      'gpc_',
+      `${'gpc_'}${'a'.repeat(300)}`,
+    ]) {
       const r = await w.as(token).get('/api-keys');
       assert.equal(r.status, 401, token);
       assert.equal(r.body.code, 'unauthorized');
@@ -329,12 +358,16 @@ describeEachDb('api-keys', (t) => {
       const r = await anon.get('/api-keys', { headers: { authorization } });
       assert.equal(r.status, 401, authorization);
     }
-    assert.equal((await anon.get('/api-keys', { headers: { authorization: `bearer ${key}` } })).status, 200, 'scheme is case-insensitive');
+    assert.equal(
+      (await anon.get('/api-keys', { headers: { authorization: `bearer ${key}` } })).status,
+      200,
+      'scheme is case-insensitive',
+    );
     const none = await anon.post('/api-keys', { body: { name: 'x' } });
     assert.equal(none.status, 401);
   });
 
-  test('a key keeps working after its creator\'s session ends (keys are independent of sessions)', async () => {
+  test("a key keeps working after its creator's session ends (keys are independent of sessions)", async () => {
     const w = await world(t(), { keys: ['read_only'] });
     const u = w.user;
     const out = await u.api.post('/auth/logout', { body: { refresh_token: u.refresh } });

@@ -36,7 +36,13 @@ describeEachDb('account security', (t) => {
     expect403(await t().req('POST', '/auth/2fa/setup', { token: key }), 'setup');
     expect403(await t().req('POST', '/auth/2fa/enable', { token: key, body: { code: '123456' } }), 'enable');
     expect403(await t().req('POST', '/auth/2fa/disable', { token: key, body: { code: '123456' } }), 'disable');
-    expect403(await t().req('POST', '/account/password', { token: key, body: { current_password: u.password, new_password: 'a brand new password' } }), 'password');
+    expect403(
+      await t().req('POST', '/account/password', {
+        token: key,
+        body: { current_password: u.password, new_password: 'a brand new password' },
+      }),
+      'password',
+    );
     expect403(await t().req('POST', '/auth/logout-all', { token: key }), 'logout-all');
     // Nothing changed: no 2FA, the same password, the session alive.
     assert.equal((await account(u.token)).body.two_factor_enabled, false);
@@ -59,18 +65,23 @@ describeEachDb('account security', (t) => {
     for (const k of [k1, k2, k3]) assert.equal((await account(k)).status, 401, 'the key and what it made are dead');
     assert.equal((await account(sibling)).status, 200);
     assert.equal((await account(othersKey)).status, 200);
-    const after = (await t().req('GET', '/api-keys', { token: u.token })).body as { name: string; revoked_at?: string | null }[];
+    const after = (await t().req('GET', '/api-keys', { token: u.token })).body as {
+      name: string;
+      revoked_at?: string | null;
+    }[];
     assert.deepEqual(after.map((k) => k.name).sort(), ['by the session'], 'the list shows the live keys');
     // A read_write key still manages keys: it revokes what it made, and itself.
     const k4 = await createApiKey(t(), u.token, 'read_write', 'k4');
     const k5 = await createApiKey(t(), k4, 'read_only', 'k5 by k4');
-    const id5 = (await t().req('GET', '/api-keys', { token: k4 })).body.find((k: { name: string }) => k.name === 'k5 by k4').id;
+    const id5 = (await t().req('GET', '/api-keys', { token: k4 })).body.find(
+      (k: { name: string }) => k.name === 'k5 by k4',
+    ).id;
     assert.equal((await t().req('DELETE', `/api-keys/${id5}`, { token: k4 })).status, 204);
     assert.equal((await account(k5)).status, 401);
     assert.equal((await account(k4)).status, 200);
   });
 
-  test('enabling 2FA ends the other sessions; disabling it too; the caller\'s session goes on', async () => {
+  test("enabling 2FA ends the other sessions; disabling it too; the caller's session goes on", async () => {
     const u = await createUser(t());
     const phone = await otherSession(u);
     const s = await t().req('POST', '/auth/2fa/setup', { token: u.token });
@@ -79,7 +90,7 @@ describeEachDb('account security', (t) => {
     assert.equal(e.status, 200, e.text);
     for (const c of e.body.recovery_codes) t().forbidSecret(c);
     assert.match(e.body.message, /every other session/);
-    assert.equal((await account(phone.access)).status, 401, 'the other session\'s access token is dead');
+    assert.equal((await account(phone.access)).status, 401, "the other session's access token is dead");
     assert.equal((await refresh(phone.refresh)).status, 401, 'and so is its refresh token');
     assert.equal((await account(u.token)).status, 200, 'the caller goes on');
 
@@ -94,7 +105,7 @@ describeEachDb('account security', (t) => {
     assert.equal((await account(u.token)).status, 200);
   });
 
-  test('logout-all ends every session, the caller\'s too; keys are untouched', async () => {
+  test("logout-all ends every session, the caller's too; keys are untouched", async () => {
     const u = await createUser(t());
     const key = await createApiKey(t(), u.token, 'read_only');
     const phone = await otherSession(u);
@@ -105,7 +116,11 @@ describeEachDb('account security', (t) => {
     for (const rt of [u.refresh, phone.refresh]) assert.equal((await refresh(rt)).status, 401);
     assert.equal((await account(key)).status, 200);
     assert.equal((await login(u)).status, 200, 'a new login works');
-    assert.equal((await t().req('POST', '/auth/logout-all', { token: u.token })).status, 401, 'the ended session cannot call it again');
+    assert.equal(
+      (await t().req('POST', '/auth/logout-all', { token: u.token })).status,
+      401,
+      'the ended session cannot call it again',
+    );
     assert.equal((await t().req('POST', '/auth/logout-all', { token: u.token, body: { all: true } })).status, 401);
   });
 
@@ -114,7 +129,10 @@ describeEachDb('account security', (t) => {
     const phone = await otherSession(u);
     const next = 'a completely new password';
     t().forbidSecret(next);
-    const wrong = await t().req('POST', '/account/password', { token: u.token, body: { current_password: 'not it at all', new_password: next } });
+    const wrong = await t().req('POST', '/account/password', {
+      token: u.token,
+      body: { current_password: 'not it at all', new_password: next },
+    });
     assert.equal(wrong.status, 422, wrong.text);
     assert.equal(wrong.body.errors[0].field, 'body.current_password');
     assert.equal((await account(phone.access)).status, 200, 'a refused change ends nothing');
@@ -126,9 +144,15 @@ describeEachDb('account security', (t) => {
     ] as const) {
       const r = await t().req('POST', '/account/password', { token: u.token, body });
       assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
-      assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), r.text);
+      assert.ok(
+        r.body.errors.some((e: { field: string }) => e.field === field),
+        r.text,
+      );
     }
-    const ok = await t().req('POST', '/account/password', { token: u.token, body: { current_password: u.password, new_password: next } });
+    const ok = await t().req('POST', '/account/password', {
+      token: u.token,
+      body: { current_password: u.password, new_password: next },
+    });
     assert.equal(ok.status, 200, ok.text);
     assert.equal(ok.headers['cache-control'], 'no-store');
     assert.equal((await account(phone.access)).status, 401, 'the other session ended');
@@ -138,7 +162,7 @@ describeEachDb('account security', (t) => {
     assert.equal((await login(u, next)).status, 200);
   });
 
-  test('wrong second-factor codes lock the account\'s second factor for 15 minutes, across logins and disable attempts', async () => {
+  test("wrong second-factor codes lock the account's second factor for 15 minutes, across logins and disable attempts", async () => {
     const u = await createUser(t());
     const s = await t().req('POST', '/auth/2fa/setup', { token: u.token });
     t().forbidSecret(s.body.secret);
@@ -148,7 +172,11 @@ describeEachDb('account security', (t) => {
     await t().services.clock.advance(30);
     const wrong = () => String((Number(code(s.body.secret)) + 500_000) % 1_000_000).padStart(6, '0');
     // Two wrong codes through disable (the session), eight through logins: ten in a row.
-    for (let i = 0; i < 2; i++) assert.equal((await t().req('POST', '/auth/2fa/disable', { token: u.token, body: { code: wrong() } })).status, 400);
+    for (let i = 0; i < 2; i++)
+      assert.equal(
+        (await t().req('POST', '/auth/2fa/disable', { token: u.token, body: { code: wrong() } })).status,
+        400,
+      );
     let challenge = '';
     for (let i = 0; i < 8; i++) {
       if (i % 4 === 0) challenge = (await login(u)).body.challenge_token; // a fresh challenge now and then
@@ -156,17 +184,27 @@ describeEachDb('account security', (t) => {
       assert.equal(r.status, 401, `wrong code ${i + 3}: ${r.text}`);
     }
     // Locked: even the right code is refused, with when to come back.
-    const locked = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: (await login(u)).body.challenge_token, code: code(s.body.secret) } });
+    const locked = await t().req('POST', '/auth/2fa/verify', {
+      body: { challenge_token: (await login(u)).body.challenge_token, code: code(s.body.secret) },
+    });
     assert.equal(locked.status, 429, locked.text);
     assert.equal(locked.body.code, 'rate_limited');
     assert.equal(locked.headers['retry-after'], '900');
-    assert.equal((await t().req('POST', '/auth/2fa/disable', { token: u.token, body: { code: code(s.body.secret) } })).status, 429);
+    assert.equal(
+      (await t().req('POST', '/auth/2fa/disable', { token: u.token, body: { code: code(s.body.secret) } })).status,
+      429,
+    );
     // After the lock, the right code works and the count starts again.
     await t().services.clock.advance(15 * 60);
-    const ok = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: (await login(u)).body.challenge_token, code: code(s.body.secret) } });
+    const ok = await t().req('POST', '/auth/2fa/verify', {
+      body: { challenge_token: (await login(u)).body.challenge_token, code: code(s.body.secret) },
+    });
     assert.equal(ok.status, 200, ok.text);
     t().forbidSecret(ok.body.refresh_token);
-    const row = await t().db.query<{ f: number; l: Date | null }>('SELECT totp_failures AS f, totp_locked_until AS l FROM users WHERE id = $1', [u.id]);
+    const row = await t().db.query<{ f: number; l: Date | null }>(
+      'SELECT totp_failures AS f, totp_locked_until AS l FROM users WHERE id = $1',
+      [u.id],
+    );
     assert.deepEqual([row.rows[0]!.f, row.rows[0]!.l], [0, null]);
   });
 });

@@ -32,7 +32,10 @@ function assertValidation(r: Res, field: string): void {
 }
 
 /** Counts every call to the password hasher (hash, verify, verifyDummy) while `fn` runs. */
-async function countPasswordWork(t: TestApp, fn: () => Promise<void>): Promise<{ hash: number; verify: number; verifyDummy: number }> {
+async function countPasswordWork(
+  t: TestApp,
+  fn: () => Promise<void>,
+): Promise<{ hash: number; verify: number; verifyDummy: number }> {
   const pw = t.services.passwords;
   const counts = { hash: 0, verify: 0, verifyDummy: 0 };
   const orig = { hash: pw.hash, verify: pw.verify, verifyDummy: pw.verifyDummy };
@@ -126,7 +129,10 @@ describeEachDb('accounts', (t) => {
     // Unknown fields are rejected, not ignored (no self-made admins).
     const role = await register({ email: uniqueEmail(), password: PASSWORD, role: 'admin' });
     assertValidation(role, 'body.role');
-    assertValidation(await register({ email: uniqueEmail(), password: PASSWORD, two_factor_enabled: true }), 'body.two_factor_enabled');
+    assertValidation(
+      await register({ email: uniqueEmail(), password: PASSWORD, two_factor_enabled: true }),
+      'body.two_factor_enabled',
+    );
     assertValidation(await register({ email: uniqueEmail(), password: PASSWORD, name: 'n'.repeat(101) }), 'body.name');
     assertValidation(await register({ email: uniqueEmail(), password: PASSWORD, name: 7 }), 'body.name');
     // The body itself must be an object.
@@ -142,10 +148,16 @@ describeEachDb('accounts', (t) => {
   });
 
   test('register: malformed JSON 400, wrong media type 415, oversized 413; all no-store', async () => {
-    const bad = await t().req('POST', '/auth/register', { body: '{"email": "a@b.c", ', headers: { 'content-type': 'application/json' } });
+    const bad = await t().req('POST', '/auth/register', {
+      body: '{"email": "a@b.c", ',
+      headers: { 'content-type': 'application/json' },
+    });
     assertError(bad, 400, 'malformed_json');
     assert.equal(bad.headers['cache-control'], 'no-store');
-    const text = await t().req('POST', '/auth/register', { body: 'email=a@b.c', headers: { 'content-type': 'text/plain' } });
+    const text = await t().req('POST', '/auth/register', {
+      body: 'email=a@b.c',
+      headers: { 'content-type': 'text/plain' },
+    });
     assertError(text, 415, 'unsupported_media_type');
     const form = await t().req('POST', '/auth/register', {
       body: 'email=a%40b.c&password=xxxxxxxxxxxxxx',
@@ -174,7 +186,12 @@ describeEachDb('accounts', (t) => {
     const email = uniqueEmail('Dup');
     const first = await register({ email, password: PASSWORD });
     assert.equal(first.status, 201, first.text);
-    for (const variant of [email, email.toUpperCase(), email.toLowerCase(), email.replace(/^./, (c) => c.toUpperCase())]) {
+    for (const variant of [
+      email,
+      email.toUpperCase(),
+      email.toLowerCase(),
+      email.replace(/^./, (c) => c.toUpperCase()),
+    ]) {
       const r = await register({ email: variant, password: 'another-password-123' });
       assertError(r, 400, 'conflict');
       assert.equal(r.headers['cache-control'], 'no-store');
@@ -292,17 +309,29 @@ describeEachDb('accounts', (t) => {
       assert.equal(await hasher.verify(hasher.dummyHash, 'some-password-123'), false);
     }
     assert.equal(new PasswordHasher(1).dummyHash, DUMMY_HASH);
-    assert.equal(params(DUMMY_HASH), 'argon2id$v=19$m=19456,t=2,p=1', 'production: OWASP\'s parameters');
+    assert.equal(params(DUMMY_HASH), 'argon2id$v=19$m=19456,t=2,p=1', "production: OWASP's parameters");
     // A hash made at one cost verifies at the other: the parameters travel in the hash.
-    assert.equal(await new PasswordHasher(1).verify(await new PasswordHasher(1, 1, 'test').hash('pw-123456789012'), 'pw-123456789012'), true);
+    assert.equal(
+      await new PasswordHasher(1).verify(
+        await new PasswordHasher(1, 1, 'test').hash('pw-123456789012'),
+        'pw-123456789012',
+      ),
+      true,
+    );
   });
 
   test('login: validation and edge inputs', async () => {
     assertValidation(await t().req('POST', '/auth/login', { body: { email: uniqueEmail() } }), 'body.password');
     assertValidation(await t().req('POST', '/auth/login', { body: { password: PASSWORD } }), 'body.email');
     assertValidation(await t().req('POST', '/auth/login', { body: { email: '', password: PASSWORD } }), 'body.email');
-    assertValidation(await t().req('POST', '/auth/login', { body: { email: uniqueEmail(), password: '' } }), 'body.password');
-    assertValidation(await t().req('POST', '/auth/login', { body: { email: uniqueEmail(), password: PASSWORD, totp: '123456' } }), 'body.totp');
+    assertValidation(
+      await t().req('POST', '/auth/login', { body: { email: uniqueEmail(), password: '' } }),
+      'body.password',
+    );
+    assertValidation(
+      await t().req('POST', '/auth/login', { body: { email: uniqueEmail(), password: PASSWORD, totp: '123456' } }),
+      'body.totp',
+    );
     // Odd but well-formed strings are just wrong credentials: never a 500.
     for (const email of ['not-an-email', "' OR 1=1 --", '%', '\ud800@example.com']) {
       const r = await login(email, PASSWORD);
@@ -348,9 +377,15 @@ describeEachDb('accounts', (t) => {
     const r = await t().req('GET', '/admin/users', { token: admin.token, query: { email: 'a\u0000b' } });
     assert.equal(r.status, 422, r.text);
     assert.equal(r.body.errors[0].field, 'query.email');
-    const found = await t().req('GET', '/admin/users', { token: admin.token, query: { email: admin.email.toUpperCase() } });
+    const found = await t().req('GET', '/admin/users', {
+      token: admin.token,
+      query: { email: admin.email.toUpperCase() },
+    });
     assert.equal(found.status, 200, found.text);
-    assert.deepEqual(found.body.map((u: { id: number }) => u.id), [admin.id]);
+    assert.deepEqual(
+      found.body.map((u: { id: number }) => u.id),
+      [admin.id],
+    );
   });
 
   test('login: a non-admin cannot suspend anyone', async () => {
@@ -393,7 +428,7 @@ describeEachDb('accounts', (t) => {
 
   // ---- GET /account ----
 
-  test('GET /account: the caller\'s record, no-store, 401 without credentials', async () => {
+  test("GET /account: the caller's record, no-store, 401 without credentials", async () => {
     const email = uniqueEmail('acct');
     const reg = await register({ email, password: PASSWORD, name: 'Acct' });
     const l = await login(email, PASSWORD);
@@ -482,7 +517,11 @@ describe('PasswordHasher', () => {
 
   test('bounds concurrent work and refuses past the queue with 429 rate_limited', async () => {
     const h = new PasswordHasher(1, 1);
-    const results = await Promise.allSettled([h.hash('password-one-1'), h.hash('password-two-2'), h.hash('password-three')]);
+    const results = await Promise.allSettled([
+      h.hash('password-one-1'),
+      h.hash('password-two-2'),
+      h.hash('password-three'),
+    ]);
     assert.equal(results[0]!.status, 'fulfilled');
     assert.equal(results[1]!.status, 'fulfilled', 'the queued one runs once the slot frees');
     const third = results[2]!;
@@ -493,7 +532,10 @@ describe('PasswordHasher', () => {
     assert.equal(err.status, 429);
     assert.ok(Number(err.headers?.['retry-after']) >= 1);
     // The slots were all released: new work still runs.
-    const again = await Promise.all([h.verify((results[0] as PromiseFulfilledResult<string>).value, 'password-one-1'), h.hash('x'.repeat(12))]);
+    const again = await Promise.all([
+      h.verify((results[0] as PromiseFulfilledResult<string>).value, 'password-one-1'),
+      h.hash('x'.repeat(12)),
+    ]);
     assert.equal(again[0], true);
   });
 });

@@ -27,7 +27,8 @@ async function sign(claims: JWTPayload, alg = 'HS256', secret = JWT_SECRET): Pro
 describeEachDb('sessions', (t) => {
   const account = (token: string) => t().req('GET', '/account', { token });
   const refresh = (refresh_token: string) => t().req('POST', '/auth/refresh', { body: { refresh_token } });
-  const logout = (token: string, refresh_token: string) => t().req('POST', '/auth/logout', { token, body: { refresh_token } });
+  const logout = (token: string, refresh_token: string) =>
+    t().req('POST', '/auth/logout', { token, body: { refresh_token } });
   const advance = (s: number) => t().services.clock.advance(s);
   async function login(u: TestUser): Promise<{ access_token: string; refresh_token: string }> {
     const r = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
@@ -145,7 +146,7 @@ describeEachDb('sessions', (t) => {
     }
     // Another user's session id with my sub: the session must be mine.
     const other = await createUser(t());
-    assertUnauthorized(await account(await sign({ ...c, sid: decodeJwt(other.token).sid })), 'another user\'s sid');
+    assertUnauthorized(await account(await sign({ ...c, sid: decodeJwt(other.token).sid })), "another user's sid");
     // A purpose token (e.g. a VM launch token) signed with the same key is not an access token.
     const purpose = await t().services.tokens.signPurpose('launch', { sub: String(u.id), sid: c.sid }, 300);
     assertUnauthorized(await account(purpose.token), 'purpose token');
@@ -181,10 +182,18 @@ describeEachDb('sessions', (t) => {
       `Bearer "${u.token}"`,
     ];
     for (const authorization of garbled) {
-      assertUnauthorized(await t().req('GET', '/account', { headers: { authorization } }), JSON.stringify(authorization.slice(0, 30)));
+      assertUnauthorized(
+        await t().req('GET', '/account', { headers: { authorization } }),
+        JSON.stringify(authorization.slice(0, 30)),
+      );
     }
     // The scheme is case-insensitive (RFC 7235) and extra spaces are tolerated.
-    for (const authorization of [`bearer ${u.token}`, `BEARER ${u.token}`, `Bearer   ${u.token}`, `Bearer ${u.token} `]) {
+    for (const authorization of [
+      `bearer ${u.token}`,
+      `BEARER ${u.token}`,
+      `Bearer   ${u.token}`,
+      `Bearer ${u.token} `,
+    ]) {
       const r = await t().req('GET', '/account', { headers: { authorization } });
       assert.equal(r.status, 200, `${JSON.stringify(authorization.slice(0, 12))}: ${r.text}`);
     }
@@ -283,10 +292,25 @@ describeEachDb('sessions', (t) => {
 
   test('refresh: unknown, malformed or wrong-kind tokens are 401; bad bodies 422', async () => {
     const u = await createUser(t());
-    for (const bogus of ['nope', 'x'.repeat(512), u.token, u.refresh + 'x', u.refresh.slice(1), ' ' + u.refresh, 'nul\u0000byte']) {
+    for (const bogus of [
+      'nope',
+      'x'.repeat(512),
+      u.token,
+      u.refresh + 'x',
+      u.refresh.slice(1),
+      ' ' + u.refresh,
+      'nul\u0000byte',
+    ]) {
       assertUnauthorized(await refresh(bogus), bogus.slice(0, 20));
     }
-    for (const body of [{}, { refresh_token: '' }, { refresh_token: 5 }, { refresh_token: null }, { refresh_token: u.refresh, extra: 1 }, { refresh_token: 'x'.repeat(513) }]) {
+    for (const body of [
+      {},
+      { refresh_token: '' },
+      { refresh_token: 5 },
+      { refresh_token: null },
+      { refresh_token: u.refresh, extra: 1 },
+      { refresh_token: 'x'.repeat(513) },
+    ]) {
       const r = await t().req('POST', '/auth/refresh', { body });
       assert.equal(r.status, 422, `${JSON.stringify(body).slice(0, 40)}: ${r.text}`);
       assert.equal(r.body.code, 'validation_error');
@@ -370,13 +394,13 @@ describeEachDb('sessions', (t) => {
     await ok(other.access_token, u.id);
   });
 
-  test('logout: unknown token 401, someone else\'s token 401 and untouched, no bearer 401, bad body 422', async () => {
+  test("logout: unknown token 401, someone else's token 401 and untouched, no bearer 401, bad body 422", async () => {
     const u = await createUser(t());
     const victim = await createUser(t());
     assertUnauthorized(await logout(u.token, 'no-such-refresh-token'), 'unknown');
     assertUnauthorized(await logout(u.token, u.token), 'an access token');
     const cross = await logout(u.token, victim.refresh);
-    assertUnauthorized(cross, 'another user\'s refresh token');
+    assertUnauthorized(cross, "another user's refresh token");
     await ok(victim.token, victim.id, 'victim access');
     const v2 = await refresh(victim.refresh);
     assert.equal(v2.status, 200, v2.text);

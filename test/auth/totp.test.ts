@@ -289,8 +289,14 @@ describe('recovery codes', () => {
     assert.deepEqual(generateRecoveryCodes(fakeRandom(1)), generateRecoveryCodes(fakeRandom(1)));
     assert.notDeepEqual(generateRecoveryCodes(fakeRandom(1)), generateRecoveryCodes(fakeRandom(2)));
     // Byte 0 maps to 'a', byte 31 (and 63, 255...) to '7': only the low 5 bits count.
-    assert.deepEqual(generateRecoveryCodes((n) => Buffer.alloc(n, 0), 1), ['aaaa-aaaa-aaaa']);
-    assert.deepEqual(generateRecoveryCodes((n) => Buffer.alloc(n, 255), 1), ['7777-7777-7777']);
+    assert.deepEqual(
+      generateRecoveryCodes((n) => Buffer.alloc(n, 0), 1),
+      ['aaaa-aaaa-aaaa'],
+    );
+    assert.deepEqual(
+      generateRecoveryCodes((n) => Buffer.alloc(n, 255), 1),
+      ['7777-7777-7777'],
+    );
   });
 
   test('duplicates from the source are replaced; a constant source fails', () => {

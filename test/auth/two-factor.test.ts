@@ -32,7 +32,10 @@ describeEachDb('two-factor', (t) => {
     while (near.has(String(n).padStart(6, '0'))) n = (n + 1) % 1_000_000;
     return String(n).padStart(6, '0');
   }
-  /** A code for `offset` steps away that differs from every code in the accepted window (so it tests the window alone). */
+  /**
+   * A code for `offset` steps away that differs from every code in the accepted window (so it tests the window
+   * alone).
+   */
   function outsideCode(secret: string, offset: number): string | undefined {
     const c = code(secret, offset);
     return [-1, 0, 1].some((o) => code(secret, o) === c) ? undefined : c;
@@ -41,7 +44,8 @@ describeEachDb('two-factor', (t) => {
   const setup = (token: string) => t().req('POST', '/auth/2fa/setup', { token });
   const enable = (token: string, c: string) => t().req('POST', '/auth/2fa/enable', { token, body: { code: c } });
   const disable = (token: string, c: string) => t().req('POST', '/auth/2fa/disable', { token, body: { code: c } });
-  const verify = (challenge_token: string, c: string) => t().req('POST', '/auth/2fa/verify', { body: { challenge_token, code: c } });
+  const verify = (challenge_token: string, c: string) =>
+    t().req('POST', '/auth/2fa/verify', { body: { challenge_token, code: c } });
   const login = (u: TestUser) => t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
 
   async function challenge(u: TestUser): Promise<string> {
@@ -123,9 +127,21 @@ describeEachDb('two-factor', (t) => {
       assert.equal(r.headers['cache-control'], 'no-store');
     }
     assertError(await t().req('POST', '/auth/2fa/enable', { token: u.token, body: {} }), 422, 'validation_error');
-    assertError(await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: '' } }), 422, 'validation_error');
-    assertError(await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: 123456 } }), 422, 'validation_error');
-    assertError(await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code(secret), secret } }), 422, 'validation_error');
+    assertError(
+      await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: '' } }),
+      422,
+      'validation_error',
+    );
+    assertError(
+      await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: 123456 } }),
+      422,
+      'validation_error',
+    );
+    assertError(
+      await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code(secret), secret } }),
+      422,
+      'validation_error',
+    );
     // The failures above did not enable anything.
     assert.equal((await t().req('GET', '/account', { token: u.token })).body.two_factor_enabled, false);
     const e = await enable(u.token, code(secret));
@@ -163,11 +179,27 @@ describeEachDb('two-factor', (t) => {
       assert.equal(r.status, 200, `${JSON.stringify(body)}: ${r.text}`);
       t().forbidSecret(r.body.secret);
     }
-    const extra = await t().req('POST', '/auth/2fa/setup', { token: u.token, body: { secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP' } });
+    const extra = await t().req('POST', '/auth/2fa/setup', {
+      token: u.token,
+      body: { secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP' },
+    });
     assertError(extra, 422, 'validation_error', 'field');
-    assert.deepEqual(extra.body.errors.map((e: { field: string }) => e.field), ['body.secret']);
-    assertError(await t().req('POST', '/auth/2fa/setup', { token: u.token, body: [1] }), 422, 'validation_error', 'array');
-    assertError(await t().req('POST', '/auth/2fa/setup', { token: u.token, body: '"x"' }), 422, 'validation_error', 'string');
+    assert.deepEqual(
+      extra.body.errors.map((e: { field: string }) => e.field),
+      ['body.secret'],
+    );
+    assertError(
+      await t().req('POST', '/auth/2fa/setup', { token: u.token, body: [1] }),
+      422,
+      'validation_error',
+      'array',
+    );
+    assertError(
+      await t().req('POST', '/auth/2fa/setup', { token: u.token, body: '"x"' }),
+      422,
+      'validation_error',
+      'string',
+    );
   });
 
   test('the 2FA management endpoints need a bearer; verify does not', async () => {
@@ -194,7 +226,11 @@ describeEachDb('two-factor', (t) => {
     assert.equal(l.headers['cache-control'], 'no-store');
     assert.ok(!('access_token' in l.body) && !('refresh_token' in l.body));
     // A wrong password is still just a wrong password.
-    assertError(await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password + 'x' } }), 401, 'unauthorized');
+    assertError(
+      await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password + 'x' } }),
+      401,
+      'unauthorized',
+    );
     // The challenge token is not a bearer credential.
     assertError(await t().req('GET', '/account', { token: l.body.challenge_token }), 401, 'unauthorized');
     const v = await verify(l.body.challenge_token, code(secret));
@@ -241,7 +277,8 @@ describeEachDb('two-factor', (t) => {
     // Having accepted step+1, the current step's code is older than the last one used: refused.
     const afterFuture = await challenge(u);
     const current = code(secret);
-    if (current !== code(secret, 1)) assertError(await verify(afterFuture, current), 401, 'unauthorized', 'older than last used');
+    if (current !== code(secret, 1))
+      assertError(await verify(afterFuture, current), 401, 'unauthorized', 'older than last used');
     await advance(120);
     const ch = await challenge(u);
     for (const offset of [-2, 2, -3, 3]) {
@@ -258,13 +295,22 @@ describeEachDb('two-factor', (t) => {
     const [first, second, third] = recovery as [string, string, string];
     await assertTokens(await verify(await challenge(u), first), u.id, 'recovery code');
     assertError(await verify(await challenge(u), first), 401, 'unauthorized', 'recovery code reused');
-    await assertTokens(await verify(await challenge(u), second.toUpperCase().replace(/-/g, '')), u.id, 'normalized form');
+    await assertTokens(
+      await verify(await challenge(u), second.toUpperCase().replace(/-/g, '')),
+      u.id,
+      'normalized form',
+    );
     assertError(await verify(await challenge(u), second), 401, 'unauthorized', 'normalized one reused');
     await assertTokens(await verify(await challenge(u), ` ${third.replace(/-/g, ' ')} `), u.id, 'spaces');
     // Made-up and other users' codes do not work.
     const other = await createUser(t());
     const theirs = await enable2fa(other);
-    assertError(await verify(await challenge(u), theirs.recovery[0]!), 401, 'unauthorized', 'another user\'s recovery code');
+    assertError(
+      await verify(await challenge(u), theirs.recovery[0]!),
+      401,
+      'unauthorized',
+      "another user's recovery code",
+    );
     assertError(await verify(await challenge(u), 'aaaa-bbbb-cccc'), 401, 'unauthorized', 'made-up code');
     // ...and that user's code still works for that user.
     await assertTokens(await verify(await challenge(other), theirs.recovery[0]!), other.id, 'their own code');
@@ -291,7 +337,12 @@ describeEachDb('two-factor', (t) => {
       assertError(await verify(ch, code(secret)), 401, 'unauthorized', ch.slice(0, 20));
     }
     const real = await challenge(u);
-    for (const body of [{ challenge_token: real }, { code: code(secret) }, { challenge_token: '', code: '123456' }, { challenge_token: real, code: '123456', remember: true }]) {
+    for (const body of [
+      { challenge_token: real },
+      { code: code(secret) },
+      { challenge_token: '', code: '123456' },
+      { challenge_token: real, code: '123456', remember: true },
+    ]) {
       const r = await t().req('POST', '/auth/2fa/verify', { body });
       assertError(r, 422, 'validation_error', JSON.stringify(body).slice(0, 40));
     }
@@ -304,11 +355,13 @@ describeEachDb('two-factor', (t) => {
     const { secret, recovery } = await enable2fa(u);
     const burnt = await challenge(u);
     const survivor = await challenge(u);
-    for (let i = 0; i < 5; i++) assertError(await verify(burnt, wrongCode(secret)), 401, 'unauthorized', `wrong ${i + 1}`);
+    for (let i = 0; i < 5; i++)
+      assertError(await verify(burnt, wrongCode(secret)), 401, 'unauthorized', `wrong ${i + 1}`);
     assertError(await verify(burnt, code(secret)), 401, 'unauthorized', 'right code after 5 wrong');
     // Recovery codes cannot revive it either, and are not spent by the attempt.
     assertError(await verify(burnt, recovery[0]!), 401, 'unauthorized', 'recovery code after 5 wrong');
-    for (let i = 0; i < 4; i++) assertError(await verify(survivor, wrongCode(secret)), 401, 'unauthorized', `wrong ${i + 1}`);
+    for (let i = 0; i < 4; i++)
+      assertError(await verify(survivor, wrongCode(secret)), 401, 'unauthorized', `wrong ${i + 1}`);
     // The refused right code above was not consumed: the survivor accepts it.
     await assertTokens(await verify(survivor, code(secret)), u.id, 'right code after 4 wrong');
 
@@ -365,7 +418,12 @@ describeEachDb('two-factor', (t) => {
     const again = await enable2fa(u);
     assert.notEqual(again.secret, secret);
     assert.equal(again.recovery.filter((c) => recovery.includes(c)).length, 0);
-    assertError(await verify(await challenge(u), recovery[1]!), 401, 'unauthorized', 'old recovery code after re-enable');
+    assertError(
+      await verify(await challenge(u), recovery[1]!),
+      401,
+      'unauthorized',
+      'old recovery code after re-enable',
+    );
     const oldC = code(secret);
     if (![-1, 0, 1].some((o) => code(again.secret, o) === oldC)) {
       assertError(await verify(await challenge(u), oldC), 401, 'unauthorized', 'old secret after re-enable');
@@ -410,7 +468,7 @@ describeEachDb('two-factor', (t) => {
   // ---- interoperability: codes from another implementation ----
 
   // Last, because it moves this app's clock to 2033 (the RFC 6238 vector T = 2000000000).
-  test('RFC 6238 vector and drift with codes generated by otpauth on its own, at the service clock\'s time', async (ctx) => {
+  test("RFC 6238 vector and drift with codes generated by otpauth on its own, at the service clock's time", async (ctx) => {
     const RFC_KEY = '12345678901234567890'; // RFC 6238 Appendix B, SHA-1
     const T_MS = 2_000_000_000_000;
     const toVector = T_MS - t().clock.nowMs();

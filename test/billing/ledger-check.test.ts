@@ -31,10 +31,17 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
     assert.equal(r.status, status, r.text);
     return r.body;
   };
-  const advance = async (seconds: number) => ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
+  const advance = async (seconds: number) =>
+    ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
   const sql = (text: string, params: unknown[] = []) => t().db.query(text, params);
   /** Corrupts, checks that exactly the expected account is named, and puts things back. */
-  const expectNamed = async (kind: LedgerProblem['kind'], who: { id: number; email: string }, corrupt: string, restore: string, params: unknown[]) => {
+  const expectNamed = async (
+    kind: LedgerProblem['kind'],
+    who: { id: number; email: string },
+    corrupt: string,
+    restore: string,
+    params: unknown[],
+  ) => {
     await sql(corrupt, params);
     try {
       const problems = await ledgerCheck(t().db);
@@ -42,7 +49,10 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
       assert.equal(mine.length, 1, JSON.stringify(problems));
       assert.equal(mine[0]!.user_id, who.id);
       assert.equal(mine[0]!.email, who.email);
-      assert.ok(problems.every((p) => p.user_id === who.id), `only the corrupted account is named: ${JSON.stringify(problems)}`);
+      assert.ok(
+        problems.every((p) => p.user_id === who.id),
+        `only the corrupted account is named: ${JSON.stringify(problems)}`,
+      );
       return mine[0]!;
     } finally {
       await sql(restore, params);
@@ -70,7 +80,10 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
     await credit(t(), adminKey, u2.id, 2);
     await credit(t(), adminKey, u1.id, -0.123457);
     const vm = (body: Record<string, unknown>, key = u1.key) =>
-      req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...body } });
+      req('POST', '/vms', {
+        token: key,
+        body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...body },
+      });
     const r1 = ok(await vm({ rental_type: 'reserved', reservation_months: 1 }), 201);
     reservationId = r1.reservation_id;
     ok(await vm({}), 201);
@@ -118,7 +131,8 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
   });
 
   test('a transaction whose balance_after is not the running sum names the account', async () => {
-    const last = (await sql('SELECT id FROM transactions WHERE user_id = $1 ORDER BY seq LIMIT 1 OFFSET 1', [u2.id])).rows[0] as { id: string };
+    const last = (await sql('SELECT id FROM transactions WHERE user_id = $1 ORDER BY seq LIMIT 1 OFFSET 1', [u2.id]))
+      .rows[0] as { id: string };
     await expectNamed(
       'transaction',
       u2,
@@ -136,7 +150,11 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
       `UPDATE transactions SET breakdown = breakdown || jsonb_build_object('reservation_id', $1::text) WHERE breakdown->>'reservation_id' = '00000000-0000-4000-8000-000000000000'`,
       [reservationId],
     );
-    const log = (await sql('SELECT id FROM usage_logs WHERE user_id = $1 AND transaction_id IS NOT NULL ORDER BY seq LIMIT 1', [u2.id])).rows[0] as { id: string };
+    const log = (
+      await sql('SELECT id FROM usage_logs WHERE user_id = $1 AND transaction_id IS NOT NULL ORDER BY seq LIMIT 1', [
+        u2.id,
+      ])
+    ).rows[0] as { id: string };
     await expectNamed(
       'usage',
       u2,
@@ -167,7 +185,10 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
       `INSERT INTO usage_logs OVERRIDING SYSTEM VALUE SELECT * FROM jsonb_populate_record(NULL::usage_logs, $1::jsonb)`,
       [JSON.stringify(row.log)],
     );
-    assert.equal(deleted.detail, `VM ${row.vmid} (${(row.log as { vm_id?: string }).vm_id}): no usage period from ${start} to ${end}`);
+    assert.equal(
+      deleted.detail,
+      `VM ${row.vmid} (${(row.log as { vm_id?: string }).vm_id}): no usage period from ${start} to ${end}`,
+    );
     const shifted = await expectNamed(
       'coverage',
       u1,
@@ -175,7 +196,10 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
       `UPDATE usage_logs SET period_start = period_start - interval '1 second' WHERE id = $1`,
       [row.log.id],
     );
-    assert.match(shifted.detail, new RegExp(`^VM ${row.vmid} .*: no usage period from ${start.replace(/[.]/g, '\\.')} to `));
+    assert.match(
+      shifted.detail,
+      new RegExp(`^VM ${row.vmid} .*: no usage period from ${start.replace(/[.]/g, '\\.')} to `),
+    );
     const stretched = await expectNamed(
       'coverage',
       u1,
@@ -192,9 +216,22 @@ describe('gpucloud admin ledger-check (the CLI, embedded database)', () => {
   let dir: string;
   const cli = async (...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> => {
     const env: NodeJS.ProcessEnv = { ...process.env, GPUCLOUD_DATA_DIR: dir, LOG_LEVEL: 'silent', GPUCLOUD_DEMO: '0' };
-    for (const k of ['DATABASE_URL', 'GPUCLOUD_REDIS_URL', 'GPUCLOUD_JWT_SECRET', 'GPUCLOUD_CLOCK', 'GPUCLOUD_CLOCK_START', 'NODE_TEST_CONTEXT', 'NODE_OPTIONS']) delete env[k];
+    for (const k of [
+      'DATABASE_URL',
+      'GPUCLOUD_REDIS_URL',
+      'GPUCLOUD_JWT_SECRET',
+      'GPUCLOUD_CLOCK',
+      'GPUCLOUD_CLOCK_START',
+      'NODE_TEST_CONTEXT',
+      'NODE_OPTIONS',
+    ])
+      delete env[k];
     try {
-      const r = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], { cwd: root, env, timeout: 90_000 });
+      const r = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+        cwd: root,
+        env,
+        timeout: 90_000,
+      });
       return { code: 0, stdout: r.stdout, stderr: r.stderr };
     } catch (err) {
       const e = err as { code?: number; stdout?: string; stderr?: string };

@@ -36,7 +36,10 @@ describeEachDb('credit ledger', (t) => {
     assert.equal(r.status, 200, r.text);
     return r.body.balance;
   };
-  const txsOf = async (u: TestUser, query: Record<string, string | number> = {}): Promise<{ items: Tx[]; total: number }> => {
+  const txsOf = async (
+    u: TestUser,
+    query: Record<string, string | number> = {},
+  ): Promise<{ items: Tx[]; total: number }> => {
     const r = await req('GET', '/billing/transactions', { token: u.token, query });
     assert.equal(r.status, 200, r.text);
     return { items: r.body, total: Number(r.headers['x-total-count']) };
@@ -118,13 +121,19 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(below.status, 201, below.text);
       assert.equal(below.body.type, 'adjustment');
       assert.equal(below.body.balance_after, -3.25);
-      assert.deepEqual(await req('GET', '/billing/balance', { token: u.token }).then((x) => x.body), { balance: -3.25, currency: 'USD' });
+      assert.deepEqual(await req('GET', '/billing/balance', { token: u.token }).then((x) => x.body), {
+        balance: -3.25,
+        currency: 'USD',
+      });
       const list = await txsOf(u);
-      assert.deepEqual(list.items.map((x) => [x.type, x.amount, x.balance_after]), [
-        ['adjustment', -10, -3.25],
-        ['adjustment', -3.25, 6.75],
-        ['credit', 10, 10],
-      ]);
+      assert.deepEqual(
+        list.items.map((x) => [x.type, x.amount, x.balance_after]),
+        [
+          ['adjustment', -10, -3.25],
+          ['adjustment', -3.25, 6.75],
+          ['credit', 10, 10],
+        ],
+      );
     });
 
     test('validation: zero, 7 decimals, more than 10 million, wrong types, unknown or missing fields are 422; nothing is written', async () => {
@@ -153,7 +162,10 @@ describeEachDb('credit ledger', (t) => {
         const r = await grant(u.id, body);
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(body)}: ${r.text}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === field),
+          `${JSON.stringify(body)}: ${r.text}`,
+        );
         assert.equal(r.headers['cache-control'], 'no-store');
       }
       const none = await req('POST', `/admin/users/${u.id}/credits`, { token: admin.token });
@@ -181,7 +193,10 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(self.status, 403, self.text);
       assert.equal(self.body.code, 'forbidden');
       const key = await createApiKey(t(), user.token, 'read_write');
-      assert.equal((await req('POST', `/admin/users/${user.id}/credits`, { token: key, body: { amount: 5 } })).status, 403);
+      assert.equal(
+        (await req('POST', `/admin/users/${user.id}/credits`, { token: key, body: { amount: 5 } })).status,
+        403,
+      );
       const anon = await req('POST', `/admin/users/${user.id}/credits`, { body: { amount: 5 } });
       assert.equal(anon.status, 401);
       assert.equal(anon.body.code, 'unauthorized');
@@ -200,7 +215,9 @@ describeEachDb('credit ledger', (t) => {
       assert.deepEqual(again.body, first.body, 'the same transaction');
       assert.equal(again.headers['idempotent-replayed'], 'true');
       // Concurrent replays too
-      const many = await Promise.all(Array.from({ length: 5 }, () => grant(u.id, { amount: 12.34, description: 'Top-up' }, key)));
+      const many = await Promise.all(
+        Array.from({ length: 5 }, () => grant(u.id, { amount: 12.34, description: 'Top-up' }, key)),
+      );
       for (const r of many) assert.deepEqual([r.status, r.body.id], [201, first.body.id]);
       assert.equal(await balanceOf(u), 12.34);
       assert.equal((await txsOf(u)).total, 1);
@@ -213,12 +230,18 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(otherUser.status, 422);
       assert.equal(await balanceOf(v), 0);
       // A new key acts again
-      const fresh = await grant(u.id, { amount: 12.34, description: 'Top-up' }, { 'Idempotency-Key': `credit-${u.id}-2` });
+      const fresh = await grant(
+        u.id,
+        { amount: 12.34, description: 'Top-up' },
+        { 'Idempotency-Key': `credit-${u.id}-2` },
+      );
       assert.equal(fresh.status, 201);
       assert.notEqual(fresh.body.id, first.body.id);
       assert.equal(await balanceOf(u), 24.68);
       // Concurrent first requests with one fresh key: exactly one credit
-      const race = await Promise.all(Array.from({ length: 6 }, () => grant(u.id, { amount: 1 }, { 'Idempotency-Key': `race-${u.id}` })));
+      const race = await Promise.all(
+        Array.from({ length: 6 }, () => grant(u.id, { amount: 1 }, { 'Idempotency-Key': `race-${u.id}` })),
+      );
       assert.equal(new Set(race.map((r) => r.body.id)).size, 1, race.map((r) => r.text).join('\n'));
       assert.equal(await balanceOf(u), 25.68);
     });
@@ -232,9 +255,15 @@ describeEachDb('credit ledger', (t) => {
       assert.deepEqual(r.body, { balance: 0, currency: 'USD' });
       assert.equal(r.headers['cache-control'], 'no-store');
       await grant(u.id, { amount: 42.000001 });
-      assert.deepEqual((await req('GET', '/billing/balance', { token: u.token })).body, { balance: 42.000001, currency: 'USD' });
+      assert.deepEqual((await req('GET', '/billing/balance', { token: u.token })).body, {
+        balance: 42.000001,
+        currency: 'USD',
+      });
       const bo = await createApiKey(t(), u.token, 'billing_only');
-      assert.deepEqual((await req('GET', '/billing/balance', { token: bo })).body, { balance: 42.000001, currency: 'USD' });
+      assert.deepEqual((await req('GET', '/billing/balance', { token: bo })).body, {
+        balance: 42.000001,
+        currency: 'USD',
+      });
       const anon = await req('GET', '/billing/balance');
       assert.equal(anon.status, 401);
       assert.equal(anon.headers['cache-control'], 'no-store');
@@ -255,7 +284,10 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(r2.body.amount, 1234567.891011);
       assert.equal(r2.body.balance_after, 1234567.891012);
       const list = await txsOf(u, { limit: 3 });
-      assert.deepEqual(list.items.map((x) => x.balance_after), [1234567.891012, 0.000001, 0.300007]);
+      assert.deepEqual(
+        list.items.map((x) => x.balance_after),
+        [1234567.891012, 0.000001, 0.300007],
+      );
     });
 
     test('GET /billing/transactions: newest first, balance_after, limit (default 50, 1..100), offset, X-Total-Count, no-store', async () => {
@@ -276,7 +308,10 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(def.headers['cache-control'], 'no-store');
       assert.equal(def.headers['x-total-count'], '120');
       assert.equal(def.body.length, 50, 'default limit 50');
-      assert.deepEqual(def.body.map((x: Tx) => [x.amount, x.balance_after]), expected.slice(0, 50));
+      assert.deepEqual(
+        def.body.map((x: Tx) => [x.amount, x.balance_after]),
+        expected.slice(0, 50),
+      );
       for (const x of def.body) {
         assert.deepEqual(Object.keys(x).sort(), TX_KEYS);
         assert.equal(x.type, x.amount > 0 ? 'credit' : 'adjustment');
@@ -284,14 +319,31 @@ describeEachDb('credit ledger', (t) => {
       const max = await txsOf(u, { limit: 100 });
       assert.equal(max.items.length, 100);
       assert.equal(max.total, 120);
-      assert.deepEqual(max.items.map((x) => [x.amount, x.balance_after]), expected.slice(0, 100));
+      assert.deepEqual(
+        max.items.map((x) => [x.amount, x.balance_after]),
+        expected.slice(0, 100),
+      );
       const rest = await txsOf(u, { limit: 100, offset: 100 });
-      assert.deepEqual(rest.items.map((x) => [x.amount, x.balance_after]), expected.slice(100));
+      assert.deepEqual(
+        rest.items.map((x) => [x.amount, x.balance_after]),
+        expected.slice(100),
+      );
       const mid = await txsOf(u, { limit: 7, offset: 13 });
-      assert.deepEqual(mid.items.map((x) => [x.amount, x.balance_after]), expected.slice(13, 20));
+      assert.deepEqual(
+        mid.items.map((x) => [x.amount, x.balance_after]),
+        expected.slice(13, 20),
+      );
       assert.deepEqual((await txsOf(u, { offset: 120 })).items, []);
       assert.equal(await balanceOf(u), expected[0]![1]);
-      for (const query of [{ limit: 101 }, { limit: 0 }, { limit: -1 }, { offset: -1 }, { limit: 'ten' }, { count: 5 }, { limit: '1e2' }] as Array<Record<string, string | number>>) {
+      for (const query of [
+        { limit: 101 },
+        { limit: 0 },
+        { limit: -1 },
+        { offset: -1 },
+        { limit: 'ten' },
+        { count: 5 },
+        { limit: '1e2' },
+      ] as Array<Record<string, string | number>>) {
         const r = await req('GET', '/billing/transactions', { token: u.token, query });
         assert.equal(r.status, 422, `${JSON.stringify(query)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
@@ -310,16 +362,25 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(await balanceOf(u), 55.55555);
       // Each credit saw its own balance: 1 x .. 50 x the amount, once each
       const afters = rs.map((r) => Math.round(r.body.balance_after * 1e6)).sort((a, b) => a - b);
-      assert.deepEqual(afters, Array.from({ length: 50 }, (_, i) => (i + 1) * 1_111_111));
+      assert.deepEqual(
+        afters,
+        Array.from({ length: 50 }, (_, i) => (i + 1) * 1_111_111),
+      );
       const list = await txsOf(u, { limit: 100 });
       assert.equal(list.total, 50);
       const sum = list.items.reduce((s, x) => s + Math.round(x.amount * 1e6), 0);
       assert.equal(sum, 50 * 1_111_111);
-      const inDb = await t().db.query<{ s: number }>('SELECT SUM(amount_micros)::int8 AS s FROM transactions WHERE user_id = $1', [u.id]);
+      const inDb = await t().db.query<{ s: number }>(
+        'SELECT SUM(amount_micros)::int8 AS s FROM transactions WHERE user_id = $1',
+        [u.id],
+      );
       assert.equal(inDb.rows[0]!.s, 55_555_550);
       assert.equal(await dbBalance(u.id), 55_555_550);
       // Newest first means descending balance here
-      assert.deepEqual(list.items.map((x) => x.balance_after), [...list.items.map((x) => x.balance_after)].sort((a, b) => b - a));
+      assert.deepEqual(
+        list.items.map((x) => x.balance_after),
+        [...list.items.map((x) => x.balance_after)].sort((a, b) => b - a),
+      );
     });
 
     test('credits and debits racing on one user keep every balance_after exact', async () => {
@@ -350,28 +411,46 @@ describeEachDb('credit ledger', (t) => {
       const u = await createUser(t());
       const now = t().clock.now();
       await assert.rejects(
-        t().db.transaction((tx) => ledger.post(tx, { userId: u.id, type: 'credit', amountMicros: 1.5, description: 'x', now })),
+        t().db.transaction((tx) =>
+          ledger.post(tx, { userId: u.id, type: 'credit', amountMicros: 1.5, description: 'x', now }),
+        ),
         RangeError,
       );
       await assert.rejects(
-        t().db.transaction((tx) => ledger.post(tx, { userId: 987_654_322, type: 'credit', amountMicros: 1, description: 'x', now })),
+        t().db.transaction((tx) =>
+          ledger.post(tx, { userId: 987_654_322, type: 'credit', amountMicros: 1, description: 'x', now }),
+        ),
         /does not exist/,
       );
-      const row = await t().db.transaction((tx) => ledger.post(tx, { userId: u.id, type: 'refund', amountMicros: 7, description: 'r', breakdown: { a: 1 }, now }));
-      assert.deepEqual([row.type, row.amount_micros, row.balance_after_micros, row.breakdown], ['refund', 7, 7, { a: 1 }]);
+      const row = await t().db.transaction((tx) =>
+        ledger.post(tx, { userId: u.id, type: 'refund', amountMicros: 7, description: 'r', breakdown: { a: 1 }, now }),
+      );
+      assert.deepEqual(
+        [row.type, row.amount_micros, row.balance_after_micros, row.breakdown],
+        ['refund', 7, 7, { a: 1 }],
+      );
       assert.equal(await ledger.balance(t().db, u.id), 7);
       assert.equal(await t().db.transaction((tx) => ledger.lockBalance(tx, u.id)), 7);
       // A transaction that fails after posting leaves neither the row nor the balance change
       await assert.rejects(
         t().db.transaction(async (tx) => {
-          await ledger.post(tx, { userId: u.id, type: 'credit', amountMicros: 1_000_000, description: 'rolled back', now });
+          await ledger.post(tx, {
+            userId: u.id,
+            type: 'credit',
+            amountMicros: 1_000_000,
+            description: 'rolled back',
+            now,
+          });
           throw new Error('boom');
         }),
         /boom/,
       );
       assert.equal(await ledger.balance(t().db, u.id), 7);
       const list = await txsOf(u);
-      assert.deepEqual(list.items.map((x) => [x.type, x.amount, x.description, x.breakdown]), [['refund', 0.000007, 'r', { a: 1 }]]);
+      assert.deepEqual(
+        list.items.map((x) => [x.type, x.amount, x.description, x.breakdown]),
+        [['refund', 0.000007, 'r', { a: 1 }]],
+      );
     });
   });
 
@@ -386,10 +465,15 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(nodes.rows.length, 6, JSON.stringify(nodes.rows));
       for (const n of nodes.rows) assert.equal(n.n, 1);
       const types = nodes.rows.map((n) => n.gpu_type);
-      for (const gpuType of ['5090', '4090', 'pro6000']) assert.ok(types.filter((x) => x === gpuType).length >= 1, `a ${gpuType} node`);
+      for (const gpuType of ['5090', '4090', 'pro6000'])
+        assert.ok(types.filter((x) => x === gpuType).length >= 1, `a ${gpuType} node`);
       // Offered to everyone
       const offers = await req('GET', '/search', { query: { limit: 100 } });
-      for (const n of nodes.rows) assert.ok(offers.body.some((o: { node: string }) => o.node === n.node), `${n.node} offered`);
+      for (const n of nodes.rows)
+        assert.ok(
+          offers.body.some((o: { node: string }) => o.node === n.node),
+          `${n.node} offered`,
+        );
 
       const login = await req('POST', '/auth/login', { body: DEMO_LOGIN });
       assert.equal(login.status, 200, login.text);
@@ -399,7 +483,9 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(txs.items[0]!.type, 'credit');
       assert.ok(txs.items[0]!.amount > 0);
       assert.equal(await balanceOf(demo), txs.items[0]!.amount);
-      const users = await t().db.query('SELECT id FROM users WHERE email_normalized = $1', [DEMO_LOGIN.email.toLowerCase()]);
+      const users = await t().db.query('SELECT id FROM users WHERE email_normalized = $1', [
+        DEMO_LOGIN.email.toLowerCase(),
+      ]);
       assert.equal(users.rows.length, 1);
     });
   });

@@ -39,8 +39,14 @@ describe('priceOfPeriod: each part rounded half-up to the micro-unit, the total 
 
   test('half a micro-unit rounds up, less rounds down', () => {
     // 1 micro/h for 1800 s = 0.5 -> 1; for 1799 s = 0.4997 -> 0
-    assert.equal(priceOfPeriod({ gpu_hourly_rate_micros: 1, storage_hourly_rate_micros: 0 }, 1_800_000, true, 0, 0).gpuCost, 1);
-    assert.equal(priceOfPeriod({ gpu_hourly_rate_micros: 1, storage_hourly_rate_micros: 0 }, 1_799_000, true, 0, 0).gpuCost, 0);
+    assert.equal(
+      priceOfPeriod({ gpu_hourly_rate_micros: 1, storage_hourly_rate_micros: 0 }, 1_800_000, true, 0, 0).gpuCost,
+      1,
+    );
+    assert.equal(
+      priceOfPeriod({ gpu_hourly_rate_micros: 1, storage_hourly_rate_micros: 0 }, 1_799_000, true, 0, 0).gpuCost,
+      0,
+    );
   });
 
   test('network: bytes x price per GB (10^9 bytes)', () => {
@@ -50,7 +56,13 @@ describe('priceOfPeriod: each part rounded half-up to the micro-unit, the total 
 
   test('the total is the sum of the rounded parts', () => {
     for (const ms of [1, 999, 61_001, 3_599_999, 7_654_321]) {
-      const c = priceOfPeriod({ gpu_hourly_rate_micros: 333_333, storage_hourly_rate_micros: 7_777 }, ms, true, 123_456_789, 10_001);
+      const c = priceOfPeriod(
+        { gpu_hourly_rate_micros: 333_333, storage_hourly_rate_micros: 7_777 },
+        ms,
+        true,
+        123_456_789,
+        10_001,
+      );
       assert.equal(c.total, c.gpuCost + c.storageCost + c.networkCost);
     }
   });

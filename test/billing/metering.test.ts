@@ -38,7 +38,10 @@ describeEachDb('metering', (t) => {
   test('37 min running, 2 h stopped, 5 h running: billed to the micro-unit, per period', async () => {
     const { key, u, node } = await setup(t());
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101 } });
+    const c = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101 },
+    });
     assert.equal(c.status, 201, c.text);
     // 1 x 4090 at 0.44/h + 100 GB at 0.0002/GB-h = 0.44 + 0.02: GPU rate + storage rate
     assert.equal(c.body.gpu_hourly_rate, 0.44);
@@ -72,10 +75,17 @@ describeEachDb('metering', (t) => {
       'SELECT total_cost_micros FROM usage_logs WHERE vm_id = $1 ORDER BY period_end',
       [c.body.id],
     );
-    assert.deepEqual(logs.rows.map((r) => r.total_cost_micros), expected);
+    assert.deepEqual(
+      logs.rows.map((r) => r.total_cost_micros),
+      expected,
+    );
     const total = expected.reduce((a, b) => a + b, 0);
     assert.equal(total, 2_623_666);
-    const charged = await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]);
+    const charged = await sumSql(
+      t(),
+      `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`,
+      [u.id],
+    );
     assert.equal(charged, total);
     assert.equal((await t().req('GET', '/billing/balance', { token: key })).body.balance, 100 - 2.623666);
 
@@ -93,7 +103,13 @@ describeEachDb('metering', (t) => {
     assert.equal(report.body.total_hours, 5.616667);
     const log = report.body.logs.find((l: { total_cost: number }) => l.total_cost === 0.46);
     assert.deepEqual(
-      { gpu_seconds: log.gpu_seconds, storage_gb: log.storage_gb, gpu_cost: log.gpu_cost, storage_cost: log.storage_cost, network_cost: log.network_cost },
+      {
+        gpu_seconds: log.gpu_seconds,
+        storage_gb: log.storage_gb,
+        gpu_cost: log.gpu_cost,
+        storage_cost: log.storage_cost,
+        network_cost: log.network_cost,
+      },
       { gpu_seconds: 3600, storage_gb: 100, gpu_cost: 0.44, storage_cost: 0.02, network_cost: 0 },
     );
     assert.deepEqual(await ledgerCheck(t().db), []);
@@ -102,46 +118,85 @@ describeEachDb('metering', (t) => {
   test('a day and a month of an interruptible 2-GPU VM: the exact sum of hourly periods', async () => {
     const { key, u, node } = await setup(t(), 1000);
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' } });
+    const c = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' },
+    });
     assert.equal(c.status, 201, c.text);
     // 2 x 0.22 + 50 x 0.0002 = 0.45 per hour
     assert.equal(c.body.hourly_rate, 0.45);
     await advance(t(), 0);
     await advance(t(), 24 * H);
-    assert.equal(await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 24 * 450_000);
+    assert.equal(
+      await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [
+        u.id,
+      ]),
+      24 * 450_000,
+    );
     await advance(t(), 29 * 24 * H);
     assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [c.body.id]), 30 * 24);
-    assert.equal(await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 30 * 24 * 450_000);
+    assert.equal(
+      await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [
+        u.id,
+      ]),
+      30 * 24 * 450_000,
+    );
     assert.equal((await t().req('GET', '/billing/balance', { token: key })).body.balance, 1000 - 324);
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
 
   test('a VM that never ran costs nothing; destroy ends billing at that instant', async () => {
     const { key, u, node, adminKey } = await setup(t());
-    const f = await t().req('POST', '/admin/simulator/faults', { token: adminKey, body: { node, action: 'provision' } });
+    const f = await t().req('POST', '/admin/simulator/faults', {
+      token: adminKey,
+      body: { node, action: 'provision' },
+    });
     assert.equal(f.status, 200, f.text);
-    const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const c = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     await advance(t(), 0);
     assert.equal(await vmStatus(t(), key, c.body.id), 'failed');
     await advance(t(), 3 * H);
     assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [c.body.id]), 0);
 
     await alignToHour(t());
-    const d = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const d = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     await advance(t(), 0);
     await advance(t(), 90 * 60);
     assert.equal((await t().req('DELETE', `/vms/${d.body.id}`, { token: key })).status, 200);
     await advance(t(), 5 * H);
     // [H0,H1] full hour 0.45 ... (0.44 + 50 x 0.0002 = 0.45), [H1, H1+30m] 0.225; nothing after destroy
-    const logs = await t().db.query<{ total_cost_micros: number }>('SELECT total_cost_micros FROM usage_logs WHERE vm_id = $1 ORDER BY period_end', [d.body.id]);
-    assert.deepEqual(logs.rows.map((r) => r.total_cost_micros), [450_000, 225_000]);
-    assert.equal(await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 675_000);
+    const logs = await t().db.query<{ total_cost_micros: number }>(
+      'SELECT total_cost_micros FROM usage_logs WHERE vm_id = $1 ORDER BY period_end',
+      [d.body.id],
+    );
+    assert.deepEqual(
+      logs.rows.map((r) => r.total_cost_micros),
+      [450_000, 225_000],
+    );
+    assert.equal(
+      await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [
+        u.id,
+      ]),
+      675_000,
+    );
   });
 
   test('current spend: running at the full rate, stopped at the storage rate', async () => {
     const { key, node } = await setup(t());
-    const a = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100 } });
-    const b = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 200, template_vmid: 100 } });
+    const a = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100 },
+    });
+    const b = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 200, template_vmid: 100 },
+    });
     await advance(t(), 1);
     await t().req('POST', `/vms/${b.body.id}/stop`, { token: key });
     await advance(t(), 1);
@@ -162,7 +217,13 @@ describeEachDb('metering', (t) => {
 
   test('usage report validation and defaults: inclusive UTC dates, the last 30 days, start after end is 422', async () => {
     const { key } = await setup(t());
-    const bad: Record<string, string>[] = [{ start_date: '2026-13-01' }, { end_date: '2026-02-30' }, { start_date: 'yesterday' }, { start_date: '2026-11-10', end_date: '2026-11-01' }, { foo: 'x' }];
+    const bad: Record<string, string>[] = [
+      { start_date: '2026-13-01' },
+      { end_date: '2026-02-30' },
+      { start_date: 'yesterday' },
+      { start_date: '2026-11-10', end_date: '2026-11-01' },
+      { foo: 'x' },
+    ];
     for (const q of bad) {
       const r = await t().req('GET', '/billing/usage', { token: key, query: q });
       assert.equal(r.status, 422, JSON.stringify(q) + r.text);
@@ -180,11 +241,19 @@ describeEachDb('metering', (t) => {
     // This app runs with the default price 0: traffic is recorded but costs nothing.
     const { key, node } = await setup(t());
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const c = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     await advance(t(), 0);
-    await (t().services.simulator).addTraffic(c.body.id, 3_000_000_000);
+    await t().services.simulator.addTraffic(c.body.id, 3_000_000_000);
     await advance(t(), H);
-    const log = (await t().db.query<{ network_bytes: number; network_cost_micros: number }>('SELECT network_bytes, network_cost_micros FROM usage_logs WHERE vm_id = $1', [c.body.id])).rows;
+    const log = (
+      await t().db.query<{ network_bytes: number; network_cost_micros: number }>(
+        'SELECT network_bytes, network_cost_micros FROM usage_logs WHERE vm_id = $1',
+        [c.body.id],
+      )
+    ).rows;
     assert.equal(log.length, 1);
     assert.equal(log[0]!.network_bytes, 3_000_000_000);
     assert.equal(log[0]!.network_cost_micros, 0);
@@ -194,8 +263,14 @@ describeEachDb('metering', (t) => {
     const { key, u, node } = await setup(t(), 1);
     await alignToHour(t());
     // 1 x 4090 + 50 GB = 0.45/h; with 1.00 of credit the check passes (needs 0.45); a second VM needs 0.90 total
-    const a = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
-    const b = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' } });
+    const a = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
+    const b = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' },
+    });
     assert.equal(a.status, 201, a.text);
     assert.equal(b.status, 201, b.text);
     await advance(t(), 0);
@@ -204,7 +279,10 @@ describeEachDb('metering', (t) => {
     await advance(t(), H); // charges 0.68 more: balance -0.36 -> both stopped
     assert.equal(await vmStatus(t(), key, a.body.id), 'stopped');
     assert.equal(await vmStatus(t(), key, b.body.id), 'stopped');
-    const ev = await t().db.query<{ type: string }>(`SELECT type FROM events WHERE user_id = $1 AND type = 'billing.low_balance'`, [u.id]);
+    const ev = await t().db.query<{ type: string }>(
+      `SELECT type FROM events WHERE user_id = $1 AND type = 'billing.low_balance'`,
+      [u.id],
+    );
     assert.equal(ev.rows.length, 1);
     const bal = (await t().req('GET', '/billing/balance', { token: key })).body.balance;
     assert.equal(bal, -0.36); // 1 - 0.68 - 0.68
@@ -218,7 +296,10 @@ describeEachDb('metering', (t) => {
   test('a crash between the usage log and its transaction leaves no half-charge', async () => {
     const { key, u, node } = await setup(t());
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const c = await t().req('POST', '/vms', {
+      token: key,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     await advance(t(), 0);
     // The ledger write fails once, after the usage log row was written in the same transaction.
     await t().db.exec(`
@@ -235,13 +316,23 @@ describeEachDb('metering', (t) => {
     await t().clock.set(t().clock.nowMs() + H * 1000);
     await assert.rejects(t().services.meter.closeDueIntervals(t().clock.now()), /simulated crash/);
     assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [c.body.id]), 0);
-    assert.equal(await sumSql(t(), `SELECT count(*) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 0);
+    assert.equal(
+      await sumSql(t(), `SELECT count(*) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]),
+      0,
+    );
     await t().db.exec('UPDATE crash_once SET armed = false');
     assert.ok((await t().services.meter.closeDueIntervals(t().clock.now())) >= 1);
     await t().services.meter.closeDueIntervals(t().clock.now()); // nothing left to charge: a no-op
     assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [c.body.id]), 1);
-    assert.equal(await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 450_000);
-    await t().db.exec('DROP TRIGGER crash_charge ON transactions; DROP FUNCTION crash_charge(); DROP TABLE crash_once;');
+    assert.equal(
+      await sumSql(t(), `SELECT -SUM(amount_micros) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [
+        u.id,
+      ]),
+      450_000,
+    );
+    await t().db.exec(
+      'DROP TRIGGER crash_charge ON transactions; DROP FUNCTION crash_charge(); DROP TABLE crash_once;',
+    );
     await advance(t(), 0);
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
@@ -251,7 +342,10 @@ describeEachDb('metering', (t) => {
     await alignToHour(t());
     const vms = [];
     for (let i = 0; i < 3; i++) {
-      const c = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+      const c = await t().req('POST', '/vms', {
+        token: key,
+        body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+      });
       assert.equal(c.status, 201, c.text);
       vms.push(c.body.id);
     }
@@ -265,8 +359,12 @@ describeEachDb('metering', (t) => {
       t().services.meter.closeDueIntervals(now),
       other.services.meter.closeDueIntervals(now),
     ]);
-    for (const id of vms) assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [id]), 1);
-    assert.equal(await sumSql(t(), `SELECT count(*) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]), 3);
+    for (const id of vms)
+      assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [id]), 1);
+    assert.equal(
+      await sumSql(t(), `SELECT count(*) AS s FROM transactions WHERE user_id = $1 AND type = 'charge'`, [u.id]),
+      3,
+    );
     await advance(t(), 0);
     assert.deepEqual(await ledgerCheck(t().db), []);
   });

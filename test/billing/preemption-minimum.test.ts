@@ -8,7 +8,15 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type Res } from '../helpers/app.js';
-import { advance, createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import {
+  advance,
+  createApiKey,
+  createNode,
+  createUser,
+  credit,
+  uploadSshKey,
+  type TestUser,
+} from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 
 describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
@@ -18,12 +26,17 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
   let node: string;
 
   const create = async (u: TestUser, rental: string, gpus = 1): Promise<Res> => {
-    const r = await t().req('POST', '/vms', { token: u.token, body: { node, gpu_type: '4090', gpu_count: gpus, storage_gb: 50, template_vmid: 100, rental_type: rental } });
+    const r = await t().req('POST', '/vms', {
+      token: u.token,
+      body: { node, gpu_type: '4090', gpu_count: gpus, storage_gb: 50, template_vmid: 100, rental_type: rental },
+    });
     assert.equal(r.status, 201, r.text);
     return r;
   };
-  const balance = async (u: TestUser) => (await t().req('GET', '/billing/balance', { token: u.token })).body.balance as number;
-  const statusOf = async (u: TestUser, id: string) => (await t().req('GET', `/vms/${id}`, { token: u.token })).body.status as string;
+  const balance = async (u: TestUser) =>
+    (await t().req('GET', '/billing/balance', { token: u.token })).body.balance as number;
+  const statusOf = async (u: TestUser, id: string) =>
+    (await t().req('GET', `/vms/${id}`, { token: u.token })).body.status as string;
 
   before(async () => {
     admin = await createUser(t(), { admin: true });
@@ -51,7 +64,11 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
       for (const id of spots) assert.equal(await statusOf(victim, id), 'running');
     }
     const spent = Math.round((start - (await balance(griefer))) * 1e6);
-    assert.equal(spent, Math.round(3 * perRound * 1e6), 'three rounds cost three hours of the VM (the billing period is one hour)');
+    assert.equal(
+      spent,
+      Math.round(3 * perRound * 1e6),
+      'three rounds cost three hours of the VM (the billing period is one hour)',
+    );
     const tx = await t().req('GET', '/billing/transactions', { token: griefer.token });
     const minimums = tx.body.filter((x: { description: string }) => /Minimum charge/.test(x.description));
     assert.equal(minimums.length, 3);
@@ -79,8 +96,16 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
     await advance(t(), admin.token, 2 * 3600);
     assert.equal((await t().req('DELETE', `/vms/${od.body.id}`, { token: griefer.token })).status, 200);
     await advance(t(), admin.token, 1);
-    const tx = (await t().req('GET', '/billing/transactions', { token: griefer.token })).body as { description: string; created_at: string }[];
-    assert.equal(tx.filter((x) => /Minimum charge/.test(x.description) && Date.parse(x.created_at) > Date.parse(od.body.created_at)).length, 0);
+    const tx = (await t().req('GET', '/billing/transactions', { token: griefer.token })).body as {
+      description: string;
+      created_at: string;
+    }[];
+    assert.equal(
+      tx.filter(
+        (x) => /Minimum charge/.test(x.description) && Date.parse(x.created_at) > Date.parse(od.body.created_at),
+      ).length,
+      0,
+    );
     assert.ok(start - (await balance(griefer)) > od.body.hourly_rate, 'it paid its usage');
     await t().req('DELETE', `/vms/${spot}`, { token: victim.token });
     await advance(t(), admin.token, 1);

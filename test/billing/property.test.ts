@@ -65,9 +65,22 @@ const DAY_S = 86_400;
 
 /** The closed list of error codes an error response may carry. */
 const CODES = new Set([
-  'insufficient_balance', 'gpu_unavailable', 'invalid_state', 'not_found', 'rate_limited', 'validation_error', 'malformed_json',
-  'payload_too_large', 'unsupported_media_type', 'invalid_code', 'unauthorized', 'forbidden', 'limit_exceeded', 'conflict',
-  'idempotency_mismatch', 'internal',
+  'insufficient_balance',
+  'gpu_unavailable',
+  'invalid_state',
+  'not_found',
+  'rate_limited',
+  'validation_error',
+  'malformed_json',
+  'payload_too_large',
+  'unsupported_media_type',
+  'invalid_code',
+  'unauthorized',
+  'forbidden',
+  'limit_exceeded',
+  'conflict',
+  'idempotency_mismatch',
+  'internal',
 ]);
 
 /** The inventory of every run: small nodes so that GPUs run out and preemption happens. */
@@ -108,22 +121,46 @@ const cmd: fc.Arbitrary<Cmd> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ k: fc.constant('stop' as const), u: user, i: index }) },
   { weight: 3, arbitrary: fc.record({ k: fc.constant('start' as const), u: user, i: index }) },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('destroy' as const), u: user, i: index }) },
-  { weight: 2, arbitrary: fc.record({ k: fc.constant('stopStart' as const), i: index, s: fc.integer({ min: 1, max: 3 * 3600 }) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ k: fc.constant('stopStart' as const), i: index, s: fc.integer({ min: 1, max: 3 * 3600 }) }),
+  },
   { weight: 1, arbitrary: fc.record({ k: fc.constant('preempt' as const), u: user, n: nodeIx }) },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('cancel' as const), u: user, i: index }) },
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('fault' as const), n: nodeIx, action: fc.constantFrom('provision' as const, 'start' as const, 'stop' as const) }) },
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('node' as const), n: nodeIx, status: fc.constantFrom('offline' as const, 'active' as const) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      k: fc.constant('fault' as const),
+      n: nodeIx,
+      action: fc.constantFrom('provision' as const, 'start' as const, 'stop' as const),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      k: fc.constant('node' as const),
+      n: nodeIx,
+      status: fc.constantFrom('offline' as const, 'active' as const),
+    }),
+  },
   {
     weight: 5,
     arbitrary: fc.record({
       k: fc.constant('advance' as const),
-      s: fc.oneof(fc.integer({ min: 1, max: 300 }), fc.integer({ min: 300, max: 4 * 3600 }), fc.integer({ min: 4 * 3600, max: 3 * DAY_S })),
+      s: fc.oneof(
+        fc.integer({ min: 1, max: 300 }),
+        fc.integer({ min: 300, max: 4 * 3600 }),
+        fc.integer({ min: 4 * 3600, max: 3 * DAY_S }),
+      ),
     }),
   },
   { weight: 2, arbitrary: fc.constant({ k: 'toEnd' as const }) },
 );
 /** Credits from "cannot pay for an hour" to "can prepay six months of a big VM". */
-const credits = fc.array(fc.constantFrom(0.3, 3, 40, 400, 3000, 3000, 30000, 30000), { minLength: USERS, maxLength: USERS });
+const credits = fc.array(fc.constantFrom(0.3, 3, 40, 400, 3000, 3000, 30000, 30000), {
+  minLength: USERS,
+  maxLength: USERS,
+});
 
 /**
  * A hand-written run that goes through every path the random runs might miss (fast-check runs it
@@ -175,52 +212,71 @@ describeEachDb(
     // Found by the property (PROPERTY_SEED=12 PROPERTY_RUNS=30): when the low-balance rule stops a broke user's
     // running interruptible VM, the GPU it frees lets auto-restart bring back the user's other, interrupted VM,
     // with no balance check, and it runs on credit that is used up until the next period close.
-    test(
-      'low balance: a user out of credit gets no VM auto-restarted (regression of seed 12)',
-      async () => {
-        const node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
-        const poor = await createUser(t());
-        await credit(t(), adminKey, poor.id, 3);
-        assert.equal((await t().req('POST', '/ssh-keys', { token: poor.token, body: { ssh_public_key: sshKeyLine } })).status, 201);
-        const poorKey = await createApiKey(t(), poor.token, 'read_write');
-        const rich = await createUser(t());
-        await credit(t(), adminKey, rich.id, 1000);
-        assert.equal((await t().req('POST', '/ssh-keys', { token: rich.token, body: { ssh_public_key: sshKeyLine } })).status, 201);
-        const body = (rental: string) => ({ node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: rental });
-        const spots: string[] = [];
-        for (let i = 0; i < 2; i++) {
-          const r = await t().req('POST', '/vms', { token: poorKey, body: body('interruptible') });
-          assert.equal(r.status, 201, r.text);
-          spots.push(r.body.id);
-        }
-        const od = await t().req('POST', '/vms', { token: rich.token, body: body('on_demand') }); // preempts one of them
-        assert.equal(od.status, 201, od.text);
-        // A day at 0.23/h is more than the 3 of credit: the period close leaves the balance below zero.
-        assert.equal((await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: DAY_S } })).status, 200);
-        const balance = (await t().req('GET', '/billing/balance', { token: poorKey })).body.balance;
-        assert.ok(balance <= 0, `balance ${balance}`);
-        const statuses = [];
-        for (const id of spots) statuses.push((await t().req('GET', `/vms/${id}`, { token: poorKey })).body.status);
-        assert.ok(!statuses.includes('running') && !statuses.includes('starting'), `no VM of a broke user runs: ${statuses}`);
-        for (const id of spots) await t().req('DELETE', `/vms/${id}`, { token: poorKey });
-        await t().req('DELETE', `/vms/${od.body.id}`, { token: rich.token });
-      },
-    );
+    test('low balance: a user out of credit gets no VM auto-restarted (regression of seed 12)', async () => {
+      const node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
+      const poor = await createUser(t());
+      await credit(t(), adminKey, poor.id, 3);
+      assert.equal(
+        (await t().req('POST', '/ssh-keys', { token: poor.token, body: { ssh_public_key: sshKeyLine } })).status,
+        201,
+      );
+      const poorKey = await createApiKey(t(), poor.token, 'read_write');
+      const rich = await createUser(t());
+      await credit(t(), adminKey, rich.id, 1000);
+      assert.equal(
+        (await t().req('POST', '/ssh-keys', { token: rich.token, body: { ssh_public_key: sshKeyLine } })).status,
+        201,
+      );
+      const body = (rental: string) => ({
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 50,
+        template_vmid: 100,
+        rental_type: rental,
+      });
+      const spots: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const r = await t().req('POST', '/vms', { token: poorKey, body: body('interruptible') });
+        assert.equal(r.status, 201, r.text);
+        spots.push(r.body.id);
+      }
+      const od = await t().req('POST', '/vms', { token: rich.token, body: body('on_demand') }); // preempts one of them
+      assert.equal(od.status, 201, od.text);
+      // A day at 0.23/h is more than the 3 of credit: the period close leaves the balance below zero.
+      assert.equal(
+        (await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: DAY_S } })).status,
+        200,
+      );
+      const balance = (await t().req('GET', '/billing/balance', { token: poorKey })).body.balance;
+      assert.ok(balance <= 0, `balance ${balance}`);
+      const statuses = [];
+      for (const id of spots) statuses.push((await t().req('GET', `/vms/${id}`, { token: poorKey })).body.status);
+      assert.ok(
+        !statuses.includes('running') && !statuses.includes('starting'),
+        `no VM of a broke user runs: ${statuses}`,
+      );
+      for (const id of spots) await t().req('DELETE', `/vms/${id}`, { token: poorKey });
+      await t().req('DELETE', `/vms/${od.body.id}`, { token: rich.token });
+    });
 
     test(`ledger, balances, capacity and reservations hold after every step (${RUNS} runs, seed ${SEED})`, async () => {
       const db = t().db;
-      let statuses = new Map<string, number>();
+      const statuses = new Map<string, number>();
       let trace: string[] = [];
       let runNo = 0;
       const timing = { setup: 0, perform: 0, check: 0 };
 
-      /** Every API call of the property goes through here: never a 5xx, and errors carry a code from the closed list. */
+      /**
+       * Every API call of the property goes through here: never a 5xx, and errors carry a code from the closed list.
+       */
       const call = async (method: string, url: string, opts?: ReqOpts): Promise<Res> => {
         const r = await t().req(method, url, opts);
         const what = `${method} ${url.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, ':id').replace(/^\/admin\/nodes\/.+$/, '/admin/nodes/:node')}`;
         trace.push(`  ${what} -> ${r.status}${r.status >= 400 ? ` ${r.body?.code}` : ''}`);
         assert.ok(r.status < 500, `${what} answered ${r.status}: ${r.text}`);
-        if (r.status >= 400) assert.ok(CODES.has(r.body.code), `${what}: code ${r.body.code} is not in the closed list of error codes`);
+        if (r.status >= 400)
+          assert.ok(CODES.has(r.body.code), `${what}: code ${r.body.code} is not in the closed list of error codes`);
         const key = `${what} ${r.status}`;
         statuses.set(key, (statuses.get(key) ?? 0) + 1);
         return r;
@@ -232,10 +288,22 @@ describeEachDb(
       };
 
       const balances = async () =>
-        new Map((await db.query<{ id: number; b: number }>('SELECT id, balance_micros AS b FROM users')).rows.map((r) => [r.id, r.b]));
-      const maxSeq = async () => (await db.query<{ s: number | null }>('SELECT max(seq)::int8 AS s FROM transactions')).rows[0]!.s ?? 0;
+        new Map(
+          (await db.query<{ id: number; b: number }>('SELECT id, balance_micros AS b FROM users')).rows.map((r) => [
+            r.id,
+            r.b,
+          ]),
+        );
+      const maxSeq = async () =>
+        (await db.query<{ s: number | null }>('SELECT max(seq)::int8 AS s FROM transactions')).rows[0]!.s ?? 0;
 
-      async function checkInvariants(accounts: Account[], nodes: { node: string; gpu_count: number }[], before: Map<number, number>, seqBefore: number, settled: boolean) {
+      async function checkInvariants(
+        accounts: Account[],
+        nodes: { node: string; gpu_count: number }[],
+        before: Map<number, number>,
+        seqBefore: number,
+        settled: boolean,
+      ) {
         // 1. The ledger check over the whole database.
         assert.deepEqual(await ledgerCheck(db), [], 'ledgerCheck finds nothing');
         // 2. balance == sum(transactions), directly.
@@ -255,10 +323,20 @@ describeEachDb(
           ).rows.map((r) => [r.user_id, r.s]),
         );
         for (const [id, b] of after) {
-          assert.equal(b - (before.get(id) ?? 0), written.get(id) ?? 0, `user ${id}: balance moved by exactly this step's transactions`);
+          assert.equal(
+            b - (before.get(id) ?? 0),
+            written.get(id) ?? 0,
+            `user ${id}: balance moved by exactly this step's transactions`,
+          );
         }
         const apiBalances = await Promise.all(accounts.map((a) => call('GET', '/billing/balance', { token: a.key })));
-        accounts.forEach((a, i) => assert.equal(Math.round(apiBalances[i]!.body.balance * 1e6), after.get(a.id), 'GET /billing/balance is the ledger balance'));
+        accounts.forEach((a, i) =>
+          assert.equal(
+            Math.round(apiBalances[i]!.body.balance * 1e6),
+            after.get(a.id),
+            'GET /billing/balance is the ledger balance',
+          ),
+        );
         // 4. Capacity: held GPUs within each node; holds_gpus as the status and rental type say (holdsGpus).
         const over = await db.query(
           `SELECT n.node, n.gpu_count, COALESCE(SUM(v.gpu_count) FILTER (WHERE v.holds_gpus), 0)::int8 AS held
@@ -268,24 +346,43 @@ describeEachDb(
         assert.deepEqual(over.rows, [], 'no node has more GPUs held than it has');
         const ids = accounts.map((a) => a.id);
         const vms = (
-          await db.query<{ id: string; status: VmStatus; rental_type: RentalType; offline_from: VmStatus | null; holds_gpus: boolean; node: string }>(
-            'SELECT id, status, rental_type, offline_from, holds_gpus, node FROM vms WHERE user_id = ANY($1)',
-            [ids],
-          )
+          await db.query<{
+            id: string;
+            status: VmStatus;
+            rental_type: RentalType;
+            offline_from: VmStatus | null;
+            holds_gpus: boolean;
+            node: string;
+          }>('SELECT id, status, rental_type, offline_from, holds_gpus, node FROM vms WHERE user_id = ANY($1)', [ids])
         ).rows;
         for (const v of vms) {
-          assert.equal(v.holds_gpus, holdsGpus(v.status, v.rental_type, v.offline_from), `VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus`);
+          assert.equal(
+            v.holds_gpus,
+            holdsGpus(v.status, v.rental_type, v.offline_from),
+            `VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus`,
+          );
         }
         const infos = await Promise.all(nodes.map((n) => call('GET', `/admin/nodes/${n.node}`, { token: adminKey })));
         nodes.forEach((n, i) => {
           const info = infos[i]!;
-          assert.ok(info.body.gpus_allocated <= n.gpu_count && info.body.gpus_free >= 0, `node ${n.node}: ${info.text}`);
+          assert.ok(
+            info.body.gpus_allocated <= n.gpu_count && info.body.gpus_free >= 0,
+            `node ${n.node}: ${info.text}`,
+          );
         });
         // 5. Reservations agree with their VMs.
         const rs = (
           await db.query<{
-            id: string; status: string; remaining_micros: number; cancellation_fee_micros: number; refund_micros: number;
-            end_at: Date; ended_at: Date | null; vm_status: VmStatus; vm_rental: RentalType; vm_reservation: string | null;
+            id: string;
+            status: string;
+            remaining_micros: number;
+            cancellation_fee_micros: number;
+            refund_micros: number;
+            end_at: Date;
+            ended_at: Date | null;
+            vm_status: VmStatus;
+            vm_rental: RentalType;
+            vm_reservation: string | null;
           }>(
             `SELECT r.id, r.status, r.remaining_micros, r.cancellation_fee_micros, r.refund_micros, r.end_at, r.ended_at,
                     v.status AS vm_status, v.rental_type AS vm_rental, v.reservation_id AS vm_reservation
@@ -301,14 +398,22 @@ describeEachDb(
           if (r.status === 'active') {
             assert.equal(r.vm_rental, 'reserved', where);
             assert.notEqual(r.vm_status, 'failed', `${where}: a failed VM's reservation is cancelled`);
-            if (settled) assert.ok(r.end_at.getTime() > nowMs, `${where}: still active past its end (a term's end converts or completes it)`);
+            if (settled)
+              assert.ok(
+                r.end_at.getTime() > nowMs,
+                `${where}: still active past its end (a term's end converts or completes it)`,
+              );
           } else if (r.status === 'cancelled') {
             assert.equal(r.remaining_micros, 0, where);
             const base = r.cancellation_fee_micros + r.refund_micros;
             if (r.vm_status === 'failed' && r.cancellation_fee_micros === 0) {
               assert.ok(r.refund_micros >= 0, where);
             } else {
-              assert.equal(r.cancellation_fee_micros, Number((BigInt(base) * 25n * 2n + 100n) / 200n), `${where}: fee is 25 % half-up`);
+              assert.equal(
+                r.cancellation_fee_micros,
+                Number((BigInt(base) * 25n * 2n + 100n) / 200n),
+                `${where}: fee is 25 % half-up`,
+              );
             }
             assert.ok(r.vm_rental === 'on_demand' || gone, `${where}: the VM goes on as on-demand`);
           } else if (r.status === 'converted_to_on_demand') {
@@ -319,7 +424,8 @@ describeEachDb(
             assert.equal(r.ended_at?.getTime(), r.end_at.getTime(), where);
           }
         }
-        // 6. Usage charged exactly once: contiguous periods from the first start, none after destroy, none if never run.
+        // 6. Usage charged exactly once: contiguous periods from the first start, none after destroy, none if never
+        // run.
         const gaps = await db.query(usageGapsSql(true), [ids]);
         assert.deepEqual(gaps.rows, [], 'usage periods are contiguous from the first start and end by the destroy');
         // 7. Reservations draw only within their term (until end_at or the cancellation), never after.
@@ -336,9 +442,23 @@ describeEachDb(
           [ids],
         );
         assert.deepEqual(chargedEarly.rows, [], 'a reserved VM is charged only once its reservation is used up');
-        // 8. Deposits are the reservation quote of the VM's shape; the term is months x 730 h; a failed VM's deposit came back whole.
+        // 8. Deposits are the reservation quote of the VM's shape; the term is months x 730 h; a failed VM's deposit
+        // came back whole.
         const deposits = (
-          await db.query<{ id: string; gpu_type: string; gpu_count: number; storage_gb: number; reservation_months: 1 | 3 | 6; deposit_micros: number; created_at: Date; end_at: Date; status: string; refund_micros: number; cancellation_fee_micros: number; vm_status: string }>(
+          await db.query<{
+            id: string;
+            gpu_type: string;
+            gpu_count: number;
+            storage_gb: number;
+            reservation_months: 1 | 3 | 6;
+            deposit_micros: number;
+            created_at: Date;
+            end_at: Date;
+            status: string;
+            refund_micros: number;
+            cancellation_fee_micros: number;
+            vm_status: string;
+          }>(
             `SELECT r.id, r.gpu_type, r.gpu_count, r.storage_gb, r.reservation_months, r.deposit_micros, r.created_at, r.end_at,
                     r.status, r.refund_micros, r.cancellation_fee_micros, v.status AS vm_status
                FROM reservations r JOIN vms v ON v.id = r.vm_id WHERE r.user_id = ANY($1)`,
@@ -346,12 +466,21 @@ describeEachDb(
           )
         ).rows;
         for (const r of deposits) {
-          const q = quote((await t().services.inventory.pricingFor(db, r.gpu_type))!, r.gpu_count, r.storage_gb, r.reservation_months);
+          const q = quote(
+            (await t().services.inventory.pricingFor(db, r.gpu_type))!,
+            r.gpu_count,
+            r.storage_gb,
+            r.reservation_months,
+          );
           assert.equal(r.deposit_micros, q.depositMicros, `reservation ${r.id}: deposit is the quote`);
           assert.equal(r.end_at.getTime() - r.created_at.getTime(), r.reservation_months * 730 * 3_600_000);
           if (r.vm_status === 'failed') {
             assert.equal(r.status, 'cancelled');
-            assert.deepEqual([r.refund_micros, r.cancellation_fee_micros], [r.deposit_micros, 0], `reservation ${r.id} of a failed VM`);
+            assert.deepEqual(
+              [r.refund_micros, r.cancellation_fee_micros],
+              [r.deposit_micros, 0],
+              `reservation ${r.id} of a failed VM`,
+            );
           }
         }
         // 9. Signs of the transaction types: credit and refund positive, charge and deposit negative.
@@ -373,7 +502,8 @@ describeEachDb(
           [ids, settled, new Date(nowMs), DAY_S],
         );
         assert.deepEqual(unbilled.rows, [], 'every VM is billed up to its destruction or the last boundary');
-        // 11. Low balance: once the jobs have settled, a user whose balance is at or below zero has no VM running on credit.
+        // 11. Low balance: once the jobs have settled, a user whose balance is at or below zero has no VM running on
+        // credit.
         if (settled) {
           const broke = await db.query(
             `SELECT v.id, v.status, v.rental_type, u.balance_micros FROM vms v JOIN users u ON u.id = v.user_id
@@ -382,14 +512,21 @@ describeEachDb(
           );
           assert.deepEqual(broke.rows, [], 'low balance: no VM runs on credit that is used up');
         }
-        const gpuOverStorage = await db.query('SELECT id FROM usage_logs WHERE user_id = ANY($1) AND gpu_ms > storage_ms', [ids]);
+        const gpuOverStorage = await db.query(
+          'SELECT id FROM usage_logs WHERE user_id = ANY($1) AND gpu_ms > storage_ms',
+          [ids],
+        );
         assert.deepEqual(gpuOverStorage.rows, []);
         const charged = await db.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM transactions t JOIN vms v ON v.id = t.vm_id
             WHERE t.type = 'charge' AND t.user_id = ANY($1) AND v.first_started_at IS NULL AND NOT (t.breakdown ? 'minimum_charge')`,
           [ids],
         );
-        assert.equal(charged.rows[0]!.n, 0, 'nothing is charged for a VM that never ran (but the minimum of one that interrupted others)');
+        assert.equal(
+          charged.rows[0]!.n,
+          0,
+          'nothing is charged for a VM that never ran (but the minimum of one that interrupted others)',
+        );
         // A minimum charge only for a destroyed VM that interrupted others, once, and never above one period of it.
         const minimums = await db.query<{ id: string }>(
           `SELECT t.id FROM transactions t JOIN vms v ON v.id = t.vm_id
@@ -399,10 +536,14 @@ describeEachDb(
                    OR (SELECT count(*) FROM transactions t2 WHERE t2.vm_id = v.id AND t2.breakdown ? 'minimum_charge') > 1)`,
           [ids],
         );
-        assert.deepEqual(minimums.rows, [], 'minimum charges only for destroyed VMs that interrupted others, once each');
+        assert.deepEqual(
+          minimums.rows,
+          [],
+          'minimum charges only for destroyed VMs that interrupted others, once each',
+        );
       }
 
-      const pick = <T,>(xs: T[], i: number): T | undefined => (xs.length ? xs[i % xs.length] : undefined);
+      const pick = <T>(xs: T[], i: number): T | undefined => (xs.length ? xs[i % xs.length] : undefined);
 
       async function run(creditsOf: number[], cmds: Cmd[]): Promise<void> {
         runNo++;
@@ -414,7 +555,13 @@ describeEachDb(
           await credit(t(), adminKey, u.id, amount);
           const key = await call('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: sshKeyLine } });
           assert.equal(key.status, 201, key.text);
-          accounts.push({ id: u.id, email: u.email, key: await createApiKey(t(), u.token, 'read_write', 'property'), vms: [], reservations: [] });
+          accounts.push({
+            id: u.id,
+            email: u.email,
+            key: await createApiKey(t(), u.token, 'read_write', 'property'),
+            vms: [],
+            reservations: [],
+          });
         }
         const nodes: { node: string; gpu_count: number; gpu_type: string }[] = [];
         for (const n of NODES) nodes.push({ ...n, node: (await createNode(t(), adminKey, { ...n })).node });
@@ -428,7 +575,13 @@ describeEachDb(
             await perform(c, accounts, nodes);
             timing.perform += Date.now() - t0;
             t0 = Date.now();
-            await checkInvariants(accounts, nodes, before, seqBefore, c.k === 'advance' || c.k === 'toEnd' || c.k === 'stopStart');
+            await checkInvariants(
+              accounts,
+              nodes,
+              before,
+              seqBefore,
+              c.k === 'advance' || c.k === 'toEnd' || c.k === 'stopStart',
+            );
             timing.check += Date.now() - t0;
           }
         } catch (err) {
@@ -444,12 +597,23 @@ describeEachDb(
         }
       }
 
-      async function perform(c: Cmd, accounts: Account[], nodes: { node: string; gpu_count: number; gpu_type: string }[]): Promise<void> {
+      async function perform(
+        c: Cmd,
+        accounts: Account[],
+        nodes: { node: string; gpu_count: number; gpu_type: string }[],
+      ): Promise<void> {
         switch (c.k) {
           case 'create': {
             const a = accounts[c.u]!;
             const n = nodes[c.n]!;
-            const body: Record<string, unknown> = { node: n.node, gpu_type: n.gpu_type, gpu_count: c.gpus, storage_gb: c.gb, template_vmid: 100, rental_type: c.rental };
+            const body: Record<string, unknown> = {
+              node: n.node,
+              gpu_type: n.gpu_type,
+              gpu_count: c.gpus,
+              storage_gb: c.gb,
+              template_vmid: 100,
+              rental_type: c.rental,
+            };
             if (c.rental === 'reserved') body.reservation_months = c.months;
             const r = await call('POST', '/vms', { token: a.key, body });
             if (r.status === 201) {
@@ -466,28 +630,50 @@ describeEachDb(
             // Mostly a VM of this run that the action suits (running to stop, stopped or interrupted to start),
             // acted on by its owner; now and then any VM of the run, or one of another user (which must be 404).
             const all = accounts.flatMap((a) => a.vms);
-            const suits = { stop: ['running'], start: ['stopped', 'interrupted'], destroy: ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted', 'failed'] }[c.k];
-            const fit = (await db.query<{ id: string }>('SELECT id FROM vms WHERE id = ANY($1) AND status = ANY($2) ORDER BY seq', [all, suits])).rows.map((r) => r.id);
-            const id = (c.i % 5 === 4 ? pick(all, c.i) : pick(fit, c.i) ?? pick(all, c.i)) ?? randomUUID();
+            const suits = {
+              stop: ['running'],
+              start: ['stopped', 'interrupted'],
+              destroy: ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted', 'failed'],
+            }[c.k];
+            const fit = (
+              await db.query<{ id: string }>(
+                'SELECT id FROM vms WHERE id = ANY($1) AND status = ANY($2) ORDER BY seq',
+                [all, suits],
+              )
+            ).rows.map((r) => r.id);
+            const id = (c.i % 5 === 4 ? pick(all, c.i) : (pick(fit, c.i) ?? pick(all, c.i))) ?? randomUUID();
             const owner = accounts.find((a) => a.vms.includes(id)) ?? accounts[c.u]!;
             const stranger = c.i % 7 === 6 && owner !== accounts[c.u];
             const actor = stranger ? accounts[c.u]! : owner;
-            const r = c.k === 'destroy' ? await call('DELETE', `/vms/${id}`, { token: actor.key }) : await call('POST', `/vms/${id}/${c.k}`, { token: actor.key });
+            const r =
+              c.k === 'destroy'
+                ? await call('DELETE', `/vms/${id}`, { token: actor.key })
+                : await call('POST', `/vms/${id}/${c.k}`, { token: actor.key });
             if (stranger) assert.equal(r.status, 404, `another user's VM is 404, like a missing one: ${r.text}`);
-            if (r.status >= 400) assert.ok(['invalid_state', 'not_found', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code), r.text);
+            if (r.status >= 400)
+              assert.ok(
+                ['invalid_state', 'not_found', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code),
+                r.text,
+              );
             return;
           }
           case 'stopStart': {
             // Stop a running VM, let the hypervisor settle it, and start it again later.
             const all = accounts.flatMap((a) => a.vms);
-            const running = (await db.query<{ id: string }>(`SELECT id FROM vms WHERE id = ANY($1) AND status = 'running' ORDER BY seq`, [all])).rows.map((r) => r.id);
+            const running = (
+              await db.query<{ id: string }>(
+                `SELECT id FROM vms WHERE id = ANY($1) AND status = 'running' ORDER BY seq`,
+                [all],
+              )
+            ).rows.map((r) => r.id);
             const id = pick(running, c.i);
             if (!id) return advance(c.s);
             const owner = accounts.find((a) => a.vms.includes(id))!;
             await call('POST', `/vms/${id}/stop`, { token: owner.key });
             await advance(c.s);
             const r = await call('POST', `/vms/${id}/start`, { token: owner.key });
-            if (r.status >= 400) assert.ok(['invalid_state', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code), r.text);
+            if (r.status >= 400)
+              assert.ok(['invalid_state', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code), r.text);
             return;
           }
           case 'preempt': {
@@ -497,36 +683,58 @@ describeEachDb(
             for (let i = 0; i < n.gpu_count; i++) {
               const r = await call('POST', '/vms', {
                 token: filler.key,
-                body: { node: n.node, gpu_type: n.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' },
+                body: {
+                  node: n.node,
+                  gpu_type: n.gpu_type,
+                  gpu_count: 1,
+                  storage_gb: 50,
+                  template_vmid: 100,
+                  rental_type: 'interruptible',
+                },
               });
               if (r.status !== 201) break;
               filler.vms.push(r.body.id);
             }
             const a = accounts[c.u]!;
-            const r = await call('POST', '/vms', { token: a.key, body: { node: n.node, gpu_type: n.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+            const r = await call('POST', '/vms', {
+              token: a.key,
+              body: { node: n.node, gpu_type: n.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+            });
             if (r.status === 201) a.vms.push(r.body.id);
             return;
           }
           case 'cancel': {
             const all = accounts.flatMap((a) => a.reservations);
-            const active = (await db.query<{ id: string }>(`SELECT id FROM reservations WHERE id = ANY($1) AND status = 'active' ORDER BY seq`, [all])).rows.map((r) => r.id);
-            const id = (c.i % 5 === 4 ? pick(all, c.i) : pick(active, c.i) ?? pick(all, c.i)) ?? randomUUID();
+            const active = (
+              await db.query<{ id: string }>(
+                `SELECT id FROM reservations WHERE id = ANY($1) AND status = 'active' ORDER BY seq`,
+                [all],
+              )
+            ).rows.map((r) => r.id);
+            const id = (c.i % 5 === 4 ? pick(all, c.i) : (pick(active, c.i) ?? pick(all, c.i))) ?? randomUUID();
             const owner = accounts.find((a) => a.reservations.includes(id)) ?? accounts[c.u]!;
             const stranger = c.i % 7 === 6 && owner !== accounts[c.u];
             const r = await call('DELETE', `/reservations/${id}`, { token: stranger ? accounts[c.u]!.key : owner.key });
-            if (stranger) assert.equal(r.status, 404, `another user's reservation is 404, like a missing one: ${r.text}`);
+            if (stranger)
+              assert.equal(r.status, 404, `another user's reservation is 404, like a missing one: ${r.text}`);
             if (r.status === 200) assert.equal(r.body.status, 'cancelled');
             else assert.ok(['invalid_state', 'not_found'].includes(r.body.code), r.text);
             return;
           }
           case 'fault': {
-            const r = await call('POST', '/admin/simulator/faults', { token: adminKey, body: { node: nodes[c.n]!.node, action: c.action } });
+            const r = await call('POST', '/admin/simulator/faults', {
+              token: adminKey,
+              body: { node: nodes[c.n]!.node, action: c.action },
+            });
             assert.equal(r.status, 200, r.text);
             return;
           }
           case 'node': {
             // A node going offline takes its VMs with it; coming back restores them.
-            const r = await call('PATCH', `/admin/nodes/${nodes[c.n]!.node}`, { token: adminKey, body: { status: c.status } });
+            const r = await call('PATCH', `/admin/nodes/${nodes[c.n]!.node}`, {
+              token: adminKey,
+              body: { status: c.status },
+            });
             assert.equal(r.status, 200, r.text);
             return;
           }
@@ -535,7 +743,10 @@ describeEachDb(
           case 'toEnd': {
             // To the end of the nearest active reservation of this run (at most 31 days ahead).
             const ids = accounts.map((a) => a.id);
-            const r = await db.query<{ end_at: Date | null }>(`SELECT min(end_at) AS end_at FROM reservations WHERE status = 'active' AND user_id = ANY($1)`, [ids]);
+            const r = await db.query<{ end_at: Date | null }>(
+              `SELECT min(end_at) AS end_at FROM reservations WHERE status = 'active' AND user_id = ANY($1)`,
+              [ids],
+            );
             const end = r.rows[0]?.end_at?.getTime();
             const s = end === undefined ? DAY_S : Math.max(1, Math.ceil((end - (await now())) / 1000));
             return advance(Math.min(s, 31 * DAY_S));
@@ -550,9 +761,13 @@ describeEachDb(
       if (startS % DAY_S) await advance(DAY_S - (startS % DAY_S));
       const started = Date.now();
       const details = await fc.check(
-        fc.asyncProperty(credits, fc.array(cmd, { minLength: 6, maxLength: MAX_STEPS, size: 'max' }), async (cs, cmds) => {
-          await run(cs, cmds);
-        }),
+        fc.asyncProperty(
+          credits,
+          fc.array(cmd, { minLength: 6, maxLength: MAX_STEPS, size: 'max' }),
+          async (cs, cmds) => {
+            await run(cs, cmds);
+          },
+        ),
         {
           numRuns: RUNS,
           seed: SEED,
@@ -566,7 +781,8 @@ describeEachDb(
         const counterexample = details.counterexample
           ? `credits ${JSON.stringify(details.counterexample[0])}\n${details.counterexample[1].map((c, i) => `  ${i}: ${JSON.stringify(c)}`).join('\n')}`
           : '(none)';
-        const cause = details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance);
+        const cause =
+          details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance);
         assert.fail(
           `property failed after ${details.numRuns} run(s): seed ${details.seed}, path "${details.counterexamplePath}"\n` +
             `replay: ${replayCommand(details.seed, details.counterexamplePath)}\n` +
@@ -574,18 +790,28 @@ describeEachDb(
         );
       }
       const took = Date.now() - started;
-      if (process.env.PROPERTY_STATS) console.log(JSON.stringify([...statuses].sort(), null, 0), JSON.stringify(timing));
+      if (process.env.PROPERTY_STATS)
+        console.log(JSON.stringify([...statuses].sort(), null, 0), JSON.stringify(timing));
       // The runs really exercised the interesting paths (not only refusals).
       const seen = [...statuses.keys()];
-      for (const must of ['POST /vms 201', 'DELETE /reservations/:id 200', 'POST /vms/:id/stop 200', 'POST /vms/:id/start 200', 'DELETE /vms/:id 200']) {
+      for (const must of [
+        'POST /vms 201',
+        'DELETE /reservations/:id 200',
+        'POST /vms/:id/stop 200',
+        'POST /vms/:id/start 200',
+        'DELETE /vms/:id 200',
+      ]) {
         assert.ok(seen.includes(must), `the runs made at least one ${must}: ${seen.join(', ')}`);
       }
       const interrupted = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM interruptions');
       assert.ok(interrupted.rows[0]!.n > 0, 'some interruptible VM was preempted');
       const ended = await db.query<{ status: string }>(`SELECT DISTINCT status FROM reservations`);
       const endedStatuses = ended.rows.map((r) => r.status).sort();
-      for (const s of ['cancelled', 'completed', 'converted_to_on_demand']) assert.ok(endedStatuses.includes(s), `some reservation ended ${s}: ${endedStatuses}`);
-      const low = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM events WHERE type = 'billing.low_balance'`);
+      for (const s of ['cancelled', 'completed', 'converted_to_on_demand'])
+        assert.ok(endedStatuses.includes(s), `some reservation ended ${s}: ${endedStatuses}`);
+      const low = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM events WHERE type = 'billing.low_balance'`,
+      );
       assert.ok(low.rows[0]!.n > 0, 'some user ran out of credit');
       t().app.log.info({ runs: RUNS, seed: SEED, ms: took, admin: adminId }, 'property done');
     });

@@ -61,8 +61,18 @@ describe('gpucloud client commands', () => {
    * Runs `gpucloud ARGS` (never spawnSync: the server answers from this process).
    * `during` is called every 100 ms while it runs (to advance the manual clock).
    */
-  function cli(home: string, args: string[], opts: { input?: string; env?: Record<string, string>; during?: () => Promise<unknown> } = {}): Promise<Run> {
-    const env: NodeJS.ProcessEnv = { ...process.env, XDG_CONFIG_HOME: home, GPUCLOUD_API_URL: baseUrl, GPUCLOUD_POLL_MS: '50', ...opts.env };
+  function cli(
+    home: string,
+    args: string[],
+    opts: { input?: string; env?: Record<string, string>; during?: () => Promise<unknown> } = {},
+  ): Promise<Run> {
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      XDG_CONFIG_HOME: home,
+      GPUCLOUD_API_URL: baseUrl,
+      GPUCLOUD_POLL_MS: '50',
+      ...opts.env,
+    };
     delete env.GPUCLOUD_API_KEY;
     if (opts.env?.GPUCLOUD_API_KEY) env.GPUCLOUD_API_KEY = opts.env.GPUCLOUD_API_KEY;
     const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -103,12 +113,19 @@ describe('gpucloud client commands', () => {
     return u;
   }
 
-  /** A config dir holding the session of u, as `login` saves it (login itself is tested in the journey and 2FA tests). */
+  /**
+   * A config dir holding the session of u, as `login` saves it (login itself is tested in the journey and 2FA tests).
+   */
   async function loggedIn(u: TestUser): Promise<string> {
     const home = freshHome();
     const login = await t.req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
     assert.equal(login.status, 200, login.text);
-    writeConfig(configPath({ XDG_CONFIG_HOME: home }), { api_url: baseUrl, email: u.email, access_token: login.body.access_token, refresh_token: login.body.refresh_token });
+    writeConfig(configPath({ XDG_CONFIG_HOME: home }), {
+      api_url: baseUrl,
+      email: u.email,
+      access_token: login.body.access_token,
+      refresh_token: login.body.refresh_token,
+    });
     return home;
   }
 
@@ -151,15 +168,37 @@ describe('gpucloud client commands', () => {
     const lines = tableRun.stdout.trim().split('\n');
     assert.match(lines[0]!, /^NODE\s+GPU\s+GPUS/);
     const prices = lines.slice(1).map((l) => Number(/\$(\d+\.\d+)\s+\S+$/.exec(l)![1]));
-    assert.deepEqual(prices, [...prices].sort((a, b) => a - b));
+    assert.deepEqual(
+      prices,
+      [...prices].sort((a, b) => a - b),
+    );
     // Columns are aligned: every row's GPU column starts where the header's does.
     const gpuCol = lines[0]!.indexOf('GPU');
     for (const l of lines.slice(1)) assert.match(l.slice(gpuCol), /^(4090|5090|pro6000)/);
 
     // vm create --wait: the test advances the manual clock while the command polls.
-    const created = await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--template', 'ubuntu-24.04', '--ssh-key', added.id, '--label', 'cli-test', '--wait', '--json'], {
-      during: () => t.services.clock.advance(0),
-    });
+    const created = await cli(
+      home,
+      [
+        'vm',
+        'create',
+        '--node',
+        node,
+        '--gpu',
+        '4090',
+        '--template',
+        'ubuntu-24.04',
+        '--ssh-key',
+        added.id,
+        '--label',
+        'cli-test',
+        '--wait',
+        '--json',
+      ],
+      {
+        during: () => t.services.clock.advance(0),
+      },
+    );
     const vm = json(created);
     assert.equal(vm.status, 'running');
     assert.equal(vm.template_vmid, 101);
@@ -175,16 +214,32 @@ describe('gpucloud client commands', () => {
     ok(show);
     assert.match(show.stdout, /Status:\s+running/);
     const list = json(await cli(home, ['vm', 'list', '--json']));
-    assert.deepEqual(list.map((v: { id: string }) => v.id), [vm.id]);
+    assert.deepEqual(
+      list.map((v: { id: string }) => v.id),
+      [vm.id],
+    );
 
     const ssh = await cli(home, ['vm', 'ssh', String(vm.vmid), '--dry-run']);
     ok(ssh);
     const info = (await t.req('GET', `/vms/${vm.id}/access-info`, { token: u.token })).body;
     assert.equal(ssh.stdout.trim(), `ssh -p ${info.ssh.port} ${info.ssh.username}@${info.ssh.host}`);
     // A key by its short option, and what follows -- (options included) is ssh's.
-    const sshArgs = await cli(home, ['vm', 'ssh', String(vm.vmid), '-i', 'id_test', '--dry-run', '--', 'nvidia-smi', '-L']);
+    const sshArgs = await cli(home, [
+      'vm',
+      'ssh',
+      String(vm.vmid),
+      '-i',
+      'id_test',
+      '--dry-run',
+      '--',
+      'nvidia-smi',
+      '-L',
+    ]);
     ok(sshArgs);
-    assert.equal(sshArgs.stdout.trim(), `ssh -p ${info.ssh.port} -i id_test ${info.ssh.username}@${info.ssh.host} nvidia-smi -L`);
+    assert.equal(
+      sshArgs.stdout.trim(),
+      `ssh -p ${info.ssh.port} -i id_test ${info.ssh.username}@${info.ssh.host} nvidia-smi -L`,
+    );
 
     // destroy asks; "n" on stdin aborts, --yes does not ask.
     const no = await cli(home, ['vm', 'destroy', String(vm.vmid)], { input: 'n\n' });
@@ -212,12 +267,25 @@ describe('gpucloud client commands', () => {
     };
     const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
     const micros = (v: number) => Math.round(v * 1e6);
-    type Offer = { node: string; gpu_count: number; gpu_price_hourly: number; interruptible_rate: number; storage_price_hourly: number; total_price_hourly: number; location: string };
+    type Offer = {
+      node: string;
+      gpu_count: number;
+      gpu_price_hourly: number;
+      interruptible_rate: number;
+      storage_price_hourly: number;
+      total_price_hourly: number;
+      location: string;
+    };
 
     // The on-demand total the API gives: gpu_count x gpu_price_hourly + 50 GB x storage_price_hourly.
     const onDemand = (await (await fetch(`${baseUrl}/search`)).json()) as Offer[];
     assert.ok(onDemand.length > 0);
-    for (const o of onDemand) assert.equal(micros(o.total_price_hourly), o.gpu_count * micros(o.gpu_price_hourly) + 50 * micros(o.storage_price_hourly), o.node);
+    for (const o of onDemand)
+      assert.equal(
+        micros(o.total_price_hourly),
+        o.gpu_count * micros(o.gpu_price_hourly) + 50 * micros(o.storage_price_hourly),
+        o.node,
+      );
 
     // The interruptible offers: $/GPU/H is interruptible_rate itself, $/H (INT) the same sum at that rate.
     const offers = (await (await fetch(`${baseUrl}/search?rental_type=interruptible`)).json()) as Offer[];
@@ -225,28 +293,59 @@ describe('gpucloud client commands', () => {
     const lines = await run(['search', '--interruptible']);
     assert.match(lines[0]!, /\$\/GPU\/H\s+\$\/H \(INT\)\s+LOCATION$/);
     for (const o of offers) {
-      assert.ok(o.interruptible_rate < o.gpu_price_hourly, 'the test needs an interruptible rate below the on-demand price');
+      assert.ok(
+        o.interruptible_rate < o.gpu_price_hourly,
+        'the test needs an interruptible rate below the on-demand price',
+      );
       const total = (o.gpu_count * micros(o.interruptible_rate) + 50 * micros(o.storage_price_hourly)) / 1e6;
       const row = lines.find((l) => l.startsWith(`${o.node} `));
       assert.ok(row, o.node);
-      assert.match(row, new RegExp(`\\$${esc(o.interruptible_rate.toFixed(3))}\\s+\\$${esc(total.toFixed(3))}\\s+${esc(o.location)}$`), row);
+      assert.match(
+        row,
+        new RegExp(`\\$${esc(o.interruptible_rate.toFixed(3))}\\s+\\$${esc(total.toFixed(3))}\\s+${esc(o.location)}$`),
+        row,
+      );
     }
 
     // pricing: the interruptible column is a price per GPU-hour, not a percentage.
-    const pricing = (await (await fetch(`${baseUrl}/pricing`)).json()) as { gpu_types: { gpu_type: string; gpu_price_hourly: number; interruptible_rate: number }[] };
+    const pricing = (await (await fetch(`${baseUrl}/pricing`)).json()) as {
+      gpu_types: { gpu_type: string; gpu_price_hourly: number; interruptible_rate: number }[];
+    };
     const table = await run(['pricing']);
     assert.match(table[0]!, /^GPU\s+VRAM\s+\$\/GPU\/H\s+INT \$\/GPU\/H\s/);
     for (const g of pricing.gpu_types) {
       const row = table.find((l) => l.startsWith(`${g.gpu_type} `));
       assert.ok(row, g.gpu_type);
-      assert.match(row, new RegExp(`^${esc(g.gpu_type)}\\s+\\d+ GB\\s+\\$${esc(g.gpu_price_hourly.toFixed(3))}\\s+\\$${esc(g.interruptible_rate.toFixed(3))}\\s`), row);
+      assert.match(
+        row,
+        new RegExp(
+          `^${esc(g.gpu_type)}\\s+\\d+ GB\\s+\\$${esc(g.gpu_price_hourly.toFixed(3))}\\s+\\$${esc(g.interruptible_rate.toFixed(3))}\\s`,
+        ),
+        row,
+      );
     }
   });
 
   test('vm create then vm wait; billing balance --json is the API body', async () => {
     const u = await newUser(50);
     const home = await loggedIn(u);
-    const vm = json(await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--template', '100', '--disk', '80', '--password', 'a-long-vm-password-1', '--json']));
+    const vm = json(
+      await cli(home, [
+        'vm',
+        'create',
+        '--node',
+        node,
+        '--gpu',
+        '4090',
+        '--template',
+        '100',
+        '--disk',
+        '80',
+        '--password',
+        'a-long-vm-password-1',
+        '--json',
+      ]),
+    );
     assert.equal(vm.storage_gb, 80);
     assert.equal(vm.template_vmid, 100);
     await t.services.clock.advance(0);
@@ -270,7 +369,16 @@ describe('gpucloud client commands', () => {
     assert.ok(r.stderr.includes(direct.body.detail), r.stderr);
     assert.equal(r.stdout, '');
     // A user without credit cannot rent: the server's refusal, exit 1.
-    const poor = await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--password', 'a-long-vm-password-1']);
+    const poor = await cli(home, [
+      'vm',
+      'create',
+      '--node',
+      node,
+      '--gpu',
+      '4090',
+      '--password',
+      'a-long-vm-password-1',
+    ]);
     assert.equal(poor.code, 1, poor.stderr);
     assert.match(poor.stderr, /^Error: /);
     // Not an admin.
@@ -313,7 +421,24 @@ describe('gpucloud client commands', () => {
     assert.equal(login.code, 2);
     const help = await cli(home, ['--help']);
     ok(help);
-    for (const c of ['serve', 'migrate', 'admin create-user', 'admin ledger-check', 'login', 'logout', 'whoami', 'search', 'pricing', 'ssh-keys add', 'keys create', 'vm create', 'vm ssh', 'billing usage', 'reservations quote', 'admin credit']) {
+    for (const c of [
+      'serve',
+      'migrate',
+      'admin create-user',
+      'admin ledger-check',
+      'login',
+      'logout',
+      'whoami',
+      'search',
+      'pricing',
+      'ssh-keys add',
+      'keys create',
+      'vm create',
+      'vm ssh',
+      'billing usage',
+      'reservations quote',
+      'admin credit',
+    ]) {
       assert.ok(help.stdout.includes(`gpucloud ${c}`), c);
     }
     const vmHelp = await cli(home, ['vm', 'create', '--help']);
@@ -321,7 +446,11 @@ describe('gpucloud client commands', () => {
     assert.match(vmHelp.stdout, /Example/);
     for (const c of COMMANDS) {
       const out: string[] = [];
-      assert.equal(await runCli([...c.path.split(' '), '--help'], {}, { out: (s) => out.push(s), err: () => {} }), 0, c.path);
+      assert.equal(
+        await runCli([...c.path.split(' '), '--help'], {}, { out: (s) => out.push(s), err: () => {} }),
+        0,
+        c.path,
+      );
       assert.match(out.join('\n'), /Example/, c.path);
       assert.ok(out.join('\n').includes(`gpucloud ${c.path}`), c.path);
     }
@@ -340,7 +469,8 @@ describe('gpucloud client commands', () => {
     for (const c of COMMANDS) {
       const help = await run([...c.path.split(' '), '--help']);
       assert.equal(help.code, 0, c.path);
-      for (const [flags, description] of c.options ?? []) assert.ok(help.out.includes(flat(`${flags} ${description}`)), `${c.path}: ${flags}`);
+      for (const [flags, description] of c.options ?? [])
+        assert.ok(help.out.includes(flat(`${flags} ${description}`)), `${c.path}: ${flags}`);
       for (const flags of common) assert.ok(help.out.includes(flags), `${c.path}: ${flags}`);
     }
     const groups = [...new Set(COMMANDS.filter((c) => c.path.includes(' ')).map((c) => c.path.split(' ')[0]!))];
@@ -348,7 +478,8 @@ describe('gpucloud client commands', () => {
     for (const g of groups) {
       const help = await run([g, '--help']);
       assert.equal(help.code, 0, g);
-      for (const c of COMMANDS.filter((x) => x.path.startsWith(`${g} `))) assert.ok(help.out.includes(flat(c.summary)), `${g}: ${c.path}`);
+      for (const c of COMMANDS.filter((x) => x.path.startsWith(`${g} `)))
+        assert.ok(help.out.includes(flat(c.summary)), `${g}: ${c.path}`);
       assert.deepEqual(await run([g, 'help']), help);
       // The group alone: its help, but bad usage.
       assert.equal((await run([g])).code, 2, g);
@@ -416,7 +547,10 @@ describe('gpucloud client commands', () => {
     assert.ok(listed.some((k: { id: string }) => k.id === created.id));
 
     const empty = freshHome();
-    assert.equal(json(await cli(empty, ['whoami', '--json'], { env: { GPUCLOUD_API_KEY: created.key } })).email, u.email);
+    assert.equal(
+      json(await cli(empty, ['whoami', '--json'], { env: { GPUCLOUD_API_KEY: created.key } })).email,
+      u.email,
+    );
     assert.equal(json(await cli(empty, ['whoami', '--json', '--api-key', created.key])).email, u.email);
     const keyHome = freshHome();
     ok(await cli(keyHome, ['login', '--api-key', created.key]));
@@ -449,7 +583,25 @@ describe('gpucloud client commands', () => {
   test('vm lifecycle: stop, start, label, auto-restart, interruptions, list table', async () => {
     const u = await newUser(100);
     const home = await loggedIn(u);
-    const vm = json(await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--interruptible', '--password', 'a-long-vm-password-1', '--wait', '--json'], { during: () => t.services.clock.advance(0) }));
+    const vm = json(
+      await cli(
+        home,
+        [
+          'vm',
+          'create',
+          '--node',
+          node,
+          '--gpu',
+          '4090',
+          '--interruptible',
+          '--password',
+          'a-long-vm-password-1',
+          '--wait',
+          '--json',
+        ],
+        { during: () => t.services.clock.advance(0) },
+      ),
+    );
     assert.equal(vm.rental_type, 'interruptible');
     ok(await cli(home, ['vm', 'label', String(vm.vmid), 'renamed']));
     ok(await cli(home, ['vm', 'auto-restart', vm.id, 'on']));
@@ -477,7 +629,18 @@ describe('gpucloud client commands', () => {
   test('vm create --reserved shows the quote and asks; reservations list and cancel', async () => {
     const u = await newUser(5000);
     const home = await loggedIn(u);
-    const args = ['vm', 'create', '--node', node, '--gpu', '4090', '--reserved', '1', '--password', 'a-long-vm-password-1'];
+    const args = [
+      'vm',
+      'create',
+      '--node',
+      node,
+      '--gpu',
+      '4090',
+      '--reserved',
+      '1',
+      '--password',
+      'a-long-vm-password-1',
+    ];
     const declined = await cli(home, args, { input: 'n\n' });
     assert.equal(declined.code, 1);
     assert.match(declined.stderr, /Deposit now:\s+\$\d/);
@@ -494,14 +657,41 @@ describe('gpucloud client commands', () => {
   test('events: the list, filters by type and VM, and --follow printing what happens next', async () => {
     const u = await newUser(100);
     const home = await loggedIn(u);
-    const vm = json(await cli(home, ['vm', 'create', '--node', node, '--gpu', '4090', '--password', 'a-long-vm-password-1', '--yes', '--json']));
+    const vm = json(
+      await cli(home, [
+        'vm',
+        'create',
+        '--node',
+        node,
+        '--gpu',
+        '4090',
+        '--password',
+        'a-long-vm-password-1',
+        '--yes',
+        '--json',
+      ]),
+    );
     await t.services.clock.advance(0);
     const listed = await cli(home, ['events']);
     ok(listed);
     assert.match(listed.stdout, /account\.login/);
     assert.match(listed.stdout, new RegExp(`vm\\.status_changed\\s+VM ${vm.vmid} starting -> running \\(started\\)`));
-    const typed = json(await cli(home, ['events', '--type', 'vm.created', '--type', 'vm.status_changed', '--vm', String(vm.vmid), '--json']));
-    assert.deepEqual(typed.map((e: { type: string }) => e.type), ['vm.created', 'vm.status_changed', 'vm.status_changed']);
+    const typed = json(
+      await cli(home, [
+        'events',
+        '--type',
+        'vm.created',
+        '--type',
+        'vm.status_changed',
+        '--vm',
+        String(vm.vmid),
+        '--json',
+      ]),
+    );
+    assert.deepEqual(
+      typed.map((e: { type: string }) => e.type),
+      ['vm.created', 'vm.status_changed', 'vm.status_changed'],
+    );
     assert.ok(typed.every((e: { vm_id: string }) => e.vm_id === vm.id));
     const bad = await cli(home, ['events', '--type', 'vm.nope']);
     assert.equal(bad.code, 1);
@@ -509,9 +699,17 @@ describe('gpucloud client commands', () => {
 
     // --follow: starts after the last event and prints the stop as it happens, as JSON lines.
     const last = typed[typed.length - 1].id;
-    const env: NodeJS.ProcessEnv = { ...process.env, XDG_CONFIG_HOME: home, GPUCLOUD_API_URL: baseUrl, GPUCLOUD_POLL_MS: '50' };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      XDG_CONFIG_HOME: home,
+      GPUCLOUD_API_URL: baseUrl,
+      GPUCLOUD_POLL_MS: '50',
+    };
     delete env.GPUCLOUD_API_KEY;
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'events', '--follow', '--after', last, '--json'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'events', '--follow', '--after', last, '--json'], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     try {
@@ -519,11 +717,17 @@ describe('gpucloud client commands', () => {
       await t.services.clock.advance(0);
       const deadline = Date.now() + 30_000;
       while (!out.includes('"to":"stopped"') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      const lines = out.trim().split('\n').map((l) => JSON.parse(l) as { type: string; data: { to: string; reason: string } });
-      assert.deepEqual(lines.map((e) => [e.type, e.data.to, e.data.reason]), [
-        ['vm.status_changed', 'stopping', 'user'],
-        ['vm.status_changed', 'stopped', 'stopped'],
-      ]);
+      const lines = out
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { type: string; data: { to: string; reason: string } });
+      assert.deepEqual(
+        lines.map((e) => [e.type, e.data.to, e.data.reason]),
+        [
+          ['vm.status_changed', 'stopping', 'user'],
+          ['vm.status_changed', 'stopped', 'stopped'],
+        ],
+      );
     } finally {
       child.kill('SIGTERM');
     }

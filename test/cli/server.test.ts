@@ -22,12 +22,23 @@ after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
 /** The environment of a newcomer: no database URL, no Redis. */
 function env(dataDir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const e: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of ['DATABASE_URL', 'GPUCLOUD_REDIS_URL', 'GPUCLOUD_JWT_SECRET', 'GPUCLOUD_CLOCK', 'GPUCLOUD_CLOCK_START']) delete e[k];
+  for (const k of [
+    'DATABASE_URL',
+    'GPUCLOUD_REDIS_URL',
+    'GPUCLOUD_JWT_SECRET',
+    'GPUCLOUD_CLOCK',
+    'GPUCLOUD_CLOCK_START',
+  ])
+    delete e[k];
   return { ...e, GPUCLOUD_DATA_DIR: dataDir, PORT: '0', LOG_LEVEL: 'silent', ...extra };
 }
 
 function run(args: string[], e: NodeJS.ProcessEnv) {
-  return spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], { env: e, encoding: 'utf8', timeout: 120_000 });
+  return spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+    env: e,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
 }
 
 describe('gpucloud command', () => {
@@ -36,7 +47,9 @@ describe('gpucloud command', () => {
     for (let round = 0; round < 2; round++) {
       // The second start also runs on the manual clock from a given instant, which the banner shows.
       const manual = { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-03-31T23:59:30+02:00' };
-      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], { env: env(dir, round === 1 ? manual : {}) });
+      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], {
+        env: env(dir, round === 1 ? manual : {}),
+      });
       let out = '';
       child.stdout.on('data', (d) => (out += d));
       child.stderr.on('data', (d) => (out += d));
@@ -54,7 +67,7 @@ describe('gpucloud command', () => {
           child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
         });
         assert.match(out, /Docs:\s+http:\/\/\S+\/docs/);
-        assert.equal(statSync(join(dir, 'jwt-secret')).mode & 0o777, 0o600, 'the signing secret is the user\'s alone');
+        assert.equal(statSync(join(dir, 'jwt-secret')).mode & 0o777, 0o600, "the signing secret is the user's alone");
         if (round === 1) assert.match(out, /Clock: manual, now 2026-03-31T21:59:30\.000Z/);
         else assert.doesNotMatch(out, /Clock:/);
         assert.match(out, /demo@gpucloud\.local \/ demo-password-123/);
@@ -70,7 +83,9 @@ describe('gpucloud command', () => {
         });
         assert.equal(login.status, 200);
         const { access_token } = (await login.json()) as { access_token: string };
-        const bal = (await (await fetch(`${url}/billing/balance`, { headers: { authorization: `Bearer ${access_token}` } })).json()) as { balance: number };
+        const bal = (await (
+          await fetch(`${url}/billing/balance`, { headers: { authorization: `Bearer ${access_token}` } })
+        ).json()) as { balance: number };
         assert.equal(bal.balance, 100); // seeded once: the second start does not credit again
         const offers = (await (await fetch(`${url}/search`)).json()) as { gpu_type: string }[];
         assert.deepEqual([...new Set(offers.map((o) => o.gpu_type))].sort(), ['4090', '5090', 'pro6000']);
@@ -83,7 +98,7 @@ describe('gpucloud command', () => {
     assert.equal(statSync(join(dir, 'jwt-secret')).mode & 0o777, 0o600);
   });
 
-  test('the data directory is the user\'s alone: 0700, files 0600, corrected at every start', () => {
+  test("the data directory is the user's alone: 0700, files 0600, corrected at every start", () => {
     const dir = freshDir();
     const loose = (root: string): string[] => {
       const found: string[] = [];
@@ -115,10 +130,16 @@ describe('gpucloud command', () => {
     const m = run(['migrate'], env(dir));
     assert.equal(m.status, 0, m.stderr);
     assert.match(m.stdout, /up to date/);
-    const c = run(['admin', 'create-user', '--email', 'ops@example.com', '--password', 'a very long password', '--admin'], env(dir));
+    const c = run(
+      ['admin', 'create-user', '--email', 'ops@example.com', '--password', 'a very long password', '--admin'],
+      env(dir),
+    );
     assert.equal(c.status, 0, c.stderr);
     assert.match(c.stdout, /Created admin ops@example\.com/);
-    const again = run(['admin', 'create-user', '--email', 'ops@example.com', '--password', 'another long password'], env(dir));
+    const again = run(
+      ['admin', 'create-user', '--email', 'ops@example.com', '--password', 'another long password'],
+      env(dir),
+    );
     assert.equal(again.status, 0, again.stderr);
     assert.match(again.stdout, /Updated user ops@example\.com/);
     const short = run(['admin', 'create-user', '--email', 'x@example.com', '--password', 'short'], env(dir));

@@ -32,7 +32,12 @@ describe('gpucloud webhooks', () => {
     rec = await startReceiver();
     const u = await createUser(t);
     home = mkdtempSync(join(tmpdir(), 'gpucloud-cli-webhooks-'));
-    env = { ...process.env, XDG_CONFIG_HOME: home, GPUCLOUD_API_URL: `http://127.0.0.1:${addr.port}`, GPUCLOUD_API_KEY: await createApiKey(t, u.token, 'read_write') };
+    env = {
+      ...process.env,
+      XDG_CONFIG_HOME: home,
+      GPUCLOUD_API_URL: `http://127.0.0.1:${addr.port}`,
+      GPUCLOUD_API_KEY: await createApiKey(t, u.token, 'read_write'),
+    };
   });
   after(async () => {
     await t?.services.webhooks.stop();
@@ -42,7 +47,10 @@ describe('gpucloud webhooks', () => {
   });
 
   function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -57,7 +65,17 @@ describe('gpucloud webhooks', () => {
   }
 
   test('create, list, show, test, deliveries, update, rotate-secret, rm', async () => {
-    const created = await cli(['webhooks', 'create', `${rec.url}/cli`, '--events', 'vm.interrupted,billing.low_balance', '--events', 'api_key.created', '--description', 'from the CLI']);
+    const created = await cli([
+      'webhooks',
+      'create',
+      `${rec.url}/cli`,
+      '--events',
+      'vm.interrupted,billing.low_balance',
+      '--events',
+      'api_key.created',
+      '--description',
+      'from the CLI',
+    ]);
     assert.equal(created.code, 0, created.stderr);
     const secret = /\n {2}(whsec_\S+)\n/.exec(created.stdout)?.[1];
     assert.ok(secret, created.stdout);
@@ -66,7 +84,12 @@ describe('gpucloud webhooks', () => {
 
     const list = await cli(['webhooks', 'list']);
     assert.equal(list.code, 0, list.stderr);
-    assert.match(list.stdout, new RegExp(`${id}\\s+${rec.url}/cli\\s+vm\\.interrupted,billing\\.low_balance,api_key\\.created\\s+on\\s+from the CLI`));
+    assert.match(
+      list.stdout,
+      new RegExp(
+        `${id}\\s+${rec.url}/cli\\s+vm\\.interrupted,billing\\.low_balance,api_key\\.created\\s+on\\s+from the CLI`,
+      ),
+    );
     assert.ok(!list.stdout.includes(secret), 'never the secret again');
 
     rec.answer = () => 200;
@@ -105,7 +128,7 @@ describe('gpucloud webhooks', () => {
     assert.match(gone.stderr, /Webhook not found/);
   });
 
-  test('usage errors exit 2; refusals exit 1 with the server\'s detail', async () => {
+  test("usage errors exit 2; refusals exit 1 with the server's detail", async () => {
     const noUrl = await cli(['webhooks', 'create']);
     assert.equal(noUrl.code, 2);
     const both = await cli(['webhooks', 'update', '00000000-0000-4000-8000-000000000000', '--enable', '--disable']);

@@ -35,7 +35,11 @@ describe('console bundle', () => {
     assert.equal(page.headers['cache-control'], 'no-cache');
     assert.match(String(page.headers['content-security-policy']), /default-src 'self'/);
     const src = page.body.match(/<script[^>]*src="([^"]+)"/)![1]!;
-    for (const [encoding, expected] of [['br', 'br'], ['gzip', 'gzip'], ['identity', undefined]] as const) {
+    for (const [encoding, expected] of [
+      ['br', 'br'],
+      ['gzip', 'gzip'],
+      ['identity', undefined],
+    ] as const) {
       const js = await t.app.inject({ method: 'GET', url: src, headers: { 'accept-encoding': encoding } });
       assert.equal(js.statusCode, 200);
       assert.equal(js.headers['content-encoding'], expected, encoding);

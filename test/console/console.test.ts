@@ -45,7 +45,9 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
   async function newPage(opts: { mobile?: boolean; dark?: boolean } = {}): Promise<Page> {
     const ctx = await browser.newContext({
       baseURL: base,
-      ...(opts.mobile ? { viewport: { width: 390, height: 800 }, isMobile: true, hasTouch: true } : { viewport: { width: 1280, height: 900 } }),
+      ...(opts.mobile
+        ? { viewport: { width: 390, height: 800 }, isMobile: true, hasTouch: true }
+        : { viewport: { width: 1280, height: 900 } }),
       colorScheme: opts.dark ? 'dark' : 'light',
     });
     contexts.push(ctx);
@@ -112,7 +114,11 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     for (const name of ['Offers', 'VMs', 'SSH keys', 'API keys', 'Billing', 'Reservations', 'Account']) {
       assert.equal(await page.getByRole('link', { name, exact: true }).count(), 1, name);
     }
-    assert.equal(await page.getByRole('link', { name: 'Nodes', exact: true }).count(), 0, 'no operator pages for a customer');
+    assert.equal(
+      await page.getByRole('link', { name: 'Nodes', exact: true }).count(),
+      0,
+      'no operator pages for a customer',
+    );
 
     // The account really exists.
     const login = await t.req('POST', '/auth/login', { body: { email, password: PASSWORD } });
@@ -123,7 +129,10 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill('not-the-password-1');
     await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('alert').filter({ hasText: /invalid|incorrect|wrong/i }).waitFor();
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /invalid|incorrect|wrong/i })
+      .waitFor();
   });
 
   test('a session survives a reload and an expired access token (refresh-token rotation)', async () => {
@@ -159,7 +168,8 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
       const targets = round % 2 ? ['Billing', 'VMs'] : ['VMs', 'Billing'];
       await Promise.all(pages.map((p, i) => p.getByRole('link', { name: targets[i]!, exact: true }).click()));
       await Promise.all(pages.map((p, i) => p.getByRole('heading', { name: targets[i]!, exact: true }).waitFor()));
-      for (const p of pages) assert.equal(await p.getByRole('button', { name: 'Sign in' }).count(), 0, 'still signed in');
+      for (const p of pages)
+        assert.equal(await p.getByRole('button', { name: 'Sign in' }).count(), 0, 'still signed in');
     }
     // Had a tab presented a refresh token the other had already rotated, the whole session would be revoked.
     const stored = JSON.parse((await first.evaluate(() => localStorage.getItem('gpucloud.session')))!);
@@ -225,20 +235,33 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     assert.equal(vm.status, 200, 'the page shows the VM just created');
     assert.equal(vm.body.node, node);
 
-    await advanceUntil(async () => (await page.getByText('running', { exact: true }).count()) > 0, 'the VM to show running');
-    await page.getByText(/ssh .*@/).first().waitFor();
+    await advanceUntil(
+      async () => (await page.getByText('running', { exact: true }).count()) > 0,
+      'the VM to show running',
+    );
+    await page
+      .getByText(/ssh .*@/)
+      .first()
+      .waitFor();
     await page.getByRole('button', { name: 'Stop' }).waitFor();
 
     await page.getByRole('button', { name: 'Destroy' }).click();
     const dialog = page.getByRole('dialog');
     await dialog.getByRole('button', { name: 'Destroy' }).click();
-    await advanceUntil(async () => (await page.getByText('destroyed', { exact: true }).count()) > 0, 'the VM to show destroyed');
+    await advanceUntil(
+      async () => (await page.getByText('destroyed', { exact: true }).count()) > 0,
+      'the VM to show destroyed',
+    );
     const gone = await t.req('GET', `/vms/${vmId}`, { token: u.token });
     assert.equal(gone.body.status, 'destroyed');
 
     // The VMs page lists it by id with its status as the API spells it.
     await page.getByRole('link', { name: 'VMs', exact: true }).click();
-    await page.getByText(vmId).first().waitFor({ state: 'attached' }).catch(() => undefined);
+    await page
+      .getByText(vmId)
+      .first()
+      .waitFor({ state: 'attached' })
+      .catch(() => undefined);
   });
 
   test('a launch without credit shows the API message (insufficient balance)', async () => {
@@ -248,7 +271,11 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await signIn(page, u.email);
     await page.goto(`/console/offers/${node}/launch`);
     await page.getByRole('button', { name: 'Launch' }).click();
-    await page.getByRole('alert').filter({ hasText: /balance|credit/i }).first().waitFor();
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /balance|credit/i })
+      .first()
+      .waitFor();
     assert.equal((await t.req('GET', '/vms', { token: u.token })).body.length, 0);
   });
 
@@ -279,7 +306,9 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await page.getByRole('row').filter({ has: field }).getByRole('button', { name: 'Save' }).click();
     await advanceUntil(async () => {
       const r = await t.req('GET', '/pricing');
-      return r.body.gpu_types.some((g: { gpu_type: string; gpu_price_hourly: number }) => g.gpu_type === '5090' && g.gpu_price_hourly === 3.21);
+      return r.body.gpu_types.some(
+        (g: { gpu_type: string; gpu_price_hourly: number }) => g.gpu_type === '5090' && g.gpu_price_hourly === 3.21,
+      );
     }, 'the new price');
     const customer = await registerApi();
     const shopper = await newPage();

@@ -41,14 +41,22 @@ if (process.env.DATABASE_URL) {
 }
 
 const tables = async (db: Db) =>
-  (await db.query<{ t: string }>(`SELECT table_name AS t FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1`)).rows.map((r) => r.t);
+  (
+    await db.query<{ t: string }>(
+      `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1`,
+    )
+  ).rows.map((r) => r.t);
 
 for (const [kind, open] of kinds) {
   test(`migrations on ${kind}: every file once, in order; scripts with semicolons inside statements; a failure leaves nothing`, async () => {
     const { db, drop } = await open();
     try {
       const all = loadMigrations();
-      assert.deepEqual(await migrate(db), all.map((m) => m.version), 'a fresh database gets every file, in order');
+      assert.deepEqual(
+        await migrate(db),
+        all.map((m) => m.version),
+        'a fresh database gets every file, in order',
+      );
       assert.deepEqual(await migrate(db), [], 'and none twice');
       assert.ok((await tables(db)).includes('vm_meters'));
 
@@ -76,7 +84,9 @@ INSERT INTO notes DEFAULT VALUES;`,
       await assert.rejects(migrate(db, [...all, ...extra, ...broken]), /no_such_type/);
       const after = await tables(db);
       assert.ok(!after.includes('fine') && !after.includes('half'), `the whole run rolled back: ${after.join(', ')}`);
-      const versions = (await db.query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map((x) => x.version);
+      const versions = (
+        await db.query<{ version: string }>('SELECT version FROM schema_migrations ORDER BY version')
+      ).rows.map((x) => x.version);
       assert.ok(!versions.includes('901-fine') && !versions.includes('902-broken'));
     } finally {
       await drop();

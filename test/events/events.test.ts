@@ -22,7 +22,7 @@ async function events(t: TestApp, token: string, query = ''): Promise<Ev[]> {
 /** Every event of the caller after `after`, through pages of `limit`. */
 async function allEvents(t: TestApp, token: string, after?: string, limit = 200): Promise<Ev[]> {
   const out: Ev[] = [];
-  for (let cursor = after; ; ) {
+  for (let cursor = after; ;) {
     const page = await events(t, token, `?limit=${limit}${cursor ? `&after=${cursor}` : ''}`);
     out.push(...page);
     if (page.length < limit) return out;
@@ -31,12 +31,23 @@ async function allEvents(t: TestApp, token: string, after?: string, limit = 200)
 }
 
 const statusChanges = (evs: Ev[], vmId: string) =>
-  evs.filter((e) => e.type === 'vm.status_changed' && e.vm_id === vmId).map((e) => `${e.data.from}>${e.data.to}:${e.data.reason}`);
+  evs
+    .filter((e) => e.type === 'vm.status_changed' && e.vm_id === vmId)
+    .map((e) => `${e.data.from}>${e.data.to}:${e.data.reason}`);
 
 async function launch(t: TestApp, key: string, node: string, over: Record<string, unknown> = {}) {
   const r = await t.req('POST', '/vms', {
     token: key,
-    body: { node, gpu_type: '4090', gpu_count: 4, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: VM_PASSWORD, ...over },
+    body: {
+      node,
+      gpu_type: '4090',
+      gpu_count: 4,
+      storage_gb: 50,
+      template_vmid: 100,
+      auth_method: 'password',
+      password: VM_PASSWORD,
+      ...over,
+    },
   });
   assert.equal(r.status, 201, r.text);
   return r.body as { id: string; vmid: number; reservation_id: string | null };
@@ -54,13 +65,22 @@ describeEachDb('events', (t) => {
     admin = await createUser(t(), { admin: true });
     adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin');
     u = await createUser(t());
-    const login = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password }, headers: { 'user-agent': 'events-test/1.0' } });
+    const login = await t().req('POST', '/auth/login', {
+      body: { email: u.email, password: u.password },
+      headers: { 'user-agent': 'events-test/1.0' },
+    });
     assert.equal(login.status, 200);
     key = await createApiKey(t(), u.token, 'read_write', 'main');
     const child = await t().req('POST', '/api-keys', { token: key, body: { name: 'child', scope: 'read_only' } });
     assert.equal(child.status, 201);
-    const parent = await t().req('POST', '/api-keys', { token: u.token, body: { name: 'parent', scope: 'read_write' } });
-    const grandchild = await t().req('POST', '/api-keys', { token: parent.body.key, body: { name: 'grandchild', scope: 'read_only' } });
+    const parent = await t().req('POST', '/api-keys', {
+      token: u.token,
+      body: { name: 'parent', scope: 'read_write' },
+    });
+    const grandchild = await t().req('POST', '/api-keys', {
+      token: parent.body.key,
+      body: { name: 'grandchild', scope: 'read_only' },
+    });
     assert.equal((await t().req('DELETE', `/api-keys/${parent.body.id}`, { token: u.token })).status, 204);
     const sshId = await uploadSshKey(t(), key);
     assert.equal((await t().req('DELETE', `/ssh-keys/${sshId}`, { token: key })).status, 204);
@@ -69,14 +89,28 @@ describeEachDb('events', (t) => {
     const evs = await allEvents(t(), key);
     assert.deepEqual(
       evs.map((e) => e.type),
-      ['account.login', 'account.login', 'api_key.created', 'api_key.created', 'api_key.created', 'api_key.created', 'api_key.revoked', 'api_key.revoked',
-        'ssh_key.created', 'ssh_key.deleted', 'billing.credit_added'],
+      [
+        'account.login',
+        'account.login',
+        'api_key.created',
+        'api_key.created',
+        'api_key.created',
+        'api_key.created',
+        'api_key.revoked',
+        'api_key.revoked',
+        'ssh_key.created',
+        'ssh_key.deleted',
+        'billing.credit_added',
+      ],
     );
     const logins = evs.filter((e) => e.type === 'account.login');
     assert.equal(logins[1]!.data.user_agent, 'events-test/1.0');
     assert.equal(typeof logins[1]!.data.ip, 'string');
     assert.equal(logins[1]!.data.second_factor, false);
-    const revoked = evs.filter((e) => e.type === 'api_key.revoked').map((e) => e.data.api_key_id).sort();
+    const revoked = evs
+      .filter((e) => e.type === 'api_key.revoked')
+      .map((e) => e.data.api_key_id)
+      .sort();
     assert.deepEqual(revoked, [parent.body.id, grandchild.body.id].sort(), 'the key and the key made with it');
     assert.equal(evs.at(-1)!.data.amount, 500);
     assert.equal(evs.at(-1)!.data.balance, 500);
@@ -86,10 +120,13 @@ describeEachDb('events', (t) => {
     }
     // Nobody else sees them.
     const other = await createUser(t());
-    assert.deepEqual((await events(t(), other.token)).map((e) => e.type), ['account.login']);
+    assert.deepEqual(
+      (await events(t(), other.token)).map((e) => e.type),
+      ['account.login'],
+    );
   });
 
-  test('a VM\'s life: created, every status change with its reason, interrupted, restarted, destroyed', async () => {
+  test("a VM's life: created, every status change with its reason, interrupted, restarted, destroyed", async () => {
     ({ node } = await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 }));
     const since = (await allEvents(t(), key)).at(-1)!.id;
     const spot = await launch(t(), key, node, { rental_type: 'interruptible' });
@@ -105,16 +142,37 @@ describeEachDb('events', (t) => {
 
     assert.deepEqual(
       evs.filter((e) => e.type === 'vm.created').map((e) => [e.vm_id, e.data.rental_type]),
-      [[spot.id, 'interruptible'], [a.id, 'on_demand'], [b.id, 'on_demand']],
+      [
+        [spot.id, 'interruptible'],
+        [a.id, 'on_demand'],
+        [b.id, 'on_demand'],
+      ],
     );
-    assert.deepEqual(statusChanges(evs, a.id), ['creating>starting:provisioned', 'starting>running:started', 'running>stopping:user', 'stopping>stopped:stopped']);
+    assert.deepEqual(statusChanges(evs, a.id), [
+      'creating>starting:provisioned',
+      'starting>running:started',
+      'running>stopping:user',
+      'stopping>stopped:stopped',
+    ]);
     assert.deepEqual(statusChanges(evs, b.id).slice(-1), ['running>destroyed:user']);
-    assert.deepEqual(evs.filter((e) => e.type === 'vm.destroyed').map((e) => [e.vm_id, e.data.reason]), [[b.id, 'user']]);
+    assert.deepEqual(
+      evs.filter((e) => e.type === 'vm.destroyed').map((e) => [e.vm_id, e.data.reason]),
+      [[b.id, 'user']],
+    );
     const interrupted = evs.filter((e) => e.type === 'vm.interrupted');
-    assert.deepEqual(interrupted.map((e) => [e.vm_id, e.data.auto_restart]), [[spot.id, true]]);
+    assert.deepEqual(
+      interrupted.map((e) => [e.vm_id, e.data.auto_restart]),
+      [[spot.id, true]],
+    );
     assert.ok(statusChanges(evs, spot.id).some((s) => s.endsWith(':preempted')));
-    assert.deepEqual(evs.filter((e) => e.type === 'vm.restarted').map((e) => e.vm_id), [spot.id]);
-    assert.ok(statusChanges(evs, spot.id).some((s) => s === 'interrupted>starting:auto_restart'), JSON.stringify(statusChanges(evs, spot.id)));
+    assert.deepEqual(
+      evs.filter((e) => e.type === 'vm.restarted').map((e) => e.vm_id),
+      [spot.id],
+    );
+    assert.ok(
+      statusChanges(evs, spot.id).some((s) => s === 'interrupted>starting:auto_restart'),
+      JSON.stringify(statusChanges(evs, spot.id)),
+    );
     // Written in order: each VM's events follow its history.
     const seen = evs.filter((e) => e.vm_id === spot.id).map((e) => e.type);
     assert.equal(seen[0], 'vm.created');
@@ -124,9 +182,15 @@ describeEachDb('events', (t) => {
     const onlyA = await events(t(), key, `?vm_id=${a.id}&limit=200`);
     assert.ok(onlyA.length >= 5 && onlyA.every((e) => e.vm_id === a.id));
     const typed = await events(t(), key, `?after=${since}&type=vm.created,vm.destroyed&type=vm.restarted`);
-    assert.deepEqual(typed.map((e) => e.type), ['vm.created', 'vm.created', 'vm.created', 'vm.restarted', 'vm.destroyed']);
+    assert.deepEqual(
+      typed.map((e) => e.type),
+      ['vm.created', 'vm.created', 'vm.created', 'vm.restarted', 'vm.destroyed'],
+    );
     const two = await events(t(), key, `?after=${since}&limit=2`);
-    assert.deepEqual(two.map((e) => e.id), evs.slice(0, 2).map((e) => e.id));
+    assert.deepEqual(
+      two.map((e) => e.id),
+      evs.slice(0, 2).map((e) => e.id),
+    );
     assert.deepEqual(await events(t(), key, `?after=${evs.at(-1)!.id}`), [], 'nothing after the last one');
     for (const vm of [spot, a]) assert.equal((await t().req('DELETE', `/vms/${vm.id}`, { token: key })).status, 200);
   });
@@ -143,13 +207,16 @@ describeEachDb('events', (t) => {
     await advance(H);
     await advance(31 * 24 * H);
     const evs = await allEvents(t(), key, since);
-    assert.deepEqual(evs.filter((e) => e.type.startsWith('reservation.')).map((e) => [e.type, e.data.reservation_id]), [
-      ['reservation.created', r1.reservation_id],
-      ['reservation.cancelled', r1.reservation_id],
-      ['reservation.created', r2.reservation_id],
-      ['reservation.exhausted', r2.reservation_id],
-      ['reservation.expired', r2.reservation_id],
-    ]);
+    assert.deepEqual(
+      evs.filter((e) => e.type.startsWith('reservation.')).map((e) => [e.type, e.data.reservation_id]),
+      [
+        ['reservation.created', r1.reservation_id],
+        ['reservation.cancelled', r1.reservation_id],
+        ['reservation.created', r2.reservation_id],
+        ['reservation.exhausted', r2.reservation_id],
+        ['reservation.expired', r2.reservation_id],
+      ],
+    );
     const cancelled = evs.find((e) => e.type === 'reservation.cancelled')!;
     assert.equal(cancelled.data.reason, 'user');
     assert.ok((cancelled.data.refund as number) > 0 && (cancelled.data.cancellation_fee as number) > 0);
@@ -157,8 +224,14 @@ describeEachDb('events', (t) => {
 
     // 500 of credit does not last a month of two VMs: the charge that crossed zero stopped both, with that reason.
     assert.equal(evs.filter((e) => e.type === 'billing.low_balance').length, 1);
-    assert.ok(statusChanges(evs, r1.id).includes('running>stopping:low_balance'), JSON.stringify(statusChanges(evs, r1.id)));
-    assert.ok(statusChanges(evs, r2.id).includes('running>stopping:low_balance'), JSON.stringify(statusChanges(evs, r2.id)));
+    assert.ok(
+      statusChanges(evs, r1.id).includes('running>stopping:low_balance'),
+      JSON.stringify(statusChanges(evs, r1.id)),
+    );
+    assert.ok(
+      statusChanges(evs, r2.id).includes('running>stopping:low_balance'),
+      JSON.stringify(statusChanges(evs, r2.id)),
+    );
     const last = evs.at(-1)!.id;
     await credit(t(), adminKey, u.id, -1);
     assert.deepEqual(await events(t(), key, `?after=${last}`), [], 'an adjustment down is not a credit');
@@ -167,31 +240,59 @@ describeEachDb('events', (t) => {
   test('two-factor changes and a two-factor login are recorded', async () => {
     const since = (await allEvents(t(), key)).at(-1)!.id;
     const code = (secret: string) => totpAt(secret, stepAt(t().clock.nowMs()));
-    const fresh = (await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } })).body.access_token;
+    const fresh = (await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } })).body
+      .access_token;
     const s = await t().req('POST', '/auth/2fa/setup', { token: fresh });
-    assert.equal((await t().req('POST', '/auth/2fa/enable', { token: fresh, body: { code: code(s.body.secret) } })).status, 200);
+    assert.equal(
+      (await t().req('POST', '/auth/2fa/enable', { token: fresh, body: { code: code(s.body.secret) } })).status,
+      200,
+    );
     await advance(31);
     const ch = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
-    const v = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: ch.body.challenge_token, code: code(s.body.secret) } });
+    const v = await t().req('POST', '/auth/2fa/verify', {
+      body: { challenge_token: ch.body.challenge_token, code: code(s.body.secret) },
+    });
     assert.equal(v.status, 200, v.text);
     await advance(31);
-    assert.equal((await t().req('POST', '/auth/2fa/disable', { token: v.body.access_token, body: { code: code(s.body.secret) } })).status, 200);
+    assert.equal(
+      (await t().req('POST', '/auth/2fa/disable', { token: v.body.access_token, body: { code: code(s.body.secret) } }))
+        .status,
+      200,
+    );
     const evs = await allEvents(t(), key, since);
-    assert.deepEqual(evs.map((e) => [e.type, e.data.second_factor]), [
-      ['account.login', false],
-      ['account.2fa_enabled', undefined],
-      ['account.login', true],
-      ['account.2fa_disabled', undefined],
-    ]);
+    assert.deepEqual(
+      evs.map((e) => [e.type, e.data.second_factor]),
+      [
+        ['account.login', false],
+        ['account.2fa_enabled', undefined],
+        ['account.login', true],
+        ['account.2fa_disabled', undefined],
+      ],
+    );
   });
 
   test('operators see their nodes go offline and come back; customers do not', async () => {
     const since = (await allEvents(t(), adminKey)).at(-1)?.id;
-    assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status, 200);
-    assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'active' } })).status, 200);
+    assert.equal(
+      (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status,
+      200,
+    );
+    assert.equal(
+      (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'active' } })).status,
+      200,
+    );
     const evs = (await allEvents(t(), adminKey, since)).filter((e) => e.type.startsWith('node.'));
-    assert.deepEqual(evs.map((e) => [e.type, e.data.node, e.data.reason]), [['node.offline', node, 'admin'], ['node.online', node, 'admin']]);
-    assert.deepEqual((await allEvents(t(), key)).filter((e) => e.type.startsWith('node.')), []);
+    assert.deepEqual(
+      evs.map((e) => [e.type, e.data.node, e.data.reason]),
+      [
+        ['node.offline', node, 'admin'],
+        ['node.online', node, 'admin'],
+      ],
+    );
+    assert.deepEqual(
+      (await allEvents(t(), key)).filter((e) => e.type.startsWith('node.')),
+      [],
+    );
     // A customer cannot use an operator event as a cursor either.
     const r = await t().req('GET', `/events?after=${evs[0]!.id}`, { token: key });
     assert.equal(r.status, 422);
@@ -202,7 +303,10 @@ describeEachDb('events', (t) => {
       const r = await t().req('GET', `/events${query}`, { token: key });
       assert.equal(r.status, 422, `${query}: ${r.text}`);
       assert.equal(r.body.code, 'validation_error');
-      assert.ok(r.body.errors.some((e: { field: string }) => e.field.includes(field)), r.text);
+      assert.ok(
+        r.body.errors.some((e: { field: string }) => e.field.includes(field)),
+        r.text,
+      );
     };
     await bad('?type=vm.nope', 'type');
     await bad('?type=vm.created,,nope', 'type');

@@ -8,7 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
-import { describeEachDb, type TestApp } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { DB_KINDS, createTestDb } from '../helpers/db.js';
 import { EventHub } from '../../src/modules/events/hub.js';
@@ -28,7 +28,10 @@ class Stream {
 
   static async open(base: string, token: string, query = '', headers: Record<string, string> = {}): Promise<Stream> {
     const s = new Stream();
-    const res = await fetch(`${base}/events/stream${query}`, { headers: { authorization: `Bearer ${token}`, ...headers }, signal: s.abort.signal });
+    const res = await fetch(`${base}/events/stream${query}`, {
+      headers: { authorization: `Bearer ${token}`, ...headers },
+      signal: s.abort.signal,
+    });
     s.status = res.status;
     if (res.status !== 200) {
       s.body = await res.text();
@@ -47,7 +50,12 @@ class Stream {
           for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
             const block = buf.slice(0, i);
             buf = buf.slice(i + 2);
-            const fields = Object.fromEntries(block.split('\n').filter((l) => !l.startsWith(':') && l.includes(': ')).map((l) => [l.slice(0, l.indexOf(': ')), l.slice(l.indexOf(': ') + 2)]));
+            const fields = Object.fromEntries(
+              block
+                .split('\n')
+                .filter((l) => !l.startsWith(':') && l.includes(': '))
+                .map((l) => [l.slice(0, l.indexOf(': ')), l.slice(l.indexOf(': ') + 2)]),
+            );
             if (fields.data) s.events.push({ ...JSON.parse(fields.data), sseId: fields.id, sseEvent: fields.event });
           }
         }
@@ -65,7 +73,10 @@ class Stream {
   async waitFor(n: number, ms = 10_000): Promise<void> {
     const until = Date.now() + ms;
     while (this.events.length < n && Date.now() < until && !this.ended) await new Promise((r) => setTimeout(r, 20));
-    assert.ok(this.events.length >= n, `expected ${n} events, got ${this.events.length}: ${JSON.stringify(this.events.map((e) => e.type))}`);
+    assert.ok(
+      this.events.length >= n,
+      `expected ${n} events, got ${this.events.length}: ${JSON.stringify(this.events.map((e) => e.type))}`,
+    );
   }
 
   async close(): Promise<void> {
@@ -108,15 +119,33 @@ describeEachDb('event stream', (t) => {
     assert.equal(ssh.status, 201);
     await s.waitFor(1);
     assert.ok(Date.now() - started < 3000, `arrived after ${Date.now() - started} ms`);
-    const vm = await t().req('POST', '/vms', { token: key, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' } });
+    const vm = await t().req('POST', '/vms', {
+      token: key,
+      body: {
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 50,
+        template_vmid: 100,
+        auth_method: 'password',
+        password: 'a-vm-password-1234',
+      },
+    });
     assert.equal(vm.status, 201, vm.text);
     await t().services.clock.advance(0);
     await s.waitFor(4);
     const listed = (await t().req('GET', `/events?limit=200`, { token: key })).body as Ev[];
     const tail = listed.slice(-s.events.length);
-    for (const e of s.events) assert.deepEqual([e.sseId, e.sseEvent], [e.id, e.type], 'the SSE id and event are the event\'s id and type');
-    assert.deepEqual(s.events.map((e) => ({ id: e.id, type: e.type, created_at: e.created_at, vm_id: e.vm_id, data: e.data })), tail);
-    assert.deepEqual(s.events.map((e) => e.type), ['api_key.created', 'vm.created', 'vm.status_changed', 'vm.status_changed']);
+    for (const e of s.events)
+      assert.deepEqual([e.sseId, e.sseEvent], [e.id, e.type], "the SSE id and event are the event's id and type");
+    assert.deepEqual(
+      s.events.map((e) => ({ id: e.id, type: e.type, created_at: e.created_at, vm_id: e.vm_id, data: e.data })),
+      tail,
+    );
+    assert.deepEqual(
+      s.events.map((e) => e.type),
+      ['api_key.created', 'vm.created', 'vm.status_changed', 'vm.status_changed'],
+    );
     assert.equal(other.events.length, 0, 'another user sees none of them');
     await Promise.all([s.close(), other.close()]);
   });
@@ -126,20 +155,34 @@ describeEachDb('event stream', (t) => {
     const from = all[0]!; // the first login
     const s = await Stream.open(base, key, '', { 'last-event-id': from.id });
     await s.waitFor(all.length - 1);
-    assert.deepEqual(s.events.map((e) => e.id), all.slice(1).map((e) => e.id), 'missed events, in order');
+    assert.deepEqual(
+      s.events.map((e) => e.id),
+      all.slice(1).map((e) => e.id),
+      'missed events, in order',
+    );
     const vmId = all.find((e) => e.type === 'vm.created')!.vm_id!;
-    const filtered = await Stream.open(base, key, `?after=${from.id}&type=vm.status_changed,vm.destroyed&vm_id=${vmId}`);
+    const filtered = await Stream.open(
+      base,
+      key,
+      `?after=${from.id}&type=vm.status_changed,vm.destroyed&vm_id=${vmId}`,
+    );
     await filtered.waitFor(2);
     assert.equal((await t().req('DELETE', `/vms/${vmId}`, { token: key })).status, 200);
     await s.waitFor(all.length + 1);
     await filtered.waitFor(4);
-    assert.deepEqual(filtered.events.map((e) => [e.type, e.data.to ?? e.data.reason]), [
-      ['vm.status_changed', 'starting'],
-      ['vm.status_changed', 'running'],
-      ['vm.status_changed', 'destroyed'],
-      ['vm.destroyed', 'user'],
-    ]);
-    assert.deepEqual(s.events.slice(-2).map((e) => e.type), ['vm.status_changed', 'vm.destroyed']);
+    assert.deepEqual(
+      filtered.events.map((e) => [e.type, e.data.to ?? e.data.reason]),
+      [
+        ['vm.status_changed', 'starting'],
+        ['vm.status_changed', 'running'],
+        ['vm.status_changed', 'destroyed'],
+        ['vm.destroyed', 'user'],
+      ],
+    );
+    assert.deepEqual(
+      s.events.slice(-2).map((e) => e.type),
+      ['vm.status_changed', 'vm.destroyed'],
+    );
     await Promise.all([s.close(), filtered.close()]);
   });
 
@@ -147,17 +190,34 @@ describeEachDb('event stream', (t) => {
     const ops = await Stream.open(base, adminKey, '?type=node.offline,node.online');
     const customer = await Stream.open(base, key);
     await new Promise((r) => setTimeout(r, 100));
-    assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status, 200);
-    assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'active' } })).status, 200);
+    assert.equal(
+      (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status,
+      200,
+    );
+    assert.equal(
+      (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'active' } })).status,
+      200,
+    );
     await ops.waitFor(2);
-    assert.deepEqual(ops.events.map((e) => e.type), ['node.offline', 'node.online']);
+    assert.deepEqual(
+      ops.events.map((e) => e.type),
+      ['node.offline', 'node.online'],
+    );
     await new Promise((r) => setTimeout(r, 700));
-    assert.deepEqual(customer.events.filter((e) => e.type.startsWith('node.')), []);
+    assert.deepEqual(
+      customer.events.filter((e) => e.type.startsWith('node.')),
+      [],
+    );
     await Promise.all([ops.close(), customer.close()]);
 
     const unauthenticated = await fetch(`${base}/events/stream`);
     assert.equal(unauthenticated.status, 401);
-    for (const [headers, query] of [[{ 'last-event-id': 'nope' }, ''], [{ 'last-event-id': newOrderedId() }, ''], [{}, '?type=vm.nope'], [{}, '?after=nope']] as const) {
+    for (const [headers, query] of [
+      [{ 'last-event-id': 'nope' }, ''],
+      [{ 'last-event-id': newOrderedId() }, ''],
+      [{}, '?type=vm.nope'],
+      [{}, '?after=nope'],
+    ] as const) {
       const r = await Stream.open(base, key, query, headers);
       assert.equal(r.status, 422, `${JSON.stringify(headers)} ${query}: ${r.body}`);
       assert.equal(JSON.parse(r.body).code, 'validation_error');
@@ -194,7 +254,10 @@ describeEachDb('event stream', (t) => {
     const s = await Stream.open(base2, key, '?type=api_key.created');
     await new Promise((r) => setTimeout(r, 100));
     const started = Date.now();
-    assert.equal((await t().req('POST', '/api-keys', { token: key, body: { name: 'elsewhere', scope: 'read_only' } })).status, 201);
+    assert.equal(
+      (await t().req('POST', '/api-keys', { token: key, body: { name: 'elsewhere', scope: 'read_only' } })).status,
+      201,
+    );
     await s.waitFor(1);
     assert.ok(Date.now() - started < 3000, `arrived after ${Date.now() - started} ms`);
     assert.equal(s.events[0]!.data.name, 'elsewhere');
@@ -213,9 +276,15 @@ if (DB_KINDS.includes('postgres')) {
     const hub = new EventHub(tdb.db, { pollMs: 3_600_000, graceMs: 60_000 });
     const got: EventRow[] = [];
     const insert = (q: { query: (sql: string, p: unknown[]) => Promise<unknown> }, n: number) =>
-      q.query(`INSERT INTO events (id, type, user_id, data, created_at) VALUES ($1, 'node.offline', NULL, $2, now())`, [newOrderedId(), JSON.stringify({ n })]);
+      q.query(`INSERT INTO events (id, type, user_id, data, created_at) VALUES ($1, 'node.offline', NULL, $2, now())`, [
+        newOrderedId(),
+        JSON.stringify({ n }),
+      ]);
     try {
-      const unsubscribe = await hub.subscribe({ reader: { userId: -1, operator: true }, types: null, vmId: null }, (e) => got.push(e));
+      const unsubscribe = await hub.subscribe(
+        { reader: { userId: -1, operator: true }, types: null, vmId: null },
+        (e) => got.push(e),
+      );
       let release!: () => void;
       const held = new Promise<void>((r) => (release = r));
       let inserted!: () => void;
@@ -229,14 +298,21 @@ if (DB_KINDS.includes('postgres')) {
       await firstInserted;
       await insert(tdb.db, 2);
       await hub.tick();
-      assert.deepEqual(got.map((e) => e.data.n), [2]);
+      assert.deepEqual(
+        got.map((e) => e.data.n),
+        [2],
+      );
       release();
       await slow;
       await hub.tick();
       await insert(tdb.db, 3);
       await hub.tick();
       await hub.tick();
-      assert.deepEqual(got.map((e) => e.data.n), [2, 1, 3], 'the late one arrives once it commits, and nothing twice');
+      assert.deepEqual(
+        got.map((e) => e.data.n),
+        [2, 1, 3],
+        'the late one arrives once it commits, and nothing twice',
+      );
       unsubscribe();
     } finally {
       await tdb.cleanup();

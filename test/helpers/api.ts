@@ -63,13 +63,18 @@ export interface Reply<S extends number, B> {
 type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 410 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
 type Responses<O> = O extends { responses: infer R } ? R : never;
 type Documented<R> = { [S in keyof R & number]: Reply<S, JsonOf<R[S]>> }[keyof R & number];
-type Undocumented<R> = [Exclude<ErrorStatus, keyof R>] extends [never] ? never : Reply<Exclude<ErrorStatus, keyof R>, ErrorBody>;
+type Undocumented<R> = [Exclude<ErrorStatus, keyof R>] extends [never]
+  ? never
+  : Reply<Exclude<ErrorStatus, keyof R>, ErrorBody>;
 
 /** Every answer `O` may give, discriminated by `status`. */
 export type ReplyOf<O> = O extends unknown ? Documented<Responses<O>> | Undocumented<Responses<O>> : never;
 
 /** The body of the answer with status `S` to `M` on `P`, e.g. `BodyFor<'/ssh-keys', 'post', 201>`. */
-export type BodyFor<P extends PathsFor<M>, M extends Method, S extends number> = Extract<ReplyOf<Op<P, M>>, { status: S }>['body'];
+export type BodyFor<P extends PathsFor<M>, M extends Method, S extends number> = Extract<
+  ReplyOf<Op<P, M>>,
+  { status: S }
+>['body'];
 
 type RawQuery = Record<string, string | number | boolean>;
 
@@ -83,8 +88,14 @@ interface CommonOpts {
 type ParamOpts<O> = [PathParams<O>] extends [never] ? { params?: never } : { params: PathParams<O> };
 type BodyOpts<O> = [BodyOf<O>] extends [never]
   ? { body?: never; rawBody?: unknown }
-  : { body: BodyOf<O>; rawBody?: never } | { body?: never; /** Sent as given (a string as is, anything else as JSON); `undefined` sends no body. */ rawBody: unknown };
-type QueryOpts<O> = { query?: QueryOf<O>; rawQuery?: never } | { query?: never; /** Sent as given, not type-checked. */ rawQuery: RawQuery };
+  : | { body: BodyOf<O>; rawBody?: never }
+    | {
+        body?: never;
+        /** Sent as given (a string as is, anything else as JSON); `undefined` sends no body. */ rawBody: unknown;
+      };
+type QueryOpts<O> =
+  | { query?: QueryOf<O>; rawQuery?: never }
+  | { query?: never; /** Sent as given, not type-checked. */ rawQuery: RawQuery };
 
 export type CallOpts<O> = ParamOpts<O> & BodyOpts<O> & QueryOpts<O> & CommonOpts;
 /** The options argument: required when the operation has path parameters or a request body. */
@@ -100,8 +111,15 @@ export interface Api {
   put: Call<'put'>;
   patch: Call<'patch'>;
   delete: Call<'delete'>;
-  /** Any method, e.g. in a loop: `for (const m of ['get', 'delete'] as const) await c.request(m, '/ssh-keys/{key_id}', ...)`. */
-  request<M extends Method, P extends PathsFor<M>>(method: M, path: P, ...args: Args<Op<P, M>>): Promise<ReplyOf<Op<P, M>>>;
+  /**
+   * Any method, e.g. in a loop: `for (const m of ['get', 'delete'] as const) await c.request(m, '/ssh-keys/{key_id}',
+   * ...)`.
+   */
+  request<M extends Method, P extends PathsFor<M>>(
+    method: M,
+    path: P,
+    ...args: Args<Op<P, M>>
+  ): Promise<ReplyOf<Op<P, M>>>;
   /** The same client with another credential (undefined: anonymous). */
   as(token: string | undefined): Api;
 }

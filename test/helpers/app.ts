@@ -65,7 +65,15 @@ export const JWT_SECRET = 'test-secret-'.padEnd(48, 'x');
  * test runner's environment overrides it (a replay, or trying another start).
  */
 export const TEST_CLOCK_START = process.env.GPUCLOUD_CLOCK_START || '2026-01-01T00:00:00Z';
-const HASH_PATTERNS = [/\$argon2/i, /password_hash/i, /key_hash/i, /token_hash/i, /code_hash/i, /totp_secret/i, /totp_pending/i];
+const HASH_PATTERNS = [
+  /\$argon2/i,
+  /password_hash/i,
+  /key_hash/i,
+  /token_hash/i,
+  /code_hash/i,
+  /totp_secret/i,
+  /totp_pending/i,
+];
 
 export function assertNoSecrets(text: string, forbidden: Iterable<string>, where: string): void {
   for (const re of HASH_PATTERNS) assert.doesNotMatch(text, re, `${where}: response leaks a secret (${re})`);
@@ -98,14 +106,23 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
   const prefix = `gpucloud-test-${randomBytes(6).toString('hex')}:`;
   const stores: RateLimitStore[] = [];
   const makeStore = () => {
-    const s = useRedis ? new RedisRateLimitStore(process.env.GPUCLOUD_REDIS_URL!, { prefix }) : new MemoryRateLimitStore();
+    const s = useRedis
+      ? new RedisRateLimitStore(process.env.GPUCLOUD_REDIS_URL!, { prefix })
+      : new MemoryRateLimitStore();
     stores.push(s);
     return s;
   };
   const sharedMemory = useRedis ? undefined : makeStore();
   const rateLimitStore = sharedMemory ?? makeStore();
   const clockService = await ClockService.create(testDb.db, 'manual', config.clockStartMs);
-  const deps = { config, db: testDb.db, clock: clockService, rateLimitStore, jwtSecret: JWT_SECRET, ...(opts.consoleDir ? { consoleDir: opts.consoleDir } : {}) };
+  const deps = {
+    config,
+    db: testDb.db,
+    clock: clockService,
+    rateLimitStore,
+    jwtSecret: JWT_SECRET,
+    ...(opts.consoleDir ? { consoleDir: opts.consoleDir } : {}),
+  };
   const services = createServices(deps);
   await services.inventory.ensureDefaultPricing();
   const app = await buildApp(deps, services);
@@ -157,7 +174,14 @@ export async function request(
     headers['content-type'] ??= 'application/json';
   }
   const query = o.query ? Object.fromEntries(Object.entries(o.query).map(([k, v]) => [k, String(v)])) : undefined;
-  const res = await app.inject({ method: method as 'GET', url, headers, payload, query, ...(o.remoteAddress ? { remoteAddress: o.remoteAddress } : {}) });
+  const res = await app.inject({
+    method: method as 'GET',
+    url,
+    headers,
+    payload,
+    query,
+    ...(o.remoteAddress ? { remoteAddress: o.remoteAddress } : {}),
+  });
   assertNoSecrets(res.body, secrets, `${method} ${url}`);
   let body: unknown = undefined;
   if (res.body && String(res.headers['content-type'] ?? '').includes('json')) body = JSON.parse(res.body);
@@ -165,8 +189,16 @@ export async function request(
   assert.ok(res.headers['x-request-id'], `${method} ${url}: no X-Request-Id`);
   assert.equal(res.headers['api-version'], '1.0.0');
   if (res.statusCode >= 400) {
-    assert.equal(typeof (body as { detail?: unknown })?.detail, 'string', `${method} ${url}: error without detail: ${res.body}`);
-    assert.equal(typeof (body as { code?: unknown })?.code, 'string', `${method} ${url}: error without code: ${res.body}`);
+    assert.equal(
+      typeof (body as { detail?: unknown })?.detail,
+      'string',
+      `${method} ${url}: error without detail: ${res.body}`,
+    );
+    assert.equal(
+      typeof (body as { code?: unknown })?.code,
+      'string',
+      `${method} ${url}: error without code: ${res.body}`,
+    );
   }
   return { status: res.statusCode, body, headers: res.headers, text: res.body };
 }

@@ -16,7 +16,12 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** The Chromium to drive: GPUCLOUD_CHROMIUM, or Debian's package. */
 export function chromiumPath(): string | undefined {
-  const candidates = [process.env.GPUCLOUD_CHROMIUM, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'];
+  const candidates = [
+    process.env.GPUCLOUD_CHROMIUM,
+    '/usr/bin/chromium',
+    '/usr/bin/chromium-browser',
+    '/usr/bin/google-chrome',
+  ];
   return candidates.find((p): p is string => !!p && existsSync(p));
 }
 
@@ -34,10 +39,24 @@ export function browserSkipReason(): string | undefined {
 /** Builds the console with Vite into a fresh temporary directory; returns it and a cleanup. */
 export function buildConsole(): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'gpucloud-console-'));
-  const r = spawnSync(process.execPath, [join(ROOT, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--config', 'console/vite.config.ts', '--outDir', dir, '--emptyOutDir', '--logLevel', 'warn'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  });
+  const r = spawnSync(
+    process.execPath,
+    [
+      join(ROOT, 'node_modules', 'vite', 'bin', 'vite.js'),
+      'build',
+      '--config',
+      'console/vite.config.ts',
+      '--outDir',
+      dir,
+      '--emptyOutDir',
+      '--logLevel',
+      'warn',
+    ],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+    },
+  );
   if (r.status !== 0) throw new Error(`console build failed:\n${r.stdout}${r.stderr}`);
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }

@@ -14,7 +14,10 @@ export interface TestUser {
 let seq = 0;
 export const uniqueEmail = (tag = 'user') => `${tag}-${++seq}-${randomBytes(4).toString('hex')}@example.com`;
 
-export async function createUser(t: TestApp, opts: { admin?: boolean; email?: string; password?: string } = {}): Promise<TestUser> {
+export async function createUser(
+  t: TestApp,
+  opts: { admin?: boolean; email?: string; password?: string } = {},
+): Promise<TestUser> {
   const email = opts.email ?? uniqueEmail(opts.admin ? 'admin' : 'user');
   const password = opts.password ?? 'a-long-password-' + randomBytes(4).toString('hex');
   if (opts.admin) {
@@ -63,7 +66,10 @@ export async function createNode(
 
 /** Adds credit (in the major unit) through the admin API. */
 export async function credit(t: TestApp, adminToken: string, userId: number, amount: number): Promise<void> {
-  const r = await t.req('POST', `/admin/users/${userId}/credits`, { token: adminToken, body: { amount, description: 'test credit' } });
+  const r = await t.req('POST', `/admin/users/${userId}/credits`, {
+    token: adminToken,
+    body: { amount, description: 'test credit' },
+  });
   assert.equal(r.status, 201, r.text);
 }
 

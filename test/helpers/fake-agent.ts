@@ -65,7 +65,11 @@ export class FakeAgent {
     return {
       id: vm.id,
       state: vm.state,
-      ssh: { host: this.publicHost, port: vm.port, user: this.templates.find((t) => t.vmid === vm.spec.template_vmid)?.user ?? 'root' },
+      ssh: {
+        host: this.publicHost,
+        port: vm.port,
+        user: this.templates.find((t) => t.vmid === vm.spec.template_vmid)?.user ?? 'root',
+      },
       gpus: Array.from({ length: Number(vm.spec.gpu_count) }, (_, i) => `0000:0${i + 1}:00.0`),
       exit_reason: vm.state === 'stopped' ? vm.exit_reason : null,
       traffic: { rx_bytes: vm.rx, tx_bytes: vm.tx, counted: true },
@@ -82,7 +86,8 @@ export class FakeAgent {
       res.writeHead(status, value === undefined ? {} : { 'content-type': 'application/json' });
       res.end(value === undefined ? undefined : JSON.stringify(value));
     };
-    if (req.headers.authorization !== `Bearer ${this.token}`) return send(401, { detail: 'a valid agent token is required', code: 'unauthorized' });
+    if (req.headers.authorization !== `Bearer ${this.token}`)
+      return send(401, { detail: 'a valid agent token is required', code: 'unauthorized' });
     if (req.method === 'GET' && path === '/v1/host') {
       return send(200, {
         agent_version: '9.9.9-fake',
@@ -103,7 +108,15 @@ export class FakeAgent {
       if (!this.templates.some((t) => t.vmid === body.template_vmid)) {
         return send(422, { detail: `template ${body.template_vmid} is not on this host`, code: 'template_missing' });
       }
-      const created: FakeVm = { id, state: 'stopped', exit_reason: null, port: this.nextPort++, spec: body, rx: 0, tx: 0 };
+      const created: FakeVm = {
+        id,
+        state: 'stopped',
+        exit_reason: null,
+        port: this.nextPort++,
+        spec: body,
+        rx: 0,
+        tx: 0,
+      };
       this.vms.set(id, created);
       return send(200, this.view(created));
     }

@@ -18,7 +18,14 @@ export interface Receiver {
   /** Decides each answer (default 200); `n` counts requests from 0. */
   answer: (r: Received, n: number) => Answer;
   /** Checks a request's signature with `standardwebhooks`, as a customer's receiver would; returns the payload. */
-  verify(r: Received, secret: string): { type: string; timestamp: string; data: { id: string; type: string; created_at: string; vm_id: string | null; data: Record<string, unknown> } };
+  verify(
+    r: Received,
+    secret: string,
+  ): {
+    type: string;
+    timestamp: string;
+    data: { id: string; type: string; created_at: string; vm_id: string | null; data: Record<string, unknown> };
+  };
   close(): Promise<void>;
 }
 

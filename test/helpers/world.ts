@@ -42,9 +42,14 @@ export interface WorldOptions {
   sshKey?: boolean;
   /** API keys of the user, named after their scope: true for one of each scope, or the scopes wanted. */
   keys?: boolean | readonly Scope[];
-  /** Nodes registered by the admin, w.nodes (w.node is the first): how many, or one spec each. Default 0; 1 with `vm`. */
+  /**
+   * Nodes registered by the admin, w.nodes (w.node is the first): how many, or one spec each. Default 0; 1 with `vm`.
+   */
   nodes?: number | readonly NodeSpec[];
-  /** A running VM of the user, w.vm: true, or fields of POST /vms. Moves no clock time (due work is settled with advance(0)). */
+  /**
+   * A running VM of the user, w.vm: true, or fields of POST /vms. Moves no clock time (due work is settled with
+   * advance(0)).
+   */
   vm?: boolean | VmSpec;
 }
 
@@ -63,7 +68,11 @@ type HasNodes<O> = Or<Asked<O, 'nodes'>, HasVm<O>>;
 type HasAdmin<O> = Or<Asked<O, 'admin'>, Or<Asked<O, 'credit'>, HasNodes<O>>>;
 type HasSshKey<O> = Opt<O, 'sshKey'> extends false ? false : Or<Asked<O, 'sshKey'>, HasVm<O>>;
 type KeysOf<O> =
-  Opt<O, 'keys'> extends true ? Record<Scope, string> : Opt<O, 'keys'> extends readonly (infer S extends Scope)[] ? { [K in S]: string } : {};
+  Opt<O, 'keys'> extends true
+    ? Record<Scope, string>
+    : Opt<O, 'keys'> extends readonly (infer S extends Scope)[]
+      ? { [K in S]: string }
+      : {};
 
 export type World<O extends WorldOptions = {}> = {
   t: TestApp;
@@ -84,14 +93,18 @@ export type World<O extends WorldOptions = {}> = {
 export async function world<const O extends WorldOptions = {}>(t: TestApp, opts?: O): Promise<World<O>> {
   const o: WorldOptions = opts ?? {};
   const vmSpec: VmSpec | undefined = o.vm === true ? {} : o.vm || undefined;
-  const nodeSpecs: NodeSpec[] = typeof o.nodes === 'number' ? Array.from({ length: o.nodes }, () => ({})) : [...(o.nodes ?? [])];
+  const nodeSpecs: NodeSpec[] =
+    typeof o.nodes === 'number' ? Array.from({ length: o.nodes }, () => ({})) : [...(o.nodes ?? [])];
   if (vmSpec && nodeSpecs.length === 0) nodeSpecs.push({});
   const creditAmount = o.credit ?? (vmSpec ? 100 : 0);
   const wantSshKey = o.sshKey ?? !!vmSpec;
   const wantAdmin = !!o.admin || creditAmount > 0 || nodeSpecs.length > 0 || !!vmSpec;
   const withApi = (u: TestUser): WorldUser => ({ ...u, api: api(t, u.token) });
 
-  const [user, admin] = await Promise.all([createUser(t).then(withApi), wantAdmin ? createUser(t, { admin: true }).then(withApi) : undefined]);
+  const [user, admin] = await Promise.all([
+    createUser(t).then(withApi),
+    wantAdmin ? createUser(t, { admin: true }).then(withApi) : undefined,
+  ]);
   const w: Record<string, unknown> = {
     t,
     user,

@@ -25,11 +25,23 @@ describe('CredentialCache', () => {
     assert.equal(await cache.through('k', load, () => 7), 2, 'expired: loaded again');
   });
 
-  test('forgetUser drops that user\'s answers only; a negative answer is remembered too', async () => {
+  test("forgetUser drops that user's answers only; a negative answer is remembered too", async () => {
     const cache = new CredentialCache<string | null>(1000, 100, () => 0);
-    await cache.through('a', async () => 'alice', () => 1);
-    await cache.through('b', async () => 'bob', () => 2);
-    await cache.through('nobody', async () => null, () => undefined);
+    await cache.through(
+      'a',
+      async () => 'alice',
+      () => 1,
+    );
+    await cache.through(
+      'b',
+      async () => 'bob',
+      () => 2,
+    );
+    await cache.through(
+      'nobody',
+      async () => null,
+      () => undefined,
+    );
     cache.forgetUser(1);
     assert.equal(cache.get('a'), undefined);
     assert.equal(cache.get('b'), 'bob');
@@ -39,7 +51,11 @@ describe('CredentialCache', () => {
   test('a load that overlapped a forget is returned but not remembered', async () => {
     const cache = new CredentialCache<string>(1000, 100, () => 0);
     let release!: () => void;
-    const slow = cache.through('a', () => new Promise<string>((r) => (release = () => r('before the change'))), () => 1);
+    const slow = cache.through(
+      'a',
+      () => new Promise<string>((r) => (release = () => r('before the change'))),
+      () => 1,
+    );
     cache.forgetUser(1); // the change committed while the read was in flight
     release();
     assert.equal(await slow, 'before the change');
@@ -48,15 +64,20 @@ describe('CredentialCache', () => {
 
   test('holds at most maxEntries, dropping the oldest', async () => {
     const cache = new CredentialCache<number>(1000, 3, () => 0);
-    for (const k of ['a', 'b', 'c', 'd']) await cache.through(k, async () => 1, () => 1);
+    for (const k of ['a', 'b', 'c', 'd'])
+      await cache.through(
+        k,
+        async () => 1,
+        () => 1,
+      );
     assert.equal(cache.get('a'), undefined);
     assert.equal(cache.get('d'), 1);
   });
 });
 
-
 describeEachDb('remembered credentials across instances', (t) => {
-  const on = (app: FastifyInstance, method: string, url: string, opts: { token?: string; body?: unknown } = {}) => request(app, new Set(), method, url, opts);
+  const on = (app: FastifyInstance, method: string, url: string, opts: { token?: string; body?: unknown } = {}) =>
+    request(app, new Set(), method, url, opts);
 
   test('a revoked API key is refused at once by the instance that revoked it, within a second by another', async () => {
     const u = await createUser(t());
@@ -69,7 +90,11 @@ describeEachDb('remembered credentials across instances', (t) => {
     const revoked = await t().req('DELETE', `/api-keys/${list.body[0].id}`, { token: u.token });
     assert.equal(revoked.status, 204, revoked.text);
     assert.equal((await t().req('GET', '/account', { token: key })).status, 401, 'at once where it was revoked');
-    const ms = await within(1500, async () => (await on(b, 'GET', '/account', { token: key })).status === 401, 'the other instance refuses it');
+    const ms = await within(
+      1500,
+      async () => (await on(b, 'GET', '/account', { token: key })).status === 401,
+      'the other instance refuses it',
+    );
     assert.ok(ms <= 1500);
   });
 
@@ -82,13 +107,24 @@ describeEachDb('remembered credentials across instances', (t) => {
     const s = await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: true } });
     assert.equal(s.status, 200, s.text);
     assert.equal((await t().req('GET', '/account', { token: u.token })).status, 403, 'suspended at once here');
-    await within(1500, async () => (await on(b, 'GET', '/account', { token: u.token })).status === 403, 'suspended on the other instance');
-    assert.equal((await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: false } })).status, 200);
+    await within(
+      1500,
+      async () => (await on(b, 'GET', '/account', { token: u.token })).status === 403,
+      'suspended on the other instance',
+    );
+    assert.equal(
+      (await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: false } })).status,
+      200,
+    );
     assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200, 'back at once');
 
     const out = await t().req('POST', '/auth/logout', { token: u.token, body: { refresh_token: u.refresh } });
     assert.equal(out.status, 204, out.text);
     assert.equal((await t().req('GET', '/account', { token: u.token })).status, 401, 'logged out at once here');
-    await within(1500, async () => (await on(b, 'GET', '/account', { token: u.token })).status === 401, 'logged out on the other instance');
+    await within(
+      1500,
+      async () => (await on(b, 'GET', '/account', { token: u.token })).status === 401,
+      'logged out on the other instance',
+    );
   });
 });

@@ -18,7 +18,8 @@ describeEachDb('idempotency', (t) => {
     t().req('POST', url, { token, body, headers: idem === undefined ? {} : { 'idempotency-key': idem } });
 
   async function count(table: 'ssh_keys' | 'api_keys', userId: number): Promise<number> {
-    return (await t().db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM ${table} WHERE user_id = $1`, [userId])).rows[0]!.n;
+    return (await t().db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM ${table} WHERE user_id = $1`, [userId]))
+      .rows[0]!.n;
   }
 
   const same = (a: Res, b: Res, what = 'replay') => {
@@ -77,7 +78,10 @@ describeEachDb('idempotency', (t) => {
     // An API key is only ever stored hashed: not in api_keys, and not in the stored idempotent response either.
     const text = await databaseText();
     assert.ok(!text.includes(first.body.key), 'the API key is stored in clear somewhere');
-    assert.ok(!text.includes(first.body.key.slice(first.body.prefix.length)), 'the secret part of the key is stored in clear');
+    assert.ok(
+      !text.includes(first.body.key.slice(first.body.prefix.length)),
+      'the secret part of the key is stored in clear',
+    );
     t().forbidSecret(first.body.key);
     const list = await t().req('GET', '/api-keys', { token: u.token });
     assert.equal(list.body.length, 1);
@@ -253,7 +257,8 @@ describeEachDb('idempotency', (t) => {
       t().forbidSecret(r.body.key);
     }
     const stored = async () =>
-      (await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM idempotency_keys WHERE user_id = $1', [u.id])).rows[0]!.n;
+      (await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM idempotency_keys WHERE user_id = $1', [u.id]))
+        .rows[0]!.n;
     assert.equal(await stored(), 3);
     await t().services.clock.advance(86_401);
     const r = await post('/api-keys', rw, { name: 'new' }, 'new');
@@ -266,13 +271,17 @@ describeEachDb('idempotency', (t) => {
     const k = generateKey();
     t().forbidSecret(k.data);
     const idem = randomUUID();
-    const ssh = await Promise.all(Array.from({ length: 20 }, () => post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem)));
+    const ssh = await Promise.all(
+      Array.from({ length: 20 }, () => post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem)),
+    );
     assert.equal(ssh[0]!.status, 201, ssh[0]!.text);
     for (const r of ssh) same(ssh[0]!, r, 'concurrent ssh-keys');
     assert.equal(await count('ssh_keys', u.id), 1);
 
     const idem2 = randomUUID();
-    const api = await Promise.all(Array.from({ length: 20 }, () => post('/api-keys', u.token, { name: 'burst' }, idem2)));
+    const api = await Promise.all(
+      Array.from({ length: 20 }, () => post('/api-keys', u.token, { name: 'burst' }, idem2)),
+    );
     assert.equal(api[0]!.status, 201, api[0]!.text);
     for (const r of api) same(api[0]!, r, 'concurrent api-keys');
     assert.equal(new Set(api.map((r) => r.body.key)).size, 1);
@@ -309,9 +318,15 @@ describeEachDb('idempotency', (t) => {
     const k = generateKey();
     t().forbidSecret(k.data);
     const made = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, 'x-1');
-    const del1 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, { token: u.token, headers: { 'idempotency-key': 'x-2' } });
+    const del1 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, {
+      token: u.token,
+      headers: { 'idempotency-key': 'x-2' },
+    });
     assert.equal(del1.status, 204);
-    const del2 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, { token: u.token, headers: { 'idempotency-key': 'x-2' } });
+    const del2 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, {
+      token: u.token,
+      headers: { 'idempotency-key': 'x-2' },
+    });
     assert.equal(del2.status, 404, 'DELETE is not replayed');
   });
 
@@ -344,18 +359,29 @@ describeEachDb('idempotency across crashes', (t) => {
     db.transaction = (async (fn: Parameters<typeof original>[0]) => {
       const result = await original(fn);
       // Right after COMMIT, before the response goes out: the key is already answered.
-      const r = await db.query<{ state: string; response_status: number }>(`SELECT state, response_status FROM idempotency_keys WHERE user_id = $1`, [admin.id]);
+      const r = await db.query<{ state: string; response_status: number }>(
+        `SELECT state, response_status FROM idempotency_keys WHERE user_id = $1`,
+        [admin.id],
+      );
       seen.push(...r.rows.map((x) => `${x.state} ${x.response_status}`));
       return result;
     }) as typeof db.transaction;
     try {
-      const r = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body: { amount: 5 }, headers: { 'idempotency-key': 'crash-1' } });
+      const r = await t().req('POST', `/admin/users/${u.id}/credits`, {
+        token: admin.token,
+        body: { amount: 5 },
+        headers: { 'idempotency-key': 'crash-1' },
+      });
       assert.equal(r.status, 201, r.text);
       assert.deepEqual(seen, ['done 201']);
     } finally {
       db.transaction = original;
     }
-    const replay = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body: { amount: 5 }, headers: { 'idempotency-key': 'crash-1' } });
+    const replay = await t().req('POST', `/admin/users/${u.id}/credits`, {
+      token: admin.token,
+      body: { amount: 5 },
+      headers: { 'idempotency-key': 'crash-1' },
+    });
     assert.equal(replay.status, 201);
     assert.equal(replay.headers['idempotent-replayed'], 'true');
     assert.equal((await t().req('GET', '/billing/balance', { token: u.token })).body.balance, 5, 'credited once');
@@ -365,7 +391,11 @@ describeEachDb('idempotency across crashes', (t) => {
     const admin = await createUser(t(), { admin: true });
     const u = await createUser(t());
     const body = { amount: 7 };
-    const first = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
+    const first = await t().req('POST', `/admin/users/${u.id}/credits`, {
+      token: admin.token,
+      body,
+      headers: { 'idempotency-key': 'crash-2' },
+    });
     assert.equal(first.status, 201, first.text);
     // As if the request had died before its change committed: nothing applied, the key pending, its owner gone.
     await t().db.query(
@@ -374,12 +404,24 @@ describeEachDb('idempotency across crashes', (t) => {
     );
     await t().db.query(`DELETE FROM transactions WHERE user_id = $1`, [u.id]);
     await t().db.query(`UPDATE users SET balance_micros = 0 WHERE id = $1`, [u.id]);
-    const retry = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
+    const retry = await t().req('POST', `/admin/users/${u.id}/credits`, {
+      token: admin.token,
+      body,
+      headers: { 'idempotency-key': 'crash-2' },
+    });
     assert.equal(retry.status, 201, retry.text);
     assert.equal(retry.headers['idempotent-replayed'], undefined, 'executed, not replayed');
-    const again = await t().req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body, headers: { 'idempotency-key': 'crash-2' } });
+    const again = await t().req('POST', `/admin/users/${u.id}/credits`, {
+      token: admin.token,
+      body,
+      headers: { 'idempotency-key': 'crash-2' },
+    });
     assert.equal(again.headers['idempotent-replayed'], 'true');
-    assert.equal((await t().req('GET', '/billing/balance', { token: u.token })).body.balance, 7, 'applied exactly once');
+    assert.equal(
+      (await t().req('GET', '/billing/balance', { token: u.token })).body.balance,
+      7,
+      'applied exactly once',
+    );
   });
 });
 
@@ -399,10 +441,24 @@ describeEachDb('idempotency over keep-alive connections', (t) => {
     const call = (body: unknown, idem?: string) =>
       new Promise<{ status: number; text: string; socket: unknown }>((resolve, reject) => {
         const req = http.request(
-          { host: '127.0.0.1', port, method: 'POST', path: '/ssh-keys', agent, headers: { authorization: `Bearer ${u.token}`, 'content-type': 'application/json', ...(idem ? { 'idempotency-key': idem } : {}) } },
+          {
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/ssh-keys',
+            agent,
+            headers: {
+              authorization: `Bearer ${u.token}`,
+              'content-type': 'application/json',
+              ...(idem ? { 'idempotency-key': idem } : {}),
+            },
+          },
           (res) => {
             let text = '';
-            res.setEncoding('utf8').on('data', (c: string) => (text += c)).on('end', () => resolve({ status: res.statusCode!, text, socket: req.socket }));
+            res
+              .setEncoding('utf8')
+              .on('data', (c: string) => (text += c))
+              .on('end', () => resolve({ status: res.statusCode!, text, socket: req.socket }));
           },
         );
         req.on('error', reject).end(JSON.stringify(body));
@@ -413,7 +469,9 @@ describeEachDb('idempotency over keep-alive connections', (t) => {
     try {
       for (const storageOn of [false, true]) {
         if (storageOn) {
-          held.write(`POST /ssh-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${u.token}\r\nContent-Type: application/json\r\nIdempotency-Key: held\r\nContent-Length: 100\r\n\r\n{`);
+          held.write(
+            `POST /ssh-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${u.token}\r\nContent-Type: application/json\r\nIdempotency-Key: held\r\nContent-Length: 100\r\n\r\n{`,
+          );
           await new Promise((r) => setTimeout(r, 100));
         }
         const idem = randomUUID();

@@ -40,12 +40,19 @@ describeEachDb('background work metrics', (t) => {
     assert.match(before, /^# TYPE gpucloud_hypervisor_actions_total counter$/m);
     assert.match(before, /^# TYPE gpucloud_http_requests_total counter$/m, 'the HTTP metrics are still there');
 
-    const create = () => t().req('POST', '/vms', { token: u.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const create = () =>
+      t().req('POST', '/vms', {
+        token: u.token,
+        body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+      });
     const ok = await create();
     assert.equal(ok.status, 201, ok.text);
     await t().services.clock.advance(1);
     // A provision the hypervisor refuses.
-    const fault = await t().req('POST', '/admin/simulator/faults', { token: admin.token, body: { node, action: 'provision' } });
+    const fault = await t().req('POST', '/admin/simulator/faults', {
+      token: admin.token,
+      body: { node, action: 'provision' },
+    });
     assert.equal(fault.status, 200, fault.text);
     const bad = await create();
     assert.equal(bad.status, 201, bad.text);
@@ -53,12 +60,16 @@ describeEachDb('background work metrics', (t) => {
     assert.equal((await t().req('GET', `/vms/${bad.body.id}`, { token: u.token })).body.status, 'failed');
 
     const after = await metrics();
-    const grew = (name: string, labels: Record<string, string>) => sample(after, name, labels) - sample(before, name, labels);
+    const grew = (name: string, labels: Record<string, string>) =>
+      sample(after, name, labels) - sample(before, name, labels);
     assert.equal(grew('gpucloud_hypervisor_actions_total', { action: 'provision', outcome: 'ok' }), 1);
     assert.equal(grew('gpucloud_hypervisor_actions_total', { action: 'provision', outcome: 'failed' }), 1);
     assert.ok(grew('gpucloud_hypervisor_actions_total', { action: 'start', outcome: 'ok' }) >= 1);
     for (const job of ['billing-intervals', 'low-balance', 'reservation-ends', 'housekeeping']) {
-      assert.ok(grew('gpucloud_job_passes_total', { job, outcome: 'ok' }) >= 2, `${job} counted once per advance at least`);
+      assert.ok(
+        grew('gpucloud_job_passes_total', { job, outcome: 'ok' }) >= 2,
+        `${job} counted once per advance at least`,
+      );
       assert.equal(grew('gpucloud_job_passes_total', { job, outcome: 'failed' }), 0, job);
     }
     assert.ok(sample(after, 'gpucloud_job_pass_seconds_count', { job: 'billing-intervals' }) >= 2);
@@ -68,7 +79,13 @@ describeEachDb('background work metrics', (t) => {
 describe('a worker serves its metrics on GPUCLOUD_METRICS_PORT', () => {
   test('loopback reads /metrics and /healthz; the banner says where', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gpucloud-worker-metrics-'));
-    const env = cleanEnv({ GPUCLOUD_DATA_DIR: dir, GPUCLOUD_DEMO: '0', GPUCLOUD_METRICS_PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn' });
+    const env = cleanEnv({
+      GPUCLOUD_DATA_DIR: dir,
+      GPUCLOUD_DEMO: '0',
+      GPUCLOUD_METRICS_PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+    });
     const worker = await startInstance('worker', 'worker', env);
     try {
       const url = /Metrics:\s+(http:\/\/\S+)/.exec(worker.output())?.[1];

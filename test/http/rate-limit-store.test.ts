@@ -69,7 +69,10 @@ function behaviouralSuite(getStore: () => RateLimitStore, uniq: () => string): v
     const key = `concurrent-${uniq()}`;
     const hits = await Promise.all(Array.from({ length: 50 }, (_, i) => store.hit(key, WINDOW, BASE + i)));
     const counts = hits.map((h) => h.count).sort((x, y) => x - y);
-    assert.deepEqual(counts, Array.from({ length: 50 }, (_, i) => i + 1));
+    assert.deepEqual(
+      counts,
+      Array.from({ length: 50 }, (_, i) => i + 1),
+    );
   });
 
   test('rejects an invalid window size', async () => {
@@ -83,7 +86,10 @@ describe('MemoryRateLimitStore', () => {
   let n = 0;
   after(() => store.close());
 
-  behaviouralSuite(() => store, () => String(++n));
+  behaviouralSuite(
+    () => store,
+    () => String(++n),
+  );
 
   test('drops the previous window of a key when a new one starts', async () => {
     const s = new MemoryRateLimitStore();
@@ -137,17 +143,21 @@ describe('createRateLimitStore', () => {
     }
   });
 
-  test('returns a PostgreSQL store without a Redis URL on PostgreSQL', { skip: !process.env.DATABASE_URL }, async () => {
-    const db = await createTestDb('postgres');
-    try {
-      const { store: s, kind } = createRateLimitStore(undefined, { db: db.db });
-      assert.ok(s instanceof PostgresRateLimitStore);
-      assert.equal(kind, 'postgres');
-      await s.close();
-    } finally {
-      await db.cleanup();
-    }
-  });
+  test(
+    'returns a PostgreSQL store without a Redis URL on PostgreSQL',
+    { skip: !process.env.DATABASE_URL },
+    async () => {
+      const db = await createTestDb('postgres');
+      try {
+        const { store: s, kind } = createRateLimitStore(undefined, { db: db.db });
+        assert.ok(s instanceof PostgresRateLimitStore);
+        assert.equal(kind, 'postgres');
+        await s.close();
+      } finally {
+        await db.cleanup();
+      }
+    },
+  );
 
   test('returns a Redis store with a Redis URL', { skip: !REDIS_URL }, async () => {
     const prefix = `gpucloud-test-${randomUUID()}:`;
@@ -216,7 +226,10 @@ describe('RedisRateLimitStore', { skip: !REDIS_URL }, () => {
     await admin.quit();
   });
 
-  behaviouralSuite(() => store, () => String(++n));
+  behaviouralSuite(
+    () => store,
+    () => String(++n),
+  );
 
   test('uses the key layout `${prefix}rl:${key}:${windowStart}`', async () => {
     await store.hit('layout', WINDOW, BASE + 42);
@@ -297,13 +310,18 @@ describe('PostgresRateLimitStore', { skip: !process.env.DATABASE_URL }, () => {
     await tdb.cleanup();
   });
 
-  behaviouralSuite(() => store, () => String(++n));
+  behaviouralSuite(
+    () => store,
+    () => String(++n),
+  );
 
   test('two instances on one database share counters, concurrent hits each counted once', async () => {
     const key = `shared-${randomUUID()}`;
     assert.equal((await store.hit(key, WINDOW, BASE + 1)).count, 1);
     assert.equal((await other.hit(key, WINDOW, BASE + 2)).count, 2);
-    const mixed = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? store : other).hit(key, WINDOW, BASE + 10 + i)));
+    const mixed = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (i % 2 ? store : other).hit(key, WINDOW, BASE + 10 + i)),
+    );
     assert.deepEqual(
       mixed.map((h) => h.count).sort((a, b) => a - b),
       Array.from({ length: 20 }, (_, i) => i + 3),

@@ -54,7 +54,8 @@ async function call(app: FastifyInstance, method: string, url: string, o: CallOp
     remoteAddress: o.ip ?? '127.0.0.1',
   });
   assertNoSecrets(res.body, [], `${method} ${url}`);
-  const body = res.body && String(res.headers['content-type'] ?? '').includes('json') ? JSON.parse(res.body) : undefined;
+  const body =
+    res.body && String(res.headers['content-type'] ?? '').includes('json') ? JSON.parse(res.body) : undefined;
   assert.ok(res.headers['x-request-id']);
   assert.equal(res.headers['api-version'], '1.0.0');
   if (res.statusCode >= 400) {
@@ -67,7 +68,11 @@ async function call(app: FastifyInstance, method: string, url: string, o: CallOp
 /** The X-RateLimit-* headers as numbers, checked for presence and range. */
 function limits(r: Res): { limit: number; remaining: number; reset: number } {
   for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']) {
-    assert.match(String(r.headers[h]), /^\d+$/, `${h} missing or not an integer on a ${r.status}: ${String(r.headers[h])}`);
+    assert.match(
+      String(r.headers[h]),
+      /^\d+$/,
+      `${h} missing or not an integer on a ${r.status}: ${String(r.headers[h])}`,
+    );
   }
   const out = {
     limit: Number(r.headers['x-ratelimit-limit']),
@@ -124,13 +129,22 @@ for (const kind of DB_KINDS) {
       const ip = randomIp();
       await freshWindow();
       for (let i = 1; i <= LIMITS.loginIp; i++) {
-        const r = await call(app, 'POST', '/auth/login', { body: { email: uniqueEmail('spray'), password: 'a-guessed-password' }, ip });
+        const r = await call(app, 'POST', '/auth/login', {
+          body: { email: uniqueEmail('spray'), password: 'a-guessed-password' },
+          ip,
+        });
         assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
       }
-      const over = await call(app, 'POST', '/auth/login', { body: { email: uniqueEmail('spray'), password: 'a-guessed-password' }, ip });
+      const over = await call(app, 'POST', '/auth/login', {
+        body: { email: uniqueEmail('spray'), password: 'a-guessed-password' },
+        ip,
+      });
       assertLimited(over, LIMITS.loginIp);
       assert.match(over.body.detail, /from this address/);
-      const elsewhere = await call(app, 'POST', '/auth/login', { body: { email: uniqueEmail('spray'), password: 'a-guessed-password' }, ip: randomIp() });
+      const elsewhere = await call(app, 'POST', '/auth/login', {
+        body: { email: uniqueEmail('spray'), password: 'a-guessed-password' },
+        ip: randomIp(),
+      });
       assert.equal(elsewhere.status, 401, elsewhere.text);
     });
 
@@ -157,7 +171,10 @@ for (const kind of DB_KINDS) {
       assert.equal(sixth.body.access_token, undefined, 'no tokens past the limit, even with the right password');
 
       // Per email, not per spelling and not per address.
-      const upper = await call(app, 'POST', '/auth/login', { body: { email: `  ${a.email.toUpperCase()} `, password: a.password }, ip: randomIp() });
+      const upper = await call(app, 'POST', '/auth/login', {
+        body: { email: `  ${a.email.toUpperCase()} `, password: a.password },
+        ip: randomIp(),
+      });
       assertLimited(upper, LIMITS.login);
 
       // Another email from the same address still works, with its own counter.
@@ -172,7 +189,10 @@ for (const kind of DB_KINDS) {
         const r = await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip });
         assert.equal(r.status, 401);
       }
-      assertLimited(await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip }), LIMITS.login);
+      assertLimited(
+        await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip }),
+        LIMITS.login,
+      );
 
       // Logins do not spend the address's budget for other /auth operations.
       const refresh = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'nope' }, ip });
@@ -187,12 +207,21 @@ for (const kind of DB_KINDS) {
       const noPassword = await call(app, 'POST', '/auth/login', { body: { email: c.email }, ip });
       assert.equal(noPassword.status, 422);
       assert.deepEqual([limits(noPassword).limit, limits(noPassword).remaining], [LIMITS.login, LIMITS.login - 1]);
-      const empty = await call(app, 'POST', '/auth/login', { body: { email: c.email.toUpperCase(), password: '' }, ip: randomIp() });
+      const empty = await call(app, 'POST', '/auth/login', {
+        body: { email: c.email.toUpperCase(), password: '' },
+        ip: randomIp(),
+      });
       assert.equal(empty.status, 422);
       assert.equal(limits(empty).remaining, LIMITS.login - 2, 'counted for the email, whatever the address');
 
       // Without a usable email: per address.
-      const res = await app.inject({ method: 'POST', url: '/auth/login', payload: '{"email":', headers: { 'content-type': 'application/json' }, remoteAddress: ip });
+      const res = await app.inject({
+        method: 'POST',
+        url: '/auth/login',
+        payload: '{"email":',
+        headers: { 'content-type': 'application/json' },
+        remoteAddress: ip,
+      });
       assert.equal(res.statusCode, 400);
       const malformed: Res = { status: 400, body: JSON.parse(res.body), headers: res.headers, text: res.body };
       assert.equal(malformed.body.code, 'malformed_json');
@@ -220,7 +249,10 @@ for (const kind of DB_KINDS) {
       const email = uniqueEmail('limited');
       const reg = await call(app, 'POST', '/auth/register', { body: { email, password: 'a-long-password-x' }, ip });
       assertLimited(reg, LIMITS.auth);
-      const login = await call(app, 'POST', '/auth/login', { body: { email, password: 'a-long-password-x' }, ip: randomIp() });
+      const login = await call(app, 'POST', '/auth/login', {
+        body: { email, password: 'a-long-password-x' },
+        ip: randomIp(),
+      });
       assert.equal(login.status, 401, 'the refused registration created no account');
       // even a malformed body is counted (the limit comes first)
       const bad = await call(app, 'POST', '/auth/register', { body: { nope: 1 }, ip });
@@ -260,12 +292,39 @@ for (const kind of DB_KINDS) {
       const node = `rl-${randomBytes(3).toString('hex')}`;
       const made = await call(app, 'POST', '/admin/nodes', {
         token: admin,
-        body: { node, gpu_type: '4090', gpu_count: 8, ram_gb: 256, cpu_cores: 32, cpu_model: 'EPYC', pcie_gen: '4.0', max_storage_gb: 1000, location: 'eu', cluster_name: 'rl' },
+        body: {
+          node,
+          gpu_type: '4090',
+          gpu_count: 8,
+          ram_gb: 256,
+          cpu_cores: 32,
+          cpu_model: 'EPYC',
+          pcie_gen: '4.0',
+          max_storage_gb: 1000,
+          location: 'eu',
+          cluster_name: 'rl',
+        },
       });
       assert.equal(made.status, 201, made.text);
-      assert.equal((await call(app, 'POST', `/admin/users/${u.id}/credits`, { token: admin, body: { amount: 100, description: 'rl' } })).status, 201);
+      assert.equal(
+        (
+          await call(app, 'POST', `/admin/users/${u.id}/credits`, {
+            token: admin,
+            body: { amount: 100, description: 'rl' },
+          })
+        ).status,
+        201,
+      );
       const { generateKey } = await import('../ssh-keys/keygen.js');
-      assert.equal((await call(app, 'POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: generateKey('ed25519').line } })).status, 201);
+      assert.equal(
+        (
+          await call(app, 'POST', '/ssh-keys', {
+            token: u.token,
+            body: { ssh_public_key: generateKey('ed25519').line },
+          })
+        ).status,
+        201,
+      );
 
       await freshWindow();
       const missing = '00000000-0000-4000-8000-000000000000';
@@ -274,16 +333,34 @@ for (const kind of DB_KINDS) {
         () => call(app, 'POST', `/vms/${missing}/stop`, { token: u.token, ip: randomIp() }),
         () => call(app, 'POST', `/vms/${missing}/start`, { token: u.token, ip: randomIp() }),
         () => call(app, 'DELETE', `/vms/${missing}`, { token: u.token, ip: randomIp() }),
-        () => call(app, 'POST', `/vms/${missing}/set-label`, { token: u.token, body: { instance_label: 'x' }, ip: randomIp() }),
-        () => call(app, 'POST', `/vms/${missing}/set-auto-restart`, { token: u.token, body: { auto_restart: true }, ip: randomIp() }),
-        () => call(app, 'POST', '/vms', { token: u.token, body: { node: 'no-such-node', gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 }, ip: randomIp() }),
+        () =>
+          call(app, 'POST', `/vms/${missing}/set-label`, {
+            token: u.token,
+            body: { instance_label: 'x' },
+            ip: randomIp(),
+          }),
+        () =>
+          call(app, 'POST', `/vms/${missing}/set-auto-restart`, {
+            token: u.token,
+            body: { auto_restart: true },
+            ip: randomIp(),
+          }),
+        () =>
+          call(app, 'POST', '/vms', {
+            token: u.token,
+            body: { node: 'no-such-node', gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+            ip: randomIp(),
+          }),
       ];
       for (let i = 0; i < LIMITS.vm; i++) {
         const r = await mutations[i % mutations.length]!();
         assert.ok(r.status === 404 || r.status === 400, `mutation ${i}: ${r.status} ${r.text}`);
         assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.vm, LIMITS.vm - 1 - i]);
       }
-      const refused = await call(app, 'POST', '/vms', { token: u.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+      const refused = await call(app, 'POST', '/vms', {
+        token: u.token,
+        body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+      });
       assertLimited(refused, LIMITS.vm);
       const list = await call(app, 'GET', '/vms', { token: u.token });
       assert.equal(list.status, 200, 'reads are not VM mutations');
@@ -326,7 +403,11 @@ for (const kind of DB_KINDS) {
       for (let i = 1; i <= LIMITS.default; i++) {
         const r = await call(app, 'GET', '/account', { ip, token: i % 2 ? undefined : 'not-a-valid-token' });
         assert.equal(r.status, 401, r.text);
-        assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.default, LIMITS.default - i], '401s carry the headers too');
+        assert.deepEqual(
+          [limits(r).limit, limits(r).remaining],
+          [LIMITS.default, LIMITS.default - i],
+          '401s carry the headers too',
+        );
       }
       // Past the limit, the address gets 429 instead of 401, whatever it tries.
       assertLimited(await call(app, 'GET', '/account', { ip }), LIMITS.default);
@@ -391,12 +472,20 @@ describe('rate limits shared by two instances through Redis', { skip: sharedReas
     const u = await makeUser(t);
     await freshWindow();
     for (let i = 1; i <= LIMITS.login; i++) {
-      const r = await call(i % 2 ? b : t.app, 'POST', '/auth/login', { body: { email: u.email, password: 'wrong-password-x' } });
+      const r = await call(i % 2 ? b : t.app, 'POST', '/auth/login', {
+        body: { email: u.email, password: 'wrong-password-x' },
+      });
       assert.equal(r.status, 401);
       assert.equal(limits(r).remaining, LIMITS.login - i);
     }
-    assertLimited(await call(b, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }), LIMITS.login);
-    assertLimited(await call(t.app, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }), LIMITS.login);
+    assertLimited(
+      await call(b, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }),
+      LIMITS.login,
+    );
+    assertLimited(
+      await call(t.app, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }),
+      LIMITS.login,
+    );
   });
 
   test('unauthenticated calls from one address are one counter across instances', async () => {
@@ -414,17 +503,25 @@ describe('rate limits shared by two instances through Redis', { skip: sharedReas
 describe('global login limit', () => {
   let t: TestApp;
   before(async () => {
-    t = await buildTestApp('pglite', { env: { ...ENV, GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL: '6', GPUCLOUD_RATE_LIMIT_LOGIN_IP: '1000' } });
+    t = await buildTestApp('pglite', {
+      env: { ...ENV, GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL: '6', GPUCLOUD_RATE_LIMIT_LOGIN_IP: '1000' },
+    });
   });
   after(() => t.close());
 
   test('logins from many addresses together stop at GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL (each costs a password hash)', async () => {
     await freshWindow();
     for (let i = 1; i <= 6; i++) {
-      const r = await call(t.app, 'POST', '/auth/login', { body: { email: uniqueEmail('g'), password: 'a-guessed-password' }, ip: randomIp() });
+      const r = await call(t.app, 'POST', '/auth/login', {
+        body: { email: uniqueEmail('g'), password: 'a-guessed-password' },
+        ip: randomIp(),
+      });
       assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
     }
-    const over = await call(t.app, 'POST', '/auth/login', { body: { email: uniqueEmail('g'), password: 'a-guessed-password' }, ip: randomIp() });
+    const over = await call(t.app, 'POST', '/auth/login', {
+      body: { email: uniqueEmail('g'), password: 'a-guessed-password' },
+      ip: randomIp(),
+    });
     assertLimited(over, 6);
     assert.match(over.body.detail, /to this service/);
   });

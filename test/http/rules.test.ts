@@ -49,7 +49,11 @@ async function raw(app: FastifyInstance, o: InjectOptions): Promise<Res> {
   assert.ok(res.headers['x-request-id'], `${where}: no X-Request-Id`);
   assert.equal(res.headers['api-version'], '1.0.0', `${where}: no API-Version`);
   if (r.status >= 400) {
-    assert.equal(typeof (body as { detail?: unknown } | undefined)?.detail, 'string', `${where}: error without detail: ${res.body}`);
+    assert.equal(
+      typeof (body as { detail?: unknown } | undefined)?.detail,
+      'string',
+      `${where}: error without detail: ${res.body}`,
+    );
     assertErrorShape(r, where);
   }
   return r;
@@ -66,7 +70,11 @@ function appRoutes(app: FastifyInstance): { method: string; path: string }[] {
     stack.length = depth;
     stack.push(m[2]!);
     const path = stack.join('');
-    for (const method of (m[3] ?? '').split(',').map((s) => s.trim()).filter(Boolean)) out.push({ method, path });
+    for (const method of (m[3] ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean))
+      out.push({ method, path });
   }
   return out;
 }
@@ -121,7 +129,10 @@ describeEachDb('HTTP rules', (t) => {
         assert.equal(r.status, 422, `${offset}: ${r.text}`);
         assert.equal(r.body.errors[0].field, 'query.offset');
       }
-      const max = await req('GET', '/admin/users', { token: admin.token, query: { offset: String(Number.MAX_SAFE_INTEGER) } });
+      const max = await req('GET', '/admin/users', {
+        token: admin.token,
+        query: { offset: String(Number.MAX_SAFE_INTEGER) },
+      });
       assert.equal(max.status, 200, max.text);
       assert.deepEqual(max.body, []);
     });
@@ -130,10 +141,21 @@ describeEachDb('HTTP rules', (t) => {
       const key = await req('POST', '/api-keys', { token: user.token, body: { name: 'a\u0000b', scope: 'read_only' } });
       assert.equal(key.status, 422, key.text);
       assert.equal(key.body.errors[0].field, 'body.name');
-      assert.deepEqual((await req('GET', '/api-keys', { token: user.token })).body.filter((k: { name: string }) => k.name.startsWith('a')), []);
-      const label = await req('POST', '/ssh-keys', { token: user.token, body: { ssh_public_key: 'ssh-ed25519 AAAA\u0000', name: 'x' } });
+      assert.deepEqual(
+        (await req('GET', '/api-keys', { token: user.token })).body.filter((k: { name: string }) =>
+          k.name.startsWith('a'),
+        ),
+        [],
+      );
+      const label = await req('POST', '/ssh-keys', {
+        token: user.token,
+        body: { ssh_public_key: 'ssh-ed25519 AAAA\u0000', name: 'x' },
+      });
       assert.equal(label.status, 422, label.text);
-      const credit = await req('POST', `/admin/users/${user.id}/credits`, { token: admin.token, body: { amount: 1, description: 'gift\u0000' } });
+      const credit = await req('POST', `/admin/users/${user.id}/credits`, {
+        token: admin.token,
+        body: { amount: 1, description: 'gift\u0000' },
+      });
       assert.equal(credit.status, 422, credit.text);
       assert.equal(credit.body.errors[0].field, 'body.description');
       const query = await req('GET', '/admin/vms', { token: admin.token, query: { node: 'n\u0000' } });
@@ -148,13 +170,25 @@ describeEachDb('HTTP rules', (t) => {
 
     test('a body nested 10,000 deep (with an Idempotency-Key) is 422, not a stack overflow', async () => {
       const deep = '{"a":'.repeat(10_000) + '1' + '}'.repeat(10_000);
-      const r = await req('POST', '/api-keys', { token: user.token, body: deep, headers: { 'idempotency-key': 'deep-body-1' } });
+      const r = await req('POST', '/api-keys', {
+        token: user.token,
+        body: deep,
+        headers: { 'idempotency-key': 'deep-body-1' },
+      });
       assert.equal(r.status, 422, r.text.slice(0, 300));
       assert.match(r.body.detail, /deeper than 32 levels/);
-      const arrays = await req('POST', '/vms', { token: user.token, body: '['.repeat(20_000) + ']'.repeat(20_000), headers: { 'idempotency-key': 'deep-body-2' } });
+      const arrays = await req('POST', '/vms', {
+        token: user.token,
+        body: '['.repeat(20_000) + ']'.repeat(20_000),
+        headers: { 'idempotency-key': 'deep-body-2' },
+      });
       assert.equal(arrays.status, 422, arrays.text.slice(0, 300));
       // The deepest real body still passes the guard.
-      const ok = await req('POST', '/api-keys', { token: user.token, body: { name: 'shallow', scope: 'read_only' }, headers: { 'idempotency-key': 'shallow-1' } });
+      const ok = await req('POST', '/api-keys', {
+        token: user.token,
+        body: { name: 'shallow', scope: 'read_only' },
+        headers: { 'idempotency-key': 'shallow-1' },
+      });
       assert.equal(ok.status, 201, ok.text);
     });
   });
@@ -171,12 +205,17 @@ describeEachDb('HTTP rules', (t) => {
         ['body.nickname'],
       );
       // nothing was created
-      const login = await req('POST', '/auth/login', { body: { email: 'unknown-field@example.com', password: 'a-long-password-1' } });
+      const login = await req('POST', '/auth/login', {
+        body: { email: 'unknown-field@example.com', password: 'a-long-password-1' },
+      });
       assert.equal(login.status, 401);
 
       const k = await req('POST', '/api-keys', { token: user.token, body: { name: 'k', colour: 'blue' } });
       assert.equal(k.status, 422);
-      assert.ok(k.body.errors.some((e: { field: string }) => e.field === 'body.colour'), k.text);
+      assert.ok(
+        k.body.errors.some((e: { field: string }) => e.field === 'body.colour'),
+        k.text,
+      );
     });
 
     test('every invalid field is listed, with the part of the request it is in', async () => {
@@ -213,7 +252,10 @@ describeEachDb('HTTP rules', (t) => {
       });
       assert.equal(r.status, 400, r.text);
       assert.equal(r.body.code, 'malformed_json');
-      const c = await req('POST', '/api-keys', { token: user.token, body: '{"name":"p","constructor":{"prototype":{"x":1}}}' });
+      const c = await req('POST', '/api-keys', {
+        token: user.token,
+        body: '{"name":"p","constructor":{"prototype":{"x":1}}}',
+      });
       assert.equal(c.status, 400, c.text);
     });
 
@@ -232,7 +274,11 @@ describeEachDb('HTTP rules', (t) => {
         assert.equal(r.body.code, 'validation_error');
         assert.equal(r.body.errors[0].field, 'body');
       }
-      const k = await req('POST', '/api-keys', { token: user.token, body: '  ', headers: { 'content-type': 'application/json' } });
+      const k = await req('POST', '/api-keys', {
+        token: user.token,
+        body: '  ',
+        headers: { 'content-type': 'application/json' },
+      });
       assert.equal(k.status, 422, k.text);
       // no body and no Content-Type at all
       const none = await raw(t().app, { method: 'POST', url: '/auth/login' });
@@ -263,7 +309,10 @@ describeEachDb('HTTP rules', (t) => {
         ['text/plain', '{"email":"a@b.c","password":"a-long-password-1"}'],
         ['application/xml', '<user><email>a@b.c</email></user>'],
         ['application/x-www-form-urlencoded', 'email=a%40b.c&password=a-long-password-1'],
-        ['multipart/form-data; boundary=x', '--x\r\nContent-Disposition: form-data; name="email"\r\n\r\na@b.c\r\n--x--'],
+        [
+          'multipart/form-data; boundary=x',
+          '--x\r\nContent-Disposition: form-data; name="email"\r\n\r\na@b.c\r\n--x--',
+        ],
         ['application/octet-stream', 'AAAA'],
       ];
       for (const [type, body] of cases) {
@@ -272,15 +321,27 @@ describeEachDb('HTTP rules', (t) => {
         assert.equal(r.body.code, 'unsupported_media_type');
       }
       // A body without any Content-Type
-      const none = await raw(t().app, { method: 'POST', url: '/auth/login', payload: Buffer.from('{"email":"a@b.c","password":"x"}') });
+      const none = await raw(t().app, {
+        method: 'POST',
+        url: '/auth/login',
+        payload: Buffer.from('{"email":"a@b.c","password":"x"}'),
+      });
       assert.equal(none.status, 415, none.text);
     });
 
     test('application/json with parameters or in another case is accepted', async () => {
-      const r = await req('POST', '/api-keys', { token: user.token, body: { name: 'charset' }, headers: { 'content-type': 'application/json; charset=utf-8' } });
+      const r = await req('POST', '/api-keys', {
+        token: user.token,
+        body: { name: 'charset' },
+        headers: { 'content-type': 'application/json; charset=utf-8' },
+      });
       assert.equal(r.status, 201, r.text);
       t().forbidSecret(r.body.key);
-      const r2 = await req('POST', '/api-keys', { token: user.token, body: { name: 'upper' }, headers: { 'content-type': 'Application/JSON' } });
+      const r2 = await req('POST', '/api-keys', {
+        token: user.token,
+        body: { name: 'upper' },
+        headers: { 'content-type': 'Application/JSON' },
+      });
       assert.equal(r2.status, 201, r2.text);
       t().forbidSecret(r2.body.key);
     });
@@ -305,7 +366,11 @@ describeEachDb('HTTP rules', (t) => {
 
     test('an undecodable URL is 404 not_found with the standard headers (needs frameworkErrors in app.ts)', async () => {
       for (const url of ['/%zz', '/api-keys/%E0%A4%A', '/admin/users/%']) {
-        const r = await raw(t().app, { method: 'GET', url, headers: { authorization: `Bearer ${user.token}`, 'x-request-id': 'bad-url-1' } });
+        const r = await raw(t().app, {
+          method: 'GET',
+          url,
+          headers: { authorization: `Bearer ${user.token}`, 'x-request-id': 'bad-url-1' },
+        });
         assert.equal(r.status, 404, `${url}: ${r.status} ${r.text}`);
         assert.equal(r.body.code, 'not_found');
         assert.equal(r.headers['x-request-id'], 'bad-url-1');
@@ -324,7 +389,13 @@ describeEachDb('HTTP rules', (t) => {
       const none = await req('GET', '/account');
       assert.equal(none.status, 401);
       assert.equal(none.body.code, 'unauthorized');
-      for (const authorization of ['Bearer nonsense', 'Basic dXNlcjpwYXNz', 'Bearer', `Bearer ${user.token}x`, 'Bearer gpc_notakey']) {
+      for (const authorization of [
+        'Bearer nonsense',
+        'Basic dXNlcjpwYXNz',
+        'Bearer',
+        `Bearer ${user.token}x`,
+        'Bearer gpc_notakey',
+      ]) {
         const r = await req('GET', '/account', { headers: { authorization } });
         assert.equal(r.status, 401, authorization);
         assert.equal(r.body.code, 'unauthorized');
@@ -345,7 +416,10 @@ describeEachDb('HTTP rules', (t) => {
       const b = await req('GET', '/account', { headers: { 'x-request-id': 'client-req-43' } });
       assert.equal(b.status, 401);
       assert.equal(b.headers['x-request-id'], 'client-req-43');
-      const c = await req('POST', '/auth/register', { body: '{', headers: { 'x-request-id': 'client:req.44', 'content-type': 'application/json' } });
+      const c = await req('POST', '/auth/register', {
+        body: '{',
+        headers: { 'x-request-id': 'client:req.44', 'content-type': 'application/json' },
+      });
       assert.equal(c.status, 400);
       assert.equal(c.headers['x-request-id'], 'client:req.44');
       const d = await req('GET', '/no-such-route', { headers: { 'x-request-id': 'client-req-45' } });
@@ -421,14 +495,23 @@ describeEachDb('HTTP rules', (t) => {
       const all = await req('GET', '/api-keys', { token: admin.token });
       assert.equal(all.status, 200);
       assert.ok(Array.isArray(all.body));
-      assert.deepEqual(all.body.map((k: { name: string }) => k.name), ['third', 'second', 'first']);
+      assert.deepEqual(
+        all.body.map((k: { name: string }) => k.name),
+        ['third', 'second', 'first'],
+      );
       assert.equal(all.headers['x-total-count'], '3');
 
       const p1 = await req('GET', '/api-keys', { token: admin.token, query: { limit: 2 } });
-      assert.deepEqual(p1.body.map((k: { name: string }) => k.name), ['third', 'second']);
+      assert.deepEqual(
+        p1.body.map((k: { name: string }) => k.name),
+        ['third', 'second'],
+      );
       assert.equal(p1.headers['x-total-count'], '3');
       const p2 = await req('GET', '/api-keys', { token: admin.token, query: { limit: 2, offset: 2 } });
-      assert.deepEqual(p2.body.map((k: { name: string }) => k.name), ['first']);
+      assert.deepEqual(
+        p2.body.map((k: { name: string }) => k.name),
+        ['first'],
+      );
       assert.equal(p2.headers['x-total-count'], '3');
       const past = await req('GET', '/api-keys', { token: admin.token, query: { offset: 10 } });
       assert.deepEqual(past.body, []);
@@ -446,12 +529,18 @@ describeEachDb('HTTP rules', (t) => {
         for (const limit of ['0', '101', 'abc', '1.5', '-1', '', '1e3', '1e1', '0x10', '+5', ' 5', '5 ']) {
           const r = await req('GET', `${url}?limit=${encodeURIComponent(limit)}`, { token: admin.token });
           assert.equal(r.status, 422, `${url} limit=${limit}: ${r.text}`);
-          assert.ok(r.body.errors.some((e: { field: string }) => e.field === 'query.limit'), r.text);
+          assert.ok(
+            r.body.errors.some((e: { field: string }) => e.field === 'query.limit'),
+            r.text,
+          );
         }
         for (const offset of ['-1', 'x', '0.5', '1e2', '0b1']) {
           const r = await req('GET', `${url}?offset=${offset}`, { token: admin.token });
           assert.equal(r.status, 422, `${url} offset=${offset}: ${r.text}`);
-          assert.ok(r.body.errors.some((e: { field: string }) => e.field === 'query.offset'), r.text);
+          assert.ok(
+            r.body.errors.some((e: { field: string }) => e.field === 'query.offset'),
+            r.text,
+          );
         }
         const twice = await req('GET', `${url}?limit=1&limit=2`, { token: admin.token });
         assert.equal(twice.status, 422, twice.text);
@@ -478,14 +567,21 @@ describeEachDb('HTTP rules', (t) => {
     test('every route the app serves is documented with a summary or description', () => {
       const routes = appRoutes(t().app).filter(
         // Not API operations: the document itself, the docs UI, and the web console's pages and files.
-        (r) => r.method !== 'HEAD' && r.method !== 'OPTIONS' && r.path !== '/openapi.json' && !r.path.startsWith('/docs') && r.path !== '/' && !r.path.startsWith('/console'),
+        (r) =>
+          r.method !== 'HEAD' &&
+          r.method !== 'OPTIONS' &&
+          r.path !== '/openapi.json' &&
+          !r.path.startsWith('/docs') &&
+          r.path !== '/' &&
+          !r.path.startsWith('/console'),
       );
       assert.ok(routes.length >= 15, `found only ${routes.length} routes`);
       const missing: string[] = [];
       for (const { method, path } of routes) {
         const op = doc.paths?.[toOpenApiPath(path)]?.[method.toLowerCase()];
         if (!op) missing.push(`${method} ${path}`);
-        else assert.ok((op.summary ?? op.description ?? '').length > 0, `${method} ${path} has no summary or description`);
+        else
+          assert.ok((op.summary ?? op.description ?? '').length > 0, `${method} ${path} has no summary or description`);
       }
       assert.deepEqual(missing, [], 'routes missing from /openapi.json');
       assert.ok(!doc.paths['/openapi.json'], '/openapi.json itself is hidden');
@@ -495,7 +591,10 @@ describeEachDb('HTTP rules', (t) => {
     test('every documented operation exists in the app', async () => {
       for (const [path, item] of Object.entries<Record<string, unknown>>(doc.paths)) {
         for (const method of Object.keys(item).filter((m) => ['get', 'post', 'put', 'patch', 'delete'].includes(m))) {
-          assert.ok(t().app.hasRoute({ method: method.toUpperCase() as 'GET', url: path.replace(/\{(\w+)\}/g, ':$1') }), `${method} ${path}`);
+          assert.ok(
+            t().app.hasRoute({ method: method.toUpperCase() as 'GET', url: path.replace(/\{(\w+)\}/g, ':$1') }),
+            `${method} ${path}`,
+          );
         }
       }
     });
@@ -506,23 +605,36 @@ describeEachDb('HTTP rules', (t) => {
           if (!['get', 'post', 'put', 'patch', 'delete'].includes(method)) continue;
           const where = `${method.toUpperCase()} ${path}`;
           const statuses = Object.keys(op.responses ?? {});
-          assert.ok(statuses.some((s) => /^2\d\d$/.test(s)), `${where}: no 2xx response`);
+          assert.ok(
+            statuses.some((s) => /^2\d\d$/.test(s)),
+            `${where}: no 2xx response`,
+          );
           for (const s of statuses) {
             // Error responses are shared: `{$ref: '#/components/responses/NAME'}`.
             const ref: string | undefined = op.responses[s].$ref;
             const r = ref ? doc.components.responses[ref.replace('#/components/responses/', '')] : op.responses[s];
             assert.ok(r?.description, `${where} ${s}: no description`);
             if (Number(s) >= 400) {
-              assert.equal(r.content?.['application/json']?.schema?.$ref, '#/components/schemas/ErrorResponse', `${where} ${s}`);
+              assert.equal(
+                r.content?.['application/json']?.schema?.$ref,
+                '#/components/schemas/ErrorResponse',
+                `${where} ${s}`,
+              );
             }
           }
           const isPublic = Array.isArray(op.security) && op.security.length === 0;
-          if (!isPublic && path !== '/metrics') assert.ok(statuses.includes('401'), `${where}: needs credentials but 401 is not documented`);
-          if (path.startsWith('/admin')) assert.ok(statuses.includes('403'), `${where}: admin-only but 403 is not documented`);
-          if (!['/healthz', '/readyz', '/metrics'].includes(path)) assert.ok(statuses.includes('429'), `${where}: rate limited but 429 is not documented`);
+          if (!isPublic && path !== '/metrics')
+            assert.ok(statuses.includes('401'), `${where}: needs credentials but 401 is not documented`);
+          if (path.startsWith('/admin'))
+            assert.ok(statuses.includes('403'), `${where}: admin-only but 403 is not documented`);
+          if (!['/healthz', '/readyz', '/metrics'].includes(path))
+            assert.ok(statuses.includes('429'), `${where}: rate limited but 429 is not documented`);
           const takesInput =
             op.requestBody ||
-            (op.parameters ?? []).some((p: { in: string; schema?: { type?: string } }) => p.in === 'query' || (p.in === 'path' && p.schema?.type === 'integer'));
+            (op.parameters ?? []).some(
+              (p: { in: string; schema?: { type?: string } }) =>
+                p.in === 'query' || (p.in === 'path' && p.schema?.type === 'integer'),
+            );
           if (takesInput) assert.ok(statuses.includes('422'), `${where}: validates input but 422 is not documented`);
           if (op.requestBody) {
             const schema = op.requestBody.content?.['application/json']?.schema;
@@ -547,7 +659,11 @@ describeEachDb('HTTP rules', (t) => {
         assert.ok(op, `${method} ${path} missing`);
         const schema = op.requestBody?.content?.['application/json']?.schema;
         assert.ok(schema, `${method} ${path}: no request body`);
-        assert.equal(schema.additionalProperties, false, `${method} ${path}: unknown fields are rejected and the doc should say so`);
+        assert.equal(
+          schema.additionalProperties,
+          false,
+          `${method} ${path}: unknown fields are rejected and the doc should say so`,
+        );
       }
       for (const [path, item] of Object.entries<Record<string, any>>(doc.paths)) {
         for (const m of BODY_METHODS) {
@@ -561,7 +677,11 @@ describeEachDb('HTTP rules', (t) => {
       for (const path of ['/api-keys', '/admin/users']) {
         const params = doc.paths[path].get.parameters.filter((p: { in: string }) => p.in === 'query');
         const byName = Object.fromEntries(params.map((p: { name: string; schema: object }) => [p.name, p.schema]));
-        assert.deepEqual({ min: byName.limit.minimum, max: byName.limit.maximum, def: byName.limit.default }, { min: 1, max: 100, def: 50 }, path);
+        assert.deepEqual(
+          { min: byName.limit.minimum, max: byName.limit.maximum, def: byName.limit.default },
+          { min: 1, max: 100, def: 50 },
+          path,
+        );
         assert.equal(byName.offset.minimum, 0, path);
       }
     });
@@ -583,10 +703,18 @@ describeEachDb('HTTP rules', (t) => {
           if (!['get', 'post', 'put', 'patch', 'delete'].includes(method)) continue;
           const url = path.replace(/\{(\w+)\}/g, '1');
           // From another machine: /metrics lets loopback clients in without credentials.
-          const r = path === '/metrics' ? await raw(t().app, { method: 'GET', url, remoteAddress: '203.0.113.9' }) : await req(method.toUpperCase(), url);
+          const r =
+            path === '/metrics'
+              ? await raw(t().app, { method: 'GET', url, remoteAddress: '203.0.113.9' })
+              : await req(method.toUpperCase(), url);
           const isPublic = Array.isArray(op.security) && op.security.length === 0;
           if (isPublic) assert.notEqual(r.status, 401, `${method} ${path} is documented public but wants credentials`);
-          else assert.equal(r.status, 401, `${method} ${path} is documented as authenticated but answered ${r.status} without credentials`);
+          else
+            assert.equal(
+              r.status,
+              401,
+              `${method} ${path} is documented as authenticated but answered ${r.status} without credentials`,
+            );
         }
       }
     });
@@ -614,7 +742,12 @@ describeEachDb('HTTP rules', (t) => {
     test('/metrics is Prometheus text with gpucloud_http_requests_total per route and status', async () => {
       const count = (text: string) => {
         const m = /^gpucloud_http_requests_total\{([^}]*)\} (\d+)$/m;
-        const line = text.split('\n').find((l) => m.test(l) && l.includes('method="GET"') && l.includes('route="/healthz"') && l.includes('status="200"'));
+        const line = text
+          .split('\n')
+          .find(
+            (l) =>
+              m.test(l) && l.includes('method="GET"') && l.includes('route="/healthz"') && l.includes('status="200"'),
+          );
         return line ? Number(m.exec(line)![2]) : 0;
       };
       await req('GET', '/healthz');
@@ -633,7 +766,8 @@ describeEachDb('HTTP rules', (t) => {
     });
 
     test('/metrics from another machine needs the metrics token or an administrator; loopback needs nothing', async () => {
-      const from = (headers: Record<string, string> = {}) => raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '203.0.113.9', headers });
+      const from = (headers: Record<string, string> = {}) =>
+        raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '203.0.113.9', headers });
       const anon = await from();
       assert.equal(anon.status, 401, anon.text);
       assert.equal(anon.headers['www-authenticate'], 'Bearer realm="gpucloud"');
@@ -641,13 +775,25 @@ describeEachDb('HTTP rules', (t) => {
       const userKey = await createApiKey(t(), user.token, 'read_write');
       assert.equal((await from({ authorization: `Bearer ${userKey}` })).status, 403);
       const adminRo = await createApiKey(t(), admin.token, 'read_only');
-      assert.equal((await from({ authorization: `Bearer ${adminRo}` })).status, 403, 'an admin\'s read_only key is not enough');
+      assert.equal(
+        (await from({ authorization: `Bearer ${adminRo}` })).status,
+        403,
+        "an admin's read_only key is not enough",
+      );
       const ok = await from({ authorization: `Bearer ${admin.token}` });
       assert.equal(ok.status, 200);
       assert.match(ok.text, /gpucloud_http_requests_total/);
       assert.equal((await from({ authorization: 'Bearer not-the-metrics-token-'.padEnd(40, 'x') })).status, 401);
-      assert.equal((await raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '127.0.0.1' })).status, 200, 'loopback');
-      assert.equal((await raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '::1' })).status, 200, 'loopback (IPv6)');
+      assert.equal(
+        (await raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '127.0.0.1' })).status,
+        200,
+        'loopback',
+      );
+      assert.equal(
+        (await raw(t().app, { method: 'GET', url: '/metrics', remoteAddress: '::1' })).status,
+        200,
+        'loopback (IPv6)',
+      );
     });
 
     test('unknown paths are counted under one label, never by their raw URL', async () => {
@@ -789,11 +935,19 @@ for (const kind of DB_KINDS) {
       const pre = await raw(app, {
         method: 'OPTIONS',
         url: '/account',
-        headers: { origin: 'https://console.example.com', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' },
+        headers: {
+          origin: 'https://console.example.com',
+          'access-control-request-method': 'GET',
+          'access-control-request-headers': 'authorization',
+        },
       });
       assert.ok(pre.status === 204 || pre.status === 200, `preflight: ${pre.status} ${pre.text}`);
       assert.equal(pre.headers['access-control-allow-origin'], 'https://console.example.com');
-      const simple = await raw(app, { method: 'GET', url: '/healthz', headers: { origin: 'https://console.example.com' } });
+      const simple = await raw(app, {
+        method: 'GET',
+        url: '/healthz',
+        headers: { origin: 'https://console.example.com' },
+      });
       assert.equal(simple.headers['access-control-allow-origin'], 'https://console.example.com');
       assert.match(String(simple.headers['access-control-expose-headers']), /X-Request-Id/i);
       const other = await raw(app, { method: 'GET', url: '/healthz', headers: { origin: 'https://evil.example.com' } });
@@ -813,7 +967,11 @@ for (const kind of DB_KINDS) {
     });
 
     test('a database failure inside a request is 500 naming the request id, without a stack', async () => {
-      const r = await app.inject({ method: 'GET', url: '/account', headers: { authorization: `Bearer ${token}`, 'x-request-id': 'db-down-7' } });
+      const r = await app.inject({
+        method: 'GET',
+        url: '/account',
+        headers: { authorization: `Bearer ${token}`, 'x-request-id': 'db-down-7' },
+      });
       assert.equal(r.statusCode, 500, r.body);
       const body = JSON.parse(r.body);
       assert.equal(body.code, 'internal');

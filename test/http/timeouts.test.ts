@@ -10,7 +10,12 @@ import type { AddressInfo } from 'node:net';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 
 /** Sends `head`, then `drip` one byte every `everyMs`; resolves with what came back and when the server closed. */
-function slowClient(port: number, head: string, drip: string, everyMs: number): Promise<{ seconds: number; reply: string }> {
+function slowClient(
+  port: number,
+  head: string,
+  drip: string,
+  everyMs: number,
+): Promise<{ seconds: number; reply: string }> {
   return new Promise((resolve) => {
     const started = Date.now();
     const s = connect(port, '127.0.0.1');
@@ -53,7 +58,11 @@ describe('request timeouts', () => {
     const r = await slowClient(port, head, body, 300);
     assert.ok(r.seconds < 5, `closed after ${r.seconds} s`);
     assert.match(r.reply, /^HTTP\/1\.1 408/);
-    assert.equal(JSON.parse(r.reply.slice(r.reply.indexOf('\r\n\r\n') + 4)).code, 'validation_error', 'in the error shape');
+    assert.equal(
+      JSON.parse(r.reply.slice(r.reply.indexOf('\r\n\r\n') + 4)).code,
+      'validation_error',
+      'in the error shape',
+    );
   });
 
   test('headers sent a byte at a time are cut off sooner', async () => {
@@ -62,7 +71,12 @@ describe('request timeouts', () => {
   });
 
   test('requests Node refuses itself (headers too large, not HTTP) are answered in the error shape and closed', async () => {
-    const big = await slowClient(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, '', 1000);
+    const big = await slowClient(
+      port,
+      `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+      '',
+      1000,
+    );
     assert.match(big.reply, /^HTTP\/1\.1 431 /);
     assert.match(big.reply, /\r\nConnection: close\r\n/i);
     assert.match(big.reply, /\r\nX-Request-Id: \S+\r\n/i);

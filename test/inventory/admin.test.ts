@@ -5,7 +5,15 @@ import { afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
-import { advance, createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import {
+  advance,
+  createApiKey,
+  createNode,
+  createUser,
+  credit,
+  uploadSshKey,
+  type TestUser,
+} from '../helpers/factories.js';
 
 const NODE_KEYS = [
   'accel',
@@ -48,9 +56,33 @@ const PRICE_KEYS = [
 
 /** The prices that ship with the service. */
 const DEFAULTS = {
-  '5090': { gpu_ram_mb: 32_768, gpu_price_hourly: 0.69, interruptible_rate: 0.35, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
-  '4090': { gpu_ram_mb: 24_576, gpu_price_hourly: 0.44, interruptible_rate: 0.22, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
-  pro6000: { gpu_ram_mb: 98_304, gpu_price_hourly: 1.69, interruptible_rate: 0.85, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
+  '5090': {
+    gpu_ram_mb: 32_768,
+    gpu_price_hourly: 0.69,
+    interruptible_rate: 0.35,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
+  '4090': {
+    gpu_ram_mb: 24_576,
+    gpu_price_hourly: 0.44,
+    interruptible_rate: 0.22,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
+  pro6000: {
+    gpu_ram_mb: 98_304,
+    gpu_price_hourly: 1.69,
+    interruptible_rate: 0.85,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
 } as const;
 type GpuType = keyof typeof DEFAULTS;
 
@@ -74,24 +106,44 @@ describeEachDb('admin inventory', (t) => {
   let renter: TestUser;
 
   const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const asAdmin = (method: string, url: string, body?: unknown) => req(method, url, { token: admin.token, ...(body === undefined ? {} : { body }) });
+  const asAdmin = (method: string, url: string, body?: unknown) =>
+    req(method, url, { token: admin.token, ...(body === undefined ? {} : { body }) });
   const nowIso = () => t().clock.now().toISOString();
 
   /** A VM of the renter on the node, holding GPUs from its creation on. */
-  const vm = async (node: { node: string; gpu_type?: unknown }, gpuCount: number, extra: Record<string, unknown> = {}) => {
+  const vm = async (
+    node: { node: string; gpu_type?: unknown },
+    gpuCount: number,
+    extra: Record<string, unknown> = {},
+  ) => {
     const r = await req('POST', '/vms', {
       token: renter.token,
-      body: { node: node.node, gpu_type: node.gpu_type ?? '4090', gpu_count: gpuCount, storage_gb: 50, template_vmid: 100, ...extra },
+      body: {
+        node: node.node,
+        gpu_type: node.gpu_type ?? '4090',
+        gpu_count: gpuCount,
+        storage_gb: 50,
+        template_vmid: 100,
+        ...extra,
+      },
     });
     assert.equal(r.status, 201, r.text);
-    return r.body as { id: string; vmid: number; hourly_rate: number; gpu_hourly_rate: number; storage_hourly_rate: number; status: string };
+    return r.body as {
+      id: string;
+      vmid: number;
+      hourly_rate: number;
+      gpu_hourly_rate: number;
+      storage_hourly_rate: number;
+      status: string;
+    };
   };
   const destroy = async (id: string) => {
     const r = await req('DELETE', `/vms/${id}`, { token: renter.token });
     assert.equal(r.status, 200, r.text);
   };
 
-  // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its transactions).
+  // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its
+  // transactions).
   afterEach(async () => {
     const { rows } = await t().db.query(
       `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id
@@ -111,7 +163,7 @@ describeEachDb('admin inventory', (t) => {
   });
 
   describe('nodes: registration, changes and removal', () => {
-    test('POST /admin/nodes: 201 with the whole record; gpu_ram_mb defaults to the type\'s, status to active', async () => {
+    test("POST /admin/nodes: 201 with the whole record; gpu_ram_mb defaults to the type's, status to active", async () => {
       for (const gpuType of ['5090', '4090', 'pro6000'] as const) {
         const body = nodeBody({ gpu_type: gpuType, gpu_count: 4 });
         const r = await asAdmin('POST', '/admin/nodes', body);
@@ -191,12 +243,26 @@ describeEachDb('admin inventory', (t) => {
         const r = await asAdmin('POST', '/admin/nodes', body);
         assert.equal(r.status, 422, `${name}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error', name);
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${name}: ${r.text}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === field),
+          `${name}: ${r.text}`,
+        );
         if (typeof body.node === 'string' && /^[a-z0-9][a-z0-9-]{0,62}$/.test(body.node)) {
           assert.equal((await asAdmin('GET', `/admin/nodes/${body.node}`)).status, 404, `${name}: not created`);
         }
       }
-      for (const required of ['node', 'gpu_type', 'gpu_count', 'ram_gb', 'cpu_cores', 'cpu_model', 'pcie_gen', 'max_storage_gb', 'location', 'cluster_name']) {
+      for (const required of [
+        'node',
+        'gpu_type',
+        'gpu_count',
+        'ram_gb',
+        'cpu_cores',
+        'cpu_model',
+        'pcie_gen',
+        'max_storage_gb',
+        'location',
+        'cluster_name',
+      ]) {
         const body: Record<string, unknown> = nodeBody();
         delete body[required];
         const r = await asAdmin('POST', '/admin/nodes', body);
@@ -209,7 +275,11 @@ describeEachDb('admin inventory', (t) => {
 
     test('a taken node id is 400 conflict and the first node is unchanged', async () => {
       const first = await createNode(t(), admin.token, { gpu_count: 4 });
-      const r = await asAdmin('POST', '/admin/nodes', nodeBody({ node: first.node, gpu_type: 'pro6000', gpu_count: 8 }));
+      const r = await asAdmin(
+        'POST',
+        '/admin/nodes',
+        nodeBody({ node: first.node, gpu_type: 'pro6000', gpu_count: 8 }),
+      );
       assert.equal(r.status, 400, r.text);
       assert.equal(r.body.code, 'conflict');
       assert.match(r.body.detail, new RegExp(first.node));
@@ -228,14 +298,22 @@ describeEachDb('admin inventory', (t) => {
       assert.deepEqual(all.body.slice(0, 3), [...made].reverse(), 'newest first, full records');
       for (const n of all.body) assert.deepEqual(Object.keys(n).sort(), NODE_KEYS);
       const p1 = await req('GET', '/admin/nodes', { token: admin.token, query: { limit: 2 } });
-      assert.deepEqual(p1.body.map((n: { node: string }) => n.node), [made[2]!.node, made[1]!.node]);
+      assert.deepEqual(
+        p1.body.map((n: { node: string }) => n.node),
+        [made[2]!.node, made[1]!.node],
+      );
       assert.equal(p1.headers['x-total-count'], String(total));
       const p2 = await req('GET', '/admin/nodes', { token: admin.token, query: { limit: 2, offset: 1 } });
-      assert.deepEqual(p2.body.map((n: { node: string }) => n.node), [made[1]!.node, made[0]!.node]);
+      assert.deepEqual(
+        p2.body.map((n: { node: string }) => n.node),
+        [made[1]!.node, made[0]!.node],
+      );
       const past = await req('GET', '/admin/nodes', { token: admin.token, query: { offset: total } });
       assert.deepEqual(past.body, []);
       assert.equal(past.headers['x-total-count'], String(total));
-      for (const query of [{ limit: 0 }, { limit: 101 }, { offset: -1 }, { limit: 'x' }, { status: 'active' }] as Array<Record<string, string | number>>) {
+      for (const query of [{ limit: 0 }, { limit: 101 }, { offset: -1 }, { limit: 'x' }, { status: 'active' }] as Array<
+        Record<string, string | number>
+      >) {
         const r = await req('GET', '/admin/nodes', { token: admin.token, query });
         assert.equal(r.status, 422, `${JSON.stringify(query)}: ${r.text}`);
       }
@@ -247,9 +325,22 @@ describeEachDb('admin inventory', (t) => {
     test('PATCH changes the fields given and keeps the others; updated_at moves, created_at does not', async () => {
       const n = await createNode(t(), admin.token, { gpu_count: 4 });
       await advance(t(), admin.token, 5);
-      const r = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { gpu_count: 6, location: 'us-west', cpu_model: 'AMD EPYC 9554', max_storage_gb: 8000 });
+      const r = await asAdmin('PATCH', `/admin/nodes/${n.node}`, {
+        gpu_count: 6,
+        location: 'us-west',
+        cpu_model: 'AMD EPYC 9554',
+        max_storage_gb: 8000,
+      });
       assert.equal(r.status, 200, r.text);
-      assert.deepEqual(r.body, { ...n, gpu_count: 6, gpus_free: 6, location: 'us-west', cpu_model: 'AMD EPYC 9554', max_storage_gb: 8000, updated_at: nowIso() });
+      assert.deepEqual(r.body, {
+        ...n,
+        gpu_count: 6,
+        gpus_free: 6,
+        location: 'us-west',
+        cpu_model: 'AMD EPYC 9554',
+        max_storage_gb: 8000,
+        updated_at: nowIso(),
+      });
       assert.notEqual(r.body.updated_at, n.created_at);
       assert.deepEqual((await asAdmin('GET', `/admin/nodes/${n.node}`)).body, r.body);
       const s = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { status: 'draining' });
@@ -276,7 +367,10 @@ describeEachDb('admin inventory', (t) => {
         const r = await asAdmin('PATCH', `/admin/nodes/${n.node}`, body);
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(body)}: ${r.text}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === field),
+          `${JSON.stringify(body)}: ${r.text}`,
+        );
       }
       assert.deepEqual((await asAdmin('GET', `/admin/nodes/${n.node}`)).body, n, 'unchanged');
       const missing = await asAdmin('PATCH', '/admin/nodes/no-such-node', { gpu_count: 2 });
@@ -291,7 +385,9 @@ describeEachDb('admin inventory', (t) => {
       const g = await asAdmin('GET', `/admin/nodes/${n.node}`);
       assert.equal(g.body.gpus_allocated, 6);
       assert.equal(g.body.gpus_free, 2);
-      const listed = (await req('GET', '/admin/nodes', { token: admin.token, query: { limit: 100 } })).body.find((x: { node: string }) => x.node === n.node);
+      const listed = (await req('GET', '/admin/nodes', { token: admin.token, query: { limit: 100 } })).body.find(
+        (x: { node: string }) => x.node === n.node,
+      );
       assert.equal(listed.gpus_allocated, 6);
       assert.equal(listed.gpus_free, 2);
 
@@ -374,7 +470,9 @@ describeEachDb('admin inventory', (t) => {
 
     test('concurrent registrations of one id: exactly one 201, the others 400 conflict', async () => {
       const body = nodeBody();
-      const rs = await Promise.all(Array.from({ length: 5 }, (_, i) => asAdmin('POST', '/admin/nodes', { ...body, gpu_count: i + 1 })));
+      const rs = await Promise.all(
+        Array.from({ length: 5 }, (_, i) => asAdmin('POST', '/admin/nodes', { ...body, gpu_count: i + 1 })),
+      );
       const created = rs.filter((r) => r.status === 201);
       assert.equal(created.length, 1, rs.map((r) => r.text).join('\n'));
       for (const r of rs.filter((x) => x.status !== 201)) assert.deepEqual([r.status, r.body.code], [400, 'conflict']);
@@ -384,11 +482,18 @@ describeEachDb('admin inventory', (t) => {
     test('node changes racing VM creates never leave a node with more GPUs handed out than it has, nor VMs on a deleted node', async () => {
       const n = await createNode(t(), admin.token, { gpu_count: 8 });
       const creates = Array.from({ length: 4 }, () =>
-        req('POST', '/vms', { token: renter.token, body: { node: n.node, gpu_type: '4090', gpu_count: 2, storage_gb: 50, template_vmid: 100 } }),
+        req('POST', '/vms', {
+          token: renter.token,
+          body: { node: n.node, gpu_type: '4090', gpu_count: 2, storage_gb: 50, template_vmid: 100 },
+        }),
       );
-      const [patch, ...made] = await Promise.all([asAdmin('PATCH', `/admin/nodes/${n.node}`, { gpu_count: 4 }), ...creates]);
+      const [patch, ...made] = await Promise.all([
+        asAdmin('PATCH', `/admin/nodes/${n.node}`, { gpu_count: 4 }),
+        ...creates,
+      ]);
       const ok = made.filter((r) => r.status === 201);
-      for (const r of made.filter((x) => x.status !== 201)) assert.deepEqual([r.status, r.body.code], [400, 'gpu_unavailable'], r.text);
+      for (const r of made.filter((x) => x.status !== 201))
+        assert.deepEqual([r.status, r.body.code], [400, 'gpu_unavailable'], r.text);
       const g = (await asAdmin('GET', `/admin/nodes/${n.node}`)).body;
       assert.equal(g.gpus_allocated, ok.length * 2);
       assert.ok(g.gpus_allocated <= g.gpu_count, JSON.stringify(g));
@@ -398,7 +503,10 @@ describeEachDb('admin inventory', (t) => {
 
       const m = await createNode(t(), admin.token, { gpu_count: 8 });
       const creates2 = Array.from({ length: 3 }, () =>
-        req('POST', '/vms', { token: renter.token, body: { node: m.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } }),
+        req('POST', '/vms', {
+          token: renter.token,
+          body: { node: m.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        }),
       );
       const [del, ...made2] = await Promise.all([asAdmin('DELETE', `/admin/nodes/${m.node}`), ...creates2]);
       const live = made2.filter((r) => r.status === 201);
@@ -413,7 +521,7 @@ describeEachDb('admin inventory', (t) => {
       }
     });
 
-    test('admin only: 401 without a token, 403 for a user and for a user\'s read_write API key', async () => {
+    test("admin only: 401 without a token, 403 for a user and for a user's read_write API key", async () => {
       const n = await createNode(t(), admin.token);
       const key = await createApiKey(t(), user.token, 'read_write');
       const calls: Array<[string, string, unknown?]> = [
@@ -466,7 +574,13 @@ describeEachDb('admin inventory', (t) => {
       await advance(t(), admin.token, 2);
       const r = await asAdmin('PUT', '/admin/pricing/4090', { gpu_price_hourly: 0.5, reserved_discount_3mo: 12.5 });
       assert.equal(r.status, 200, r.text);
-      assert.deepEqual(r.body, { gpu_type: '4090', ...DEFAULTS['4090'], gpu_price_hourly: 0.5, reserved_discount_3mo: 12.5, updated_at: nowIso() });
+      assert.deepEqual(r.body, {
+        gpu_type: '4090',
+        ...DEFAULTS['4090'],
+        gpu_price_hourly: 0.5,
+        reserved_discount_3mo: 12.5,
+        updated_at: nowIso(),
+      });
       const r2 = await asAdmin('PUT', '/admin/pricing/4090', { storage_price_gb_hourly: 0.000123, gpu_ram_mb: 24_000 });
       assert.equal(r2.status, 200, r2.text);
       assert.deepEqual(r2.body, {
@@ -479,14 +593,25 @@ describeEachDb('admin inventory', (t) => {
         updated_at: nowIso(),
       });
       const list = await asAdmin('GET', '/admin/pricing');
-      assert.deepEqual(list.body.find((p: { gpu_type: string }) => p.gpu_type === '4090'), r2.body);
+      assert.deepEqual(
+        list.body.find((p: { gpu_type: string }) => p.gpu_type === '4090'),
+        r2.body,
+      );
       // The other types are untouched
       for (const p of list.body.filter((x: { gpu_type: string }) => x.gpu_type !== '4090')) {
         const { gpu_type, updated_at: _u, ...rest } = p;
         assert.deepEqual(rest, DEFAULTS[gpu_type as GpuType]);
       }
       // Every field at once, with 6 decimals and the extremes of a percentage
-      const all = { gpu_ram_mb: 1, gpu_price_hourly: 1234.567891, interruptible_rate: 0, storage_price_gb_hourly: 0.000001, reserved_discount_1mo: 0, reserved_discount_3mo: 99.99, reserved_discount_6mo: 100 };
+      const all = {
+        gpu_ram_mb: 1,
+        gpu_price_hourly: 1234.567891,
+        interruptible_rate: 0,
+        storage_price_gb_hourly: 0.000001,
+        reserved_discount_1mo: 0,
+        reserved_discount_3mo: 99.99,
+        reserved_discount_6mo: 100,
+      };
       const r3 = await asAdmin('PUT', '/admin/pricing/pro6000', all);
       assert.equal(r3.status, 200, r3.text);
       assert.deepEqual(r3.body, { gpu_type: 'pro6000', ...all, updated_at: nowIso() });
@@ -519,10 +644,16 @@ describeEachDb('admin inventory', (t) => {
         const r = await asAdmin('PUT', '/admin/pricing/4090', body);
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(body)}: ${r.text}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === field),
+          `${JSON.stringify(body)}: ${r.text}`,
+        );
       }
       // A valid field next to an invalid one changes nothing either
-      const mixed = await asAdmin('PUT', '/admin/pricing/4090', { gpu_price_hourly: 0.99, reserved_discount_1mo: 12.345 });
+      const mixed = await asAdmin('PUT', '/admin/pricing/4090', {
+        gpu_price_hourly: 0.99,
+        reserved_discount_1mo: 12.345,
+      });
       assert.equal(mixed.status, 422, mixed.text);
       assert.deepEqual((await asAdmin('GET', '/admin/pricing')).body, before.body, 'nothing changed');
     });
@@ -548,7 +679,9 @@ describeEachDb('admin inventory', (t) => {
       ];
       const rs = await Promise.all(updates.map((u) => asAdmin('PUT', '/admin/pricing/4090', u)));
       for (const r of rs) assert.equal(r.status, 200, r.text);
-      const got = (await asAdmin('GET', '/admin/pricing')).body.find((p: { gpu_type: string }) => p.gpu_type === '4090');
+      const got = (await asAdmin('GET', '/admin/pricing')).body.find(
+        (p: { gpu_type: string }) => p.gpu_type === '4090',
+      );
       const { updated_at: _u, ...rest } = got;
       assert.deepEqual(rest, { gpu_type: '4090', ...Object.assign({}, ...updates) });
     });
@@ -561,19 +694,32 @@ describeEachDb('admin inventory', (t) => {
       const oldSpot = await vm(n, 1, { rental_type: 'interruptible' });
       assert.deepEqual([oldSpot.gpu_hourly_rate, oldSpot.storage_hourly_rate, oldSpot.hourly_rate], [0.22, 0.01, 0.23]);
 
-      const p = await asAdmin('PUT', '/admin/pricing/4090', { gpu_price_hourly: 0.611111, interruptible_rate: 0.333333, storage_price_gb_hourly: 0.000015 });
+      const p = await asAdmin('PUT', '/admin/pricing/4090', {
+        gpu_price_hourly: 0.611111,
+        interruptible_rate: 0.333333,
+        storage_price_gb_hourly: 0.000015,
+      });
       assert.equal(p.status, 200, p.text);
 
       const again = await req('GET', `/vms/${old.id}`, { token: renter.token });
-      assert.deepEqual([again.body.gpu_hourly_rate, again.body.storage_hourly_rate, again.body.hourly_rate], [0.88, 0.02, 0.9]);
+      assert.deepEqual(
+        [again.body.gpu_hourly_rate, again.body.storage_hourly_rate, again.body.hourly_rate],
+        [0.88, 0.02, 0.9],
+      );
       const againSpot = await req('GET', `/vms/${oldSpot.id}`, { token: renter.token });
       assert.equal(againSpot.body.hourly_rate, 0.23);
 
       const fresh = await vm(n, 2, { storage_gb: 100 });
       // 2 x 0.611111 = 1.222222; 100 x 0.000015 = 0.0015; exact decimal sums
-      assert.deepEqual([fresh.gpu_hourly_rate, fresh.storage_hourly_rate, fresh.hourly_rate], [1.222222, 0.0015, 1.223722]);
+      assert.deepEqual(
+        [fresh.gpu_hourly_rate, fresh.storage_hourly_rate, fresh.hourly_rate],
+        [1.222222, 0.0015, 1.223722],
+      );
       const freshSpot = await vm(n, 1, { rental_type: 'interruptible', storage_gb: 60 });
-      assert.deepEqual([freshSpot.gpu_hourly_rate, freshSpot.storage_hourly_rate, freshSpot.hourly_rate], [0.333333, 0.0009, 0.334233]);
+      assert.deepEqual(
+        [freshSpot.gpu_hourly_rate, freshSpot.storage_hourly_rate, freshSpot.hourly_rate],
+        [0.333333, 0.0009, 0.334233],
+      );
       // Other types keep theirs
       const n5 = await createNode(t(), admin.token, { gpu_type: '5090', gpu_count: 2 });
       const v5 = await vm(n5, 1);
@@ -589,7 +735,9 @@ describeEachDb('admin inventory', (t) => {
       assert.equal(g.body.code, 'forbidden');
       const p = await req('PUT', '/admin/pricing/4090', { token: user.token, body: { gpu_price_hourly: 0.01 } });
       assert.equal(p.status, 403);
-      const got = (await asAdmin('GET', '/admin/pricing')).body.find((x: { gpu_type: string }) => x.gpu_type === '4090');
+      const got = (await asAdmin('GET', '/admin/pricing')).body.find(
+        (x: { gpu_type: string }) => x.gpu_type === '4090',
+      );
       assert.equal(got.gpu_price_hourly, 0.44, 'unchanged');
     });
   });

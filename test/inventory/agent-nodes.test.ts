@@ -26,7 +26,14 @@ describeEachDb(
     const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
     const asAdmin = (method: string, url: string, body?: unknown) => req(method, url, { token: admin.token, body });
     const node = async (over: Record<string, unknown> = {}) =>
-      createNode(t(), admin.token, { agent_url: agent.url, agent_token: TOKEN, gpu_count: 1, ram_gb: 1, cpu_cores: 1, ...over });
+      createNode(t(), admin.token, {
+        agent_url: agent.url,
+        agent_token: TOKEN,
+        gpu_count: 1,
+        ram_gb: 1,
+        cpu_cores: 1,
+        ...over,
+      });
     const vmOf = async (id: string) => (await req('GET', `/vms/${id}`, { token: renter.token })).body;
     /** One heartbeat round; the checks are claimed on real time, so wait out the interval first. */
     const heartbeat = async () => {
@@ -57,7 +64,9 @@ describeEachDb(
         assert.equal(n.agent_version, '9.9.9-fake');
         assert.equal(n.accel, 'tcg');
         assert.equal(n.host_cpu_model, 'Fake CPU @ 1 GHz');
-        assert.deepEqual(n.host_gpus, [{ pci_address: '0000:01:00.0', model: 'NVIDIA GeForce RTX 4090', vfio: true, iommu_group: 12 }]);
+        assert.deepEqual(n.host_gpus, [
+          { pci_address: '0000:01:00.0', model: 'NVIDIA GeForce RTX 4090', vfio: true, iommu_group: 12 },
+        ]);
         assert.ok(!('agent_token' in n));
         const again = await asAdmin('GET', `/admin/nodes/${n.node}`);
         assert.deepEqual(again.body, n);
@@ -79,7 +88,18 @@ describeEachDb(
       });
 
       test('validation: URL and token go together, the URL is http(s) without credentials, the token 32+ characters', async () => {
-        const base = { node: 'agent-bad', gpu_type: '4090', gpu_count: 1, ram_gb: 1, cpu_cores: 1, cpu_model: 'x', pcie_gen: '4.0', max_storage_gb: 100, location: 'l', cluster_name: 'c' };
+        const base = {
+          node: 'agent-bad',
+          gpu_type: '4090',
+          gpu_count: 1,
+          ram_gb: 1,
+          cpu_cores: 1,
+          cpu_model: 'x',
+          pcie_gen: '4.0',
+          max_storage_gb: 100,
+          location: 'l',
+          cluster_name: 'c',
+        };
         const cases: [Record<string, unknown>, string][] = [
           [{ agent_url: agent.url }, 'body.agent_token'],
           [{ agent_token: TOKEN }, 'body.agent_url'],
@@ -95,18 +115,27 @@ describeEachDb(
           const r = await asAdmin('POST', '/admin/nodes', { ...base, ...over });
           assert.equal(r.status, 422, `${JSON.stringify(over)}: ${r.text}`);
           assert.equal(r.body.code, 'validation_error');
-          assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(over)} -> ${field}: ${r.text}`);
+          assert.ok(
+            r.body.errors.some((e: { field: string }) => e.field === field),
+            `${JSON.stringify(over)} -> ${field}: ${r.text}`,
+          );
         }
         assert.equal((await asAdmin('GET', '/admin/nodes/agent-bad')).status, 404, 'nothing was registered');
       });
     });
 
     describe('VMs on an agent node', () => {
-      test('create, run, access-info through the agent\'s port, stop, start, destroy', async () => {
+      test("create, run, access-info through the agent's port, stop, start, destroy", async () => {
         const n = await node();
-        const calls = () => agent.calls.filter((c) => c.path.startsWith('/v1/vms/')).map((c) => `${c.method} ${c.path.replace(/[0-9a-f-]{36}/, ':id')}`);
+        const calls = () =>
+          agent.calls
+            .filter((c) => c.path.startsWith('/v1/vms/'))
+            .map((c) => `${c.method} ${c.path.replace(/[0-9a-f-]{36}/, ':id')}`);
         agent.calls.length = 0;
-        const c = await req('POST', '/vms', { token: renter.token, body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 60, template_vmid: 100 } });
+        const c = await req('POST', '/vms', {
+          token: renter.token,
+          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 60, template_vmid: 100 },
+        });
         assert.equal(c.status, 201, c.text);
         await advance(t(), admin.token, 5);
         const vm = await vmOf(c.body.id);
@@ -114,22 +143,45 @@ describeEachDb(
         const put = agent.calls.find((x) => x.method === 'PUT')!;
         assert.deepEqual(
           { ...(put.body as object), ssh_public_key: typeof (put.body as { ssh_public_key: unknown }).ssh_public_key },
-          { vmid: c.body.vmid, template_vmid: 100, cpu_cores: 1, ram_mb: 1024, storage_gb: 60, gpu_count: 1, auth_method: 'ssh_key', ssh_public_key: 'string', password: null },
+          {
+            vmid: c.body.vmid,
+            template_vmid: 100,
+            cpu_cores: 1,
+            ram_mb: 1024,
+            storage_gb: 60,
+            gpu_count: 1,
+            auth_method: 'ssh_key',
+            ssh_public_key: 'string',
+            password: null,
+          },
         );
         assert.deepEqual(calls().slice(0, 3), ['PUT /v1/vms/:id', 'POST /v1/vms/:id/start', 'GET /v1/vms/:id']);
         const port = agent.vms.get(c.body.id)!.port;
         const access = await req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token });
         assert.equal(access.status, 200, access.text);
-        assert.deepEqual(access.body.ssh, { host: agent.publicHost, port, username: 'root', command: `ssh -p ${port} root@${agent.publicHost}` });
+        assert.deepEqual(access.body.ssh, {
+          host: agent.publicHost,
+          port,
+          username: 'root',
+          command: `ssh -p ${port} root@${agent.publicHost}`,
+        });
         const adminView = await asAdmin('GET', `/admin/vms?node=${n.node}`);
         assert.equal(adminView.status, 200, adminView.text);
-        assert.deepEqual(adminView.body.map((v: { gpu_devices: string[] }) => v.gpu_devices), [['0000:01:00.0']], 'operators see which devices it got');
+        assert.deepEqual(
+          adminView.body.map((v: { gpu_devices: string[] }) => v.gpu_devices),
+          [['0000:01:00.0']],
+          'operators see which devices it got',
+        );
 
         agent.calls.length = 0;
         assert.equal((await req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'stopped');
-        assert.deepEqual(agent.calls.find((x) => x.method === 'POST')?.body, { timeout_s: 60 }, 'ACPI power-down with the configured grace');
+        assert.deepEqual(
+          agent.calls.find((x) => x.method === 'POST')?.body,
+          { timeout_s: 60 },
+          'ACPI power-down with the configured grace',
+        );
         assert.equal((await req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'running');
@@ -141,9 +193,12 @@ describeEachDb(
         assert.equal(agent.vms.has(c.body.id), false, 'nothing of it is left on the host');
       });
 
-      test('a template the host lacks: the VM ends failed with the agent\'s reason', async () => {
+      test("a template the host lacks: the VM ends failed with the agent's reason", async () => {
         const n = await node();
-        const c = await req('POST', '/vms', { token: renter.token, body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 101 } });
+        const c = await req('POST', '/vms', {
+          token: renter.token,
+          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 101 },
+        });
         assert.equal(c.status, 201, c.text);
         await advance(t(), admin.token, 5);
         const vm = await vmOf(c.body.id);
@@ -158,7 +213,10 @@ describeEachDb(
         const sim = await createNode(t(), admin.token, { gpu_count: 1 });
         assert.equal(sim.agent_url, null);
         const before = agent.calls.length;
-        const c = await req('POST', '/vms', { token: renter.token, body: { node: sim.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+        const c = await req('POST', '/vms', {
+          token: renter.token,
+          body: { node: sim.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        });
         await advance(t(), admin.token, 5);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         assert.equal(agent.calls.filter((x) => x.path.includes(c.body.id)).length, 0);
@@ -193,7 +251,9 @@ describeEachDb(
           assert.equal((await vmOf(other.body.id)).status, 'stopped', 'the stop finished while the boot goes on');
           assert.equal((await vmOf(booting.body.id)).status, 'starting');
           await reconciler.runOnce(false);
-          const starts = agent.calls.filter((c) => c.method === 'POST' && c.path === `/v1/vms/${booting.body.id}/start`);
+          const starts = agent.calls.filter(
+            (c) => c.method === 'POST' && c.path === `/v1/vms/${booting.body.id}/start`,
+          );
           assert.equal(starts.length, 1, 'a VM with an action in flight is not claimed again');
         } finally {
           agent.vms.get(booting.body.id)!.state = 'running';
@@ -209,7 +269,10 @@ describeEachDb(
     describe('heartbeats', () => {
       test('three missed heartbeats take the node and its VMs offline; an answer brings them back as they were', async () => {
         const n = await node();
-        const c = await req('POST', '/vms', { token: renter.token, body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+        const c = await req('POST', '/vms', {
+          token: renter.token,
+          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        });
         await advance(t(), admin.token, 5);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         const port = agent.port;
@@ -243,7 +306,10 @@ describeEachDb(
 
       test('a running VM whose guest powered off (or whose QEMU died) becomes stopped and its usage is closed', async () => {
         const n = await node();
-        const c = await req('POST', '/vms', { token: renter.token, body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+        const c = await req('POST', '/vms', {
+          token: renter.token,
+          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        });
         await advance(t(), admin.token, 5);
         await advance(t(), admin.token, 600);
         assert.equal((await vmOf(c.body.id)).status, 'running');
@@ -256,11 +322,22 @@ describeEachDb(
         const vm = await vmOf(c.body.id);
         assert.equal(vm.status, 'stopped');
         assert.equal(vm.stopped_at, new Date(t().clock.nowMs()).toISOString());
-        const usage = await t().db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_logs WHERE vm_id = $1', [c.body.id]);
+        const usage = await t().db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_logs WHERE vm_id = $1', [
+          c.body.id,
+        ]);
         assert.ok(usage.rows[0]!.n >= 1, 'the running time was billed up to the stop');
-        const ev = await t().db.query<{ data: { reason: string } }>(`SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.status_changed' AND data->>'from' = 'running' AND data->>'to' = 'stopped'`, [c.body.id]);
-        assert.deepEqual(ev.rows.map((r) => r.data.reason), ['guest_powered_off']);
-        const traffic = await t().db.query<{ b: string }>('SELECT network_bytes_total::text AS b FROM vms WHERE id = $1', [c.body.id]);
+        const ev = await t().db.query<{ data: { reason: string } }>(
+          `SELECT data FROM events WHERE vm_id = $1 AND type = 'vm.status_changed' AND data->>'from' = 'running' AND data->>'to' = 'stopped'`,
+          [c.body.id],
+        );
+        assert.deepEqual(
+          ev.rows.map((r) => r.data.reason),
+          ['guest_powered_off'],
+        );
+        const traffic = await t().db.query<{ b: string }>(
+          'SELECT network_bytes_total::text AS b FROM vms WHERE id = $1',
+          [c.body.id],
+        );
         assert.equal(traffic.rows[0]!.b, '1500');
         // The customer starts it again like any stopped VM.
         assert.equal((await req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
@@ -269,10 +346,13 @@ describeEachDb(
       });
     });
 
-    describe('changing a node\'s agent', () => {
+    describe("changing a node's agent", () => {
       test('a node with VMs keeps its agent; a new token alone rotates it; without VMs it can leave its agent', async () => {
         const n = await node();
-        const c = await req('POST', '/vms', { token: renter.token, body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+        const c = await req('POST', '/vms', {
+          token: renter.token,
+          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        });
         await advance(t(), admin.token, 5);
         const drop = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { agent_url: null });
         assert.equal(drop.status, 400, drop.text);

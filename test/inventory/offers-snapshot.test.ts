@@ -11,9 +11,9 @@ import { describeEachDb, request } from '../helpers/app.js';
 import { createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import { within } from '../helpers/wait.js';
 
-
 describeEachDb('offers snapshot across instances', (t) => {
-  const on = (app: FastifyInstance, method: string, url: string, opts: { token?: string; body?: unknown } = {}) => request(app, new Set(), method, url, opts);
+  const on = (app: FastifyInstance, method: string, url: string, opts: { token?: string; body?: unknown } = {}) =>
+    request(app, new Set(), method, url, opts);
 
   test('offers follow a new VM at once on this instance and within a second on another', async () => {
     const admin = await createUser(t(), { admin: true });
@@ -28,27 +28,45 @@ describeEachDb('offers snapshot across instances', (t) => {
     };
     assert.equal(await free(t().app), 2);
     assert.equal(await free(b), 2);
-    const vm = await t().req('POST', '/vms', { token: u.token, body: { node, gpu_type: 'pro6000', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+    const vm = await t().req('POST', '/vms', {
+      token: u.token,
+      body: { node, gpu_type: 'pro6000', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+    });
     assert.equal(vm.status, 201, vm.text);
     assert.equal(await free(t().app), 1, 'at once on the instance that created it');
     await within(OFFERS_MAX_AGE_MS + 500, async () => (await free(b)) === 1, 'the other instance sees it');
     // Prices too.
-    const put = await t().req('PUT', '/admin/pricing/pro6000', { token: admin.token, body: { gpu_price_hourly: 4.321 } });
+    const put = await t().req('PUT', '/admin/pricing/pro6000', {
+      token: admin.token,
+      body: { gpu_price_hourly: 4.321 },
+    });
     assert.equal(put.status, 200, put.text);
-    const price = async (app: FastifyInstance) => ((await on(app, 'GET', '/pricing', {})).body as { gpu_types: { gpu_type: string; gpu_price_hourly: number }[] }).gpu_types.find((g) => g.gpu_type === 'pro6000')!.gpu_price_hourly;
+    const price = async (app: FastifyInstance) =>
+      (
+        (await on(app, 'GET', '/pricing', {})).body as { gpu_types: { gpu_type: string; gpu_price_hourly: number }[] }
+      ).gpu_types.find((g) => g.gpu_type === 'pro6000')!.gpu_price_hourly;
     assert.equal(await price(t().app), 4.321);
-    await within(OFFERS_MAX_AGE_MS + 500, async () => (await price(b)) === 4.321, 'the other instance shows the new price');
+    await within(
+      OFFERS_MAX_AGE_MS + 500,
+      async () => (await price(b)) === 4.321,
+      'the other instance shows the new price',
+    );
   });
 
   test('answers kept per snapshot differ by query, keep X-Total-Count and follow a change', async () => {
     const admin = await createUser(t(), { admin: true });
     const nodes: string[] = [];
-    for (let i = 0; i < 3; i++) nodes.push((await createNode(t(), admin.token, { gpu_type: '5090', gpu_count: 2 + i })).node);
+    for (let i = 0; i < 3; i++)
+      nodes.push((await createNode(t(), admin.token, { gpu_type: '5090', gpu_count: 2 + i })).node);
     const get = async (url: string) => {
       const r = await t().req('GET', url);
       assert.equal(r.status, 200, r.text);
       assert.match(String(r.headers['content-type']), /^application\/json; charset=utf-8/);
-      return { offers: (r.body as { node: string; gpu_count: number }[]).filter((o) => nodes.includes(o.node)), total: Number(r.headers['x-total-count']), text: r.text };
+      return {
+        offers: (r.body as { node: string; gpu_count: number }[]).filter((o) => nodes.includes(o.node)),
+        total: Number(r.headers['x-total-count']),
+        text: r.text,
+      };
     };
     const all = await get('/search?gpu_type=5090&limit=100');
     assert.equal(all.offers.length, 3);
@@ -59,7 +77,10 @@ describeEachDb('offers snapshot across instances', (t) => {
       assert.equal(second.total, all.total);
       assert.equal(JSON.parse(second.text).length, 1);
       const big = await get('/search?gpu_type=5090&min_gpus=4&limit=100');
-      assert.deepEqual(big.offers.map((o) => o.gpu_count), [4]);
+      assert.deepEqual(
+        big.offers.map((o) => o.gpu_count),
+        [4],
+      );
       assert.ok(big.total < all.total);
     }
     // Turning a node off replaces the snapshot: the same query no longer lists it.

@@ -46,9 +46,33 @@ const PRICING_TYPE_KEYS = [
   'total_gpus',
 ];
 const DEFAULTS = {
-  '5090': { gpu_ram_mb: 32_768, gpu_price_hourly: 0.69, interruptible_rate: 0.35, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
-  '4090': { gpu_ram_mb: 24_576, gpu_price_hourly: 0.44, interruptible_rate: 0.22, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
-  pro6000: { gpu_ram_mb: 98_304, gpu_price_hourly: 1.69, interruptible_rate: 0.85, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
+  '5090': {
+    gpu_ram_mb: 32_768,
+    gpu_price_hourly: 0.69,
+    interruptible_rate: 0.35,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
+  '4090': {
+    gpu_ram_mb: 24_576,
+    gpu_price_hourly: 0.44,
+    interruptible_rate: 0.22,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
+  pro6000: {
+    gpu_ram_mb: 98_304,
+    gpu_price_hourly: 1.69,
+    interruptible_rate: 0.85,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
 } as const;
 
 interface Offer {
@@ -84,22 +108,38 @@ describeEachDb('offers and public prices', (t) => {
     return r.body;
   };
   /** The one offer of a node (or undefined), searching its location. */
-  const offerOf = async (node: { node: string; location?: unknown }, query: Record<string, string | number> = {}): Promise<Offer | undefined> => {
+  const offerOf = async (
+    node: { node: string; location?: unknown },
+    query: Record<string, string | number> = {},
+  ): Promise<Offer | undefined> => {
     const offers = await search({ location: String(node.location), ...query });
     const mine = offers.filter((o) => o.node === node.node);
     assert.ok(mine.length <= 1, 'one offer per node');
     return mine[0];
   };
-  const node = (location: string, over: Record<string, unknown> = {}) => createNode(t(), admin.token, { location, ...over });
-  const vm = async (n: { node: string; gpu_type?: unknown }, gpuCount: number, rental: 'on_demand' | 'interruptible' = 'on_demand') => {
+  const node = (location: string, over: Record<string, unknown> = {}) =>
+    createNode(t(), admin.token, { location, ...over });
+  const vm = async (
+    n: { node: string; gpu_type?: unknown },
+    gpuCount: number,
+    rental: 'on_demand' | 'interruptible' = 'on_demand',
+  ) => {
     const r = await req('POST', '/vms', {
       token: renter.token,
-      body: { node: n.node, gpu_type: n.gpu_type ?? '4090', gpu_count: gpuCount, storage_gb: 50, template_vmid: 100, rental_type: rental },
+      body: {
+        node: n.node,
+        gpu_type: n.gpu_type ?? '4090',
+        gpu_count: gpuCount,
+        storage_gb: 50,
+        template_vmid: 100,
+        rental_type: rental,
+      },
     });
     assert.equal(r.status, 201, r.text);
     return r.body as { id: string; status: string };
   };
-  const destroy = async (id: string) => assert.equal((await req('DELETE', `/vms/${id}`, { token: renter.token })).status, 200);
+  const destroy = async (id: string) =>
+    assert.equal((await req('DELETE', `/vms/${id}`, { token: renter.token })).status, 200);
   const patchNode = async (name: string, body: unknown) => {
     const r = await req('PATCH', `/admin/nodes/${name}`, { token: admin.token, body });
     assert.equal(r.status, 200, r.text);
@@ -110,7 +150,8 @@ describeEachDb('offers and public prices', (t) => {
     return r.body.gpu_types.find((g: PricingType) => g.gpu_type === gpuType);
   };
 
-  // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its transactions).
+  // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its
+  // transactions).
   afterEach(async () => {
     const { rows } = await t().db.query(
       `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id
@@ -124,22 +165,57 @@ describeEachDb('offers and public prices', (t) => {
     renter = await createUser(t());
     await credit(t(), admin.token, renter.id, 100_000);
     await uploadSshKey(t(), renter.token);
-    const p = await req('PATCH', `/admin/users/${renter.id}`, { token: admin.token, body: { max_vms: 1000, max_gpus: 10_000 } });
+    const p = await req('PATCH', `/admin/users/${renter.id}`, {
+      token: admin.token,
+      body: { max_vms: 1000, max_gpus: 10_000 },
+    });
     assert.equal(p.status, 200, p.text);
   });
 
   describe('GET /search: one offer per active node with GPUs rentable now', () => {
     test('no authentication; one offer per active node with every field, prices exact', async () => {
       const loc = newLocation();
-      const a = await node(loc, { gpu_type: '4090', gpu_count: 8, ram_gb: 512, cpu_cores: 64, cpu_model: 'AMD EPYC 7543', pcie_gen: '4.0', max_storage_gb: 2000, cluster_name: 'fra-1' });
-      const b = await node(loc, { gpu_type: '5090', gpu_count: 3, ram_gb: 192, cpu_cores: 24, cpu_model: 'Intel Xeon w7-3465X', pcie_gen: '5.0', max_storage_gb: 4000, cluster_name: 'sfo-1' });
-      const c = await node(loc, { gpu_type: 'pro6000', gpu_count: 7, gpu_ram_mb: 96_000, ram_gb: 1536, cpu_cores: 128, cpu_model: 'AMD EPYC 9654', pcie_gen: '5.0', max_storage_gb: 16000, cluster_name: 'nyc-1' });
+      const a = await node(loc, {
+        gpu_type: '4090',
+        gpu_count: 8,
+        ram_gb: 512,
+        cpu_cores: 64,
+        cpu_model: 'AMD EPYC 7543',
+        pcie_gen: '4.0',
+        max_storage_gb: 2000,
+        cluster_name: 'fra-1',
+      });
+      const b = await node(loc, {
+        gpu_type: '5090',
+        gpu_count: 3,
+        ram_gb: 192,
+        cpu_cores: 24,
+        cpu_model: 'Intel Xeon w7-3465X',
+        pcie_gen: '5.0',
+        max_storage_gb: 4000,
+        cluster_name: 'sfo-1',
+      });
+      const c = await node(loc, {
+        gpu_type: 'pro6000',
+        gpu_count: 7,
+        gpu_ram_mb: 96_000,
+        ram_gb: 1536,
+        cpu_cores: 128,
+        cpu_model: 'AMD EPYC 9654',
+        pcie_gen: '5.0',
+        max_storage_gb: 16000,
+        cluster_name: 'nyc-1',
+      });
       const r = await req('GET', '/search', { query: { location: loc } });
       assert.equal(r.status, 200, r.text);
       assert.equal(r.headers['x-total-count'], '3');
       // A bad credential on a public route is ignored, not refused
       assert.equal((await req('GET', '/search', { token: 'not-a-token', query: { location: loc } })).status, 200);
-      assert.deepEqual(r.body.map((o: Offer) => o.node), [a.node, b.node, c.node], 'by price: 4090, 5090, pro6000');
+      assert.deepEqual(
+        r.body.map((o: Offer) => o.node),
+        [a.node, b.node, c.node],
+        'by price: 4090, 5090, pro6000',
+      );
       for (const o of r.body) assert.deepEqual(Object.keys(o).sort(), OFFER_KEYS);
       const base = (n: Record<string, unknown>) => ({
         node: n.node,
@@ -161,9 +237,27 @@ describeEachDb('offers and public prices', (t) => {
         available_interruptible: true,
         available_reserved: true,
       });
-      assert.deepEqual(r.body[0], { ...base(a), total_gpu_ram_mb: 8 * 24_576, gpu_price_hourly: 0.44, interruptible_rate: 0.22, total_price_hourly: 3.53 });
-      assert.deepEqual(r.body[1], { ...base(b), total_gpu_ram_mb: 3 * 32_768, gpu_price_hourly: 0.69, interruptible_rate: 0.35, total_price_hourly: 2.08 });
-      assert.deepEqual(r.body[2], { ...base(c), total_gpu_ram_mb: 7 * 96_000, gpu_price_hourly: 1.69, interruptible_rate: 0.85, total_price_hourly: 11.84 });
+      assert.deepEqual(r.body[0], {
+        ...base(a),
+        total_gpu_ram_mb: 8 * 24_576,
+        gpu_price_hourly: 0.44,
+        interruptible_rate: 0.22,
+        total_price_hourly: 3.53,
+      });
+      assert.deepEqual(r.body[1], {
+        ...base(b),
+        total_gpu_ram_mb: 3 * 32_768,
+        gpu_price_hourly: 0.69,
+        interruptible_rate: 0.35,
+        total_price_hourly: 2.08,
+      });
+      assert.deepEqual(r.body[2], {
+        ...base(c),
+        total_gpu_ram_mb: 7 * 96_000,
+        gpu_price_hourly: 1.69,
+        interruptible_rate: 0.85,
+        total_price_hourly: 11.84,
+      });
     });
 
     test('total_price_hourly = gpu_count x gpu_price_hourly + 50 x storage_price_hourly, exact in decimal', async () => {
@@ -171,12 +265,18 @@ describeEachDb('offers and public prices', (t) => {
       const n = await node(loc, { gpu_type: '5090', gpu_count: 7 });
       try {
         // 0.1 and 0.2 style prices whose float sums are inexact
-        const p = await req('PUT', '/admin/pricing/5090', { token: admin.token, body: { gpu_price_hourly: 0.1, storage_price_gb_hourly: 0.000007 } });
+        const p = await req('PUT', '/admin/pricing/5090', {
+          token: admin.token,
+          body: { gpu_price_hourly: 0.1, storage_price_gb_hourly: 0.000007 },
+        });
         assert.equal(p.status, 200, p.text);
         let o = (await offerOf(n))!;
         assert.equal(o.storage_price_hourly, 0.000007);
         assert.equal(o.total_price_hourly, 0.70035); // 7 x 0.1 + 50 x 0.000007; in floats 0.7000000000000001 + 0.00035
-        await req('PUT', '/admin/pricing/5090', { token: admin.token, body: { gpu_price_hourly: 0.333333, storage_price_gb_hourly: 0.000001 } });
+        await req('PUT', '/admin/pricing/5090', {
+          token: admin.token,
+          body: { gpu_price_hourly: 0.333333, storage_price_gb_hourly: 0.000001 },
+        });
         o = (await offerOf(n))!;
         assert.equal(o.total_price_hourly, 2.333381); // 7 x 0.333333 = 2.333331, + 0.00005
         const v = await vm(n, 4);
@@ -194,9 +294,16 @@ describeEachDb('offers and public prices', (t) => {
       const a = await node(loc);
       const d = await node(loc, { status: 'draining' });
       const o = await node(loc, { status: 'offline' });
-      assert.deepEqual((await search({ location: loc })).map((x) => x.node), [a.node]);
+      assert.deepEqual(
+        (await search({ location: loc })).map((x) => x.node),
+        [a.node],
+      );
       for (const rental of ['on_demand', 'reserved', 'interruptible']) {
-        assert.deepEqual((await search({ location: loc, rental_type: rental })).map((x) => x.node), [a.node], rental);
+        assert.deepEqual(
+          (await search({ location: loc, rental_type: rental })).map((x) => x.node),
+          [a.node],
+          rental,
+        );
       }
       await patchNode(a.node, { status: 'draining' });
       assert.deepEqual(await search({ location: loc }), []);
@@ -239,7 +346,10 @@ describeEachDb('offers and public prices', (t) => {
       assert.equal(onDemand.gpu_count, 4);
       assert.equal(onDemand.total_gpu_ram_mb, 4 * 24_576);
       assert.equal(onDemand.total_price_hourly, 1.77); // 4 x 0.44 + 0.01
-      assert.deepEqual([onDemand.available_ondemand, onDemand.available_reserved, onDemand.available_interruptible], [true, true, true]);
+      assert.deepEqual(
+        [onDemand.available_ondemand, onDemand.available_reserved, onDemand.available_interruptible],
+        [true, true, true],
+      );
       assert.deepEqual(await offerOf(n, { rental_type: 'on_demand' }), onDemand, 'on_demand is the default');
       assert.deepEqual(await offerOf(n, { rental_type: 'reserved' }), onDemand);
       const spotOffer = (await offerOf(n, { rental_type: 'interruptible' }))!;
@@ -251,7 +361,10 @@ describeEachDb('offers and public prices', (t) => {
       const spot2 = await vm(n, 2, 'interruptible');
       const full = (await offerOf(n))!;
       assert.equal(full.gpu_count, 4);
-      assert.deepEqual([full.available_ondemand, full.available_reserved, full.available_interruptible], [true, true, false]);
+      assert.deepEqual(
+        [full.available_ondemand, full.available_reserved, full.available_interruptible],
+        [true, true, false],
+      );
       assert.equal(await offerOf(n, { rental_type: 'interruptible' }), undefined);
       assert.deepEqual((await offerOf(n, { min_gpus: 4 }))?.node, n.node);
       assert.equal(await offerOf(n, { min_gpus: 5 }), undefined);
@@ -302,7 +415,8 @@ describeEachDb('offers and public prices', (t) => {
       const a = await node(loc, { gpu_type: '4090', gpu_count: 2 }); // 0.44 / 0.22
       const b = await node(loc, { gpu_type: '5090', gpu_count: 2 }); // 0.69 / 0.35
       const c = await node(loc, { gpu_type: 'pro6000', gpu_count: 2 }); // 1.69 / 0.85
-      const names = async (q: Record<string, string | number>) => (await search({ location: loc, ...q })).map((o) => o.node);
+      const names = async (q: Record<string, string | number>) =>
+        (await search({ location: loc, ...q })).map((o) => o.node);
       assert.deepEqual(await names({ max_price: 0.44 }), [a.node]);
       assert.deepEqual(await names({ max_price: '0.439999' }), []);
       assert.deepEqual(await names({ max_price: '0.69' }), [a.node, b.node]);
@@ -310,7 +424,11 @@ describeEachDb('offers and public prices', (t) => {
       assert.deepEqual(await names({ max_price: 100 }), [a.node, b.node, c.node]);
       assert.deepEqual(await names({ max_price: 0 }), []);
       assert.deepEqual(await names({ max_price: 1 }), [a.node, b.node]);
-      assert.deepEqual(await names({ max_price: 0.35, rental_type: 'reserved' }), [], 'reserved compares gpu_price_hourly');
+      assert.deepEqual(
+        await names({ max_price: 0.35, rental_type: 'reserved' }),
+        [],
+        'reserved compares gpu_price_hourly',
+      );
       assert.deepEqual(await names({ max_price: 0.35, rental_type: 'interruptible' }), [a.node, b.node]);
       assert.deepEqual(await names({ max_price: '0.349999', rental_type: 'interruptible' }), [a.node]);
       assert.deepEqual(await names({ max_price: 0.22, rental_type: 'interruptible' }), [a.node]);
@@ -343,10 +461,21 @@ describeEachDb('offers and public prices', (t) => {
         const r = await req('GET', '/search', { query });
         assert.equal(r.status, 422, `${JSON.stringify(query)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === field), `${JSON.stringify(query)}: ${r.text}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === field),
+          `${JSON.stringify(query)}: ${r.text}`,
+        );
       }
       // The edges that are allowed
-      for (const query of [{ min_gpus: 1 }, { min_gpus: 64 }, { max_price: 0 }, { max_price: '0.5' }, { limit: 1 }, { limit: 100 }, { offset: 0 }] as Array<Record<string, string | number>>) {
+      for (const query of [
+        { min_gpus: 1 },
+        { min_gpus: 64 },
+        { max_price: 0 },
+        { max_price: '0.5' },
+        { limit: 1 },
+        { limit: 100 },
+        { offset: 0 },
+      ] as Array<Record<string, string | number>>) {
         assert.equal((await req('GET', '/search', { query })).status, 200, JSON.stringify(query));
       }
     });
@@ -360,7 +489,8 @@ describeEachDb('offers and public prices', (t) => {
       const m4 = await node(loc, { node: `m${tag}-4090`, gpu_type: '4090', gpu_count: 1 });
       const b6 = await node(loc, { node: `b${tag}-pro`, gpu_type: 'pro6000', gpu_count: 1 });
       const a4 = await node(loc, { node: `a${tag}-4090`, gpu_type: '4090', gpu_count: 1 });
-      const order = async (q: Record<string, string | number> = {}) => (await search({ location: loc, ...q })).map((o) => o.node);
+      const order = async (q: Record<string, string | number> = {}) =>
+        (await search({ location: loc, ...q })).map((o) => o.node);
       assert.deepEqual(await order(), [a4.node, m4.node, z4.node, a5.node, b6.node]);
       // Sorted by the on-demand price whatever the rental type
       assert.deepEqual(await order({ rental_type: 'interruptible' }), [a4.node, m4.node, z4.node, a5.node, b6.node]);
@@ -381,7 +511,8 @@ describeEachDb('offers and public prices', (t) => {
     test('limit and offset page the sorted offers; X-Total-Count is the number of matching offers', async () => {
       const loc = newLocation();
       const made = [];
-      for (let i = 0; i < 5; i++) made.push(await node(loc, { node: `p${i}-${randomBytes(3).toString('hex')}`, gpu_count: 1 }));
+      for (let i = 0; i < 5; i++)
+        made.push(await node(loc, { node: `p${i}-${randomBytes(3).toString('hex')}`, gpu_count: 1 }));
       const all = made.map((n) => n.node).sort();
       const pageOf = async (q: Record<string, string | number>) => {
         const r = await req('GET', '/search', { query: { location: loc, ...q } });
@@ -411,7 +542,10 @@ describeEachDb('offers and public prices', (t) => {
       assert.deepEqual(Object.keys(r.body).sort(), ['currency', 'gpu_types', 'updated_at']);
       assert.equal(r.body.currency, 'USD');
       assert.match(r.body.updated_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
-      assert.deepEqual(r.body.gpu_types.map((g: PricingType) => g.gpu_type), ['5090', '4090', 'pro6000']);
+      assert.deepEqual(
+        r.body.gpu_types.map((g: PricingType) => g.gpu_type),
+        ['5090', '4090', 'pro6000'],
+      );
       for (const g of r.body.gpu_types) {
         assert.deepEqual(Object.keys(g).sort(), PRICING_TYPE_KEYS);
         const { gpu_type, total_gpus, available_gpus, ...prices } = g;
@@ -434,16 +568,32 @@ describeEachDb('offers and public prices', (t) => {
       assert.deepEqual([p.total_gpus - before.total_gpus, p.available_gpus - before.available_gpus], [8, 6]);
       const s = await vm(n, 4, 'interruptible');
       p = await pricingOf('pro6000');
-      assert.deepEqual([p.total_gpus - before.total_gpus, p.available_gpus - before.available_gpus], [8, 2], 'interruptible VMs use GPUs too');
+      assert.deepEqual(
+        [p.total_gpus - before.total_gpus, p.available_gpus - before.available_gpus],
+        [8, 2],
+        'interruptible VMs use GPUs too',
+      );
       await patchNode(n.node, { status: 'draining' });
       p = await pricingOf('pro6000');
-      assert.deepEqual([p.total_gpus, p.available_gpus], [before.total_gpus, before.available_gpus], 'a draining node does not count');
+      assert.deepEqual(
+        [p.total_gpus, p.available_gpus],
+        [before.total_gpus, before.available_gpus],
+        'a draining node does not count',
+      );
       await patchNode(n.node, { status: 'offline' });
       p = await pricingOf('pro6000');
-      assert.deepEqual([p.total_gpus, p.available_gpus], [before.total_gpus, before.available_gpus], 'an offline node does not count');
+      assert.deepEqual(
+        [p.total_gpus, p.available_gpus],
+        [before.total_gpus, before.available_gpus],
+        'an offline node does not count',
+      );
       await patchNode(n.node, { status: 'active' });
       p = await pricingOf('pro6000');
-      assert.deepEqual([p.total_gpus - before.total_gpus, p.available_gpus - before.available_gpus], [8, 2], 'back as before');
+      assert.deepEqual(
+        [p.total_gpus - before.total_gpus, p.available_gpus - before.available_gpus],
+        [8, 2],
+        'back as before',
+      );
       await destroy(v.id);
       await destroy(s.id);
       p = await pricingOf('pro6000');
@@ -462,7 +612,10 @@ describeEachDb('offers and public prices', (t) => {
       const t0 = (await req('GET', '/pricing')).body.updated_at;
       await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 7 } });
       try {
-        const put = await req('PUT', '/admin/pricing/4090', { token: admin.token, body: { gpu_price_hourly: 0.123456, reserved_discount_6mo: 33.33 } });
+        const put = await req('PUT', '/admin/pricing/4090', {
+          token: admin.token,
+          body: { gpu_price_hourly: 0.123456, reserved_discount_6mo: 33.33 },
+        });
         assert.equal(put.status, 200, put.text);
         const r = await req('GET', '/pricing');
         assert.equal(r.body.updated_at, t().clock.now().toISOString());
@@ -475,7 +628,10 @@ describeEachDb('offers and public prices', (t) => {
         const loc = newLocation();
         const n = await node(loc, { gpu_type: '4090', gpu_count: 2 });
         const o = (await offerOf(n))!;
-        assert.deepEqual([o.gpu_price_hourly, o.reserved_discount_6mo, o.total_price_hourly], [0.123456, 33.33, 0.256912]);
+        assert.deepEqual(
+          [o.gpu_price_hourly, o.reserved_discount_6mo, o.total_price_hourly],
+          [0.123456, 33.33, 0.256912],
+        );
       } finally {
         await req('PUT', '/admin/pricing/4090', { token: admin.token, body: DEFAULTS['4090'] });
       }

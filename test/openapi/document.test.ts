@@ -65,7 +65,20 @@ describe('the OpenAPI document', () => {
     );
     assert.deepEqual(
       doc.tags.map((x: Json) => x.name),
-      ['auth', 'account', 'ssh-keys', 'api-keys', 'events', 'webhooks', 'offers', 'vms', 'billing', 'reservations', 'admin', 'system'],
+      [
+        'auth',
+        'account',
+        'ssh-keys',
+        'api-keys',
+        'events',
+        'webhooks',
+        'offers',
+        'vms',
+        'billing',
+        'reservations',
+        'admin',
+        'system',
+      ],
     );
     const declared = new Set(doc.tags.map((x: Json) => x.name));
     const used = new Set<string>();
@@ -75,7 +88,11 @@ describe('the OpenAPI document', () => {
       assert.ok(declared.has(op.tags[0]), `${method} ${path}: tag ${op.tags[0]} is declared`);
       used.add(op.tags[0]);
     }
-    assert.deepEqual([...declared].filter((x) => !used.has(x as string)), [], 'every declared tag is used');
+    assert.deepEqual(
+      [...declared].filter((x) => !used.has(x as string)),
+      [],
+      'every declared tag is used',
+    );
   });
 
   test('every operation has a summary and a description, every parameter a description', () => {
@@ -83,9 +100,13 @@ describe('the OpenAPI document', () => {
       assert.ok(op.summary?.length > 3, `${method} ${path} has a summary`);
       assert.ok(op.description?.length > 10, `${method} ${path} has a description`);
       for (const p of op.parameters ?? []) {
-        assert.ok((p.description ?? p.schema?.description)?.length > 3, `${method} ${path}: parameter ${p.name} is described`);
+        assert.ok(
+          (p.description ?? p.schema?.description)?.length > 3,
+          `${method} ${path}: parameter ${p.name} is described`,
+        );
         // A parameter with a default need not be sent.
-        if (p.schema?.default !== undefined) assert.notEqual(p.required, true, `${method} ${path}: ${p.name} has a default, so it is optional`);
+        if (p.schema?.default !== undefined)
+          assert.notEqual(p.required, true, `${method} ${path}: ${p.name} has a default, so it is optional`);
       }
     }
   });
@@ -109,7 +130,9 @@ describe('the OpenAPI document', () => {
   });
 
   test('GPUCLOUD_PUBLIC_URL and GPUCLOUD_SUPPORT_EMAIL reach servers and contact', async () => {
-    const other = await buildTestApp('pglite', { env: { GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test/', GPUCLOUD_SUPPORT_EMAIL: 'help@gpucloud.test' } });
+    const other = await buildTestApp('pglite', {
+      env: { GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test/', GPUCLOUD_SUPPORT_EMAIL: 'help@gpucloud.test' },
+    });
     try {
       const d = (await other.req('GET', '/openapi.json')).body;
       assert.deepEqual(
@@ -125,7 +148,19 @@ describe('the OpenAPI document', () => {
 
   test('error responses are described once and referenced; the framework answers are on every operation they can affect', () => {
     const shared = doc.components.responses as Record<string, Json>;
-    for (const name of ['BadRequest', 'MalformedRequest', 'Unauthorized', 'Forbidden', 'NotFound', 'PayloadTooLarge', 'UnsupportedMediaType', 'ValidationFailed', 'RateLimited', 'HeadersTooLarge', 'NotReady']) {
+    for (const name of [
+      'BadRequest',
+      'MalformedRequest',
+      'Unauthorized',
+      'Forbidden',
+      'NotFound',
+      'PayloadTooLarge',
+      'UnsupportedMediaType',
+      'ValidationFailed',
+      'RateLimited',
+      'HeadersTooLarge',
+      'NotReady',
+    ]) {
       assert.equal(shared[name]?.content['application/json'].schema.$ref, '#/components/schemas/ErrorResponse', name);
     }
     assert.ok(shared.RateLimited!.headers['Retry-After'], 'a 429 documents Retry-After');
@@ -133,14 +168,22 @@ describe('the OpenAPI document', () => {
     for (const { method, path, op } of operations(doc)) {
       const where = `${method.toUpperCase()} ${path}`;
       for (const [status, r] of Object.entries(op.responses as Record<string, Json>)) {
-        if (Number(status) >= 400) assert.ok(typeof r.$ref === 'string', `${where} ${status} refers to a shared response`);
+        if (Number(status) >= 400)
+          assert.ok(typeof r.$ref === 'string', `${where} ${status} refers to a shared response`);
       }
-      const expect = method === 'get' ? { 422: 'ValidationFailed', 431: 'HeadersTooLarge' } : { 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType', 422: 'ValidationFailed', 431: 'HeadersTooLarge' };
+      const expect =
+        method === 'get'
+          ? { 422: 'ValidationFailed', 431: 'HeadersTooLarge' }
+          : { 413: 'PayloadTooLarge', 415: 'UnsupportedMediaType', 422: 'ValidationFailed', 431: 'HeadersTooLarge' };
       for (const [status, name] of Object.entries(expect)) {
         assert.equal(op.responses[status]?.$ref, `#/components/responses/${name}`, `${where} documents ${status}`);
       }
       if (method !== 'get') {
-        assert.match(op.responses['400']?.$ref ?? '', /#\/components\/responses\/(BadRequest|MalformedRequest)$/, `${where} documents 400`);
+        assert.match(
+          op.responses['400']?.$ref ?? '',
+          /#\/components\/responses\/(BadRequest|MalformedRequest)$/,
+          `${where} documents 400`,
+        );
       }
     }
   });

@@ -15,12 +15,16 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const REDOCLY = join(ROOT, 'node_modules', '@redocly', 'cli', 'bin', 'cli.js');
 
 function lint(file: string): { status: number | null; output: string } {
-  const r = spawnSync(process.execPath, [REDOCLY, 'lint', file, '--config', join(ROOT, 'redocly.yaml'), '--format', 'stylish'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    // No telemetry and no update check: the lint must not depend on the network.
-    env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
-  });
+  const r = spawnSync(
+    process.execPath,
+    [REDOCLY, 'lint', file, '--config', join(ROOT, 'redocly.yaml'), '--format', 'stylish'],
+    {
+      cwd: ROOT,
+      encoding: 'utf8',
+      // No telemetry and no update check: the lint must not depend on the network.
+      env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', NO_COLOR: '1' },
+    },
+  );
   return { status: r.status, output: `${r.stdout}${r.stderr}` };
 }
 
@@ -33,7 +37,10 @@ describe('redocly lint of the served document', () => {
 
   for (const [name, env] of [
     ['as served by default', {}],
-    ['with a public URL and a support address', { GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test', GPUCLOUD_SUPPORT_EMAIL: 'support@gpucloud.test' }],
+    [
+      'with a public URL and a support address',
+      { GPUCLOUD_PUBLIC_URL: 'https://api.gpucloud.test', GPUCLOUD_SUPPORT_EMAIL: 'support@gpucloud.test' },
+    ],
   ] as const) {
     test(`${name}: no error, no warning`, async () => {
       let t: TestApp | undefined;

@@ -10,7 +10,6 @@ import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { createScratchDatabase, type ScratchDatabase } from '../../scripts/scratch-db.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -32,7 +31,9 @@ export function sshKeygen(comment: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'gpucloud-crash-key-'));
   try {
     const file = join(dir, 'id');
-    const r = spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', file], { encoding: 'utf8' });
+    const r = spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', file], {
+      encoding: 'utf8',
+    });
     if (r.status !== 0) throw new Error(`ssh-keygen failed: ${r.stderr || r.error}`);
     return readFileSync(`${file}.pub`, 'utf8').trim();
   } finally {
@@ -46,7 +47,15 @@ export function sshKeygen(comment: string): string {
 export function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (k.startsWith('GPUCLOUD_') || k === 'DATABASE_URL' || k === 'PORT' || k === 'HOST' || k === 'LOG_LEVEL' || k === 'NODE_ENV') continue;
+    if (
+      k.startsWith('GPUCLOUD_') ||
+      k === 'DATABASE_URL' ||
+      k === 'PORT' ||
+      k === 'HOST' ||
+      k === 'LOG_LEVEL' ||
+      k === 'NODE_ENV'
+    )
+      continue;
     if (k.startsWith('NODE_TEST') || k === 'NODE_OPTIONS') continue;
     env[k] = v;
   }
@@ -82,7 +91,11 @@ export class ServerProcess {
     const t0 = Date.now();
     this.stderrTail = '';
     this.stdoutTail = '';
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], { cwd: ROOT, env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], {
+      cwd: ROOT,
+      env: this.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     this.child = child;
     this.starts++;
     this.expectingExit = false;
@@ -93,7 +106,9 @@ export class ServerProcess {
         this.alive = false;
         if (this.child === child) this.child = undefined;
         if (!this.expectingExit && ready) {
-          this.unexpectedExits.push(`server pid ${child.pid} exited by itself (code ${code}, signal ${signal}); stderr: ${this.stderrTail.slice(-2000)}`);
+          this.unexpectedExits.push(
+            `server pid ${child.pid} exited by itself (code ${code}, signal ${signal}); stderr: ${this.stderrTail.slice(-2000)}`,
+          );
         }
         resolve();
       });
@@ -101,7 +116,11 @@ export class ServerProcess {
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
         child.kill('SIGKILL');
-        reject(new Error(`server did not start within ${timeoutMs} ms; stdout: ${this.stdoutTail}; stderr: ${this.stderrTail}`));
+        reject(
+          new Error(
+            `server did not start within ${timeoutMs} ms; stdout: ${this.stdoutTail}; stderr: ${this.stderrTail}`,
+          ),
+        );
       }, timeoutMs);
       child.stdout!.setEncoding('utf8');
       child.stderr!.setEncoding('utf8');
@@ -120,7 +139,11 @@ export class ServerProcess {
       child.once('exit', (code, signal) => {
         if (ready) return;
         clearTimeout(timer);
-        reject(new Error(`server exited during start (code ${code}, signal ${signal}); stdout: ${this.stdoutTail}; stderr: ${this.stderrTail}`));
+        reject(
+          new Error(
+            `server exited during start (code ${code}, signal ${signal}); stdout: ${this.stdoutTail}; stderr: ${this.stderrTail}`,
+          ),
+        );
       });
     });
     this.startMs.push(Date.now() - t0);
@@ -155,8 +178,16 @@ export class ServerProcess {
 }
 
 /** `node --import tsx src/main.ts <args>` to completion (the CLI, e.g. admin ledger-check). */
-export function runCli(args: string[], env: NodeJS.ProcessEnv): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], { cwd: ROOT, env, encoding: 'utf8', timeout: 120_000 });
+export function runCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+    cwd: ROOT,
+    env,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr + (r.error ? String(r.error) : '') };
 }
 

@@ -85,9 +85,22 @@ const REPLAY_WINDOW_MS = 16 * HOUR_MS;
 const MAX_LIVE_VMS = 6;
 
 const CODES = new Set([
-  'insufficient_balance', 'gpu_unavailable', 'invalid_state', 'not_found', 'rate_limited', 'validation_error', 'malformed_json',
-  'payload_too_large', 'unsupported_media_type', 'invalid_code', 'unauthorized', 'forbidden', 'limit_exceeded', 'conflict',
-  'idempotency_mismatch', 'internal',
+  'insufficient_balance',
+  'gpu_unavailable',
+  'invalid_state',
+  'not_found',
+  'rate_limited',
+  'validation_error',
+  'malformed_json',
+  'payload_too_large',
+  'unsupported_media_type',
+  'invalid_code',
+  'unauthorized',
+  'forbidden',
+  'limit_exceeded',
+  'conflict',
+  'idempotency_mismatch',
+  'internal',
 ]);
 
 type Kind = 'create' | 'destroy' | 'stop' | 'start' | 'credit' | 'cancel' | 'advance';
@@ -190,9 +203,11 @@ test(
     const t0 = Date.now();
     const random = rng(SEED);
     const int = (n: number) => Math.floor(random() * n);
-    const pick = <T,>(xs: readonly T[]): T | undefined => (xs.length ? xs[int(xs.length)] : undefined);
+    const pick = <T>(xs: readonly T[]): T | undefined => (xs.length ? xs[int(xs.length)] : undefined);
     const log = (line: string) => t.diagnostic(line);
-    log(`seed ${SEED} (CRASH_SEED=${SEED} CRASH_COUNT=${CRASHES} node scripts/test.mjs test/reliability/crash.test.ts)`);
+    log(
+      `seed ${SEED} (CRASH_SEED=${SEED} CRASH_COUNT=${CRASHES} node scripts/test.mjs test/reliability/crash.test.ts)`,
+    );
 
     scratch = await createScratchDb(process.env.DATABASE_URL!);
     const port = await freePort();
@@ -244,7 +259,8 @@ test(
     const cdb = new pg.Client({ connectionString: scratch.url });
     clockDb = cdb;
     await cdb.connect();
-    const readClock = async () => Number((await cdb.query<{ now_ms: string }>('SELECT now_ms FROM service_clock WHERE id = 1')).rows[0]!.now_ms);
+    const readClock = async () =>
+      Number((await cdb.query<{ now_ms: string }>('SELECT now_ms FROM service_clock WHERE id = 1')).rows[0]!.now_ms);
     let cycleClockMs = await readClock();
     let clockUpperMs = cycleClockMs;
     let advanceSecondsIssued = 0;
@@ -252,7 +268,11 @@ test(
     const outstanding = new Set<Op>();
 
     // ---------------- plain calls (setup, reads): must be answered by a live server ----------------
-    const call = async (method: string, path: string, opts: { token?: string; body?: unknown } = {}): Promise<Answer> => {
+    const call = async (
+      method: string,
+      path: string,
+      opts: { token?: string; body?: unknown } = {},
+    ): Promise<Answer> => {
       const key = method === 'POST' || method === 'DELETE' ? randomUUID() : undefined;
       const a = await send(port, method, path, { token: opts.token, body: opts.body, idempotencyKey: key });
       assert.ok(a.status < 500, `${method} ${path} answered ${a.status}: ${a.text}`);
@@ -262,7 +282,10 @@ test(
     // ---------------- setup over HTTP ----------------
     const adminLogin = await call('POST', '/auth/login', { body: { email: ADMIN_EMAIL, password: ADMIN_PASSWORD } });
     assert.equal(adminLogin.status, 200, adminLogin.text);
-    const adminKeyRes = await call('POST', '/api-keys', { token: adminLogin.body.access_token, body: { name: 'crash-admin', scope: 'read_write' } });
+    const adminKeyRes = await call('POST', '/api-keys', {
+      token: adminLogin.body.access_token,
+      body: { name: 'crash-admin', scope: 'read_write' },
+    });
     assert.equal(adminKeyRes.status, 201, adminKeyRes.text);
     const adminKey: string = adminKeyRes.body.key;
 
@@ -274,8 +297,15 @@ test(
     const nodes: { node: string; gpu_type: string; gpu_count: number }[] = [];
     for (const [i, shape] of NODE_SHAPES.entries()) {
       const body = {
-        node: `crash-n${i}`, ...shape, ram_gb: 512, cpu_cores: 64, cpu_model: 'AMD EPYC 7543', pcie_gen: '4.0',
-        max_storage_gb: 2000, location: 'eu-central', cluster_name: 'crash-1',
+        node: `crash-n${i}`,
+        ...shape,
+        ram_gb: 512,
+        cpu_cores: 64,
+        cpu_model: 'AMD EPYC 7543',
+        pcie_gen: '4.0',
+        max_storage_gb: 2000,
+        location: 'eu-central',
+        cluster_name: 'crash-1',
       };
       const r = await call('POST', '/admin/nodes', { token: adminKey, body });
       assert.equal(r.status, 201, r.text);
@@ -299,7 +329,10 @@ test(
       assert.equal(ssh.status, 201, ssh.text);
       const key = await call('POST', '/api-keys', { token, body: { name: `crash-${i}`, scope: 'read_write' } });
       assert.equal(key.status, 201, key.text);
-      const cr = await call('POST', `/admin/users/${me.body.id}/credits`, { token: adminKey, body: { amount, description: 'crash test: initial credit' } });
+      const cr = await call('POST', `/admin/users/${me.body.id}/credits`, {
+        token: adminKey,
+        body: { amount, description: 'crash test: initial credit' },
+      });
       assert.equal(cr.status, 201, cr.text);
       users.push({ id: me.body.id, email, key: key.body.key, vms: new Map() });
     }
@@ -308,7 +341,10 @@ test(
     // ---------------- the model ----------------
     const describe = (op: Op) =>
       `#${op.n} ${op.kind} ${op.method} ${op.path}${op.body ? ` ${JSON.stringify(op.body)}` : ''} (Idempotency-Key ${op.key}, first sent during a ${op.origin}; attempts: ${op.attempts
-        .map((a) => `[+${a.atMs} ms epoch ${a.epoch}: ${a.outcome}${a.status ? ` ${a.status}` : ''}${a.replayed ? ' replayed' : ''}${a.reason ? ` (${a.reason})` : ''}, ${a.ms} ms]`)
+        .map(
+          (a) =>
+            `[+${a.atMs} ms epoch ${a.epoch}: ${a.outcome}${a.status ? ` ${a.status}` : ''}${a.replayed ? ' replayed' : ''}${a.reason ? ` (${a.reason})` : ''}, ${a.ms} ms]`,
+        )
         .join(' ')})`;
     const fail = (op: Op, msg: string): void => {
       failures.push(`${msg}: ${describe(op)}`);
@@ -337,7 +373,12 @@ test(
             return;
           }
           const next = new Map<string, VmModel>();
-          for (const v of a.body as { id: string; status: VmStatus; rental_type: RentalType; reservation_id: string | null }[]) {
+          for (const v of a.body as {
+            id: string;
+            status: VmStatus;
+            rental_type: RentalType;
+            reservation_id: string | null;
+          }[]) {
             const old = u.vms.get(v.id);
             next.set(v.id, {
               id: v.id,
@@ -382,7 +423,11 @@ test(
     const advanceOutstanding = () => unanswered().some((o) => o.kind === 'advance');
     /** Idempotency keys live 24 h of service time: keep every unanswered one well inside that. */
     const clockMayMove = (seconds: number) => {
-      const oldest = Math.min(...unanswered().filter((o) => IDEMPOTENT.has(o.kind)).map((o) => o.sendClockMs));
+      const oldest = Math.min(
+        ...unanswered()
+          .filter((o) => IDEMPOTENT.has(o.kind))
+          .map((o) => o.sendClockMs),
+      );
       return !Number.isFinite(oldest) || clockUpperMs + seconds * 1000 - oldest < TTL_MARGIN_MS;
     };
     const advanceAllowed = (seconds: number) => {
@@ -449,7 +494,10 @@ test(
         case 'credit': {
           const amount = (100 + int(30_000)) / 100;
           const description = `crash credit ${randomUUID()}`;
-          return newOp('credit', ui, 'POST', `/admin/users/${u.id}/credits`, { body: { amount, description }, description });
+          return newOp('credit', ui, 'POST', `/admin/users/${u.id}/credits`, {
+            body: { amount, description },
+            description,
+          });
         }
         case 'cancel': {
           const vm = pick(free.filter((v) => v.resActive && v.rental === 'reserved' && v.resId));
@@ -465,7 +513,8 @@ test(
       return undefined;
     }
 
-    const isPendingConflict = (a: Answer) => a.status === 400 && a.body?.code === 'conflict' && /still being processed/i.test(String(a.body?.detail));
+    const isPendingConflict = (a: Answer) =>
+      a.status === 400 && a.body?.code === 'conflict' && /still being processed/i.test(String(a.body?.detail));
 
     /** Is this answer one the request may get? (Any 5xx, unknown code or wrong shape is a failure.) */
     function checkAnswer(op: Op, a: Answer): void {
@@ -474,9 +523,12 @@ test(
       const replayed = a.headers['idempotent-replayed'] === 'true';
       if (a.status >= 500) return fail(op, `answered ${a.status} ${a.text}`);
       if (a.status >= 400) {
-        if (!CODES.has(a.body?.code)) return fail(op, `answered ${a.status} with a code outside the closed list: ${a.text}`);
-        if (!exp.codes.includes(a.body.code)) return fail(op, `answered ${a.status} ${a.body.code}, not an answer this request can get: ${a.text}`);
-        if (op.kind === 'destroy' && !retried) return fail(op, `a destroy of a live VM answered ${a.text} on its first attempt`);
+        if (!CODES.has(a.body?.code))
+          return fail(op, `answered ${a.status} with a code outside the closed list: ${a.text}`);
+        if (!exp.codes.includes(a.body.code))
+          return fail(op, `answered ${a.status} ${a.body.code}, not an answer this request can get: ${a.text}`);
+        if (op.kind === 'destroy' && !retried)
+          return fail(op, `a destroy of a live VM answered ${a.text} on its first attempt`);
         if (retried && !IDEMPOTENT.has(op.kind)) {
           // Not covered by Idempotency-Key: the retry of a request whose first attempt committed finds the change made.
           const k = `${op.kind} ${a.body.code}`;
@@ -491,21 +543,34 @@ test(
       const req = (op.body ?? {}) as Record<string, unknown>;
       switch (op.kind) {
         case 'create':
-          if (typeof b.id !== 'string' || b.instance_label !== op.label || b.rental_type !== req.rental_type || b.node !== req.node || b.status !== 'creating') {
+          if (
+            typeof b.id !== 'string' ||
+            b.instance_label !== op.label ||
+            b.rental_type !== req.rental_type ||
+            b.node !== req.node ||
+            b.status !== 'creating'
+          ) {
             fail(op, `create answered 201 with an unexpected VM: ${a.text}`);
           }
-          if ((req.rental_type === 'reserved') !== (typeof b.reservation_id === 'string')) fail(op, `reservation_id does not match the rental type: ${a.text}`);
+          if ((req.rental_type === 'reserved') !== (typeof b.reservation_id === 'string'))
+            fail(op, `reservation_id does not match the rental type: ${a.text}`);
           break;
         case 'credit':
-          if (b.type !== 'credit' || b.description !== op.description || Math.round(b.amount * 100) !== Math.round(Number(req.amount) * 100)) {
+          if (
+            b.type !== 'credit' ||
+            b.description !== op.description ||
+            Math.round(b.amount * 100) !== Math.round(Number(req.amount) * 100)
+          ) {
             fail(op, `credit answered 201 with an unexpected transaction: ${a.text}`);
           }
           break;
         case 'cancel':
-          if (b.id !== op.resId || b.status !== 'cancelled') fail(op, `cancel answered 200 with an unexpected reservation: ${a.text}`);
+          if (b.id !== op.resId || b.status !== 'cancelled')
+            fail(op, `cancel answered 200 with an unexpected reservation: ${a.text}`);
           break;
         case 'advance':
-          if (typeof b.now !== 'string' || !Number.isFinite(Date.parse(b.now))) fail(op, `advance answered 200 without a clock: ${a.text}`);
+          if (typeof b.now !== 'string' || !Number.isFinite(Date.parse(b.now)))
+            fail(op, `advance answered 200 without a clock: ${a.text}`);
           break;
         default:
           if (typeof b.message !== 'string') fail(op, `answered ${a.status} without a message: ${a.text}`);
@@ -519,7 +584,14 @@ test(
       if (vm) vm.busy = false;
       if (op.kind === 'create' && a.status === 201) {
         const b = a.body;
-        u.vms.set(b.id, { id: b.id, status: b.status, rental: b.rental_type, resId: b.reservation_id, resActive: b.rental_type === 'reserved', busy: false });
+        u.vms.set(b.id, {
+          id: b.id,
+          status: b.status,
+          rental: b.rental_type,
+          resId: b.reservation_id,
+          resActive: b.rental_type === 'reserved',
+          busy: false,
+        });
       } else if (op.kind === 'destroy' && vm) {
         vm.status = 'destroyed';
       } else if (op.kind === 'stop' && vm && a.status === 200) {
@@ -548,7 +620,13 @@ test(
       const wasAlive = srv.alive;
       try {
         const a = await send(port, op.method, op.path, { token: op.token, body: op.body, idempotencyKey: op.key });
-        const att: Attempt = { atMs: started - op.firstSentMs, ms: Date.now() - started, outcome: 'answer', status: a.status, epoch: ep };
+        const att: Attempt = {
+          atMs: started - op.firstSentMs,
+          ms: Date.now() - started,
+          outcome: 'answer',
+          status: a.status,
+          epoch: ep,
+        };
         if (a.headers['idempotent-replayed'] === 'true') att.replayed = true;
         if (isPendingConflict(a)) {
           att.outcome = 'pending-conflict';
@@ -566,7 +644,11 @@ test(
         if (op.owedFromMs !== undefined) {
           const took = op.answeredMs - op.owedFromMs;
           stats.maxAfterCutMs = Math.max(stats.maxAfterCutMs, took);
-          if (took > ANSWER_BOUND_MS) fail(op, `answered for real only ${took} ms after the last crash that cut it (bound ${ANSWER_BOUND_MS} ms)`);
+          if (took > ANSWER_BOUND_MS)
+            fail(
+              op,
+              `answered for real only ${took} ms after the last crash that cut it (bound ${ANSWER_BOUND_MS} ms)`,
+            );
         }
         const what = `${op.kind} ${a.status}${a.status >= 400 ? ` ${a.body?.code}` : ''}`;
         stats.answers.set(what, (stats.answers.get(what) ?? 0) + 1);
@@ -575,7 +657,13 @@ test(
         return 'answered';
       } catch (e) {
         if (!(e instanceof NoAnswer)) throw e;
-        op.attempts.push({ atMs: started - op.firstSentMs, ms: Date.now() - started, outcome: 'no-answer', epoch: ep, reason: e.reason });
+        op.attempts.push({
+          atMs: started - op.firstSentMs,
+          ms: Date.now() - started,
+          outcome: 'no-answer',
+          epoch: ep,
+          reason: e.reason,
+        });
         op.owedFromMs = Date.now();
         outstanding.add(op);
         // Our kill sets alive=false before the signal: a live server that dropped a request is a finding.
@@ -606,17 +694,25 @@ test(
         if (e instanceof NoAnswer) return;
         throw e;
       }
-      if (isPendingConflict(a)) return fail(op, `a replay of an answered request was refused as still being processed: ${a.text}`);
+      if (isPendingConflict(a))
+        return fail(op, `a replay of an answered request was refused as still being processed: ${a.text}`);
       stats.replaysChecked++;
       if (a.status !== first.status || a.text !== first.text) {
-        fail(op, `replay differs from the answer received: first ${first.status} ${first.text} / replay ${a.status} ${a.text}`);
+        fail(
+          op,
+          `replay differs from the answer received: first ${first.status} ${first.text} / replay ${a.status} ${a.text}`,
+        );
       } else if (a.headers['idempotent-replayed'] !== 'true') {
         fail(op, `replay not marked Idempotent-Replayed (status ${a.status})`);
       }
     }
 
-    /** Answered idempotent requests still well within their 24 h (advances in flight meanwhile add at most a few hours). */
-    const replayable = () => ops.filter((o) => IDEMPOTENT.has(o.kind) && o.answer && clockUpperMs - o.sendClockMs < REPLAY_WINDOW_MS);
+    /**
+     * Answered idempotent requests still well within their 24 h (advances in flight meanwhile add at most a few
+     * hours).
+     */
+    const replayable = () =>
+      ops.filter((o) => IDEMPOTENT.has(o.kind) && o.answer && clockUpperMs - o.sendClockMs < REPLAY_WINDOW_MS);
 
     // ---------------- crash cycles ----------------
     const timing = { refresh: 0, traffic: 0, settleBackground: 0, start: 0 };
@@ -633,7 +729,8 @@ test(
       const candidates = replayable();
       for (let i = 0; i < 2 && candidates.length; i++) background.push(replay(candidates[int(candidates.length)]!));
       // An advance cut by the last crash is retried first, alone and to its answer before this cycle's crash
-      // can come: a retried advance applies again (advances ignore Idempotency-Key), so each logical advance is applied at
+      // can come: a retried advance applies again (advances ignore Idempotency-Key), so each logical advance is
+      // applied at
       // most twice. It waits (and is not yet owed an answer) while that could expire an unanswered idempotency key.
       for (const op of [...outstanding].filter((o) => o.kind === 'advance')) {
         if (!clockMayMove(op.seconds!)) {
@@ -703,12 +800,15 @@ test(
       const idempotentWaiting = [...outstanding].some((o) => IDEMPOTENT.has(o.kind));
       for (const op of outstanding) if (idempotentWaiting && op.kind === 'advance') op.owedFromMs = Date.now();
       await Promise.all(
-        [...outstanding].filter((op) => !(idempotentWaiting && op.kind === 'advance')).map(async (op) => {
-          if ((await attempt(op, 'retry')) === 'no-answer') await sleep(200);
-        }),
+        [...outstanding]
+          .filter((op) => !(idempotentWaiting && op.kind === 'advance'))
+          .map(async (op) => {
+            if ((await attempt(op, 'retry')) === 'no-answer') await sleep(200);
+          }),
       );
     }
-    for (const op of outstanding) fail(op, `never answered for real (gave up ${Date.now() - op.firstSentMs} ms after it was first sent)`);
+    for (const op of outstanding)
+      fail(op, `never answered for real (gave up ${Date.now() - op.firstSentMs} ms after it was first sent)`);
 
     // Settle the due work a crash in the middle of an advance left (one more, uninterrupted, advance).
     const settle = await call('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 1 } });
@@ -725,23 +825,32 @@ test(
     server = undefined;
 
     // ---------------- the books ----------------
-    const ledger = runCli(['admin', 'ledger-check'], childEnv({ DATABASE_URL: scratch.url, GPUCLOUD_JWT_SECRET: JWT_SECRET, LOG_LEVEL: 'silent' }));
-    if (ledger.status !== 0) failures.push(`gpucloud admin ledger-check exited ${ledger.status}: ${ledger.stdout}${ledger.stderr}`);
+    const ledger = runCli(
+      ['admin', 'ledger-check'],
+      childEnv({ DATABASE_URL: scratch.url, GPUCLOUD_JWT_SECRET: JWT_SECRET, LOG_LEVEL: 'silent' }),
+    );
+    if (ledger.status !== 0)
+      failures.push(`gpucloud admin ledger-check exited ${ledger.status}: ${ledger.stdout}${ledger.stderr}`);
 
     const db = new pg.Client({ connectionString: scratch.url });
     await db.connect();
     try {
-      const q = async <R extends Record<string, unknown>>(sql: string, params: unknown[] = []) => (await db.query<R>(sql, params)).rows;
+      const q = async <R extends Record<string, unknown>>(sql: string, params: unknown[] = []) =>
+        (await db.query<R>(sql, params)).rows;
       const expectNone = async (what: string, sql: string, params: unknown[] = []) => {
         const rows = await q(sql, params);
-        if (rows.length) failures.push(`${what}: ${JSON.stringify(rows.slice(0, 10))}${rows.length > 10 ? ` (+${rows.length - 10} more)` : ''}`);
+        if (rows.length)
+          failures.push(
+            `${what}: ${JSON.stringify(rows.slice(0, 10))}${rows.length > 10 ? ` (+${rows.length - 10} more)` : ''}`,
+          );
       };
       await expectNone(
         'balance == sum(transactions) for every user',
         `SELECT u.id, u.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum FROM users u LEFT JOIN transactions t ON t.user_id = u.id
           GROUP BY u.id HAVING u.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
       );
-      // Charged exactly once (test/billing/property.test.ts): periods contiguous from the first start, none after the destroy.
+      // Charged exactly once (test/billing/property.test.ts): periods contiguous from the first start, none after the
+      // destroy.
       await expectNone(
         'usage periods are contiguous from the first start (no gap, no overlap) and end by the destroy',
         usageGapsSql(false),
@@ -777,54 +886,90 @@ test(
            FROM nodes n LEFT JOIN vms v ON v.node = n.node
           GROUP BY n.node, n.gpu_count HAVING COALESCE(SUM(v.gpu_count) FILTER (WHERE v.holds_gpus), 0) > n.gpu_count`,
       );
-      for (const v of await q<{ id: string; status: VmStatus; rental_type: RentalType; offline_from: VmStatus | null; holds_gpus: boolean }>(
-        'SELECT id, status, rental_type, offline_from, holds_gpus FROM vms',
-      )) {
-        if (v.holds_gpus !== holdsGpus(v.status, v.rental_type, v.offline_from)) failures.push(`VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus ${v.holds_gpus} (a stopped VM releases its GPUs unless it is reserved)`);
+      for (const v of await q<{
+        id: string;
+        status: VmStatus;
+        rental_type: RentalType;
+        offline_from: VmStatus | null;
+        holds_gpus: boolean;
+      }>('SELECT id, status, rental_type, offline_from, holds_gpus FROM vms')) {
+        if (v.holds_gpus !== holdsGpus(v.status, v.rental_type, v.offline_from))
+          failures.push(
+            `VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus ${v.holds_gpus} (a stopped VM releases its GPUs unless it is reserved)`,
+          );
       }
       await expectNone(
         'low balance: once the jobs have settled, no VM runs on credit that is used up',
         `SELECT v.id, v.status, v.rental_type, u.balance_micros FROM vms v JOIN users u ON u.id = v.user_id
           WHERE u.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
       );
-      await expectNone('no idempotency key is left pending once every request was answered', `SELECT user_id, created_at FROM idempotency_keys WHERE state = 'pending'`);
+      await expectNone(
+        'no idempotency key is left pending once every request was answered',
+        `SELECT user_id, created_at FROM idempotency_keys WHERE state = 'pending'`,
+      );
 
       // Applied once: one VM per create label, one transaction per credit description, matching the answers.
       const vmsByLabel = new Map<string, { id: string; status: string }[]>();
-      for (const r of await q<{ id: string; instance_label: string | null; status: string }>('SELECT id, instance_label, status FROM vms')) {
+      for (const r of await q<{ id: string; instance_label: string | null; status: string }>(
+        'SELECT id, instance_label, status FROM vms',
+      )) {
         if (!r.instance_label) continue;
         vmsByLabel.set(r.instance_label, [...(vmsByLabel.get(r.instance_label) ?? []), r]);
       }
       const txByDescription = new Map<string, { id: string }[]>();
-      for (const r of await q<{ id: string; description: string }>(`SELECT id::text, description FROM transactions WHERE description LIKE 'crash credit %'`)) {
+      for (const r of await q<{ id: string; description: string }>(
+        `SELECT id::text, description FROM transactions WHERE description LIKE 'crash credit %'`,
+      )) {
         txByDescription.set(r.description, [...(txByDescription.get(r.description) ?? []), r]);
       }
-      const vmStatus = new Map((await q<{ id: string; status: string }>('SELECT id, status FROM vms')).map((r) => [r.id, r.status]));
-      const resStatus = new Map((await q<{ id: string; status: string }>('SELECT id, status FROM reservations')).map((r) => [r.id, r.status]));
+      const vmStatus = new Map(
+        (await q<{ id: string; status: string }>('SELECT id, status FROM vms')).map((r) => [r.id, r.status]),
+      );
+      const resStatus = new Map(
+        (await q<{ id: string; status: string }>('SELECT id, status FROM reservations')).map((r) => [r.id, r.status]),
+      );
       for (const op of ops) {
         if (!op.answer) continue;
         const a = op.answer;
         if (op.kind === 'create') {
           const rows = vmsByLabel.get(op.label!) ?? [];
           if (a.status === 201 && (rows.length !== 1 || rows[0]!.id !== a.body.id)) {
-            fail(op, `create answered 201 (VM ${a.body.id}) but the database holds ${rows.length} VM(s) with its label: ${JSON.stringify(rows)}`);
+            fail(
+              op,
+              `create answered 201 (VM ${a.body.id}) but the database holds ${rows.length} VM(s) with its label: ${JSON.stringify(rows)}`,
+            );
           } else if (a.status !== 201 && rows.length) {
             fail(op, `create answered ${a.status} ${a.body?.code} but made VM(s) ${JSON.stringify(rows)}`);
           }
         } else if (op.kind === 'credit') {
           const rows = txByDescription.get(op.description!) ?? [];
           if (a.status === 201 && (rows.length !== 1 || String(rows[0]!.id) !== String(a.body.id))) {
-            fail(op, `credit answered 201 (transaction ${a.body.id}) but the database holds ${rows.length} transaction(s) for it: ${JSON.stringify(rows)}`);
+            fail(
+              op,
+              `credit answered 201 (transaction ${a.body.id}) but the database holds ${rows.length} transaction(s) for it: ${JSON.stringify(rows)}`,
+            );
           } else if (a.status !== 201 && rows.length) {
             fail(op, `credit answered ${a.status} but wrote ${JSON.stringify(rows)}`);
           }
-        } else if (op.kind === 'destroy' && (a.status === 200 || a.body?.code === 'invalid_state') && vmStatus.get(op.vmId!) !== 'destroyed') {
+        } else if (
+          op.kind === 'destroy' &&
+          (a.status === 200 || a.body?.code === 'invalid_state') &&
+          vmStatus.get(op.vmId!) !== 'destroyed'
+        ) {
           fail(op, `destroy answered ${a.status} but the VM is ${vmStatus.get(op.vmId!)}`);
         } else if (op.kind === 'cancel' && a.status === 200 && resStatus.get(op.resId!) !== 'cancelled') {
           fail(op, `cancel answered 200 but the reservation is ${resStatus.get(op.resId!)}`);
         }
       }
-      const [coverage] = await q<{ vms: number; started: number; interrupted: number; reservations: number; cancelled: number; periods: number; charges: number }>(
+      const [coverage] = await q<{
+        vms: number;
+        started: number;
+        interrupted: number;
+        reservations: number;
+        cancelled: number;
+        periods: number;
+        charges: number;
+      }>(
         `SELECT (SELECT count(*) FROM vms)::int AS vms, (SELECT count(*) FROM vms WHERE first_started_at IS NOT NULL)::int AS started,
                 (SELECT count(*) FROM interruptions)::int AS interrupted, (SELECT count(*) FROM reservations)::int AS reservations,
                 (SELECT count(*) FROM reservations WHERE status = 'cancelled')::int AS cancelled, (SELECT count(*) FROM usage_logs)::int AS periods,
@@ -832,14 +977,19 @@ test(
       );
       log(`database: ${JSON.stringify(coverage)}`);
       const labels = new Set(ops.filter((o) => o.kind === 'create').map((o) => o.label));
-      for (const [label, rows] of vmsByLabel) if (!labels.has(label)) failures.push(`VM(s) ${JSON.stringify(rows)} with label ${label} that no request asked for`);
+      for (const [label, rows] of vmsByLabel)
+        if (!labels.has(label))
+          failures.push(`VM(s) ${JSON.stringify(rows)} with label ${label} that no request asked for`);
       const descriptions = new Set(ops.filter((o) => o.kind === 'credit').map((o) => o.description));
-      for (const [d, rows] of txByDescription) if (!descriptions.has(d)) failures.push(`transaction(s) ${JSON.stringify(rows)} (${d}) that no request asked for`);
+      for (const [d, rows] of txByDescription)
+        if (!descriptions.has(d))
+          failures.push(`transaction(s) ${JSON.stringify(rows)} (${d}) that no request asked for`);
     } finally {
       await db.end();
     }
 
-    // Clock advances do not honour Idempotency-Key: a retried advance whose first attempt had moved the clock moves it again.
+    // Clock advances do not honour Idempotency-Key: a retried advance whose first attempt had moved the clock moves
+    // it again.
     const expectedClock = Date.parse(CLOCK_START) + (advanceSecondsIssued + 1) * 1000;
     stats.doubleAdvanceS = (finalClockMs - expectedClock) / 1000;
     if (stats.doubleAdvanceS !== 0) {
@@ -851,15 +1001,31 @@ test(
     // ---------------- report ----------------
     const pendingOps = ops.filter((o) => o.attempts.some((a) => a.outcome === 'pending-conflict'));
     const pendingSpans = pendingOps
-      .map((o) => (o.answeredMs === undefined ? `unanswered after ${Date.now() - o.firstSentMs}` : `${o.answeredMs - o.firstSentMs}`))
+      .map((o) =>
+        o.answeredMs === undefined
+          ? `unanswered after ${Date.now() - o.firstSentMs}`
+          : `${o.answeredMs - o.firstSentMs}`,
+      )
       .sort((a, b) => a.length - b.length || a.localeCompare(b));
-    log(`${CRASHES} crashes (${stats.crashes.count} after a number of requests, ${stats.crashes.timer} on a timer), ${stats.ops} requests, ${stats.inFlightAtCrash} in flight at a kill, ${stats.retried} answered only on a retry`);
+    log(
+      `${CRASHES} crashes (${stats.crashes.count} after a number of requests, ${stats.crashes.timer} on a timer), ${stats.ops} requests, ${stats.inFlightAtCrash} in flight at a kill, ${stats.retried} answered only on a retry`,
+    );
     log(`answers: ${JSON.stringify(Object.fromEntries([...stats.answers].sort()))}`);
-    log(`idempotent retries answered by a replay of the first attempt: ${stats.retriedReplayed}; by a fresh execution: ${stats.retriedFresh}; replays checked: ${stats.replaysChecked}`);
-    log(`retries answered 400 conflict "still being processed": ${stats.pendingConflicts} answers over ${pendingOps.length} request(s); time from the first attempt to a real answer for those: ${pendingSpans.join(', ') || '-'} ms`);
-    log(`slowest request to a real answer: ${stats.maxAnswerMs} ms after its first attempt, ${stats.maxAfterCutMs} ms after the last crash that cut it (bound ${ANSWER_BOUND_MS} ms)`);
-    log(`other retries answered 4xx (the first attempt had applied, or the state moved on): ${JSON.stringify(Object.fromEntries(stats.retriedNonIdempotentRefused))}`);
-    log(`server starts: ${srv.starts}, start times ms: min ${Math.min(...srv.startMs)} max ${Math.max(...srv.startMs)} mean ${Math.round(srv.startMs.reduce((s, x) => s + x, 0) / srv.startMs.length)}`);
+    log(
+      `idempotent retries answered by a replay of the first attempt: ${stats.retriedReplayed}; by a fresh execution: ${stats.retriedFresh}; replays checked: ${stats.replaysChecked}`,
+    );
+    log(
+      `retries answered 400 conflict "still being processed": ${stats.pendingConflicts} answers over ${pendingOps.length} request(s); time from the first attempt to a real answer for those: ${pendingSpans.join(', ') || '-'} ms`,
+    );
+    log(
+      `slowest request to a real answer: ${stats.maxAnswerMs} ms after its first attempt, ${stats.maxAfterCutMs} ms after the last crash that cut it (bound ${ANSWER_BOUND_MS} ms)`,
+    );
+    log(
+      `other retries answered 4xx (the first attempt had applied, or the state moved on): ${JSON.stringify(Object.fromEntries(stats.retriedNonIdempotentRefused))}`,
+    );
+    log(
+      `server starts: ${srv.starts}, start times ms: min ${Math.min(...srv.startMs)} max ${Math.max(...srv.startMs)} mean ${Math.round(srv.startMs.reduce((s, x) => s + x, 0) / srv.startMs.length)}`,
+    );
     log(`crash phase ${crashesDoneMs} ms (${JSON.stringify(timing)}), total ${Date.now() - t0} ms`);
     for (const n of notes) log(`note: ${n}`);
     for (const op of pendingOps.slice(0, 5)) log(`pending-key example: ${describe(op)}`);

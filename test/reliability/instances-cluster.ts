@@ -60,7 +60,15 @@ export interface Instance {
 export function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const e: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (k.startsWith('GPUCLOUD_') || k === 'DATABASE_URL' || k === 'PORT' || k === 'HOST' || k === 'LOG_LEVEL' || k === 'NODE_ENV') continue;
+    if (
+      k.startsWith('GPUCLOUD_') ||
+      k === 'DATABASE_URL' ||
+      k === 'PORT' ||
+      k === 'HOST' ||
+      k === 'LOG_LEVEL' ||
+      k === 'NODE_ENV'
+    )
+      continue;
     if (k.startsWith('NODE_TEST') || k === 'NODE_OPTIONS') continue; // not a test-runner child itself
     e[k] = v;
   }
@@ -68,8 +76,17 @@ export function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 /** Starts `gpucloud serve --role <role>` and resolves once its banner says it runs. */
-export function startInstance(name: string, role: 'api' | 'worker', env: NodeJS.ProcessEnv, timeoutMs = 90_000): Promise<Instance> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve', '--role', role], { env, cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+export function startInstance(
+  name: string,
+  role: 'api' | 'worker',
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 90_000,
+): Promise<Instance> {
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve', '--role', role], {
+    env,
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
@@ -82,7 +99,9 @@ export function startInstance(name: string, role: 'api' | 'worker', env: NodeJS.
     stop: async (ms = 20_000) => {
       stopping = true;
       if (inst.exited) return { code: inst.exited.code, signal: inst.exited.signal, killed: false };
-      const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.once('exit', (code, signal) => r({ code, signal })));
+      const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+        child.once('exit', (code, signal) => r({ code, signal })),
+      );
       child.kill('SIGTERM');
       let timer: NodeJS.Timeout | undefined;
       const t = await Promise.race([done, new Promise<null>((r) => (timer = setTimeout(() => r(null), ms)))]);
@@ -96,7 +115,10 @@ export function startInstance(name: string, role: 'api' | 'worker', env: NodeJS.
     inst.exited = { code, signal, expected: stopping };
   });
   return new Promise<Instance>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name}: no start banner within ${timeoutMs} ms:\n${out}`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`${name}: no start banner within ${timeoutMs} ms:\n${out}`)),
+      timeoutMs,
+    );
     const check = () => {
       if (!/gpucloud is running/.test(out) || !/Role:\s+\w+/.test(out)) return;
       if (role === 'api') {
@@ -118,7 +140,12 @@ export function startInstance(name: string, role: 'api' | 'worker', env: NodeJS.
 
 /** `gpucloud admin ledger-check` on the database. */
 export function ledgerCheck(env: NodeJS.ProcessEnv): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, 'admin', 'ledger-check'], { env, cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, 'admin', 'ledger-check'], {
+    env,
+    cwd: ROOT,
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -126,7 +153,9 @@ export function ledgerCheck(env: NodeJS.ProcessEnv): { status: number | null; st
 export function sshPublicKey(comment: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'gpucloud-inst-key-'));
   try {
-    const r = spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', join(dir, 'k')], { encoding: 'utf8' });
+    const r = spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', comment, '-f', join(dir, 'k')], {
+      encoding: 'utf8',
+    });
     if (r.status !== 0) throw new Error(`ssh-keygen failed: ${r.stderr}`);
     return readFileSync(join(dir, 'k.pub'), 'utf8').trim();
   } finally {
@@ -138,7 +167,7 @@ export function sshPublicKey(comment: string): string {
 
 export interface Answer {
   status: number;
-  body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+  body: any;
   headers: Headers;
   instance: string;
 }
@@ -158,7 +187,11 @@ export class Http {
     return this.apis[i % this.apis.length]!;
   }
 
-  async call(method: string, path: string, opts: { token?: string; body?: unknown; on?: number; headers?: Record<string, string> } = {}): Promise<Answer> {
+  async call(
+    method: string,
+    path: string,
+    opts: { token?: string; body?: unknown; on?: number; headers?: Record<string, string> } = {},
+  ): Promise<Answer> {
     const inst = this.pick(opts.on);
     this.sent.set(inst.name, (this.sent.get(inst.name) ?? 0) + 1);
     const headers: Record<string, string> = { ...opts.headers };
@@ -199,7 +232,8 @@ export class Http {
   /** Like call(), and throws unless the status is one of `ok` (setup steps). */
   async must(ok: number[], method: string, path: string, opts: Parameters<Http['call']>[2] = {}): Promise<Answer> {
     const a = await this.call(method, path, opts);
-    if (!ok.includes(a.status)) throw new Error(`${a.instance} ${method} ${path}: ${a.status} ${JSON.stringify(a.body).slice(0, 500)}`);
+    if (!ok.includes(a.status))
+      throw new Error(`${a.instance} ${method} ${path}: ${a.status} ${JSON.stringify(a.body).slice(0, 500)}`);
     return a;
   }
 }

@@ -53,9 +53,22 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { cleanEnv, createDatabase, Http, ledgerCheck, sleep, sshPublicKey, startInstance, type Answer, type FreshDatabase, type Instance } from './instances-cluster.js';
+import {
+  cleanEnv,
+  createDatabase,
+  Http,
+  ledgerCheck,
+  sleep,
+  sshPublicKey,
+  startInstance,
+  type Answer,
+  type FreshDatabase,
+  type Instance,
+} from './instances-cluster.js';
 
-const skip = !(process.env.DATABASE_URL && process.env.GPUCLOUD_REDIS_URL) ? 'needs DATABASE_URL and GPUCLOUD_REDIS_URL' : false;
+const skip = !(process.env.DATABASE_URL && process.env.GPUCLOUD_REDIS_URL)
+  ? 'needs DATABASE_URL and GPUCLOUD_REDIS_URL'
+  : false;
 
 // Longer or heavier runs when hunting races: INSTANCES_TRAFFIC_S=120 INSTANCES_USERS=16.
 const TRAFFIC_MS = Number(process.env.INSTANCES_TRAFFIC_S ?? 35) * 1000;
@@ -74,7 +87,11 @@ const NODES = [
   { node: 'fd-1', gpu_type: '4090', gpu_count: 8, fault: 'destroy' },
 ] as const;
 type NodeName = (typeof NODES)[number]['node'];
-const FAULT_NODES = NODES.filter((n) => 'fault' in n) as { node: NodeName; gpu_type: string; fault: 'provision' | 'stop' | 'destroy' }[];
+const FAULT_NODES = NODES.filter((n) => 'fault' in n) as {
+  node: NodeName;
+  gpu_type: string;
+  fault: 'provision' | 'stop' | 'destroy';
+}[];
 
 /** 400 answers a racing client legitimately gets (the VM changed meanwhile, the node is full...). */
 const EXPECTED_400 = new Set(['invalid_state', 'gpu_unavailable', 'limit_exceeded', 'insufficient_balance']);
@@ -120,7 +137,14 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
   let rateLimit: { ok: true; detail: string } | { ok: false; detail: string } = { ok: false, detail: 'not run' };
   let snapshot: Snapshot | undefined;
   let settled = false;
-  const stops: { name: string; code: number | null; signal: string | null; killed: boolean; early: boolean; output: string }[] = [];
+  const stops: {
+    name: string;
+    code: number | null;
+    signal: string | null;
+    killed: boolean;
+    early: boolean;
+    output: string;
+  }[] = [];
   const t0 = Date.now();
   const log = (msg: string) => console.log(`[instances +${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}`);
 
@@ -160,7 +184,9 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     log(`started ${instances.map((i) => i.url ?? i.name).join(', ')} on ${db.name}`);
 
     // The request shapes come from the running instance's OpenAPI document.
-    const doc = (await http.must([200], 'GET', '/openapi.json')).body as { paths: Record<string, Record<string, unknown>> };
+    const doc = (await http.must([200], 'GET', '/openapi.json')).body as {
+      paths: Record<string, Record<string, unknown>>;
+    };
     for (const [path, method] of [
       ['/auth/register', 'post'],
       ['/auth/login', 'post'],
@@ -195,16 +221,26 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       });
     }
     for (const n of FAULT_NODES) {
-      await http.must([200], 'POST', '/admin/simulator/faults', { token: adminToken, body: { node: n.node, action: n.fault, count: FAULTS } });
+      await http.must([200], 'POST', '/admin/simulator/faults', {
+        token: adminToken,
+        body: { node: n.node, action: n.fault, count: FAULTS },
+      });
     }
     await Promise.all(
       Array.from({ length: USERS }, async (_, i) => {
         const email = `inst-${i}-${randomBytes(4).toString('hex')}@example.com`;
         const password = `password-of-user-${i}`;
         const reg = await http.must([201], 'POST', '/auth/register', { body: { email, password, name: `User ${i}` } });
-        const token = (await http.must([200], 'POST', '/auth/login', { body: { email, password } })).body.access_token as string;
-        await http.must([201], 'POST', `/admin/users/${reg.body.id}/credits`, { token: adminToken, body: { amount: 5000, description: 'test credit' } });
-        const key = await http.must([201], 'POST', '/ssh-keys', { token, body: { ssh_public_key: sshPublicKey(`user${i}@test`), label: 'k' } });
+        const token = (await http.must([200], 'POST', '/auth/login', { body: { email, password } })).body
+          .access_token as string;
+        await http.must([201], 'POST', `/admin/users/${reg.body.id}/credits`, {
+          token: adminToken,
+          body: { amount: 5000, description: 'test credit' },
+        });
+        const key = await http.must([201], 'POST', '/ssh-keys', {
+          token,
+          body: { ssh_public_key: sshPublicKey(`user${i}@test`), label: 'k' },
+        });
         users.push({ id: reg.body.id, email, token, keyId: key.body.id });
       }),
     );
@@ -217,13 +253,21 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     await Promise.all(users.map((u) => actor(u, deadline)));
     rateLimit = await rl;
     await sampling;
-    log(`traffic done: ${[...outcomes].sort().map(([k, v]) => `${k}: ${v}`).join(', ')}`);
+    log(
+      `traffic done: ${[...outcomes]
+        .sort()
+        .map(([k, v]) => `${k}: ${v}`)
+        .join(', ')}`,
+    );
 
     // ---- hypervisor evidence, then faults off ----
     snapshot = await quiescentSnapshot();
     log(`hypervisor evidence: ${JSON.stringify(snapshot)}`);
     for (const n of FAULT_NODES) {
-      await http.must([200], 'POST', '/admin/simulator/faults', { token: adminToken, body: { node: n.node, action: n.fault, count: 0 } });
+      await http.must([200], 'POST', '/admin/simulator/faults', {
+        token: adminToken,
+        body: { node: n.node, action: n.fault, count: 0 },
+      });
     }
 
     // ---- destroy every VM, wait until the workers settled ----
@@ -231,7 +275,11 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     const settleBy = Date.now() + 45_000;
     while (Date.now() < settleBy) {
       await nudgeRetries();
-      const left = (await db.pool.query<{ id: string; user_id: number; status: string }>(`SELECT id, user_id::int AS user_id, status FROM vms WHERE status <> 'destroyed'`)).rows;
+      const left = (
+        await db.pool.query<{ id: string; user_id: number; status: string }>(
+          `SELECT id, user_id::int AS user_id, status FROM vms WHERE status <> 'destroyed'`,
+        )
+      ).rows;
       await Promise.all(left.map((v) => act('final-destroy', 'DELETE', `/vms/${v.id}`, owner.get(v.user_id)!.token)));
       const busy = await db.pool.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM vms WHERE status <> 'destroyed' OR hv_action IS NOT NULL OR claim_token IS NOT NULL`,
@@ -264,13 +312,26 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
   // ---- traffic ----
 
   /** One request of the traffic; 2xx and the racing client's 400s are fine, anything else is recorded. */
-  async function act(kind: string, method: string, path: string, token: string, body?: unknown, opts: { on?: number; headers?: Record<string, string> } = {}): Promise<Answer> {
+  async function act(
+    kind: string,
+    method: string,
+    path: string,
+    token: string,
+    body?: unknown,
+    opts: { on?: number; headers?: Record<string, string> } = {},
+  ): Promise<Answer> {
     const a = await http.call(method, path, { token, body, ...opts });
     if (kind.startsWith('create') && a.status === 201) createdIds.add(a.body.id);
     const code = a.status === 400 ? ` ${a.body?.code}` : '';
     outcomes.set(`${kind} ${a.status}${code}`, (outcomes.get(`${kind} ${a.status}${code}`) ?? 0) + 1);
-    if (a.status !== 0 && !(a.status >= 200 && a.status < 300) && !(a.status === 400 && EXPECTED_400.has(a.body?.code))) {
-      http.problems.push(`${a.instance} ${kind} ${method} ${path}: ${a.status} ${JSON.stringify(a.body).slice(0, 300)}`);
+    if (
+      a.status !== 0 &&
+      !(a.status >= 200 && a.status < 300) &&
+      !(a.status === 400 && EXPECTED_400.has(a.body?.code))
+    ) {
+      http.problems.push(
+        `${a.instance} ${kind} ${method} ${path}: ${a.status} ${JSON.stringify(a.body).slice(0, 300)}`,
+      );
     }
     return a;
   }
@@ -292,7 +353,14 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       const vms: VmView[] = Array.isArray(list.body) ? list.body : [];
       if (vms.length < 5 && Math.random() < 0.45) {
         const r = Math.random();
-        let node: NodeName = r < 0.07 ? 'fp-1' : r < 0.14 ? 'fs-1' : r < 0.3 ? 'fd-1' : pick(['n4090-a', 'n4090-b', 'n4090-b', 'n5090-a'] as const);
+        let node: NodeName =
+          r < 0.07
+            ? 'fp-1'
+            : r < 0.14
+              ? 'fs-1'
+              : r < 0.3
+                ? 'fd-1'
+                : pick(['n4090-a', 'n4090-b', 'n4090-b', 'n5090-a'] as const);
         if (node === 'fs-1' && fsCreated >= 6) node = 'n4090-a';
         if (node === 'fs-1') fsCreated++;
         const spec = NODES.find((n) => n.node === node)!;
@@ -311,7 +379,10 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
           // The same create with one Idempotency-Key on both APIs at once: one VM, one answer replayed.
           idempotentPairs++;
           const headers = { 'idempotency-key': randomUUID() };
-          const [a, b] = await Promise.all([act('create', 'POST', '/vms', u.token, body, { on: 0, headers }), act('create-dup', 'POST', '/vms', u.token, body, { on: 1, headers })]);
+          const [a, b] = await Promise.all([
+            act('create', 'POST', '/vms', u.token, body, { on: 0, headers }),
+            act('create-dup', 'POST', '/vms', u.token, body, { on: 1, headers }),
+          ]);
           const replayed = [a, b].filter((x) => x.headers.get('idempotent-replayed') === 'true').length;
           if (a.status !== b.status || a.body?.id !== b.body?.id || a.body?.code !== b.body?.code || replayed !== 1) {
             http.problems.push(
@@ -362,20 +433,32 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       const a = await http.call('POST', '/auth/login', { body: { email, password: 'a-wrong-password' }, on: i % 2 });
       seen.push(`#${i} ${a.instance}: ${a.status} remaining=${a.headers.get('x-ratelimit-remaining')}`);
       if (a.status !== 401 || a.headers.get('x-ratelimit-remaining') !== String(5 - i)) {
-        return { ok: false, detail: `attempt ${i} should be 401 with X-RateLimit-Remaining ${5 - i}: ${seen.join('; ')} ${JSON.stringify(a.body)}` };
+        return {
+          ok: false,
+          detail: `attempt ${i} should be 401 with X-RateLimit-Remaining ${5 - i}: ${seen.join('; ')} ${JSON.stringify(a.body)}`,
+        };
       }
     }
-    for (const [n, on, pw] of [[6, 1, 'a-wrong-password'], [7, 0, password]] as const) {
+    for (const [n, on, pw] of [
+      [6, 1, 'a-wrong-password'],
+      [7, 0, password],
+    ] as const) {
       const a = await http.call('POST', '/auth/login', { body: { email, password: pw }, on });
       seen.push(`#${n} ${a.instance}: ${a.status} ${a.body?.code}`);
       if (a.status !== 429 || a.body?.code !== 'rate_limited' || !a.headers.get('retry-after')) {
-        return { ok: false, detail: `attempt ${n} (${pw === password ? 'right' : 'wrong'} password) on ${a.instance} should be 429 rate_limited with Retry-After: ${seen.join('; ')} ${JSON.stringify(a.body)}` };
+        return {
+          ok: false,
+          detail: `attempt ${n} (${pw === password ? 'right' : 'wrong'} password) on ${a.instance} should be 429 rate_limited with Retry-After: ${seen.join('; ')} ${JSON.stringify(a.body)}`,
+        };
       }
     }
     return { ok: true, detail: seen.join('; ') };
   }
 
-  /** What must hold at every moment, sampled during the traffic: no node gives out more GPUs than it has; metering keeps up. */
+  /**
+   * What must hold at every moment, sampled during the traffic: no node gives out more GPUs than it has; metering
+   * keeps up.
+   */
   const overcommits: string[] = [];
   let maxBillingLagMs = 0;
   async function sampler(deadline: number): Promise<void> {
@@ -384,7 +467,8 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
         `SELECT v.node, sum(v.gpu_count)::int AS held, n.gpu_count FROM vms v JOIN nodes n ON n.node = v.node
           WHERE v.holds_gpus GROUP BY v.node, n.gpu_count HAVING sum(v.gpu_count) > n.gpu_count`,
       );
-      for (const o of over.rows) overcommits.push(`${new Date().toISOString()} ${o.node}: ${o.held} GPUs held of ${o.gpu_count}`);
+      for (const o of over.rows)
+        overcommits.push(`${new Date().toISOString()} ${o.node}: ${o.held} GPUs held of ${o.gpu_count}`);
       const lag = await db.pool.query<{ ms: number | null }>(
         `SELECT (extract(epoch FROM now() - min(billed_until)) * 1000)::int8 AS ms FROM vm_meters`,
       );
@@ -419,7 +503,9 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
 
   /** Pending stop/destroy retries back off up to minutes: make them due now (unclaimed rows only). */
   async function nudgeRetries(): Promise<void> {
-    await db.pool.query(`UPDATE vms SET next_action_at = now() WHERE hv_action IS NOT NULL AND claim_token IS NULL AND next_action_at > now()`);
+    await db.pool.query(
+      `UPDATE vms SET next_action_at = now() WHERE hv_action IS NOT NULL AND claim_token IS NULL AND next_action_at > now()`,
+    );
   }
 
   // ---- the checks ----
@@ -429,15 +515,30 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     log(`requests per API: ${JSON.stringify(Object.fromEntries(http.sent))}, traffic requests ${total}`);
     for (const api of http.apis) assert.ok((http.sent.get(api.name) ?? 0) > 100, `${api.name} served traffic`);
     assert.ok((outcomes.get('create 201') ?? 0) >= 30, `VMs were created: ${JSON.stringify([...outcomes])}`);
-    assert.ok((outcomes.get('stop 200') ?? 0) >= 10 && (outcomes.get('start 200') ?? 0) >= 5, `VMs were stopped and started: ${JSON.stringify([...outcomes])}`);
+    assert.ok(
+      (outcomes.get('stop 200') ?? 0) >= 10 && (outcomes.get('start 200') ?? 0) >= 5,
+      `VMs were stopped and started: ${JSON.stringify([...outcomes])}`,
+    );
     const ids = http.problems.flatMap((p) => /request id ([0-9a-f-]{36})/.exec(p)?.[1] ?? []);
-    const logged = stops.flatMap((s) => s.output.split('\n').filter((l) => ids.some((id) => l.includes(id))).map((l) => `${s.name}: ${l}`));
-    assert.deepEqual(http.problems.slice(0, 30), [], `${http.problems.length} unexpected answer(s)\n${logged.join('\n').slice(0, 6000)}`);
+    const logged = stops.flatMap((s) =>
+      s.output
+        .split('\n')
+        .filter((l) => ids.some((id) => l.includes(id)))
+        .map((l) => `${s.name}: ${l}`),
+    );
+    assert.deepEqual(
+      http.problems.slice(0, 30),
+      [],
+      `${http.problems.length} unexpected answer(s)\n${logged.join('\n').slice(0, 6000)}`,
+    );
     assert.ok(idempotentPairs >= 10, `idempotent creates were raced: ${idempotentPairs}`);
     assert.ok(settled, 'every VM destroyed with no hypervisor action pending within 45 s');
     for (const s of stops) {
       assert.ok(!s.early, `${s.name} exited by itself during the test:\n${s.output.slice(-3000)}`);
-      assert.ok(!s.killed && s.code === 0, `${s.name} stops on SIGTERM with 0, got ${s.code ?? s.signal}${s.killed ? ' (had to be killed)' : ''}:\n${s.output.slice(-3000)}`);
+      assert.ok(
+        !s.killed && s.code === 0,
+        `${s.name} stops on SIGTERM with 0, got ${s.code ?? s.signal}${s.killed ? ' (had to be killed)' : ''}:\n${s.output.slice(-3000)}`,
+      );
     }
   });
 
@@ -445,16 +546,26 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     log(`largest billing lag seen: ${maxBillingLagMs} ms`);
     assert.deepEqual(overcommits.slice(0, 20), [], `${overcommits.length} overcommitted sample(s)`);
     // A period closes at every ${INTERVAL_S} s boundary; the workers run every second. Generous for busy machines.
-    assert.ok(maxBillingLagMs < 4 * INTERVAL_S * 1000, `an open period was at most ${4 * INTERVAL_S} s old, saw ${maxBillingLagMs} ms`);
+    assert.ok(
+      maxBillingLagMs < 4 * INTERVAL_S * 1000,
+      `an open period was at most ${4 * INTERVAL_S} s old, saw ${maxBillingLagMs} ms`,
+    );
   });
 
   test('login attempts for one email are one counter across both instances (Redis)', () => {
     assert.ok(rateLimit.ok, rateLimit.detail);
   });
 
-  test('usage logs tile every VM\'s billed time exactly: no overlap, no gap, first start to destroy', async () => {
+  test("usage logs tile every VM's billed time exactly: no overlap, no gap, first start to destroy", async () => {
     const vms = (
-      await db.pool.query<{ id: string; vmid: number; status: string; first_started_at: Date | null; destroyed_at: Date | null; metered: boolean }>(
+      await db.pool.query<{
+        id: string;
+        vmid: number;
+        status: string;
+        first_started_at: Date | null;
+        destroyed_at: Date | null;
+        metered: boolean;
+      }>(
         'SELECT id, vmid, status, first_started_at, destroyed_at, EXISTS (SELECT 1 FROM vm_meters m WHERE m.vm_id = vms.id) AS metered FROM vms ORDER BY seq',
       )
     ).rows;
@@ -483,7 +594,9 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
         continue;
       }
       if (mine[0]!.period_start.getTime() !== vm.first_started_at.getTime()) {
-        problems.push(`${name}: first period starts ${iso(mine[0]!.period_start)}, first start was ${iso(vm.first_started_at)}`);
+        problems.push(
+          `${name}: first period starts ${iso(mine[0]!.period_start)}, first start was ${iso(vm.first_started_at)}`,
+        );
       }
       const last = mine[mine.length - 1]!;
       if (last.period_end.getTime() !== vm.destroyed_at?.getTime()) {
@@ -496,28 +609,42 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
         const e = l.period_end.getTime();
         if (e <= s) problems.push(`${name}: empty or negative period ${iso(l.period_start)}..${iso(l.period_end)}`);
         if (Math.floor(s / intervalMs) !== Math.floor((e - 1) / intervalMs)) {
-          problems.push(`${name}: period ${iso(l.period_start)}..${iso(l.period_end)} crosses a ${INTERVAL_S} s billing boundary`);
+          problems.push(
+            `${name}: period ${iso(l.period_start)}..${iso(l.period_end)} crosses a ${INTERVAL_S} s billing boundary`,
+          );
         }
         if (Number(l.storage_ms) !== e - s || (Number(l.gpu_ms) !== 0 && Number(l.gpu_ms) !== e - s)) {
-          problems.push(`${name}: period ${iso(l.period_start)}..${iso(l.period_end)} has gpu_ms ${l.gpu_ms}, storage_ms ${l.storage_ms}`);
+          problems.push(
+            `${name}: period ${iso(l.period_start)}..${iso(l.period_end)} has gpu_ms ${l.gpu_ms}, storage_ms ${l.storage_ms}`,
+          );
         }
         if (i > 0) {
           const prevEnd = mine[i - 1]!.period_end.getTime();
-          if (s < prevEnd) problems.push(`${name}: period ${iso(l.period_start)}..${iso(l.period_end)} overlaps the one ending ${iso(mine[i - 1]!.period_end)}`);
+          if (s < prevEnd)
+            problems.push(
+              `${name}: period ${iso(l.period_start)}..${iso(l.period_end)} overlaps the one ending ${iso(mine[i - 1]!.period_end)}`,
+            );
           if (s > prevEnd) problems.push(`${name}: gap from ${iso(mine[i - 1]!.period_end)} to ${iso(l.period_start)}`);
         }
       }
     }
     const orphans = await db.pool.query(`SELECT count(*)::int AS n FROM interruptions WHERE status = 'interrupted'`);
-    if (orphans.rows[0].n) problems.push(`${orphans.rows[0].n} interruption(s) still open after every VM was destroyed`);
+    if (orphans.rows[0].n)
+      problems.push(`${orphans.rows[0].n} interruption(s) still open after every VM was destroyed`);
     const mismatched = await db.pool.query(
       `SELECT l.id, v.vmid FROM usage_logs l JOIN vms v ON v.id = l.vm_id
         WHERE l.user_id <> v.user_id OR l.gpu_count <> v.gpu_count OR l.storage_gb <> v.storage_gb`,
     );
-    for (const m of mismatched.rows) problems.push(`VM ${m.vmid}: usage log ${m.id} names another user, GPU count or disk size`);
-    const interruptions = await db.pool.query(`SELECT status, count(*)::int AS n FROM interruptions GROUP BY status ORDER BY status`);
-    if (vms.length !== createdIds.size) problems.push(`${vms.length} VMs in the database but creates answered with ${createdIds.size} distinct VMs`);
-    log(`usage: ${vms.length} VMs, ${ran} ran, ${logs.length} usage logs; interruptions ${JSON.stringify(interruptions.rows)}`);
+    for (const m of mismatched.rows)
+      problems.push(`VM ${m.vmid}: usage log ${m.id} names another user, GPU count or disk size`);
+    const interruptions = await db.pool.query(
+      `SELECT status, count(*)::int AS n FROM interruptions GROUP BY status ORDER BY status`,
+    );
+    if (vms.length !== createdIds.size)
+      problems.push(`${vms.length} VMs in the database but creates answered with ${createdIds.size} distinct VMs`);
+    log(
+      `usage: ${vms.length} VMs, ${ran} ran, ${logs.length} usage logs; interruptions ${JSON.stringify(interruptions.rows)}`,
+    );
     assert.ok(ran >= 20 && logs.length >= 100, `enough billing happened: ${ran} VMs ran, ${logs.length} periods`);
     assert.deepEqual(problems.slice(0, 30), [], `${problems.length} problem(s)`);
   });
@@ -533,7 +660,10 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
         GROUP BY t.id
        HAVING count(l.id) <> 1 OR -t.amount_micros <> COALESCE(sum(l.total_cost_micros - l.from_reservation_micros), 0)`,
     );
-    for (const c of charges.rows) problems.push(`charge ${c.id} (${c.description}, ${c.amount}) is referenced by ${c.logs} usage log(s) costing ${c.cost}`);
+    for (const c of charges.rows)
+      problems.push(
+        `charge ${c.id} (${c.description}, ${c.amount}) is referenced by ${c.logs} usage log(s) costing ${c.cost}`,
+      );
     // No (VM, period) charged twice, whatever the usage logs say.
     const twice = await db.pool.query(
       `SELECT vm_id, breakdown->>'period_start' AS ps, breakdown->>'period_end' AS pe, count(*)::int AS n
@@ -546,7 +676,14 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     );
     for (const r of minimums.rows) problems.push(`VM ${r.vm_id}: ${r.n} minimum charges`);
     // A VM that interrupted others pays at least one period of itself, topped up once at its destroy.
-    const preemptors = await db.pool.query<{ vmid: number; g: string; s: string; usage: string; minc: string; preempted: boolean }>(
+    const preemptors = await db.pool.query<{
+      vmid: number;
+      g: string;
+      s: string;
+      usage: string;
+      minc: string;
+      preempted: boolean;
+    }>(
       `SELECT v.vmid, v.gpu_hourly_rate_micros AS g, v.storage_hourly_rate_micros AS s,
               (SELECT COALESCE(sum(total_cost_micros), 0) FROM usage_logs WHERE vm_id = v.id) AS usage,
               (SELECT COALESCE(-sum(amount_micros), 0) FROM transactions WHERE vm_id = v.id AND description LIKE 'Minimum charge%') AS minc,
@@ -558,24 +695,31 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
       const ms = BigInt(INTERVAL_S * 1000);
       const minimum = halfUp(BigInt(v.g), ms, 3_600_000n) + halfUp(BigInt(v.s), ms, 3_600_000n);
       const owed = v.preempted && minimum > BigInt(v.usage) ? minimum - BigInt(v.usage) : 0n;
-      if (BigInt(v.minc) !== owed) problems.push(`VM ${v.vmid}: minimum charge ${v.minc}, expected ${owed} (preempted others: ${v.preempted}, usage ${v.usage}, minimum ${minimum})`);
+      if (BigInt(v.minc) !== owed)
+        problems.push(
+          `VM ${v.vmid}: minimum charge ${v.minc}, expected ${owed} (preempted others: ${v.preempted}, usage ${v.usage}, minimum ${minimum})`,
+        );
     }
     const unpaid = await db.pool.query(
       `SELECT id, vm_id, total_cost_micros FROM usage_logs WHERE total_cost_micros > from_reservation_micros AND transaction_id IS NULL`,
     );
-    for (const r of unpaid.rows) problems.push(`usage log ${r.id} of VM ${r.vm_id} costs ${r.total_cost_micros} but has no charge`);
+    for (const r of unpaid.rows)
+      problems.push(`usage log ${r.id} of VM ${r.vm_id} costs ${r.total_cost_micros} but has no charge`);
     const balances = await db.pool.query(
       `SELECT u.id, u.email, u.balance_micros::int8 AS balance, COALESCE(sum(t.amount_micros), 0)::int8 AS sum
          FROM users u LEFT JOIN transactions t ON t.user_id = u.id GROUP BY u.id
        HAVING u.balance_micros <> COALESCE(sum(t.amount_micros), 0)`,
     );
-    for (const b of balances.rows) problems.push(`user ${b.id} <${b.email}>: balance ${b.balance} but transactions sum to ${b.sum}`);
+    for (const b of balances.rows)
+      problems.push(`user ${b.id} <${b.email}>: balance ${b.balance} but transactions sum to ${b.sum}`);
     const spent = await db.pool.query(
       `SELECT count(*)::int AS n, COALESCE(-sum(amount_micros), 0)::int8 AS micros,
               count(*) FILTER (WHERE description LIKE 'Minimum charge%')::int AS minimums
          FROM transactions WHERE type = 'charge'`,
     );
-    log(`charges: ${spent.rows[0].n} charge transactions (${spent.rows[0].minimums} minimum charges), ${spent.rows[0].micros} micros`);
+    log(
+      `charges: ${spent.rows[0].n} charge transactions (${spent.rows[0].minimums} minimum charges), ${spent.rows[0].micros} micros`,
+    );
     assert.ok(spent.rows[0].n >= 100, 'enough charges happened');
     assert.deepEqual(problems.slice(0, 30), [], `${problems.length} problem(s)`);
 
@@ -591,11 +735,22 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     assert.ok(s.fp_consumed >= 3, `provisions were attempted on fp-1: ${JSON.stringify(s)}`);
     assert.ok(s.fs_stopping >= 2, `VMs are stuck stopping on fs-1: ${JSON.stringify(s)}`);
     assert.ok(s.fd_destroyed >= 3, `VMs were destroyed on fd-1: ${JSON.stringify(s)}`);
-    assert.ok(s.fp_consumed < FAULTS && s.fs_consumed < FAULTS && s.fd_consumed < FAULTS, 'the armed faults never ran out');
-    assert.equal(s.fp_consumed, s.fp_events, `one provision call per provision_failed event on fp-1: ${JSON.stringify(s)}`);
+    assert.ok(
+      s.fp_consumed < FAULTS && s.fs_consumed < FAULTS && s.fd_consumed < FAULTS,
+      'the armed faults never ran out',
+    );
+    assert.equal(
+      s.fp_consumed,
+      s.fp_events,
+      `one provision call per provision_failed event on fp-1: ${JSON.stringify(s)}`,
+    );
     assert.equal(s.fp_consumed, s.fp_failed, `one provision call per failed VM on fp-1: ${JSON.stringify(s)}`);
     assert.equal(s.fs_consumed, s.fs_attempts, `stop calls on fs-1 == recorded failed attempts: ${JSON.stringify(s)}`);
     assert.ok(s.fs_attempts >= s.fs_stopping, `each stuck stop was tried at least once: ${JSON.stringify(s)}`);
-    assert.equal(s.fd_consumed, s.fd_attempts, `destroy calls on fd-1 == recorded failed attempts: ${JSON.stringify(s)}`);
+    assert.equal(
+      s.fd_consumed,
+      s.fd_attempts,
+      `destroy calls on fd-1 == recorded failed attempts: ${JSON.stringify(s)}`,
+    );
   });
 });

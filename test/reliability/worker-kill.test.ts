@@ -16,7 +16,15 @@ import { randomBytes } from 'node:crypto';
 import { PostgresDb } from '../../src/db/db.js';
 import { migrate } from '../../src/db/migrate.js';
 import { seedFleet } from '../../scripts/seed-fleet.js';
-import { cleanEnv, createDatabase, ledgerCheck, sleep, startInstance, type FreshDatabase, type Instance } from './instances-cluster.js';
+import {
+  cleanEnv,
+  createDatabase,
+  ledgerCheck,
+  sleep,
+  startInstance,
+  type FreshDatabase,
+  type Instance,
+} from './instances-cluster.js';
 
 const skip = process.env.DATABASE_URL ? false : 'needs DATABASE_URL';
 const VMS = 20_000;
@@ -29,7 +37,8 @@ let seededUntil = 0;
 let env: NodeJS.ProcessEnv;
 const running: Instance[] = [];
 
-const count = async (sql: string, params: unknown[] = []) => Number((await fresh.pool.query<{ n: string }>(sql, params)).rows[0]!.n);
+const count = async (sql: string, params: unknown[] = []) =>
+  Number((await fresh.pool.query<{ n: string }>(sql, params)).rows[0]!.n);
 
 before(async () => {
   if (skip) return;
@@ -62,17 +71,23 @@ after(async () => {
 /** The last boundary, if every VM is billed up to it; undefined while some are not. */
 async function allClosedUpTo(): Promise<number | undefined> {
   const boundary = Math.floor(Date.now() / (INTERVAL_S * 1000)) * INTERVAL_S * 1000;
-  return (await count('SELECT count(*) AS n FROM vm_meters WHERE billed_until <> $1', [new Date(boundary)])) === 0 ? boundary : undefined;
+  return (await count('SELECT count(*) AS n FROM vm_meters WHERE billed_until <> $1', [new Date(boundary)])) === 0
+    ? boundary
+    : undefined;
 }
 
 async function assertBooksExact(): Promise<void> {
   assert.equal(
-    await count(`SELECT count(*) AS n FROM usage_logs WHERE total_cost_micros > from_reservation_micros AND transaction_id IS NULL`),
+    await count(
+      `SELECT count(*) AS n FROM usage_logs WHERE total_cost_micros > from_reservation_micros AND transaction_id IS NULL`,
+    ),
     0,
     'every period that cost more than its reservation paid has its charge',
   );
   assert.equal(
-    await count(`SELECT count(*) AS n FROM transactions t WHERE t.type = 'charge' AND NOT EXISTS (SELECT 1 FROM usage_logs l WHERE l.transaction_id = t.id)`),
+    await count(
+      `SELECT count(*) AS n FROM transactions t WHERE t.type = 'charge' AND NOT EXISTS (SELECT 1 FROM usage_logs l WHERE l.transaction_id = t.id)`,
+    ),
     0,
     'no charge without its period: nothing charged twice',
   );
@@ -80,27 +95,35 @@ async function assertBooksExact(): Promise<void> {
   assert.equal(check.status, 0, `ledger-check: ${check.stdout}${check.stderr}`);
 }
 
-test('a worker killed mid-close: the next one finishes it, every period charged exactly once', { skip, timeout: 300_000 }, async () => {
-  const w1 = await startInstance('worker-1', 'worker', env);
-  running.push(w1);
-  let seen = 0;
-  for (let i = 0; i < 6000 && seen === 0; i++) {
-    seen = await count('SELECT count(*) AS n FROM usage_logs');
-    if (seen === 0) await sleep(10);
-  }
-  w1.child.kill('SIGKILL');
-  await new Promise<void>((r) => (w1.exited ? r() : w1.child.once('exit', () => r())));
-  const atKill = await count('SELECT count(*) AS n FROM usage_logs');
-  assert.ok(atKill > 0 && atKill < VMS * 2, `killed in the middle: ${atKill} of ${VMS * 2} periods closed`);
-  assert.equal(await allClosedUpTo(), undefined);
+test(
+  'a worker killed mid-close: the next one finishes it, every period charged exactly once',
+  { skip, timeout: 300_000 },
+  async () => {
+    const w1 = await startInstance('worker-1', 'worker', env);
+    running.push(w1);
+    let seen = 0;
+    for (let i = 0; i < 6000 && seen === 0; i++) {
+      seen = await count('SELECT count(*) AS n FROM usage_logs');
+      if (seen === 0) await sleep(10);
+    }
+    w1.child.kill('SIGKILL');
+    await new Promise<void>((r) => (w1.exited ? r() : w1.child.once('exit', () => r())));
+    const atKill = await count('SELECT count(*) AS n FROM usage_logs');
+    assert.ok(atKill > 0 && atKill < VMS * 2, `killed in the middle: ${atKill} of ${VMS * 2} periods closed`);
+    assert.equal(await allClosedUpTo(), undefined);
 
-  const w2 = await startInstance('worker-2', 'worker', env);
-  running.push(w2);
-  let upTo: number | undefined;
-  for (let i = 0; i < 1200 && (upTo = await allClosedUpTo()) === undefined; i++) await sleep(100);
-  assert.ok(upTo, 'worker 2 closed what worker 1 left');
-  // Two periods, or three if a boundary (midnight UTC) passed during the test.
-  const periods = (upTo - seededUntil) / (INTERVAL_S * 1000);
-  assert.equal(await count('SELECT count(*) AS n FROM usage_logs'), VMS * periods, `${periods} periods for each VM, none twice`);
-  await assertBooksExact();
-});
+    const w2 = await startInstance('worker-2', 'worker', env);
+    running.push(w2);
+    let upTo: number | undefined;
+    for (let i = 0; i < 1200 && (upTo = await allClosedUpTo()) === undefined; i++) await sleep(100);
+    assert.ok(upTo, 'worker 2 closed what worker 1 left');
+    // Two periods, or three if a boundary (midnight UTC) passed during the test.
+    const periods = (upTo - seededUntil) / (INTERVAL_S * 1000);
+    assert.equal(
+      await count('SELECT count(*) AS n FROM usage_logs'),
+      VMS * periods,
+      `${periods} periods for each VM, none twice`,
+    );
+    await assertBooksExact();
+  },
+);

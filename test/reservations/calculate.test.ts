@@ -10,14 +10,38 @@ import { createApiKey, createUser, type TestUser } from '../helpers/factories.js
 
 /** The shipped defaults this file's arithmetic is worked out from (checked against GET /admin/pricing first). */
 const DEFAULTS = {
-  '5090': { gpu_price_hourly: 0.69, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
-  '4090': { gpu_price_hourly: 0.44, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
-  pro6000: { gpu_price_hourly: 1.69, storage_price_gb_hourly: 0.0002, reserved_discount_1mo: 10, reserved_discount_3mo: 20, reserved_discount_6mo: 30 },
+  '5090': {
+    gpu_price_hourly: 0.69,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
+  '4090': {
+    gpu_price_hourly: 0.44,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
+  pro6000: {
+    gpu_price_hourly: 1.69,
+    storage_price_gb_hourly: 0.0002,
+    reserved_discount_1mo: 10,
+    reserved_discount_3mo: 20,
+    reserved_discount_6mo: 30,
+  },
 };
 
 interface Case {
   body: Record<string, unknown>;
-  expect: { discount_percent: number; hourly_rate_after_discount: number; monthly_cost: number; deposit_required: number; cancellation_fee_25_percent: number };
+  expect: {
+    discount_percent: number;
+    hourly_rate_after_discount: number;
+    monthly_cost: number;
+    deposit_required: number;
+    cancellation_fee_25_percent: number;
+  };
   why: string;
 }
 
@@ -25,31 +49,61 @@ const CASES: Case[] = [
   {
     body: { gpu_type: '4090', gpu_count: 1, storage_gb: 100, reservation_months: 1 },
     // 1 x 0.44 x 0.90 = 0.396, + 100 x 0.0002 = 0.02 -> 0.416/h; x 730 = 303.68; x 1 month; 25 % = 75.92
-    expect: { discount_percent: 10, hourly_rate_after_discount: 0.416, monthly_cost: 303.68, deposit_required: 303.68, cancellation_fee_25_percent: 75.92 },
+    expect: {
+      discount_percent: 10,
+      hourly_rate_after_discount: 0.416,
+      monthly_cost: 303.68,
+      deposit_required: 303.68,
+      cancellation_fee_25_percent: 75.92,
+    },
     why: '4090 x1, 100 GB, 1 month',
   },
   {
     body: { gpu_type: '4090', gpu_count: 2, storage_gb: 50, reservation_months: 3 },
     // 2 x 0.44 x 0.80 = 0.704, + 50 x 0.0002 = 0.01 -> 0.714/h; x 730 = 521.22; x 3 = 1563.66; 25 % = 390.915
-    expect: { discount_percent: 20, hourly_rate_after_discount: 0.714, monthly_cost: 521.22, deposit_required: 1563.66, cancellation_fee_25_percent: 390.915 },
+    expect: {
+      discount_percent: 20,
+      hourly_rate_after_discount: 0.714,
+      monthly_cost: 521.22,
+      deposit_required: 1563.66,
+      cancellation_fee_25_percent: 390.915,
+    },
     why: '4090 x2, 50 GB, 3 months',
   },
   {
     body: { gpu_type: 'pro6000', gpu_count: 8, storage_gb: 500, reservation_months: 6 },
     // 8 x 1.69 x 0.70 = 9.464, + 500 x 0.0002 = 0.1 -> 9.564/h; x 730 = 6981.72; x 6 = 41890.32; 25 % = 10472.58
-    expect: { discount_percent: 30, hourly_rate_after_discount: 9.564, monthly_cost: 6981.72, deposit_required: 41890.32, cancellation_fee_25_percent: 10472.58 },
+    expect: {
+      discount_percent: 30,
+      hourly_rate_after_discount: 9.564,
+      monthly_cost: 6981.72,
+      deposit_required: 41890.32,
+      cancellation_fee_25_percent: 10472.58,
+    },
     why: 'pro6000 x8, 500 GB, 6 months',
   },
   {
     body: { gpu_type: '5090', gpu_count: 1, storage_gb: 51, reservation_months: 3 },
     // 0.69 x 0.80 = 0.552, + 51 x 0.0002 = 0.0102 -> 0.5622/h; x 730 = 410.406; x 3 = 1231.218; 25 % = 307.8045
-    expect: { discount_percent: 20, hourly_rate_after_discount: 0.5622, monthly_cost: 410.406, deposit_required: 1231.218, cancellation_fee_25_percent: 307.8045 },
+    expect: {
+      discount_percent: 20,
+      hourly_rate_after_discount: 0.5622,
+      monthly_cost: 410.406,
+      deposit_required: 1231.218,
+      cancellation_fee_25_percent: 307.8045,
+    },
     why: '5090 x1, 51 GB, 3 months (six-decimal amounts)',
   },
   {
     body: { gpu_type: '5090', gpu_count: 4, storage_gb: 75, reservation_months: 6 },
     // 4 x 0.69 x 0.70 = 1.932, + 75 x 0.0002 = 0.015 -> 1.947/h; x 730 = 1421.31; x 6 = 8527.86; 25 % = 2131.965
-    expect: { discount_percent: 30, hourly_rate_after_discount: 1.947, monthly_cost: 1421.31, deposit_required: 8527.86, cancellation_fee_25_percent: 2131.965 },
+    expect: {
+      discount_percent: 30,
+      hourly_rate_after_discount: 1.947,
+      monthly_cost: 1421.31,
+      deposit_required: 8527.86,
+      cancellation_fee_25_percent: 2131.965,
+    },
     why: '5090 x4, 75 GB, 6 months',
   },
 ];
@@ -97,7 +151,10 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
   });
 
   test('the quote follows a price change, and matches the rates a reserved VM gets', async () => {
-    const put = await t().req('PUT', '/admin/pricing/pro6000', { token: admin.token, body: { gpu_price_hourly: 2, reserved_discount_3mo: 12.5 } });
+    const put = await t().req('PUT', '/admin/pricing/pro6000', {
+      token: admin.token,
+      body: { gpu_price_hourly: 2, reserved_discount_3mo: 12.5 },
+    });
     assert.equal(put.status, 200, put.text);
     try {
       const r = await calc({ gpu_type: 'pro6000', gpu_count: 2, storage_gb: 200, reservation_months: 3 });
@@ -109,7 +166,10 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
       assert.equal(r.body.deposit_required, 7752.6);
       assert.equal(r.body.cancellation_fee_25_percent, 1938.15);
     } finally {
-      const back = await t().req('PUT', '/admin/pricing/pro6000', { token: admin.token, body: { gpu_price_hourly: 1.69, reserved_discount_3mo: 20 } });
+      const back = await t().req('PUT', '/admin/pricing/pro6000', {
+        token: admin.token,
+        body: { gpu_price_hourly: 1.69, reserved_discount_3mo: 20 },
+      });
       assert.equal(back.status, 200, back.text);
     }
   });
@@ -117,8 +177,16 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
   const invalid: [string, Record<string, unknown>, string][] = [
     ['gpu_count 3', { gpu_type: '4090', gpu_count: 3, storage_gb: 50 }, 'body.gpu_count'],
     ['storage_gb 49', { gpu_type: '4090', gpu_count: 1, storage_gb: 49 }, 'body.storage_gb'],
-    ['reservation_months 2', { gpu_type: '4090', gpu_count: 1, storage_gb: 50, reservation_months: 2 }, 'body.reservation_months'],
-    ['reservation_months 12', { gpu_type: '4090', gpu_count: 1, storage_gb: 50, reservation_months: 12 }, 'body.reservation_months'],
+    [
+      'reservation_months 2',
+      { gpu_type: '4090', gpu_count: 1, storage_gb: 50, reservation_months: 2 },
+      'body.reservation_months',
+    ],
+    [
+      'reservation_months 12',
+      { gpu_type: '4090', gpu_count: 1, storage_gb: 50, reservation_months: 12 },
+      'body.reservation_months',
+    ],
     ['an unknown field', { gpu_type: '4090', gpu_count: 1, storage_gb: 50, colour: 'red' }, 'body.colour'],
     ['an unknown gpu_type', { gpu_type: 'a100', gpu_count: 1, storage_gb: 50 }, 'body.gpu_type'],
     ['a missing gpu_count', { gpu_type: '4090', storage_gb: 50 }, 'body.gpu_count'],

@@ -33,7 +33,8 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
     assert.equal(r.status, status, r.text);
     return r.body;
   };
-  const advance = async (seconds: number) => ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
+  const advance = async (seconds: number) =>
+    ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
   const nowMs = async () => Date.parse(ok(await req('GET', '/admin/clock', { token: adminKey })).now);
   /** Moves the clock to the next top of the hour (billing periods close there). */
   const toNextHour = async () => {
@@ -49,10 +50,20 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
   const reserved = (c: Caller, over: Record<string, unknown> = {}) =>
     req('POST', '/vms', {
       token: c.key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100, rental_type: 'reserved', reservation_months: 1, ...over },
+      body: {
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 100,
+        template_vmid: 100,
+        rental_type: 'reserved',
+        reservation_months: 1,
+        ...over,
+      },
     });
   const balance = async (c: Caller) => micros(ok(await req('GET', '/billing/balance', { token: c.key })).balance);
-  const txs = async (c: Caller) => ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
+  const txs = async (c: Caller) =>
+    ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
   const reservations = async (c: Caller) => ok(await req('GET', '/reservations', { token: c.key })) as any[];
   const reservation = async (c: Caller, id: string) => {
     const r = (await reservations(c)).find((x) => x.id === id);
@@ -108,7 +119,11 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.equal(r.remaining_balance, 1585.56);
       assert.equal(r.status, 'active');
       assert.equal(r.created_at, v.created_at);
-      assert.equal(Date.parse(r.end_at) - Date.parse(r.created_at), 3 * 730 * HOUR_MS, 'end_at = created_at + months x 730 h');
+      assert.equal(
+        Date.parse(r.end_at) - Date.parse(r.created_at),
+        3 * 730 * HOUR_MS,
+        'end_at = created_at + months x 730 h',
+      );
       assert.equal(r.cancelled_at, null);
       assert.equal(r.cancellation_fee, 0);
       assert.equal(r.refund_amount, 0);
@@ -123,7 +138,10 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.match(r.body.detail, /required 303\.68\b/);
       assert.match(r.body.detail, /available 300(\.00)?\b/);
       assert.deepEqual(await reservations(c), []);
-      assert.deepEqual((await txs(c)).map((x) => x.type), ['credit']);
+      assert.deepEqual(
+        (await txs(c)).map((x) => x.type),
+        ['credit'],
+      );
       assert.equal(await balance(c), micros(300));
       assert.deepEqual(ok(await req('GET', '/vms', { token: c.key })), []);
       // Exactly the deposit is enough: the reserved VM does not need an hour of on-demand money on top.
@@ -141,10 +159,16 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       const r = await req('GET', '/reservations', { token: c.key });
       assert.equal(r.status, 200, r.text);
       assert.equal(r.headers['x-total-count'], '2');
-      assert.deepEqual(r.body.map((x: { vm_id: string }) => x.vm_id), [b.id, a.id]);
+      assert.deepEqual(
+        r.body.map((x: { vm_id: string }) => x.vm_id),
+        [b.id, a.id],
+      );
       const p = await req('GET', '/reservations', { token: c.key, query: { limit: 1, offset: 1 } });
       assert.equal(p.headers['x-total-count'], '2');
-      assert.deepEqual(p.body.map((x: { vm_id: string }) => x.vm_id), [a.id]);
+      assert.deepEqual(
+        p.body.map((x: { vm_id: string }) => x.vm_id),
+        [a.id],
+      );
       assert.equal((await req('GET', '/reservations', { token: c.key, query: { limit: 0 } })).status, 422);
       // Per user: another caller sees none of them.
       const other = await newCaller(0);
@@ -156,7 +180,15 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
 
     test('Idempotency-Key: a replayed reserved create takes one deposit and makes one reservation', async () => {
       const c = await newCaller(1000);
-      const body = { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100, rental_type: 'reserved', reservation_months: 1 };
+      const body = {
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 100,
+        template_vmid: 100,
+        rental_type: 'reserved',
+        reservation_months: 1,
+      };
       const headers = { 'idempotency-key': `reserve-${randomUUID()}` };
       const a = await req('POST', '/vms', { token: c.key, body, headers });
       const b = await req('POST', '/vms', { token: c.key, body, headers });
@@ -164,12 +196,15 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.equal(b.status, 201, b.text);
       assert.deepEqual(b.body, a.body);
       assert.equal((await reservations(c)).length, 1);
-      assert.deepEqual((await txs(c)).map((x) => x.type), ['deposit', 'credit']);
+      assert.deepEqual(
+        (await txs(c)).map((x) => x.type),
+        ['deposit', 'credit'],
+      );
       assert.equal(await balance(c), micros(1000 - 303.68));
       ok(await req('DELETE', `/vms/${a.body.id}`, { token: c.key }));
     });
 
-    test('concurrent reserved creates never spend the same money twice (one user\'s creates are serialized)', async () => {
+    test("concurrent reserved creates never spend the same money twice (one user's creates are serialized)", async () => {
       const c = await newCaller(500); // one deposit of 303.68 fits, two do not
       const res = await Promise.all([reserved(c), reserved(c), reserved(c)]);
       const codes = res.map((r) => r.status).sort();
@@ -177,7 +212,8 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       for (const r of res.filter((x) => x.status === 400)) assert.equal(r.body.code, 'insufficient_balance');
       assert.equal((await reservations(c)).length, 1);
       assert.equal(await balance(c), micros(500 - 303.68));
-      for (const r of res.filter((x) => x.status === 201)) ok(await req('DELETE', `/vms/${r.body.id}`, { token: c.key }));
+      for (const r of res.filter((x) => x.status === 201))
+        ok(await req('DELETE', `/vms/${r.body.id}`, { token: c.key }));
     });
 
     test('a reserved VM preempts interruptible VMs like an on-demand one', async () => {
@@ -185,7 +221,22 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       const spot = await newCaller(100);
       const ids: string[] = [];
       for (let i = 0; i < 2; i++) {
-        ids.push(ok(await req('POST', '/vms', { token: spot.key, body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' } }), 201).id);
+        ids.push(
+          ok(
+            await req('POST', '/vms', {
+              token: spot.key,
+              body: {
+                node: small,
+                gpu_type: '4090',
+                gpu_count: 1,
+                storage_gb: 50,
+                template_vmid: 100,
+                rental_type: 'interruptible',
+              },
+            }),
+            201,
+          ).id,
+        );
       }
       await advance(1);
       const c = await newCaller(1000);
@@ -238,10 +289,16 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.equal(s0 - micros((await reservation(c, v.reservation_id)).remaining_balance), 2 * micros(0.02));
       // The credit balance never moved and no charge was written.
       assert.equal(await balance(c), afterDeposit);
-      assert.deepEqual((await txs(c)).map((x) => x.type), ['deposit', 'credit']);
+      assert.deepEqual(
+        (await txs(c)).map((x) => x.type),
+        ['deposit', 'credit'],
+      );
       // Usage is still reported in GET /billing/usage although the reservation paid for it.
       const usage = ok(await req('GET', '/billing/usage', { token: c.key }));
-      assert.equal(micros(usage.total_cost), deposit - micros((await reservation(c, v.reservation_id)).remaining_balance));
+      assert.equal(
+        micros(usage.total_cost),
+        deposit - micros((await reservation(c, v.reservation_id)).remaining_balance),
+      );
       ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
     });
   });
@@ -258,7 +315,8 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       await advance(extraS);
       const balanceBefore = await balance(c);
       // The open period (since the last top of the hour) is drawn first, at the reserved rate.
-      const remaining = closed - mulDiv(micros(0.396), extraS * 1000, HOUR_MS) - mulDiv(micros(0.02), extraS * 1000, HOUR_MS);
+      const remaining =
+        closed - mulDiv(micros(0.396), extraS * 1000, HOUR_MS) - mulDiv(micros(0.02), extraS * 1000, HOUR_MS);
       const fee = mulDiv(remaining, 25, 100);
       const refund = remaining - fee;
 
@@ -317,7 +375,10 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       const nodeInfo = async () => ok(await req('GET', `/admin/nodes/${small}`, { token: adminKey }));
       assert.equal((await nodeInfo()).gpus_allocated, 2, 'held while stopped');
       const other = await newCaller(100);
-      const refused = await req('POST', '/vms', { token: other.key, body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+      const refused = await req('POST', '/vms', {
+        token: other.key,
+        body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+      });
       assert.equal(refused.status, 400, refused.text);
       assert.equal(refused.body.code, 'gpu_unavailable');
       ok(await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }));
@@ -325,7 +386,13 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.equal(after.rental_type, 'on_demand');
       assert.equal(after.status, 'stopped');
       assert.equal((await nodeInfo()).gpus_allocated, 0, 'an on-demand stopped VM holds no GPUs');
-      const taker = ok(await req('POST', '/vms', { token: other.key, body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } }), 201);
+      const taker = ok(
+        await req('POST', '/vms', {
+          token: other.key,
+          body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        }),
+        201,
+      );
       const start = await req('POST', `/vms/${v.id}/start`, { token: c.key });
       assert.equal(start.status, 400, start.text);
       assert.equal(start.body.code, 'gpu_unavailable');
@@ -365,12 +432,17 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         const calls = [
           req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }),
           req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }),
-          round % 2 ? req('DELETE', `/vms/${v.id}`, { token: c.key }) : req('POST', `/vms/${v.id}/stop`, { token: c.key }),
+          round % 2
+            ? req('DELETE', `/vms/${v.id}`, { token: c.key })
+            : req('POST', `/vms/${v.id}/stop`, { token: c.key }),
           req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 3600 } }),
         ];
         const res = await Promise.all(calls);
         for (const r of res) assert.ok(r.status < 500, r.text);
-        const cancels = res.slice(0, 2).map((r) => r.status).sort();
+        const cancels = res
+          .slice(0, 2)
+          .map((r) => r.status)
+          .sort();
         assert.deepEqual(cancels, [200, 400], 'exactly one cancel succeeds');
         const r = await reservation(c, v.reservation_id);
         assert.equal(r.status, 'cancelled');
@@ -402,7 +474,9 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       }
       assert.equal((await reservation(owner, v.reservation_id)).status, 'active', 'untouched');
       // Cancelling needs a read_write credential.
-      const ro = await req('DELETE', `/reservations/${v.reservation_id}`, { token: await createApiKey(t(), (await createUser(t())).token, 'read_only') });
+      const ro = await req('DELETE', `/reservations/${v.reservation_id}`, {
+        token: await createApiKey(t(), (await createUser(t())).token, 'read_only'),
+      });
       assert.equal(ro.status, 403, ro.text);
       assert.equal((await req('DELETE', `/reservations/${v.reservation_id}`)).status, 401);
       ok(await req('DELETE', `/vms/${v.id}`, { token: owner.key }));

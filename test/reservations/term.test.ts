@@ -28,7 +28,8 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     assert.equal(r.status, status, r.text);
     return r.body;
   };
-  const advance = async (seconds: number) => ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
+  const advance = async (seconds: number) =>
+    ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
   const nowMs = async () => Date.parse(ok(await req('GET', '/admin/clock', { token: adminKey })).now);
   const toNextHour = async () => {
     const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
@@ -43,10 +44,20 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
   const reserved = (c: Caller, over: Record<string, unknown> = {}) =>
     req('POST', '/vms', {
       token: c.key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'reserved', reservation_months: 1, ...over },
+      body: {
+        node,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 50,
+        template_vmid: 100,
+        rental_type: 'reserved',
+        reservation_months: 1,
+        ...over,
+      },
     });
   const balance = async (c: Caller) => micros(ok(await req('GET', '/billing/balance', { token: c.key })).balance);
-  const txs = async (c: Caller) => ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
+  const txs = async (c: Caller) =>
+    ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
   const reservation = async (c: Caller, id: string) => {
     const r = (ok(await req('GET', '/reservations', { token: c.key })) as any[]).find((x) => x.id === id);
     assert.ok(r, `reservation ${id} is listed`);
@@ -112,7 +123,10 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
 
     // No refund and no charge up to the end: the reservations paid for everything.
     assert.equal(await balance(c), afterDeposits);
-    assert.deepEqual((await txs(c)).map((x) => x.type), ['deposit', 'deposit', 'credit']);
+    assert.deepEqual(
+      (await txs(c)).map((x) => x.type),
+      ['deposit', 'deposit', 'credit'],
+    );
 
     // From then on the VM is billed on demand from the credit balance.
     await toNextHour();
@@ -178,24 +192,21 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
 
-  test(
-    'a stop after end_at, before the end job ran, draws nothing after the term from the reservation',
-    async () => {
-      const c = await newCaller(500);
-      const v = ok(await reserved(c), 201);
-      await advance(1);
-      const endAt = Date.parse((await reservation(c, v.reservation_id)).end_at);
-      t().clock.set(endAt + 1800_000); // a worker running half an hour late
-      ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
-      await advance(1);
-      const late = await t().db.query<{ n: number }>(
-        'SELECT count(*)::int AS n FROM usage_logs WHERE vm_id = $1 AND from_reservation_micros > 0 AND period_end > $2',
-        [v.id, new Date(endAt)],
-      );
-      assert.equal(late.rows[0]!.n, 0, 'usage after end_at is not paid by the reservation');
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
-    },
-  );
+  test('a stop after end_at, before the end job ran, draws nothing after the term from the reservation', async () => {
+    const c = await newCaller(500);
+    const v = ok(await reserved(c), 201);
+    await advance(1);
+    const endAt = Date.parse((await reservation(c, v.reservation_id)).end_at);
+    t().clock.set(endAt + 1800_000); // a worker running half an hour late
+    ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
+    await advance(1);
+    const late = await t().db.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM usage_logs WHERE vm_id = $1 AND from_reservation_micros > 0 AND period_end > $2',
+      [v.id, new Date(endAt)],
+    );
+    assert.equal(late.rows[0]!.n, 0, 'usage after end_at is not paid by the reservation');
+    ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+  });
 
   test('a reserved VM whose provisioning fails: reservation cancelled, fee 0, the whole deposit refunded', async () => {
     const c = await newCaller(400);
@@ -220,6 +231,9 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     // Nothing was billed for a VM that never ran.
     await advance(3600);
     assert.equal(await balance(c), micros(400));
-    assert.deepEqual((await txs(c)).map((x) => x.type), ['refund', 'deposit', 'credit']);
+    assert.deepEqual(
+      (await txs(c)).map((x) => x.type),
+      ['refund', 'deposit', 'credit'],
+    );
   });
 });

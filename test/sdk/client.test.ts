@@ -12,7 +12,14 @@ import { fileURLToPath } from 'node:url';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { createNode, createUser, credit, uniqueEmail, uploadSshKey, type TestUser } from '../helpers/factories.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
-import { GpuCloudClient, GpuCloudError, retryAfterMs, type CreateVmRequest, type SessionTokens, type Vm } from '../../src/sdk/index.js';
+import {
+  GpuCloudClient,
+  GpuCloudError,
+  retryAfterMs,
+  type CreateVmRequest,
+  type SessionTokens,
+  type Vm,
+} from '../../src/sdk/index.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const PASSWORD = 'sdk-test-password-123';
@@ -37,7 +44,9 @@ interface Harness {
  * itself (a synthetic response), throw (a network error), or return undefined
  * to let it through.
  */
-function harness(intercept?: (req: Request, n: number) => Promise<Response | undefined> | Response | undefined): Harness {
+function harness(
+  intercept?: (req: Request, n: number) => Promise<Response | undefined> | Response | undefined,
+): Harness {
   const sent: Sent[] = [];
   const sleeps: number[] = [];
   return {
@@ -72,7 +81,13 @@ async function register(baseUrl: string, email = uniqueEmail('sdk')): Promise<st
   return email;
 }
 
-const VM_BODY = (node: string): CreateVmRequest => ({ node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+const VM_BODY = (node: string): CreateVmRequest => ({
+  node,
+  gpu_type: '4090',
+  gpu_count: 1,
+  storage_gb: 50,
+  template_vmid: 100,
+});
 
 describe('SDK client', () => {
   let t: TestApp;
@@ -124,7 +139,10 @@ describe('SDK client', () => {
     // Public, typed query parameters; limit and offset have defaults and may be left out.
     const offers = await client.api.GET('/search', { params: { query: { gpu_type: '4090' } } });
     assert.equal(offers.response.status, 200);
-    assert.ok(offers.data!.some((o) => o.node === node && o.gpu_count === 8), JSON.stringify(offers.data));
+    assert.ok(
+      offers.data!.some((o) => o.node === node && o.gpu_count === 8),
+      JSON.stringify(offers.data),
+    );
     assert.equal(offers.response.headers.get('x-total-count'), String(offers.data!.length));
 
     // Typed error bodies.
@@ -154,7 +172,9 @@ describe('SDK client', () => {
     assert.equal(seen.length, 0);
     assert.equal(client.tokens.accessToken, undefined);
 
-    const wrong = await client.verify2fa(first.challenge_token, code() === '000000' ? '111111' : '000000').catch((e: unknown) => e);
+    const wrong = await client
+      .verify2fa(first.challenge_token, code() === '000000' ? '111111' : '000000')
+      .catch((e: unknown) => e);
     assert.ok(wrong instanceof GpuCloudError);
     assert.equal(wrong.status, 401);
     assert.equal(wrong.code, 'unauthorized');
@@ -227,7 +247,12 @@ describe('SDK client', () => {
     const u = await createUser(t);
     await t.services.clock.advance(3601);
     const h = harness();
-    const client = new GpuCloudClient({ baseUrl, fetch: h.fetch, accessToken: u.token, refreshToken: 'not-a-refresh-token' });
+    const client = new GpuCloudClient({
+      baseUrl,
+      fetch: h.fetch,
+      accessToken: u.token,
+      refreshToken: 'not-a-refresh-token',
+    });
     const err = await client.listVms().catch((e: unknown) => e);
     assert.ok(err instanceof GpuCloudError);
     assert.equal(err.status, 401);
@@ -247,7 +272,12 @@ describe('SDK client', () => {
     assert.match(key, /^gpc_/);
 
     const h = harness();
-    const client = new GpuCloudClient({ baseUrl, apiKey: key, refreshToken: 'ignored-with-an-api-key', fetch: h.fetch });
+    const client = new GpuCloudClient({
+      baseUrl,
+      apiKey: key,
+      refreshToken: 'ignored-with-an-api-key',
+      fetch: h.fetch,
+    });
     assert.deepEqual(await client.listVms(), []);
     assert.equal(h.sent[0]!.authorization, `Bearer ${key}`);
     // A read_only key cannot create; the error carries the API's code and detail.
@@ -262,14 +292,22 @@ describe('SDK client', () => {
     h.sent.length = 0;
     const revoked = await client.listVms().catch((e: unknown) => e);
     assert.ok(revoked instanceof GpuCloudError && revoked.status === 401);
-    assert.deepEqual(h.sent.map((s) => s.path), ['/vms'], 'no refresh attempt with an API key');
+    assert.deepEqual(
+      h.sent.map((s) => s.path),
+      ['/vms'],
+      'no refresh attempt with an API key',
+    );
   });
 
   test('followEvents: what was missed, then live; a dropped stream resumes after the last event; a refusal throws', async () => {
     const u = await createUser(t);
-    const made = async (name: string) => (await t.req('POST', '/api-keys', { token: u.token, body: { name, scope: 'read_only' } })).body.id as string;
+    const made = async (name: string) =>
+      (await t.req('POST', '/api-keys', { token: u.token, body: { name, scope: 'read_only' } })).body.id as string;
     for (const name of ['one', 'two', 'three']) await made(name);
-    const listed = (await t.req('GET', '/events?type=api_key.created', { token: u.token })).body as { id: string; data: { name: string } }[];
+    const listed = (await t.req('GET', '/events?type=api_key.created', { token: u.token })).body as {
+      id: string;
+      data: { name: string };
+    }[];
     const [one, two] = listed;
     const resumedWith: (string | null)[] = [];
     // The first stream drops after one event; the client opens another after it.
@@ -277,7 +315,10 @@ describe('SDK client', () => {
       if (!new URL(req.url).pathname.endsWith('/events/stream')) return undefined;
       resumedWith.push(req.headers.get('last-event-id'));
       if (resumedWith.length > 1) return undefined;
-      return new Response(`retry: 10\n\nid: ${two!.id}\nevent: api_key.created\ndata: ${JSON.stringify(two)}\n\n`, { status: 200, headers: { 'content-type': 'text/event-stream' } });
+      return new Response(`retry: 10\n\nid: ${two!.id}\nevent: api_key.created\ndata: ${JSON.stringify(two)}\n\n`, {
+        status: 200,
+        headers: { 'content-type': 'text/event-stream' },
+      });
     });
     const client = new GpuCloudClient({ baseUrl, fetch: h.fetch, sleep: h.sleep, accessToken: u.token });
     const stop = new AbortController();
@@ -295,7 +336,11 @@ describe('SDK client', () => {
       async () => {
         for await (const _ of refused.followEvents({ types: ['vm.nope'] })) assert.fail('no event expected');
       },
-      (err: unknown) => err instanceof GpuCloudError && err.code === 'validation_error' && err.status === 422 && /unknown event type "vm.nope"/.test(err.detail),
+      (err: unknown) =>
+        err instanceof GpuCloudError &&
+        err.code === 'validation_error' &&
+        err.status === 422 &&
+        /unknown event type "vm.nope"/.test(err.detail),
     );
   });
 
@@ -331,7 +376,9 @@ describe('SDK client', () => {
     });
     const client = new GpuCloudClient({ baseUrl, accessToken: u.token, fetch: h.fetch, sleep: h.sleep });
 
-    const calc = await client.api.POST('/reservations/calculate', { body: { gpu_type: '4090', gpu_count: 1, storage_gb: 50 } });
+    const calc = await client.api.POST('/reservations/calculate', {
+      body: { gpu_type: '4090', gpu_count: 1, storage_gb: 50 },
+    });
     assert.equal(calc.response.status, 500);
     assert.equal(calc.error?.code, 'internal');
     assert.equal(h.sent.length, 1, 'POST without Idempotency-Key: not retried');
@@ -345,7 +392,13 @@ describe('SDK client', () => {
 
     // A GET that keeps failing gives up after maxRetries and reports the error.
     const always = harness(() => jsonResponse(503, { detail: 'Database unreachable', code: 'internal' }));
-    const gives = new GpuCloudClient({ baseUrl, accessToken: u.token, fetch: always.fetch, sleep: always.sleep, maxRetries: 2 });
+    const gives = new GpuCloudClient({
+      baseUrl,
+      accessToken: u.token,
+      fetch: always.fetch,
+      sleep: always.sleep,
+      maxRetries: 2,
+    });
     const err = await gives.listVms().catch((e: unknown) => e);
     assert.ok(err instanceof GpuCloudError);
     assert.equal(err.status, 503);
@@ -360,7 +413,8 @@ describe('SDK client', () => {
     const u = await createUser(t);
     let failures = 0;
     const h = harness((req) => {
-      if (failures++ < 1 || new URL(req.url).pathname === '/reservations/calculate') throw new TypeError('fetch failed');
+      if (failures++ < 1 || new URL(req.url).pathname === '/reservations/calculate')
+        throw new TypeError('fetch failed');
       return undefined;
     });
     const client = new GpuCloudClient({ baseUrl, accessToken: u.token, fetch: h.fetch, sleep: h.sleep });
@@ -400,7 +454,10 @@ describe('SDK client', () => {
     assert.equal(h.sleeps.length, 1);
 
     const vms = await client.listVms();
-    assert.deepEqual(vms.map((v) => v.id), [vm.id]);
+    assert.deepEqual(
+      vms.map((v) => v.id),
+      [vm.id],
+    );
     assert.equal((await client.getVm(vm.vmid)).id, vm.id); // a VM is found by its vmid too
 
     // waitForVm: the injected sleep moves the manual clock, which provisions the VM.
@@ -412,14 +469,19 @@ describe('SDK client', () => {
         await t.services.clock.advance(1);
       },
     });
-    const running = await waiter.waitForVm(vm.id, 'running', { intervalMs: 1000, onStatus: (v) => void statuses.push(v.status) });
+    const running = await waiter.waitForVm(vm.id, 'running', {
+      intervalMs: 1000,
+      onStatus: (v) => void statuses.push(v.status),
+    });
     assert.equal(running.status, 'running');
     assert.equal(statuses[0], 'creating');
     assert.equal(statuses.at(-1), 'running');
 
     // Waiting for a status that does not come: a timeout...
     const stuck = new GpuCloudClient({ baseUrl, accessToken: u.token, sleep: async () => {} });
-    const timeout = await stuck.waitForVm(vm.id, 'stopped', { intervalMs: 1000, timeoutMs: 3000 }).catch((e: unknown) => e);
+    const timeout = await stuck
+      .waitForVm(vm.id, 'stopped', { intervalMs: 1000, timeoutMs: 3000 })
+      .catch((e: unknown) => e);
     assert.ok(timeout instanceof GpuCloudError);
     assert.equal(timeout.code, 'timeout');
     // ...or a VM that can never get there.
@@ -430,7 +492,7 @@ describe('SDK client', () => {
     assert.match(gone.detail, /destroyed/);
   });
 
-  test('waitForVm follows the VM\'s events: it reads the VM when the stream opens and after each change, never on a timer', async () => {
+  test("waitForVm follows the VM's events: it reads the VM when the stream opens and after each change, never on a timer", async () => {
     const u = await customer();
     const h = harness();
     const client = new GpuCloudClient({ baseUrl, accessToken: u.token, fetch: h.fetch, sleep: h.sleep });
@@ -439,7 +501,8 @@ describe('SDK client', () => {
     const waiting = client.waitForVm(vm.vmid, 'running', { onStatus: (v) => void statuses.push(v.status) });
     // The VM is built and started while the client waits: the clock moves only once the stream is open.
     const deadline = Date.now() + 20_000;
-    while (!h.sent.some((s) => s.path === '/events/stream') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    while (!h.sent.some((s) => s.path === '/events/stream') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
     await new Promise((r) => setTimeout(r, 200));
     await t.services.clock.advance(60);
     const running = await waiting;
@@ -448,8 +511,13 @@ describe('SDK client', () => {
     assert.equal(statuses.at(-1), 'running');
     assert.deepEqual(h.sleeps, [], 'no polling');
     const reads = h.sent.filter((s) => s.method === 'GET' && s.path.startsWith('/vms/')).length;
-    const changes = (await t.req('GET', '/events', { token: u.token, query: { vm_id: vm.id, type: 'vm.status_changed' } })).body.length;
-    assert.ok(reads <= changes + 2, `${reads} reads for ${changes} changes: the first, one when the stream opened, one per change`);
+    const changes = (
+      await t.req('GET', '/events', { token: u.token, query: { vm_id: vm.id, type: 'vm.status_changed' } })
+    ).body.length;
+    assert.ok(
+      reads <= changes + 2,
+      `${reads} reads for ${changes} changes: the first, one when the stream opened, one per change`,
+    );
     assert.equal(h.sent.filter((s) => s.path === '/events/stream').length, 1);
 
     // A VM that is destroyed while waited for: invalid_state, at once.
@@ -472,8 +540,18 @@ describe('SDK client', () => {
     const u = await customer();
     const h = harness();
     let n = 0;
-    const client = new GpuCloudClient({ baseUrl, accessToken: u.token, fetch: h.fetch, idempotencyKey: () => `k-${++n}` });
-    const adminClient = new GpuCloudClient({ baseUrl, accessToken: await adminToken(), fetch: h.fetch, idempotencyKey: () => `k-${++n}` });
+    const client = new GpuCloudClient({
+      baseUrl,
+      accessToken: u.token,
+      fetch: h.fetch,
+      idempotencyKey: () => `k-${++n}`,
+    });
+    const adminClient = new GpuCloudClient({
+      baseUrl,
+      accessToken: await adminToken(),
+      fetch: h.fetch,
+      idempotencyKey: () => `k-${++n}`,
+    });
 
     await client.api.POST('/api-keys', { body: { name: 'a' } });
     await client.api.POST('/api-keys', { body: { name: 'b' }, headers: { 'Idempotency-Key': 'mine' } });
@@ -515,13 +593,18 @@ describe('SDK client', () => {
     assert.ok(invalid instanceof GpuCloudError);
     assert.equal(invalid.status, 422);
     assert.equal(invalid.code, 'validation_error');
-    assert.ok(invalid.errors?.some((e) => e.field === 'body.gpu_count'), JSON.stringify(invalid.errors));
+    assert.ok(
+      invalid.errors?.some((e) => e.field === 'body.gpu_count'),
+      JSON.stringify(invalid.errors),
+    );
 
     // The same Idempotency-Key with another body: 422 idempotency_mismatch.
     const c = await customer();
     const rich = new GpuCloudClient({ baseUrl, accessToken: c.token });
     await rich.createVm(VM_BODY(node), { idempotencyKey: 'same-key' });
-    const again = await rich.createVm({ ...VM_BODY(node), storage_gb: 60 }, { idempotencyKey: 'same-key' }).catch((e: unknown) => e);
+    const again = await rich
+      .createVm({ ...VM_BODY(node), storage_gb: 60 }, { idempotencyKey: 'same-key' })
+      .catch((e: unknown) => e);
     assert.ok(again instanceof GpuCloudError);
     assert.equal(again.code, 'idempotency_mismatch');
     assert.equal((await rich.listVms()).length, 1);
@@ -552,7 +635,7 @@ describe('SDK client against the real rate limiter', () => {
     await t?.close();
   });
 
-  test('429s are retried after the server\'s Retry-After, then reported', async () => {
+  test("429s are retried after the server's Retry-After, then reported", async () => {
     // Windows are real, epoch-aligned 60 s windows: start with enough of one left.
     const left = 60_000 - (Date.now() % 60_000);
     if (left < 15_000) await new Promise((r) => setTimeout(r, left + 50));
@@ -568,7 +651,10 @@ describe('SDK client against the real rate limiter', () => {
     const answered: Vm[][] = [];
     let err: unknown;
     while (answered.length < 4 && err === undefined) {
-      await client.listVms().then((v) => answered.push(v), (e: unknown) => (err = e));
+      await client.listVms().then(
+        (v) => answered.push(v),
+        (e: unknown) => (err = e),
+      );
     }
     assert.equal(answered.length, 2);
     assert.ok(err instanceof GpuCloudError);
@@ -577,8 +663,15 @@ describe('SDK client against the real rate limiter', () => {
     assert.match(err.detail, /Rate limit/);
     assert.equal(h.sent.length, 2 + 3, 'two answered, then one call tried three times');
     assert.equal(retryAfter.length, 3);
-    assert.ok(retryAfter.every((s) => s >= 1 && s <= 60), String(retryAfter));
-    assert.deepEqual(h.sleeps, retryAfter.slice(0, 2).map((s) => s * 1000), 'slept what the server asked');
+    assert.ok(
+      retryAfter.every((s) => s >= 1 && s <= 60),
+      String(retryAfter),
+    );
+    assert.deepEqual(
+      h.sleeps,
+      retryAfter.slice(0, 2).map((s) => s * 1000),
+      'slept what the server asked',
+    );
   });
 });
 

@@ -22,20 +22,28 @@ describeEachDb(
       const s = await t().req('POST', '/auth/2fa/setup', { token: u.token });
       const secret = s.body.secret as string;
       t().forbidSecret(secret);
-      const pending = (await t().db.query<{ v: string }>('SELECT totp_pending_secret AS v FROM users WHERE id = $1', [u.id])).rows[0]!.v;
+      const pending = (
+        await t().db.query<{ v: string }>('SELECT totp_pending_secret AS v FROM users WHERE id = $1', [u.id])
+      ).rows[0]!.v;
       assert.match(pending, /^v1:/);
       assert.ok(!pending.includes(secret));
-      const e = await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: totpAt(secret, stepAt(t().clock.nowMs())) } });
+      const e = await t().req('POST', '/auth/2fa/enable', {
+        token: u.token,
+        body: { code: totpAt(secret, stepAt(t().clock.nowMs())) },
+      });
       assert.equal(e.status, 200, e.text);
       for (const c of e.body.recovery_codes) t().forbidSecret(c);
-      const stored = (await t().db.query<{ v: string }>('SELECT totp_secret AS v FROM users WHERE id = $1', [u.id])).rows[0]!.v;
+      const stored = (await t().db.query<{ v: string }>('SELECT totp_secret AS v FROM users WHERE id = $1', [u.id]))
+        .rows[0]!.v;
       assert.match(stored, /^v1:/);
       assert.ok(!stored.includes(secret));
       // A secret written before sealing existed (plain base32) keeps working.
       await t().db.query('UPDATE users SET totp_secret = $2 WHERE id = $1', [u.id, secret]);
       await t().services.clock.advance(30);
       const login = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
-      const v = await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: login.body.challenge_token, code: totpAt(secret, stepAt(t().clock.nowMs())) } });
+      const v = await t().req('POST', '/auth/2fa/verify', {
+        body: { challenge_token: login.body.challenge_token, code: totpAt(secret, stepAt(t().clock.nowMs())) },
+      });
       assert.equal(v.status, 200, v.text);
       t().forbidSecret(v.body.refresh_token);
     });
@@ -51,8 +59,14 @@ describeEachDb(
         t().forbidSecret(r.body.refresh_token);
         refresh = r.body.refresh_token;
       }
-      const row = await t().db.query<{ e: Date }>('SELECT expires_at AS e FROM refresh_tokens WHERE token_hash = $1', [sha256Hex(refresh)]);
-      assert.equal(row.rows[0]!.e.getTime(), t().clock.nowMs() + DAY_S * 1000, 'the newest refresh token ends with the session, not 30 days on');
+      const row = await t().db.query<{ e: Date }>('SELECT expires_at AS e FROM refresh_tokens WHERE token_hash = $1', [
+        sha256Hex(refresh),
+      ]);
+      assert.equal(
+        row.rows[0]!.e.getTime(),
+        t().clock.nowMs() + DAY_S * 1000,
+        'the newest refresh token ends with the session, not 30 days on',
+      );
       // ... and then it is over, even refreshed a minute ago.
       await t().services.clock.advance(DAY_S);
       const over = await t().req('POST', '/auth/refresh', { body: { refresh_token: refresh } });
@@ -69,30 +83,52 @@ describeEachDb(
         const r = await t().req('POST', '/api-keys', { token: u.token, body: { name, scope: 'read_only' } });
         assert.equal(r.status, 422, `${JSON.stringify(name)}: ${r.text}`);
         assert.equal(r.body.errors[0].field, 'body.name');
-        assert.equal(r.body.errors[0].message, 'must not contain control characters or invisible formatting characters', 'said in words, not as a regular expression');
+        assert.equal(
+          r.body.errors[0].message,
+          'must not contain control characters or invisible formatting characters',
+          'said in words, not as a regular expression',
+        );
       }
-      const ok = await t().req('POST', '/api-keys', { token: u.token, body: { name: 'Büro ключ 鍵 🔑', scope: 'read_only' } });
+      const ok = await t().req('POST', '/api-keys', {
+        token: u.token,
+        body: { name: 'Büro ключ 鍵 🔑', scope: 'read_only' },
+      });
       assert.equal(ok.status, 201, ok.text);
       t().forbidSecret(ok.body.key);
       const key = generateKey('ed25519').line;
-      const bad = await t().req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: key, label: 'laptop\u001b]0;pwned\u0007' } });
+      const bad = await t().req('POST', '/ssh-keys', {
+        token: u.token,
+        body: { ssh_public_key: key, label: 'laptop\u001b]0;pwned\u0007' },
+      });
       assert.equal(bad.status, 422, bad.text);
       assert.equal(bad.body.errors[0].field, 'body.label');
-      assert.match(bad.body.errors[0].message, /^must not contain control characters or invisible formatting characters/);
-      const good = await t().req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: key, label: 'laptop (work)' } });
+      assert.match(
+        bad.body.errors[0].message,
+        /^must not contain control characters or invisible formatting characters/,
+      );
+      const good = await t().req('POST', '/ssh-keys', {
+        token: u.token,
+        body: { ssh_public_key: key, label: 'laptop (work)' },
+      });
       assert.equal(good.status, 201, good.text);
     });
 
     test('every response says nosniff; /docs has a restrictive CSP and its Swagger UI keeps no token', async () => {
       const u = await createUser(t());
       const key = await createApiKey(t(), u.token, 'read_only');
-      for (const [url, token] of [['/account', key], ['/nope', undefined], ['/openapi.json', undefined], ['/docs', undefined]] as const) {
+      for (const [url, token] of [
+        ['/account', key],
+        ['/nope', undefined],
+        ['/openapi.json', undefined],
+        ['/docs', undefined],
+      ] as const) {
         const r = await t().req('GET', url, token ? { token } : {});
         assert.equal(r.headers['x-content-type-options'], 'nosniff', url);
       }
       const docs = await t().req('GET', '/docs');
       const csp = String(docs.headers['content-security-policy']);
-      for (const d of ["default-src 'self'", "object-src 'none'", "script-src 'self'", "frame-ancestors 'self'"]) assert.ok(csp.includes(d), `${d} in ${csp}`);
+      for (const d of ["default-src 'self'", "object-src 'none'", "script-src 'self'", "frame-ancestors 'self'"])
+        assert.ok(csp.includes(d), `${d} in ${csp}`);
       const init = await t().req('GET', '/docs/static/swagger-initializer.js');
       assert.equal(init.status, 200);
       assert.match(init.text, /"persistAuthorization":false/);

@@ -40,9 +40,17 @@ function expectedAllowed(scope: Scope, method: string, path: string): boolean {
   if (scope === 'read_write') return true;
   if (scope === 'read_only') {
     // GET /events came after the first list of scopes: a read_only key may read it too (docs/events.md).
-    return method === 'GET' && ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing', '/events'].some((p) => under(path, p));
+    return (
+      method === 'GET' &&
+      ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing', '/events'].some((p) =>
+        under(path, p),
+      )
+    );
   }
-  return (method === 'GET' && (under(path, '/billing') || path === '/account')) || (method === 'POST' && path === '/reservations/calculate');
+  return (
+    (method === 'GET' && (under(path, '/billing') || path === '/account')) ||
+    (method === 'POST' && path === '/reservations/calculate')
+  );
 }
 
 async function loadRoutes(t: TestApp): Promise<Route[]> {
@@ -61,9 +69,17 @@ async function loadRoutes(t: TestApp): Promise<Route[]> {
       });
       const security = op.security ?? doc.body.security;
       // /metrics is for operators: an administrator (or the metrics token), like /admin.
-      // A stream never ends by itself: such routes are called with a resume point that cannot exist (422 once allowed in).
+      // A stream never ends by itself: such routes are called with a resume point that cannot exist (422 once allowed
+      // in).
       const stream = 'text/event-stream' in (op.responses?.['200']?.content ?? {});
-      routes.push({ method: m.toUpperCase(), path, url, public: Array.isArray(security) && security.length === 0, admin: under(path, '/admin') || path === '/metrics', stream });
+      routes.push({
+        method: m.toUpperCase(),
+        path,
+        url,
+        public: Array.isArray(security) && security.length === 0,
+        admin: under(path, '/admin') || path === '/metrics',
+        stream,
+      });
     }
   }
   return routes;
@@ -71,16 +87,25 @@ async function loadRoutes(t: TestApp): Promise<Route[]> {
 
 const show = (r: Route, res: Res) => `${r.method} ${r.path} -> ${res.status} ${res.text.slice(0, 200)}`;
 
-
 /** Routes that could lock the owner out: a signed-in session only, never an API key, whatever its scope. */
-const SESSION_ONLY = ['POST /auth/2fa/setup', 'POST /auth/2fa/enable', 'POST /auth/2fa/disable', 'POST /auth/logout-all', 'POST /account/password'];
+const SESSION_ONLY = [
+  'POST /auth/2fa/setup',
+  'POST /auth/2fa/enable',
+  'POST /auth/2fa/disable',
+  'POST /auth/logout-all',
+  'POST /account/password',
+];
 
 describeEachDb('scope matrix', (t) => {
   let cached: Route[] | undefined;
   const routes = async () => (cached ??= await loadRoutes(t()));
   // From another machine: loopback clients may read /metrics without credentials.
   const call = (r: Route, token?: string) =>
-    t().req(r.method, r.url, { ...(token ? { token } : {}), remoteAddress: '203.0.113.7', ...(r.stream ? { headers: { 'last-event-id': 'not-an-event-id' } } : {}) });
+    t().req(r.method, r.url, {
+      ...(token ? { token } : {}),
+      remoteAddress: '203.0.113.7',
+      ...(r.stream ? { headers: { 'last-event-id': 'not-an-event-id' } } : {}),
+    });
 
   test('the route list from /openapi.json covers the known routes', async () => {
     const all = await routes();
@@ -99,7 +124,10 @@ describeEachDb('scope matrix', (t) => {
     ]) {
       assert.ok(names.has(known), `${known} missing from the OpenAPI document`);
     }
-    assert.ok(all.filter((r) => r.public).some((r) => r.path === '/auth/login'), 'login is public');
+    assert.ok(
+      all.filter((r) => r.public).some((r) => r.path === '/auth/login'),
+      'login is public',
+    );
     assert.ok(all.filter((r) => !r.public).length >= 10);
   });
 
@@ -144,7 +172,7 @@ describeEachDb('scope matrix', (t) => {
     assert.ok(denied > 0 && allowed > 0, `denied ${denied}, allowed ${allowed}`);
   });
 
-  test('admin routes: an admin\'s read_only and billing_only keys are 403; the admin\'s session and read_write key are not', async () => {
+  test("admin routes: an admin's read_only and billing_only keys are 403; the admin's session and read_write key are not", async () => {
     const admin = await createUser(t(), { admin: true });
     const ro = await createApiKey(t(), admin.token, 'read_only');
     const bo = await createApiKey(t(), admin.token, 'billing_only');
@@ -168,7 +196,11 @@ describeEachDb('scope matrix', (t) => {
     const rw = await createApiKey(t(), u.token, 'read_write');
     const sessionOnly = (r: { method: string; path: string }) => SESSION_ONLY.includes(`${r.method} ${r.path}`);
     const all = await routes();
-    for (const key of SESSION_ONLY) assert.ok(all.some((r) => `${r.method} ${r.path}` === key), `${key} is served`);
+    for (const key of SESSION_ONLY)
+      assert.ok(
+        all.some((r) => `${r.method} ${r.path}` === key),
+        `${key} is served`,
+      );
     for (const r of all) {
       if (r.public || r.admin) continue;
       if (sessionOnly(r)) {
@@ -179,7 +211,10 @@ describeEachDb('scope matrix', (t) => {
       }
       for (const token of sessionOnly(r) ? [u.token] : [u.token, rw]) {
         const res = await call(r, token);
-        assert.ok(res.status !== 403 && res.status !== 401, `${token === rw ? 'read_write key' : 'session'}: ${show(r, res)}`);
+        assert.ok(
+          res.status !== 403 && res.status !== 401,
+          `${token === rw ? 'read_write key' : 'session'}: ${show(r, res)}`,
+        );
       }
     }
     // The session is still good afterwards (nothing above logged it out) ...
@@ -223,7 +258,12 @@ describeEachDb('scope matrix', (t) => {
       assert.equal(res.status, status, `${token === ro ? 'read_only' : 'billing_only'} ${method} ${url}: ${res.text}`);
     }
     // HEAD is a GET without a body (so it bypasses the helper's error-body check).
-    for (const [token, url, status] of [[ro, '/ssh-keys', 200], [bo, '/ssh-keys', 403], [bo, '/account', 200], [ro, '/api-keys', 403]] as const) {
+    for (const [token, url, status] of [
+      [ro, '/ssh-keys', 200],
+      [bo, '/ssh-keys', 403],
+      [bo, '/account', 200],
+      [ro, '/api-keys', 403],
+    ] as const) {
       const res = await t().app.inject({ method: 'HEAD', url, headers: { authorization: `Bearer ${token}` } });
       assert.equal(res.statusCode, status, `HEAD ${url}`);
     }
@@ -274,6 +314,11 @@ test('scopeAllows follows the scope rules for routes that may not exist yet', ()
   for (const [scope, method, path, want] of cases) {
     assert.equal(scopeAllows(scope, method, path), want, `${scope} ${method} ${path}`);
     assert.equal(scopeAllows(scope, method.toLowerCase(), path), want, `${scope} ${method.toLowerCase()} ${path}`);
-    if (method !== 'HEAD') assert.equal(expectedAllowed(scope, method === 'HEAD' ? 'GET' : method, path), want, `test policy ${scope} ${method} ${path}`);
+    if (method !== 'HEAD')
+      assert.equal(
+        expectedAllowed(scope, method === 'HEAD' ? 'GET' : method, path),
+        want,
+        `test policy ${scope} ${method} ${path}`,
+      );
   }
 });

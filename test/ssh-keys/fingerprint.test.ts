@@ -1,4 +1,4 @@
-import { after, before, describe, test } from 'node:test';
+import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { generateKeyPairSync, type KeyObject } from 'node:crypto';
@@ -6,11 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import {
-  parseSshPublicKey,
-  SshKeyParseError,
-  type ParsedSshKey,
-} from '../../src/modules/ssh-keys/fingerprint.js';
+import { parseSshPublicKey, SshKeyParseError, type ParsedSshKey } from '../../src/modules/ssh-keys/fingerprint.js';
 
 // ---------------------------------------------------------------------------
 // helpers
@@ -243,11 +239,7 @@ describe('parseSshPublicKey', () => {
 
     test('leading/trailing whitespace and trailing newline (LF and CRLF) are accepted', () => {
       const base = parseSshPublicKey(normalized);
-      for (const text of [
-        `  ${normalized} hello\n`,
-        `\t${normalized} hello\r\n`,
-        `\n${normalized} hello   \n\n`,
-      ]) {
+      for (const text of [`  ${normalized} hello\n`, `\t${normalized} hello\r\n`, `\n${normalized} hello   \n\n`]) {
         const parsed = parseSshPublicKey(text);
         assert.equal(parsed.comment, 'hello');
         assert.equal(parsed.publicKey, normalized);
@@ -304,7 +296,13 @@ describe('parseSshPublicKey', () => {
 
     test('ssh-dss (hand-built blob)', () => {
       const big = (n: number): Buffer => Buffer.concat([Buffer.from([0x7f]), Buffer.alloc(n - 1, 0x11)]);
-      const dss = Buffer.concat([sshString('ssh-dss'), sshMpint(big(128)), sshMpint(big(20)), sshMpint(big(128)), sshMpint(big(128))]);
+      const dss = Buffer.concat([
+        sshString('ssh-dss'),
+        sshMpint(big(128)),
+        sshMpint(big(20)),
+        sshMpint(big(128)),
+        sshMpint(big(128)),
+      ]);
       expectReject(line('ssh-dss', dss, 'old key'), /DSA.*not supported/);
     });
 
@@ -323,7 +321,10 @@ describe('parseSshPublicKey', () => {
     });
 
     test('private keys and PEM/RFC 4716 blocks', () => {
-      expectReject('-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n', /private key/i);
+      expectReject(
+        '-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n',
+        /private key/i,
+      );
       expectReject('-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----', /private key/i);
       expectReject('-----BEGIN PRIVATE KEY-----', /private key/i);
       expectReject('PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none', /private key/i);
@@ -358,7 +359,10 @@ describe('parseSshPublicKey', () => {
       assert.equal(parseSshPublicKey(line('ssh-rsa', ok)).bits, 2048);
       // modulus without the leading zero byte => negative mpint
       expectReject(line('ssh-rsa', Buffer.concat([sshString('ssh-rsa'), sshMpint(e), sshString(n)])), /negative/);
-      expectReject(line('ssh-rsa', Buffer.concat([sshString('ssh-rsa'), sshString(Buffer.alloc(0)), sshMpint(n)])), /zero/);
+      expectReject(
+        line('ssh-rsa', Buffer.concat([sshString('ssh-rsa'), sshString(Buffer.alloc(0)), sshMpint(n)])),
+        /zero/,
+      );
       const evenE = Buffer.concat([sshString('ssh-rsa'), sshMpint(Buffer.from([0x01, 0x00, 0x00])), sshMpint(n)]);
       expectReject(line('ssh-rsa', evenE), /exponent/);
       const evenN = Buffer.from(n);
@@ -401,13 +405,22 @@ describe('parseSshPublicKey', () => {
       expectReject(line('ssh-ed25519', blob('ssh-ed25519', Buffer.alloc(31, 1))), /32 bytes \(got 31\)/);
       expectReject(line('ssh-ed25519', blob('ssh-ed25519', Buffer.alloc(33, 1))), /32 bytes \(got 33\)/);
       expectReject(line('ssh-ed25519', blob('ssh-ed25519', Buffer.alloc(0))), /32 bytes \(got 0\)/);
-      expectReject(line('sk-ssh-ed25519@openssh.com', blob('sk-ssh-ed25519@openssh.com', Buffer.alloc(64, 1), 'ssh:')), /32 bytes/);
+      expectReject(
+        line('sk-ssh-ed25519@openssh.com', blob('sk-ssh-ed25519@openssh.com', Buffer.alloc(64, 1), 'ssh:')),
+        /32 bytes/,
+      );
     });
 
     test('ecdsa curve name not matching the type', () => {
       const p256 = ecPoint('P-256');
-      expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp384', p256)), /curve "nistp384" does not match/);
-      expectReject(line('ecdsa-sha2-nistp384', blob('ecdsa-sha2-nistp384', 'nistp256', ecPoint('P-384'))), /does not match/);
+      expectReject(
+        line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp384', p256)),
+        /curve "nistp384" does not match/,
+      );
+      expectReject(
+        line('ecdsa-sha2-nistp384', blob('ecdsa-sha2-nistp384', 'nistp256', ecPoint('P-384'))),
+        /does not match/,
+      );
       expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'secp256r1', p256)), /does not match/);
       const sk = blob('sk-ecdsa-sha2-nistp256@openssh.com', 'nistp384', p256, 'ssh:');
       expectReject(line('sk-ecdsa-sha2-nistp256@openssh.com', sk), /does not match/);
@@ -415,17 +428,29 @@ describe('parseSshPublicKey', () => {
 
     test('ecdsa point of wrong length or not in uncompressed form', () => {
       const p256 = ecPoint('P-256');
-      expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', p256.subarray(0, 64))), /65 bytes \(got 64\)/);
-      expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', Buffer.concat([p256, Buffer.from([0])]))), /65 bytes \(got 66\)/);
+      expectReject(
+        line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', p256.subarray(0, 64))),
+        /65 bytes \(got 64\)/,
+      );
+      expectReject(
+        line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', Buffer.concat([p256, Buffer.from([0])]))),
+        /65 bytes \(got 66\)/,
+      );
       // compressed form: 0x02/0x03 || X
       const compressed = Buffer.concat([Buffer.from([0x02 | (p256[64]! & 1)]), p256.subarray(1, 33)]);
-      expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', compressed)), /65 bytes \(got 33\)/);
+      expectReject(
+        line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', compressed)),
+        /65 bytes \(got 33\)/,
+      );
       const wrongPrefix = Buffer.from(p256);
       wrongPrefix[0] = 0x03;
       expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', wrongPrefix)), /uncompressed/);
       // a P-256 point inside a nistp384 key
       expectReject(line('ecdsa-sha2-nistp384', blob('ecdsa-sha2-nistp384', 'nistp384', p256)), /97 bytes \(got 65\)/);
-      expectReject(line('ecdsa-sha2-nistp521', blob('ecdsa-sha2-nistp521', 'nistp521', ecPoint('P-384'))), /133 bytes \(got 97\)/);
+      expectReject(
+        line('ecdsa-sha2-nistp521', blob('ecdsa-sha2-nistp521', 'nistp521', ecPoint('P-384'))),
+        /133 bytes \(got 97\)/,
+      );
       const skShort = blob('sk-ecdsa-sha2-nistp256@openssh.com', 'nistp256', p256.subarray(0, 33), 'ssh:');
       expectReject(line('sk-ecdsa-sha2-nistp256@openssh.com', skShort), /65 bytes/);
     });
@@ -433,7 +458,10 @@ describe('parseSshPublicKey', () => {
     test('ecdsa point not on the curve', () => {
       const p256 = ecPoint('P-256');
       p256[64] = p256[64]! ^ 1;
-      expectReject(line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', p256)), /not on the nistp256 curve/);
+      expectReject(
+        line('ecdsa-sha2-nistp256', blob('ecdsa-sha2-nistp256', 'nistp256', p256)),
+        /not on the nistp256 curve/,
+      );
     });
 
     test('invalid or missing base64', () => {

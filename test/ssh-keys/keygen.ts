@@ -48,7 +48,10 @@ function describe(file: string): GeneratedKey {
 }
 
 /** `ssh-keygen -q -t <type> [-b bits] -N '' -C <comment> -f <tmp>`. */
-export function generateKey(type: 'ed25519' | 'rsa' | 'ecdsa' = 'ed25519', opts: { bits?: number; comment?: string } = {}): GeneratedKey {
+export function generateKey(
+  type: 'ed25519' | 'rsa' | 'ecdsa' = 'ed25519',
+  opts: { bits?: number; comment?: string } = {},
+): GeneratedKey {
   const file = join(workDir(), `k${++n}`);
   const args = ['-q', '-t', type, '-N', '', '-C', opts.comment ?? 'me@laptop', '-f', file];
   if (opts.bits) args.push('-b', String(opts.bits));

@@ -26,7 +26,9 @@ describeEachDb('ssh-keys routes', (t) => {
   }
 
   async function storedCount(userId: number): Promise<number> {
-    const r = await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM ssh_keys WHERE user_id = $1', [userId]);
+    const r = await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM ssh_keys WHERE user_id = $1', [
+      userId,
+    ]);
     return r.rows[0]!.n;
   }
 
@@ -239,7 +241,11 @@ describeEachDb('ssh-keys routes', (t) => {
     const results = await Promise.all(keys.map((k) => upload(u.api, k)));
     const created = results.filter((r) => r.status === 201);
     const refused = results.filter((r) => r.status !== 201);
-    assert.equal(created.length, 5, results.map((r) => `${r.status} ${r.status === 201 ? '' : r.body.code}`).join(', '));
+    assert.equal(
+      created.length,
+      5,
+      results.map((r) => `${r.status} ${r.status === 201 ? '' : r.body.code}`).join(', '),
+    );
     for (const r of refused) {
       assert.equal(r.status, 400, r.text);
       assert.equal(r.body.code, 'limit_exceeded');
@@ -260,7 +266,7 @@ describeEachDb('ssh-keys routes', (t) => {
     assert.equal(await storedCount(u.id), 1);
   });
 
-  test('GET list and GET one: the caller\'s keys only, same records as create, X-Total-Count, pagination', async () => {
+  test("GET list and GET one: the caller's keys only, same records as create, X-Total-Count, pagination", async () => {
     const w = await world(t());
     const u = w.user;
     const v = await w.newUser();
@@ -288,7 +294,10 @@ describeEachDb('ssh-keys routes', (t) => {
     const p3 = await u.api.get('/ssh-keys', { query: { offset: 10 } });
     assert.deepEqual(p3.body, []);
     assert.equal(p3.headers['x-total-count'], '3');
-    for (const query of [{ limit: 0 }, { limit: 101 }, { offset: -1 }, { limit: 'ten' }, { page: 1 }] as Record<string, string | number>[]) {
+    for (const query of [{ limit: 0 }, { limit: 101 }, { offset: -1 }, { limit: 'ten' }, { page: 1 }] as Record<
+      string,
+      string | number
+    >[]) {
       const bad = await u.api.get('/ssh-keys', { rawQuery: query });
       assert.equal(bad.status, 422, `${JSON.stringify(query)}: ${bad.text}`);
       assert.match(bad.body.errors?.[0]?.field ?? '', /^query\./);
@@ -300,7 +309,7 @@ describeEachDb('ssh-keys routes', (t) => {
     assert.deepEqual(one.body, created[1]);
   });
 
-  test('another user\'s key is 404 on GET and DELETE, exactly like a missing one, and survives', async () => {
+  test("another user's key is 404 on GET and DELETE, exactly like a missing one, and survives", async () => {
     const w = await world(t());
     const owner = w.user;
     const other = await w.newUser();
@@ -354,7 +363,10 @@ describeEachDb('ssh-keys routes', (t) => {
 
     assert.equal((await ro.get('/ssh-keys')).status, 200);
     assert.equal((await ro.get('/ssh-keys/{key_id}', key)).status, 200);
-    for (const [c, name] of [[ro, 'read_only'], [bo, 'billing_only']] as const) {
+    for (const [c, name] of [
+      [ro, 'read_only'],
+      [bo, 'billing_only'],
+    ] as const) {
       const post = await upload(c, generateKey());
       assert.equal(post.status, 403, `${name} POST: ${post.text}`);
       assert.equal(post.body.code, 'forbidden');

@@ -9,7 +9,15 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createLocalJWKSet, jwtVerify, SignJWT } from 'jose';
 import { describeEachDb, JWT_SECRET, type ReqOpts, type Res } from '../helpers/app.js';
-import { advance, createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import {
+  advance,
+  createApiKey,
+  createNode,
+  createUser,
+  credit,
+  uploadSshKey,
+  type TestUser,
+} from '../helpers/factories.js';
 import type { VmStatus } from '../../src/modules/vms/lifecycle.js';
 
 describeEachDb('VM actions', (t) => {
@@ -25,7 +33,10 @@ describeEachDb('VM actions', (t) => {
     if (detail) assert.match(r.body.detail, detail);
   };
   const create = async (u: TestUser, over: Record<string, unknown> = {}) => {
-    const r = await req('POST', '/vms', { token: u.token, body: { node: shared, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over } });
+    const r = await req('POST', '/vms', {
+      token: u.token,
+      body: { node: shared, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over },
+    });
     assert.equal(r.status, 201, r.text);
     return r.body as { id: string; vmid: number; [k: string]: unknown };
   };
@@ -68,7 +79,8 @@ describeEachDb('VM actions', (t) => {
       await fault(failNode, 'provision');
       vm.failed = await create(owner, { node: failNode });
       await advance(t(), admin.token, 1);
-      for (const s of ['running', 'stopped', 'starting', 'stopping', 'offline', 'interrupted'] as const) assert.equal((await get(owner, vm[s].id)).status, 'running', s);
+      for (const s of ['running', 'stopped', 'starting', 'stopping', 'offline', 'interrupted'] as const)
+        assert.equal((await get(owner, vm[s].id)).status, 'running', s);
       assert.equal((await get(owner, vm.failed.id)).status, 'failed');
       await ok(req('POST', `/vms/${vm.stopped.id}/stop`, { token: owner.token }));
       await ok(req('POST', `/vms/${vm.starting.id}/stop`, { token: owner.token }));
@@ -80,7 +92,8 @@ describeEachDb('VM actions', (t) => {
       vm.creating = await create(owner);
       await ok(req('POST', `/vms/${vm.starting.id}/start`, { token: owner.token }));
       await ok(req('POST', `/vms/${vm.stopping.id}/stop`, { token: owner.token }));
-      for (const s of Object.keys(vm) as VmStatus[]) assert.equal((await get(owner, vm[s].id)).status, s, `fixture in ${s}`);
+      for (const s of Object.keys(vm) as VmStatus[])
+        assert.equal((await get(owner, vm[s].id)).status, s, `fixture in ${s}`);
       assert.equal(Object.keys(vm).length, 9, 'one VM in each of the nine states');
     });
 
@@ -124,7 +137,12 @@ describeEachDb('VM actions', (t) => {
       assert.deepEqual(Object.keys(start.body), ['message']);
       assert.equal((await get(owner, vm.stopped.id)).status, 'starting');
       // Interrupted: allowed by state, but the on-demand VM still holds the node's only GPU.
-      expectError(await req('POST', `/vms/${vm.interrupted.id}/start`, { token: owner.token }), 400, 'gpu_unavailable', /0 free GPU/);
+      expectError(
+        await req('POST', `/vms/${vm.interrupted.id}/start`, { token: owner.token }),
+        400,
+        'gpu_unavailable',
+        /0 free GPU/,
+      );
       assert.equal((await get(owner, vm.interrupted.id)).status, 'interrupted');
     });
 
@@ -142,18 +160,30 @@ describeEachDb('VM actions', (t) => {
         assert.ok(g.destroyed_at, s);
         expectError(await req('DELETE', `/vms/${vm[s].id}`, { token: owner.token }), 400, 'invalid_state', /destroyed/);
         for (const action of ['start', 'stop']) {
-          expectError(await req('POST', `/vms/${vm[s].id}/${action}`, { token: owner.token }), 400, 'invalid_state', /destroyed/);
+          expectError(
+            await req('POST', `/vms/${vm[s].id}/${action}`, { token: owner.token }),
+            400,
+            'invalid_state',
+            /destroyed/,
+          );
         }
       }
       // Every GPU of the owner is free again at once.
-      const mine = await req('GET', '/admin/vms', { token: admin.token, query: { user_id: owner.id, include_destroyed: true, limit: 100 } });
+      const mine = await req('GET', '/admin/vms', {
+        token: admin.token,
+        query: { user_id: owner.id, include_destroyed: true, limit: 100 },
+      });
       assert.ok(mine.body.every((v: { status: string }) => v.status === 'destroyed'));
       for (const n of [interruptNode, offlineNode]) {
         const info = (await req('GET', `/admin/nodes/${n}`, { token: admin.token })).body;
         assert.equal(info.gpus_allocated, n === interruptNode ? 1 : 0, `${n}: only the other user's VM holds a GPU`);
       }
       await ok(req('PATCH', `/admin/nodes/${offlineNode}`, { token: admin.token, body: { status: 'active' } }));
-      assert.equal((await get(owner, vm.offline.id)).status, 'destroyed', 'a destroyed VM does not come back with its node');
+      assert.equal(
+        (await get(owner, vm.offline.id)).status,
+        'destroyed',
+        'a destroyed VM does not come back with its node',
+      );
       await advance(t(), admin.token, 1);
       for (const s of Object.keys(vm) as VmStatus[]) assert.equal((await get(owner, vm[s].id)).status, 'destroyed', s);
     });
@@ -190,7 +220,10 @@ describeEachDb('VM actions', (t) => {
       await ok(req('POST', `/vms/${v.id}/stop`, { token: u.token }));
       await t().services.clock.advance(0);
       assert.equal((await get(u, v.id)).status, 'stopped');
-      const adj = await req('POST', `/admin/users/${u.id}/credits`, { token: admin.token, body: { amount: -0.1, description: 'test adjustment' } });
+      const adj = await req('POST', `/admin/users/${u.id}/credits`, {
+        token: admin.token,
+        body: { amount: -0.1, description: 'test adjustment' },
+      });
       assert.equal(adj.status, 201, adj.text);
       const balance = (await req('GET', '/billing/balance', { token: u.token })).body.balance;
       const r = await req('POST', `/vms/${v.id}/start`, { token: u.token });
@@ -211,7 +244,9 @@ describeEachDb('VM actions', (t) => {
     test('32 printable ASCII characters are fine; null clears', async () => {
       const label = ' !"#$%&\'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~'.slice(0, 32);
       assert.equal(label.length, 32);
-      const r = await ok(req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: label } }));
+      const r = await ok(
+        req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: label } }),
+      );
       assert.deepEqual(Object.keys(r.body), ['message']);
       assert.equal((await get(owner, v.id)).instance_label, label);
       await ok(req('POST', `/vms/${v.vmid}/set-label`, { token: owner.token, body: { instance_label: 'x' } }));
@@ -221,14 +256,38 @@ describeEachDb('VM actions', (t) => {
     });
     test('33 characters, non-ASCII, empty, control characters, a wrong type or no field -> 422', async () => {
       await ok(req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: 'keep' } }));
-      const bad: unknown[] = ['x'.repeat(33), 'café', 'ラベル', 'a\u00a0b', '', 'a\nb', 'tab\there', 'nul\u0000', 'del\u007f', 42, true, ['a']];
+      const bad: unknown[] = [
+        'x'.repeat(33),
+        'café',
+        'ラベル',
+        'a\u00a0b',
+        '',
+        'a\nb',
+        'tab\there',
+        'nul\u0000',
+        'del\u007f',
+        42,
+        true,
+        ['a'],
+      ];
       for (const instance_label of bad) {
         const r = await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label } });
         expectError(r, 422, 'validation_error');
-        assert.ok(r.body.errors.some((e: { field: string }) => e.field === 'body.instance_label'), `${JSON.stringify(instance_label)}: ${r.text}`);
+        assert.ok(
+          r.body.errors.some((e: { field: string }) => e.field === 'body.instance_label'),
+          `${JSON.stringify(instance_label)}: ${r.text}`,
+        );
       }
-      expectError(await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: {} }), 422, 'validation_error');
-      expectError(await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: 'a', extra: 1 } }), 422, 'validation_error');
+      expectError(
+        await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: {} }),
+        422,
+        'validation_error',
+      );
+      expectError(
+        await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: 'a', extra: 1 } }),
+        422,
+        'validation_error',
+      );
       assert.equal((await get(owner, v.id)).instance_label, 'keep', 'unchanged by refused requests');
     });
   });
@@ -236,20 +295,38 @@ describeEachDb('VM actions', (t) => {
   describe('set-auto-restart (interruptible VMs only)', () => {
     test('on an on-demand VM -> 400 invalid_state; on an interruptible VM it toggles', async () => {
       const od = await create(owner);
-      const r = await req('POST', `/vms/${od.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: true } });
+      const r = await req('POST', `/vms/${od.id}/set-auto-restart`, {
+        token: owner.token,
+        body: { auto_restart: true },
+      });
       expectError(r, 400, 'invalid_state', /on_demand/);
       assert.equal((await get(owner, od.id)).auto_restart, null);
       const i = await create(owner, { rental_type: 'interruptible' });
       assert.equal(i.auto_restart, true);
-      const off = await ok(req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: false } }));
+      const off = await ok(
+        req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: false } }),
+      );
       assert.deepEqual(Object.keys(off.body), ['message']);
       assert.equal((await get(owner, i.id)).auto_restart, false);
       await ok(req('POST', `/vms/${i.vmid}/set-auto-restart`, { token: owner.token, body: { auto_restart: true } }));
       assert.equal((await get(owner, i.id)).auto_restart, true);
-      expectError(await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: 'yes' } }), 422, 'validation_error');
-      expectError(await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: {} }), 422, 'validation_error');
+      expectError(
+        await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: 'yes' } }),
+        422,
+        'validation_error',
+      );
+      expectError(
+        await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: {} }),
+        422,
+        'validation_error',
+      );
       await ok(req('DELETE', `/vms/${i.id}`, { token: owner.token }));
-      expectError(await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: false } }), 400, 'invalid_state', /destroyed/);
+      expectError(
+        await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: false } }),
+        400,
+        'invalid_state',
+        /destroyed/,
+      );
       await ok(req('DELETE', `/vms/${od.id}`, { token: owner.token }));
     });
   });
@@ -257,7 +334,8 @@ describeEachDb('VM actions', (t) => {
   describe('access-info', () => {
     test('SSH for every template; web_ui and jupyter with launch tokens only for 102-104', async () => {
       const vms: Record<number, { id: string; vmid: number }> = {};
-      for (const template_vmid of [100, 101, 102, 103, 104]) vms[template_vmid] = await create(owner, { template_vmid });
+      for (const template_vmid of [100, 101, 102, 103, 104])
+        vms[template_vmid] = await create(owner, { template_vmid });
       await advance(t(), admin.token, 1);
       const now = t().services.clock.now().getTime();
       for (const [tpl, v] of Object.entries(vms)) {
@@ -285,7 +363,11 @@ describeEachDb('VM actions', (t) => {
           assert.equal(claims.vm_id, v.id, 'names the VM');
           assert.equal(claims.user_id, owner.id, 'names the user');
           assert.equal(claims.exp, (now + 300_000) / 1000);
-          assert.equal(await t().services.tokens.verifyPurpose('access', w.launch_token), null, 'only as a launch token');
+          assert.equal(
+            await t().services.tokens.verifyPurpose('access', w.launch_token),
+            null,
+            'only as a launch token',
+          );
         }
         assert.notEqual(r.body.web_ui.launch_token, r.body.jupyter.launch_token);
       }
@@ -312,12 +394,18 @@ describeEachDb('VM actions', (t) => {
       const info = await ok(req('GET', `/vms/${v.id}/access-info`, { token: owner.token }));
       const jwks = await ok(req('GET', '/.well-known/jwks.json'));
       assert.equal(jwks.body.keys.length, 1);
-      assert.deepEqual([jwks.body.keys[0].kty, jwks.body.keys[0].crv, jwks.body.keys[0].alg], ['OKP', 'Ed25519', 'EdDSA']);
+      assert.deepEqual(
+        [jwks.body.keys[0].kty, jwks.body.keys[0].crv, jwks.body.keys[0].alg],
+        ['OKP', 'Ed25519', 'EdDSA'],
+      );
       const keySet = createLocalJWKSet(jwks.body);
       const checked = await jwtVerify(info.body.web_ui.launch_token, keySet, { currentDate: t().clock.now() });
       assert.equal(checked.protectedHeader.alg, 'EdDSA');
       assert.equal(checked.payload.vm_id, v.id);
-      await assert.rejects(jwtVerify(owner.token, keySet, { currentDate: t().clock.now() }), 'an access token does not verify against it');
+      await assert.rejects(
+        jwtVerify(owner.token, keySet, { currentDate: t().clock.now() }),
+        'an access token does not verify against it',
+      );
       // A launch token forged with the access-token key is refused.
       const forged = await new SignJWT({ vm_id: v.id, user_id: owner.id, service: 'webui', typ: 'launch' })
         .setProtectedHeader({ alg: 'HS256' })
@@ -332,7 +420,7 @@ describeEachDb('VM actions', (t) => {
       const readOnly = await ok(req('GET', `/vms/${v.id}/access-info`, { token: ro }));
       assert.equal(readOnly.body.web_ui, null);
       assert.equal(readOnly.body.jupyter, null);
-      assert.ok(readOnly.body.ssh.command.startsWith('ssh '), 'SSH details are not secret: the key is the customer\'s');
+      assert.ok(readOnly.body.ssh.command.startsWith('ssh '), "SSH details are not secret: the key is the customer's");
       assert.equal((await req('GET', `/vms/${v.id}/access-info`, { token: bo })).status, 403);
       await ok(req('DELETE', `/vms/${v.id}`, { token: owner.token }));
     });
@@ -363,13 +451,29 @@ describeEachDb('VM actions', (t) => {
       assert.ok(byId.body.started_at && byId.body.stopped_at === null);
       const stopped = await get(u, made[1]!.vmid);
       assert.equal(stopped.status, 'stopped');
-      assert.equal(Date.parse(stopped.stopped_at) - Date.parse(stopped.started_at), 5000, 'stopped_at: the moment it left running (the stop request)');
+      assert.equal(
+        Date.parse(stopped.stopped_at) - Date.parse(stopped.started_at),
+        5000,
+        'stopped_at: the moment it left running (the stop request)',
+      );
       assert.equal(stopped.cpu_percent, 0);
       assert.equal((await get(u, made[3]!.id)).status, 'destroyed', 'a destroyed VM can still be read');
     });
 
     test('ids that are neither a uuid nor an integer, and unknown ones, are 404', async () => {
-      for (const ref of ['abc', '12abc', '1.5', '-1', '1e3', '0x10', `${made[0]!.id}x`, made[0]!.id.slice(0, 35), randomUUID(), '999999999', '99999999999999999999']) {
+      for (const ref of [
+        'abc',
+        '12abc',
+        '1.5',
+        '-1',
+        '1e3',
+        '0x10',
+        `${made[0]!.id}x`,
+        made[0]!.id.slice(0, 35),
+        randomUUID(),
+        '999999999',
+        '99999999999999999999',
+      ]) {
         const r = await req('GET', `/vms/${encodeURIComponent(ref)}`, { token: u.token });
         expectError(r, 404, 'not_found', /VM not found/);
       }
@@ -377,25 +481,50 @@ describeEachDb('VM actions', (t) => {
 
     test('the list: newest first, destroyed left out unless asked, X-Total-Count, status filter, paging', async () => {
       const l = await ok(req('GET', '/vms', { token: u.token }));
-      assert.deepEqual(l.body.map((v: { id: string }) => v.id), [made[4], made[2], made[1], made[0]].map((v) => v!.id));
+      assert.deepEqual(
+        l.body.map((v: { id: string }) => v.id),
+        [made[4], made[2], made[1], made[0]].map((v) => v!.id),
+      );
       assert.equal(l.headers['x-total-count'], '4');
       const all = await ok(req('GET', '/vms', { token: u.token, query: { include_destroyed: true } }));
-      assert.deepEqual(all.body.map((v: { id: string }) => v.id), [...made].reverse().map((v) => v.id));
+      assert.deepEqual(
+        all.body.map((v: { id: string }) => v.id),
+        [...made].reverse().map((v) => v.id),
+      );
       assert.equal(all.headers['x-total-count'], '5');
       const running = await ok(req('GET', '/vms', { token: u.token, query: { status: 'running' } }));
-      assert.deepEqual(running.body.map((v: { id: string }) => v.id), [made[4], made[2], made[0]].map((v) => v!.id));
+      assert.deepEqual(
+        running.body.map((v: { id: string }) => v.id),
+        [made[4], made[2], made[0]].map((v) => v!.id),
+      );
       assert.equal(running.headers['x-total-count'], '3');
       const stopped = await ok(req('GET', '/vms', { token: u.token, query: { status: 'stopped' } }));
-      assert.deepEqual(stopped.body.map((v: { id: string }) => v.id), [made[1]!.id]);
+      assert.deepEqual(
+        stopped.body.map((v: { id: string }) => v.id),
+        [made[1]!.id],
+      );
       const destroyed = await ok(req('GET', '/vms', { token: u.token, query: { status: 'destroyed' } }));
-      assert.deepEqual(destroyed.body.map((v: { id: string }) => v.id), [made[3]!.id]);
+      assert.deepEqual(
+        destroyed.body.map((v: { id: string }) => v.id),
+        [made[3]!.id],
+      );
       const page = await ok(req('GET', '/vms', { token: u.token, query: { limit: 2, offset: 1 } }));
-      assert.deepEqual(page.body.map((v: { id: string }) => v.id), [made[2], made[1]].map((v) => v!.id));
+      assert.deepEqual(
+        page.body.map((v: { id: string }) => v.id),
+        [made[2], made[1]].map((v) => v!.id),
+      );
       assert.equal(page.headers['x-total-count'], '4', 'the total ignores paging');
       const none = await ok(req('GET', '/vms', { token: u.token, query: { offset: 10 } }));
       assert.deepEqual(none.body, []);
       assert.equal(none.headers['x-total-count'], '4');
-      const badQueries: Record<string, string | number>[] = [{ status: 'sleeping' }, { limit: 0 }, { limit: 101 }, { offset: -1 }, { include_destroyed: 'maybe' }, { colour: 'red' }];
+      const badQueries: Record<string, string | number>[] = [
+        { status: 'sleeping' },
+        { limit: 0 },
+        { limit: 101 },
+        { offset: -1 },
+        { include_destroyed: 'maybe' },
+        { colour: 'red' },
+      ];
       for (const query of badQueries) {
         expectError(await req('GET', '/vms', { token: u.token, query }), 422, 'validation_error');
       }
@@ -406,7 +535,7 @@ describeEachDb('VM actions', (t) => {
     });
   });
 
-  describe('another user\'s VM is 404 on every route', () => {
+  describe("another user's VM is 404 on every route", () => {
     test('GET, DELETE, start, stop, set-label, set-auto-restart, access-info, interruption-history; by id and by vmid', async () => {
       const mine = await create(owner, { rental_type: 'interruptible', instance_label: 'mine' });
       await advance(t(), admin.token, 1);
@@ -444,7 +573,7 @@ describeEachDb('VM actions', (t) => {
   });
 
   describe('suspension', () => {
-    test('a suspended user\'s running VMs are stopped, and one still coming up does not stay up', async () => {
+    test("a suspended user's running VMs are stopped, and one still coming up does not stay up", async () => {
       const s = await createUser(t());
       await credit(t(), admin.token, s.id, 100);
       await uploadSshKey(t(), s.token);
@@ -457,7 +586,13 @@ describeEachDb('VM actions', (t) => {
       const late = await create(s); // still creating at the suspension
       const patched = await ok(req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: true } }));
       assert.equal(patched.body.suspended, true);
-      for (const v of [a, b]) assert.equal((await req('GET', `/admin/vms`, { token: admin.token, query: { user_id: s.id, status: 'stopping' } })).body.some((x: { id: string }) => x.id === v.id), true);
+      for (const v of [a, b])
+        assert.equal(
+          (
+            await req('GET', `/admin/vms`, { token: admin.token, query: { user_id: s.id, status: 'stopping' } })
+          ).body.some((x: { id: string }) => x.id === v.id),
+          true,
+        );
       expectError(await req('GET', '/vms', { token: s.token }), 403, 'forbidden');
       expectError(await req('POST', `/vms/${c.id}/start`, { token: s.token }), 403, 'forbidden');
       await advance(t(), admin.token, 1);

@@ -23,14 +23,21 @@ describeEachDb('background loops', (t) => {
     await credit(t(), admin.token, user.id, 100);
     const key = await createApiKey(t(), user.token, 'read_write');
     const { node } = await createNode(t(), admin.token);
-    const body = { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' };
+    const body = {
+      node,
+      gpu_type: '4090',
+      gpu_count: 1,
+      storage_gb: 50,
+      template_vmid: 100,
+      auth_method: 'password',
+      password: 'a-vm-password-1234',
+    };
     const c = await t().req('POST', '/vms', { token: key, body });
     assert.equal(c.status, 201, c.text);
     return { key, id: c.body.id };
   };
 
   test('a long job delays neither hypervisor actions nor the other jobs, and overrun ticks are skipped', async () => {
-
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
     let slowRuns = 0;
@@ -47,7 +54,11 @@ describeEachDb('background loops', (t) => {
     t().services.reconciler.start(20);
     try {
       const { key, id } = await customerWithVm();
-      await within(10_000, async () => (await t().req('GET', `/vms/${id}`, { token: key })).body.status === 'running', 'the VM runs while the slow job is still in its first pass');
+      await within(
+        10_000,
+        async () => (await t().req('GET', `/vms/${id}`, { token: key })).body.status === 'running',
+        'the VM runs while the slow job is still in its first pass',
+      );
       assert.equal(slowRuns, 1, 'ticks during the slow pass were skipped, not queued');
       await within(5_000, async () => fastRuns >= 5, 'the fast job keeps its own schedule');
       release();
@@ -82,16 +93,40 @@ describeEachDb('background loops', (t) => {
     const vms = t().services.vms;
     const mine = (rows: { id: string }[]) => rows.filter((v) => v.id === id).length;
     const now = t().clock.now();
-    assert.equal(mine(await vms.claimDue(now, 60_000, randomUUID(), 100)), 1, 'worker A claims the provision for a minute');
+    assert.equal(
+      mine(await vms.claimDue(now, 60_000, randomUUID(), 100)),
+      1,
+      'worker A claims the provision for a minute',
+    );
     const dayLater = new Date(now.getTime() + 86_400_000);
-    assert.equal(mine(await vms.claimDue(dayLater, 60_000, randomUUID(), 100)), 0, 'a day of service time later, the minute of real time has not passed');
+    assert.equal(
+      mine(await vms.claimDue(dayLater, 60_000, randomUUID(), 100)),
+      0,
+      'a day of service time later, the minute of real time has not passed',
+    );
     await t().db.query('UPDATE vms SET claimed_until = $2 WHERE id = $1', [id, new Date(Date.now() - 1)]);
-    assert.equal(mine(await vms.claimDue(now, 60_000, randomUUID(), 100)), 1, 'once the real-time lease has run out, another worker takes it');
+    assert.equal(
+      mine(await vms.claimDue(now, 60_000, randomUUID(), 100)),
+      1,
+      'once the real-time lease has run out, another worker takes it',
+    );
   });
 
   test('a failing job is logged with its name, and runs again on its next tick', async () => {
     const errors: { job?: string; err?: unknown }[] = [];
-    const log = { error: (o: { job?: string; err?: unknown }) => errors.push(o), warn() {}, info() {}, debug() {}, trace() {}, fatal() {}, child() { return log; }, level: 'info', silent() {} };
+    const log = {
+      error: (o: { job?: string; err?: unknown }) => errors.push(o),
+      warn() {},
+      info() {},
+      debug() {},
+      trace() {},
+      fatal() {},
+      child() {
+        return log;
+      },
+      level: 'info',
+      silent() {},
+    };
     const r = new Reconciler(t().clock, t().services.simulator, t().services.vms, log as unknown as FastifyBaseLogger);
     let runs = 0;
     r.addJob({
@@ -117,7 +152,10 @@ describeEachDb('background loops', (t) => {
     const stopped = new AbortController();
     stopped.abort();
     const before = await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs');
-    assert.equal(await meter.closeDueIntervals(new Date(t().clock.nowMs() + 86_400_000), { signal: stopped.signal }), 0);
+    assert.equal(
+      await meter.closeDueIntervals(new Date(t().clock.nowMs() + 86_400_000), { signal: stopped.signal }),
+      0,
+    );
     const after = await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM usage_logs');
     assert.equal(after.rows[0]!.n, before.rows[0]!.n);
   });

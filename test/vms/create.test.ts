@@ -23,8 +23,16 @@ describeEachDb('POST /vms', (t) => {
   let node: string; // 4090 x 8, max 2000 GB
 
   const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const base = (over: Record<string, unknown> = {}) => ({ node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over });
-  const create = (u: TestUser, body: Record<string, unknown>, headers?: Record<string, string>) => req('POST', '/vms', { token: u.token, body, headers });
+  const base = (over: Record<string, unknown> = {}) => ({
+    node,
+    gpu_type: '4090',
+    gpu_count: 1,
+    storage_gb: 50,
+    template_vmid: 100,
+    ...over,
+  });
+  const create = (u: TestUser, body: Record<string, unknown>, headers?: Record<string, string>) =>
+    req('POST', '/vms', { token: u.token, body, headers });
   const expectError = (r: Res, status: number, code: string, detail?: RegExp) => {
     assert.equal(r.status, status, r.text);
     assert.equal(r.body.code, code, r.text);
@@ -53,7 +61,10 @@ describeEachDb('POST /vms', (t) => {
   });
 
   test('a valid create answers 201 with the VM record, status creating, vmid >= 1000 and the rates fixed at creation', async () => {
-    const r = await create(rich, base({ gpu_count: 2, storage_gb: 100, template_vmid: 101, instance_label: 'train-1' }));
+    const r = await create(
+      rich,
+      base({ gpu_count: 2, storage_gb: 100, template_vmid: 101, instance_label: 'train-1' }),
+    );
     assert.equal(r.status, 201, r.text);
     const v = r.body;
     assert.match(v.id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
@@ -99,12 +110,25 @@ describeEachDb('POST /vms', (t) => {
       ['template_vmid 105', (b) => ({ ...b, template_vmid: 105 }), 'body.template_vmid'],
       ['missing template_vmid', ({ template_vmid: _t, ...b }) => b, 'body.template_vmid'],
       ['bad rental_type', (b) => ({ ...b, rental_type: 'spot' }), 'body.rental_type'],
-      ['reserved without reservation_months', (b) => ({ ...b, rental_type: 'reserved' }), 'body.reservation_months', /reserved/],
-      ['reservation_months 2', (b) => ({ ...b, rental_type: 'reserved', reservation_months: 2 }), 'body.reservation_months'],
+      [
+        'reserved without reservation_months',
+        (b) => ({ ...b, rental_type: 'reserved' }),
+        'body.reservation_months',
+        /reserved/,
+      ],
+      [
+        'reservation_months 2',
+        (b) => ({ ...b, rental_type: 'reserved', reservation_months: 2 }),
+        'body.reservation_months',
+      ],
       ['reservation_months on an on-demand VM', (b) => ({ ...b, reservation_months: 1 }), 'body.reservation_months'],
       ['bad auth_method', (b) => ({ ...b, auth_method: 'kerberos' }), 'body.auth_method'],
       ['password auth without password', (b) => ({ ...b, auth_method: 'password' }), 'body.password', /password/],
-      ['password of 11 characters', (b) => ({ ...b, auth_method: 'password', password: 'x'.repeat(11) }), 'body.password'],
+      [
+        'password of 11 characters',
+        (b) => ({ ...b, auth_method: 'password', password: 'x'.repeat(11) }),
+        'body.password',
+      ],
       ['a password with ssh_key auth', (b) => ({ ...b, password: 'a-good-long-password' }), 'body.password'],
       ['instance_label of 33 characters', (b) => ({ ...b, instance_label: 'x'.repeat(33) }), 'body.instance_label'],
       ['instance_label with a control character', (b) => ({ ...b, instance_label: 'a\tb' }), 'body.instance_label'],
@@ -150,10 +174,20 @@ describeEachDb('POST /vms', (t) => {
   describe('3. GPUs on the node (400 gpu_unavailable)', () => {
     test('more GPUs than the node has free', async () => {
       const small = await createNode(t(), admin.token, { gpu_count: 2 });
-      expectError(await create(rich, base({ node: small.node, gpu_count: 4 })), 400, 'gpu_unavailable', /2 available GPU\(s\); 4 requested/);
+      expectError(
+        await create(rich, base({ node: small.node, gpu_count: 4 })),
+        400,
+        'gpu_unavailable',
+        /2 available GPU\(s\); 4 requested/,
+      );
       const a = await create(rich, base({ node: small.node, gpu_count: 1 }));
       assert.equal(a.status, 201, a.text);
-      expectError(await create(rich, base({ node: small.node, gpu_count: 2 })), 400, 'gpu_unavailable', /1 available GPU\(s\); 2 requested/);
+      expectError(
+        await create(rich, base({ node: small.node, gpu_count: 2 })),
+        400,
+        'gpu_unavailable',
+        /1 available GPU\(s\); 2 requested/,
+      );
       const b = await create(rich, base({ node: small.node, gpu_count: 1 }));
       assert.equal(b.status, 201, b.text);
       expectError(await create(rich, base({ node: small.node, gpu_count: 1 })), 400, 'gpu_unavailable', /0 available/);
@@ -219,7 +253,12 @@ describeEachDb('POST /vms', (t) => {
       assert.equal((await create(u, base({ node: n.node }))).status, 201);
       expectError(await create(u, base({ node: n.node })), 400, 'limit_exceeded', /at most 2 VMs/);
       await patchUser(u, { max_vms: null, max_gpus: 3 });
-      expectError(await create(u, base({ node: n.node, gpu_count: 2 })), 400, 'limit_exceeded', /2 of 3 GPUs in use, 2 requested/);
+      expectError(
+        await create(u, base({ node: n.node, gpu_count: 2 })),
+        400,
+        'limit_exceeded',
+        /2 of 3 GPUs in use, 2 requested/,
+      );
       assert.equal((await create(u, base({ node: n.node, gpu_count: 1 }))).status, 201, '2 + 1 <= 3');
       await patchUser(u, { max_gpus: null });
       assert.equal((await create(u, base({ node: n.node, gpu_count: 8 }))).status, 201, 'back to the default 16');
@@ -252,7 +291,12 @@ describeEachDb('POST /vms', (t) => {
 
     test('a user with no credit cannot create even the smallest VM', async () => {
       const u = await newUser(0);
-      expectError(await create(u, base({ rental_type: 'interruptible' })), 400, 'insufficient_balance', /available 0\.00 USD/);
+      expectError(
+        await create(u, base({ rental_type: 'interruptible' })),
+        400,
+        'insufficient_balance',
+        /available 0\.00 USD/,
+      );
     });
 
     test('committed spend: running, creating and interrupted VMs count the full rate, stopped the storage rate, failed and destroyed nothing', async () => {
@@ -298,7 +342,10 @@ describeEachDb('POST /vms', (t) => {
       await destroyAll(other);
 
       // A failed VM counts nothing.
-      const f = await req('POST', '/admin/simulator/faults', { token: admin.token, body: { node: work, action: 'provision' } });
+      const f = await req('POST', '/admin/simulator/faults', {
+        token: admin.token,
+        body: { node: work, action: 'provision' },
+      });
       assert.equal(f.status, 200, f.text);
       const b = await create(u, base({ node: work }));
       assert.equal(b.status, 201, b.text);
@@ -336,7 +383,7 @@ describeEachDb('POST /vms', (t) => {
   });
 
   describe('7. SSH key', () => {
-    test('another user\'s ssh_key_id -> 404, an unknown one -> 404, a non-uuid one -> 404', async () => {
+    test("another user's ssh_key_id -> 404, an unknown one -> 404, a non-uuid one -> 404", async () => {
       const owner = await newUser(10);
       const theirs = (await req('GET', '/ssh-keys', { token: owner.token })).body[0].id;
       expectError(await create(rich, base({ ssh_key_id: theirs })), 404, 'not_found', /SSH key/);
@@ -374,14 +421,23 @@ describeEachDb('POST /vms', (t) => {
     test('node before GPUs, storage, limits, balance and key', async () => {
       const drain = await createNode(t(), admin.token, { status: 'draining', gpu_count: 1, max_storage_gb: 100 });
       await patchUser(poor, { max_vms: 0 });
-      expectError(await create(poor, base({ node: drain.node, gpu_count: 8, storage_gb: 500 })), 400, 'gpu_unavailable', /draining/);
+      expectError(
+        await create(poor, base({ node: drain.node, gpu_count: 8, storage_gb: 500 })),
+        400,
+        'gpu_unavailable',
+        /draining/,
+      );
       expectError(await create(poor, base({ node: 'nope', ssh_key_id: 'not-a-uuid' })), 400, 'gpu_unavailable', /nope/);
       expectError(await create(poor, base({ node: 'nope', ssh_key_id: randomUUID() })), 400, 'gpu_unavailable', /nope/);
       await patchUser(poor, { max_vms: null });
     });
     test('GPUs before storage', async () => {
       const small = await createNode(t(), admin.token, { gpu_count: 1, max_storage_gb: 100 });
-      expectError(await create(poor, base({ node: small.node, gpu_count: 2, storage_gb: 500 })), 400, 'gpu_unavailable');
+      expectError(
+        await create(poor, base({ node: small.node, gpu_count: 2, storage_gb: 500 })),
+        400,
+        'gpu_unavailable',
+      );
     });
     test('storage before limits', async () => {
       await patchUser(poor, { max_vms: 0 });
@@ -454,7 +510,12 @@ describeEachDb('POST /vms', (t) => {
       const race = (await createNode(t(), admin.token, { gpu_count: 8 })).node;
       const users = await Promise.all(Array.from({ length: 5 }, () => newUser(100)));
       const rs = await Promise.all(
-        Array.from({ length: 40 }, (_, i) => create(users[i % users.length]!, base({ node: race, rental_type: i % 3 === 0 ? 'interruptible' : 'on_demand' }))),
+        Array.from({ length: 40 }, (_, i) =>
+          create(
+            users[i % users.length]!,
+            base({ node: race, rental_type: i % 3 === 0 ? 'interruptible' : 'on_demand' }),
+          ),
+        ),
       );
       const ok = rs.filter((r) => r.status === 201);
       const refused = rs.filter((r) => r.status !== 201);
@@ -468,7 +529,10 @@ describeEachDb('POST /vms', (t) => {
       const holding = vms.body.filter((v: { status: string }) => v.status === 'creating');
       const interrupted = vms.body.filter((v: { status: string }) => v.status === 'interrupted');
       assert.equal(holding.length + interrupted.length, ok.length);
-      assert.equal(holding.reduce((s: number, v: { gpu_count: number }) => s + v.gpu_count, 0), 8);
+      assert.equal(
+        holding.reduce((s: number, v: { gpu_count: number }) => s + v.gpu_count, 0),
+        8,
+      );
       for (const v of interrupted) assert.equal(v.rental_type, 'interruptible', 'only interruptible VMs are preempted');
       assert.ok(ok.length >= 8);
       for (const u of users) await destroyAll(u);
@@ -476,7 +540,9 @@ describeEachDb('POST /vms', (t) => {
 
       // Pure on-demand race: exactly 8 winners.
       const race2 = (await createNode(t(), admin.token, { gpu_count: 8 })).node;
-      const rs2 = await Promise.all(Array.from({ length: 40 }, (_, i) => create(users[i % users.length]!, base({ node: race2 }))));
+      const rs2 = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => create(users[i % users.length]!, base({ node: race2 }))),
+      );
       assert.equal(rs2.filter((r) => r.status === 201).length, 8, rs2.map((r) => r.status).join(','));
       for (const r of rs2.filter((r) => r.status !== 201)) expectError(r, 400, 'gpu_unavailable');
       assert.equal((await nodeInfo(race2)).gpus_allocated, 8);
@@ -487,7 +553,10 @@ describeEachDb('POST /vms', (t) => {
       // They all come up, and the node never holds more than it has.
       await advance(t(), admin.token, 1);
       assert.equal((await nodeInfo(race2)).gpus_allocated, 8);
-      const running = await req('GET', '/admin/vms', { token: admin.token, query: { node: race2, status: 'running', limit: 100 } });
+      const running = await req('GET', '/admin/vms', {
+        token: admin.token,
+        query: { node: race2, status: 'running', limit: 100 },
+      });
       assert.equal(running.body.length, 8);
       for (const u of users) await destroyAll(u);
       assert.equal((await nodeInfo(race2)).gpus_allocated, 0);

@@ -23,7 +23,10 @@ import {
 /** States a node going offline takes with it (each of them -> offline). */
 const LIVE: VmStatus[] = ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted'];
 
-/** The documented transitions as a table: event -> from -> to. node_online is resolved from offline_from and checked apart. */
+/**
+ * The documented transitions as a table: event -> from -> to. node_online is resolved from offline_from and checked
+ * apart.
+ */
 const EXPECTED: Record<Exclude<VmEvent, 'node_online'>, Partial<Record<VmStatus, VmStatus>>> = {
   provisioned: { creating: 'starting' },
   provision_failed: { creating: 'failed' },
@@ -43,7 +46,17 @@ const EXPECTED: Record<Exclude<VmEvent, 'node_online'>, Partial<Record<VmStatus,
 
 describe('VM lifecycle: the state machine', () => {
   test('the statuses and events are the documented ones', () => {
-    assert.deepEqual([...VM_STATUSES].sort(), ['creating', 'destroyed', 'failed', 'interrupted', 'offline', 'running', 'starting', 'stopped', 'stopping']);
+    assert.deepEqual([...VM_STATUSES].sort(), [
+      'creating',
+      'destroyed',
+      'failed',
+      'interrupted',
+      'offline',
+      'running',
+      'starting',
+      'stopped',
+      'stopping',
+    ]);
     assert.deepEqual([...VM_EVENTS].sort(), [...Object.keys(EXPECTED), 'node_online'].sort());
     assert.deepEqual([...RENTAL_TYPES].sort(), ['interruptible', 'on_demand', 'reserved']);
   });
@@ -72,7 +85,12 @@ describe('VM lifecycle: the state machine', () => {
       for (const event of VM_EVENTS) {
         if (event === 'node_online') continue;
         const allowed = EXPECTED[event][status] !== undefined;
-        const r = transition({ status, rentalType: 'on_demand', offlineFrom: status === 'offline' ? 'running' : null, event });
+        const r = transition({
+          status,
+          rentalType: 'on_demand',
+          offlineFrom: status === 'offline' ? 'running' : null,
+          event,
+        });
         assert.equal(r.ok, allowed, `${status} --${event}--> allowed=${allowed}`);
         assert.equal(canTransition(status, event, status === 'offline' ? 'running' : null), allowed);
         if (!r.ok) {
@@ -86,7 +104,12 @@ describe('VM lifecycle: the state machine', () => {
   });
 
   test('specific refusals the API relies on (an action the state does not allow is 400 invalid_state)', () => {
-    const no = (status: VmStatus, event: VmEvent) => assert.equal(transition({ status, rentalType: 'on_demand', offlineFrom: null, event }).ok, false, `${status} ${event}`);
+    const no = (status: VmStatus, event: VmEvent) =>
+      assert.equal(
+        transition({ status, rentalType: 'on_demand', offlineFrom: null, event }).ok,
+        false,
+        `${status} ${event}`,
+      );
     no('running', 'start_requested'); // start a running VM
     no('starting', 'start_requested');
     no('creating', 'start_requested');
@@ -111,21 +134,41 @@ describe('VM lifecycle: the state machine', () => {
         assert.ok(off.ok);
         assert.equal(off.transition.to, 'offline');
         assert.equal(off.transition.offlineFrom, before, 'remembers what it was');
-        assert.equal(off.transition.holdsGpus, holdsGpus(before, rentalType), `offline from ${before} holds GPUs as ${before} did`);
-        const back = transition({ status: 'offline', rentalType, offlineFrom: off.transition.offlineFrom, event: 'node_online' });
+        assert.equal(
+          off.transition.holdsGpus,
+          holdsGpus(before, rentalType),
+          `offline from ${before} holds GPUs as ${before} did`,
+        );
+        const back = transition({
+          status: 'offline',
+          rentalType,
+          offlineFrom: off.transition.offlineFrom,
+          event: 'node_online',
+        });
         assert.ok(back.ok);
         assert.equal(back.transition.to, before);
         assert.equal(back.transition.offlineFrom, null, 'forgets once back');
         assert.equal(back.transition.holdsGpus, holdsGpus(before, rentalType));
-        assert.equal(back.transition.holdsGpusBefore, off.transition.holdsGpus, 'no GPU changes hands across the round trip');
+        assert.equal(
+          back.transition.holdsGpusBefore,
+          off.transition.holdsGpus,
+          'no GPU changes hands across the round trip',
+        );
       }
     }
     // Not offline, or offline without a remembered status: refused.
     for (const status of VM_STATUSES.filter((s) => s !== 'offline')) {
-      assert.equal(transition({ status, rentalType: 'on_demand', offlineFrom: null, event: 'node_online' }).ok, false, status);
+      assert.equal(
+        transition({ status, rentalType: 'on_demand', offlineFrom: null, event: 'node_online' }).ok,
+        false,
+        status,
+      );
       assert.equal(canTransition(status, 'node_online', 'running'), false);
     }
-    assert.equal(transition({ status: 'offline', rentalType: 'on_demand', offlineFrom: null, event: 'node_online' }).ok, false);
+    assert.equal(
+      transition({ status: 'offline', rentalType: 'on_demand', offlineFrom: null, event: 'node_online' }).ok,
+      false,
+    );
     assert.equal(canTransition('offline', 'node_online', null), false);
     // Destroying an offline VM clears offline_from
     const d = transition({ status: 'offline', rentalType: 'interruptible', offlineFrom: 'running', event: 'destroy' });
@@ -147,7 +190,8 @@ describe('VM lifecycle: the state machine', () => {
       failed: { on_demand: false, reserved: false, interruptible: false }, // a failed VM holds no GPUs
       offline: { on_demand: false, reserved: false, interruptible: false }, // offline with nothing remembered
     };
-    for (const s of VM_STATUSES) for (const r of RENTAL_TYPES) assert.equal(holdsGpus(s, r), expected[s][r], `${s}/${r}`);
+    for (const s of VM_STATUSES)
+      for (const r of RENTAL_TYPES) assert.equal(holdsGpus(s, r), expected[s][r], `${s}/${r}`);
     assert.equal(holdsGpus('offline', 'on_demand', 'running'), true);
     assert.equal(holdsGpus('offline', 'on_demand', 'stopped'), false);
     assert.equal(holdsGpus('offline', 'reserved', 'stopped'), true);
@@ -157,17 +201,35 @@ describe('VM lifecycle: the state machine', () => {
   test('the transition result reports GPU holding before and after', () => {
     const stop = transition({ status: 'stopping', rentalType: 'on_demand', offlineFrom: null, event: 'stopped' });
     assert.ok(stop.ok);
-    assert.deepEqual([stop.transition.holdsGpusBefore, stop.transition.holdsGpus], [true, false], 'stopping releases the GPUs');
+    assert.deepEqual(
+      [stop.transition.holdsGpusBefore, stop.transition.holdsGpus],
+      [true, false],
+      'stopping releases the GPUs',
+    );
     const stopR = transition({ status: 'stopping', rentalType: 'reserved', offlineFrom: null, event: 'stopped' });
     assert.ok(stopR.ok);
-    assert.deepEqual([stopR.transition.holdsGpusBefore, stopR.transition.holdsGpus], [true, true], 'reserved keeps them');
-    const fail = transition({ status: 'creating', rentalType: 'on_demand', offlineFrom: null, event: 'provision_failed' });
+    assert.deepEqual(
+      [stopR.transition.holdsGpusBefore, stopR.transition.holdsGpus],
+      [true, true],
+      'reserved keeps them',
+    );
+    const fail = transition({
+      status: 'creating',
+      rentalType: 'on_demand',
+      offlineFrom: null,
+      event: 'provision_failed',
+    });
     assert.ok(fail.ok);
     assert.equal(fail.transition.holdsGpus, false);
     const pre = transition({ status: 'running', rentalType: 'interruptible', offlineFrom: null, event: 'preempted' });
     assert.ok(pre.ok);
     assert.deepEqual([pre.transition.holdsGpusBefore, pre.transition.holdsGpus], [true, false]);
-    const restart = transition({ status: 'interrupted', rentalType: 'interruptible', offlineFrom: null, event: 'start_requested' });
+    const restart = transition({
+      status: 'interrupted',
+      rentalType: 'interruptible',
+      offlineFrom: null,
+      event: 'start_requested',
+    });
     assert.ok(restart.ok);
     assert.deepEqual([restart.transition.holdsGpusBefore, restart.transition.holdsGpus], [false, true]);
   });
@@ -191,10 +253,20 @@ describe('VM lifecycle: the state machine', () => {
     const started = transition({ status: 'starting', rentalType: 'on_demand', offlineFrom: null, event: 'started' });
     assert.ok(started.ok && started.transition.setStartedAt && !started.transition.setStoppedAt);
     // Back from offline to running: it is up again from now
-    const back = transition({ status: 'offline', rentalType: 'on_demand', offlineFrom: 'running', event: 'node_online' });
+    const back = transition({
+      status: 'offline',
+      rentalType: 'on_demand',
+      offlineFrom: 'running',
+      event: 'node_online',
+    });
     assert.ok(back.ok && back.transition.setStartedAt);
     // Back from offline to stopped: neither
-    const backStopped = transition({ status: 'offline', rentalType: 'on_demand', offlineFrom: 'stopped', event: 'node_online' });
+    const backStopped = transition({
+      status: 'offline',
+      rentalType: 'on_demand',
+      offlineFrom: 'stopped',
+      event: 'node_online',
+    });
     assert.ok(backStopped.ok && !backStopped.transition.setStartedAt && !backStopped.transition.setStoppedAt);
   });
 
@@ -211,9 +283,6 @@ describe('VM lifecycle: the state machine', () => {
   });
 
   test('failed and destroyed VMs do not count toward the VM limit', () => {
-    assert.deepEqual(
-      VM_STATUSES.filter((s) => !COUNTS_TOWARD_LIMIT(s)).sort(),
-      ['destroyed', 'failed'],
-    );
+    assert.deepEqual(VM_STATUSES.filter((s) => !COUNTS_TOWARD_LIMIT(s)).sort(), ['destroyed', 'failed']);
   });
 });

@@ -26,7 +26,10 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     const { node } = await createNode(t(), admin.token, { gpu_count: 8 });
     const u = await createUser(t());
     await credit(t(), admin.token, u.id, 1000);
-    assert.equal((await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status, 200);
+    assert.equal(
+      (await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status,
+      200,
+    );
     const a = await t().req('POST', '/vms', { token: u.token, body: vmBody(node) });
     assert.equal(a.status, 201, a.text);
     await t().services.clock.advance(1);
@@ -41,7 +44,11 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     assert.equal(refused.status, 400, refused.text);
     assert.equal(refused.body.code, 'limit_exceeded');
     assert.match(refused.body.detail, /GPU limit reached: 2 of 2 GPUs in use, 2 requested/);
-    assert.equal((await t().req('GET', `/vms/${a.body.id}`, { token: u.token })).body.status, 'stopped', 'nothing changed');
+    assert.equal(
+      (await t().req('GET', `/vms/${a.body.id}`, { token: u.token })).body.status,
+      'stopped',
+      'nothing changed',
+    );
 
     // Once the other VM's GPUs are free again, the start goes through.
     assert.equal((await t().req('POST', `/vms/${b.body.id}/stop`, { token: u.token })).status, 200);
@@ -57,8 +64,14 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     const u = await createUser(t());
     const taker = await createUser(t());
     for (const x of [u, taker]) await credit(t(), admin.token, x.id, 1000);
-    assert.equal((await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status, 200);
-    const spot = await t().req('POST', '/vms', { token: u.token, body: vmBody(spotNode, { rental_type: 'interruptible' }) });
+    assert.equal(
+      (await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status,
+      200,
+    );
+    const spot = await t().req('POST', '/vms', {
+      token: u.token,
+      body: vmBody(spotNode, { rental_type: 'interruptible' }),
+    });
     assert.equal(spot.status, 201, spot.text);
     await t().services.clock.advance(1);
     // Another user's on-demand VM takes the GPUs: the interruptible VM is interrupted and holds none.

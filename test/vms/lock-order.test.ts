@@ -26,51 +26,66 @@ after(async () => {
   await t?.close();
 });
 
-test('flows that took VMs, nodes and balances in opposite orders run together without a deadlock', { skip }, async () => {
-  const admin = await createUser(t, { admin: true });
-  const adminKey = await createApiKey(t, admin.token, 'read_write');
-  const { node } = await createNode(t, adminKey, { gpu_type: '4090', gpu_count: 8 });
-  const users = [await createUser(t), await createUser(t)];
-  const keys: string[] = [];
-  for (const u of users) {
-    await credit(t, adminKey, u.id, 1000);
-    keys.push(await createApiKey(t, u.token, 'read_write'));
-  }
-  const body = { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' };
-  const vms: { id: string; key: string }[] = [];
-  for (const key of keys) {
-    for (let i = 0; i < 2; i++) {
-      const r = await t.req('POST', '/vms', { token: key, body });
-      assert.equal(r.status, 201, r.text);
-      vms.push({ id: r.body.id, key });
+test(
+  'flows that took VMs, nodes and balances in opposite orders run together without a deadlock',
+  { skip },
+  async () => {
+    const admin = await createUser(t, { admin: true });
+    const adminKey = await createApiKey(t, admin.token, 'read_write');
+    const { node } = await createNode(t, adminKey, { gpu_type: '4090', gpu_count: 8 });
+    const users = [await createUser(t), await createUser(t)];
+    const keys: string[] = [];
+    for (const u of users) {
+      await credit(t, adminKey, u.id, 1000);
+      keys.push(await createApiKey(t, u.token, 'read_write'));
     }
-  }
-  await t.services.clock.advance(1);
-  const db = t.db as PostgresDb;
-  const deadlocksBefore = db.deadlocksRetried;
-  const statuses = new Set<number>();
-  const act = async (method: string, url: string, token: string, reqBody?: unknown) => {
-    const r = await t.req(method, url, { token, body: reqBody });
-    statuses.add(r.status);
-    assert.ok(r.status < 500, `${method} ${url}: ${r.status} ${r.text}`);
-  };
+    const body = {
+      node,
+      gpu_type: '4090',
+      gpu_count: 1,
+      storage_gb: 50,
+      template_vmid: 100,
+      auth_method: 'password',
+      password: 'a-vm-password-1234',
+    };
+    const vms: { id: string; key: string }[] = [];
+    for (const key of keys) {
+      for (let i = 0; i < 2; i++) {
+        const r = await t.req('POST', '/vms', { token: key, body });
+        assert.equal(r.status, 201, r.text);
+        vms.push({ id: r.body.id, key });
+      }
+    }
+    await t.services.clock.advance(1);
+    const db = t.db as PostgresDb;
+    const deadlocksBefore = db.deadlocksRetried;
+    const statuses = new Set<number>();
+    const act = async (method: string, url: string, token: string, reqBody?: unknown) => {
+      const r = await t.req(method, url, { token, body: reqBody });
+      statuses.add(r.status);
+      assert.ok(r.status < 500, `${method} ${url}: ${r.status} ${r.text}`);
+    };
 
-  for (let round = 0; round < 12; round++) {
-    await Promise.all([
-      ...vms.flatMap((v) => [act('POST', `/vms/${v.id}/stop`, v.key), act('POST', `/vms/${v.id}/start`, v.key)]),
-      act('PATCH', `/admin/nodes/${node}`, adminKey, { status: round % 2 === 0 ? 'offline' : 'active' }),
-    ]);
-    await act('PATCH', `/admin/nodes/${node}`, adminKey, { status: 'active' });
-    await t.services.clock.advance(600);
-  }
+    for (let round = 0; round < 12; round++) {
+      await Promise.all([
+        ...vms.flatMap((v) => [act('POST', `/vms/${v.id}/stop`, v.key), act('POST', `/vms/${v.id}/start`, v.key)]),
+        act('PATCH', `/admin/nodes/${node}`, adminKey, { status: round % 2 === 0 ? 'offline' : 'active' }),
+      ]);
+      await act('PATCH', `/admin/nodes/${node}`, adminKey, { status: 'active' });
+      await t.services.clock.advance(600);
+    }
 
-  assert.equal(db.deadlocksRetried - deadlocksBefore, 0, 'no transaction deadlocked');
-  assert.ok(statuses.has(200) && statuses.has(400), `both successes and refusals happened: ${[...statuses]}`);
-  // The node never held more GPUs than it has, and every balance is the sum of its ledger.
-  const held = await t.db.query<{ n: number }>('SELECT COALESCE(SUM(gpu_count), 0)::int8 AS n FROM vms WHERE node = $1 AND holds_gpus', [node]);
-  assert.ok(held.rows[0]!.n <= 8);
-  const drift = await t.db.query<{ id: number }>(
-    `SELECT u.id FROM users u WHERE u.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = u.id)`,
-  );
-  assert.deepEqual(drift.rows, []);
-});
+    assert.equal(db.deadlocksRetried - deadlocksBefore, 0, 'no transaction deadlocked');
+    assert.ok(statuses.has(200) && statuses.has(400), `both successes and refusals happened: ${[...statuses]}`);
+    // The node never held more GPUs than it has, and every balance is the sum of its ledger.
+    const held = await t.db.query<{ n: number }>(
+      'SELECT COALESCE(SUM(gpu_count), 0)::int8 AS n FROM vms WHERE node = $1 AND holds_gpus',
+      [node],
+    );
+    assert.ok(held.rows[0]!.n <= 8);
+    const drift = await t.db.query<{ id: number }>(
+      `SELECT u.id FROM users u WHERE u.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = u.id)`,
+    );
+    assert.deepEqual(drift.rows, []);
+  },
+);

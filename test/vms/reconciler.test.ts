@@ -30,20 +30,36 @@ describeEachDb('VM reconcilers', (t) => {
     return res;
   };
   const create = async (u: TestUser, node: string, over: Record<string, unknown> = {}): Promise<Vm> => {
-    const r = await req('POST', '/vms', { token: u.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over } });
+    const r = await req('POST', '/vms', {
+      token: u.token,
+      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over },
+    });
     assert.equal(r.status, 201, r.text);
     return r.body;
   };
-  const get = async (v: Vm) => (await req('GET', `/admin/vms`, { token: admin.token, query: { include_destroyed: true, limit: 100 } })).body.find((x: Vm) => x.id === v.id);
+  const get = async (v: Vm) =>
+    (await req('GET', `/admin/vms`, { token: admin.token, query: { include_destroyed: true, limit: 100 } })).body.find(
+      (x: Vm) => x.id === v.id,
+    );
   const status = async (v: Vm) => (await get(v)).status as string;
   const history = async (u: TestUser, v: Vm) => {
     const r = await ok(req('GET', `/vms/${v.id}/interruption-history`, { token: u.token }));
-    return r.body as { id: string; interruptible_vm_id: string; preempted_by_vm_id: string; preempted_at: string; restored_at: string | null; downtime_seconds: number | null; status: string }[];
+    return r.body as {
+      id: string;
+      interruptible_vm_id: string;
+      preempted_by_vm_id: string;
+      preempted_at: string;
+      restored_at: string | null;
+      downtime_seconds: number | null;
+      status: string;
+    }[];
   };
-  const allocated = async (node: string) => (await ok(req('GET', `/admin/nodes/${node}`, { token: admin.token }))).body.gpus_allocated as number;
+  const allocated = async (node: string) =>
+    (await ok(req('GET', `/admin/nodes/${node}`, { token: admin.token }))).body.gpus_allocated as number;
   const now = () => t().services.clock.now().toISOString();
   const sim = () => t().services.simulator;
-  const calls = (v: Vm, action?: string) => sim().calls.filter((c) => c.vmId === v.id && (!action || c.action === action));
+  const calls = (v: Vm, action?: string) =>
+    sim().calls.filter((c) => c.vmId === v.id && (!action || c.action === action));
   const fault = (body: Record<string, unknown>) => req('POST', '/admin/simulator/faults', { token: admin.token, body });
   const tick = (s: number) => advance(t(), admin.token, s);
   /**
@@ -84,7 +100,10 @@ describeEachDb('VM reconcilers', (t) => {
       i3 = await create(alice, node, { gpu_count: 2, rental_type: 'interruptible' });
       await tick(1);
       for (const v of [i1, i2, i3]) assert.equal(await status(v), 'running');
-      assert.ok((await get(i1)).started_at < (await get(i2)).started_at && (await get(i2)).started_at < (await get(i3)).started_at);
+      assert.ok(
+        (await get(i1)).started_at < (await get(i2)).started_at &&
+          (await get(i2)).started_at < (await get(i3)).started_at,
+      );
     });
 
     test('an on-demand create on a full node preempts the most recently started interruptible VM, only as many as needed', async () => {
@@ -101,7 +120,15 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(h.length, 1);
       assert.deepEqual(
         { ...h[0], id: undefined },
-        { id: undefined, interruptible_vm_id: i3.id, preempted_by_vm_id: od.id, preempted_at: at, restored_at: null, downtime_seconds: null, status: 'interrupted' },
+        {
+          id: undefined,
+          interruptible_vm_id: i3.id,
+          preempted_by_vm_id: od.id,
+          preempted_at: at,
+          restored_at: null,
+          downtime_seconds: null,
+          status: 'interrupted',
+        },
       );
       assert.deepEqual(await history(alice, i1), []);
       // Then the next most recent: i2 (2 GPUs for od2)
@@ -124,20 +151,37 @@ describeEachDb('VM reconcilers', (t) => {
       const carol = await createUser(t());
       await credit(t(), admin.token, carol.id, 100);
       await uploadSshKey(t(), carol.token);
-      const r = await req('POST', '/vms', { token: carol.token, body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' } });
+      const r = await req('POST', '/vms', {
+        token: carol.token,
+        body: {
+          node,
+          gpu_type: '4090',
+          gpu_count: 1,
+          storage_gb: 50,
+          template_vmid: 100,
+          rental_type: 'interruptible',
+        },
+      });
       expectError(r, 400, 'gpu_unavailable', /0 free GPU/);
       assert.equal(await status(i1), 'running');
       // An on-demand create that even preemption cannot satisfy preempts nobody
-      const big = await req('POST', '/vms', { token: carol.token, body: { node, gpu_type: '4090', gpu_count: 4, storage_gb: 50, template_vmid: 100 } });
+      const big = await req('POST', '/vms', {
+        token: carol.token,
+        body: { node, gpu_type: '4090', gpu_count: 4, storage_gb: 50, template_vmid: 100 },
+      });
       expectError(big, 400, 'gpu_unavailable', /2 available GPU\(s\); 4 requested/);
       assert.equal(await status(i1), 'running');
       assert.deepEqual(await history(alice, i1), []);
     });
 
     test('GET /search offers on-demand GPUs held by interruptible VMs, interruptible ones only when free', async () => {
-      const od = (await req('GET', '/search', { query: { gpu_type: '4090', limit: 100 } })).body.find((o: { node: string }) => o.node === node);
+      const od = (await req('GET', '/search', { query: { gpu_type: '4090', limit: 100 } })).body.find(
+        (o: { node: string }) => o.node === node,
+      );
       assert.equal(od.gpu_count, 2, 'i1 holds 2 preemptible GPUs');
-      const ir = (await req('GET', '/search', { query: { gpu_type: '4090', rental_type: 'interruptible', limit: 100 } })).body;
+      const ir = (
+        await req('GET', '/search', { query: { gpu_type: '4090', rental_type: 'interruptible', limit: 100 } })
+      ).body;
       assert.ok(!ir.some((o: { node: string }) => o.node === node));
     });
 
@@ -192,8 +236,13 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(h[0]!.restored_at, null);
       assert.equal(h[0]!.downtime_seconds, null);
       const h2 = await history(alice, i2);
-      assert.deepEqual(h2.map((x) => x.status), ['interrupted', 'restored']);
-      const page = await ok(req('GET', `/vms/${i2.id}/interruption-history`, { token: alice.token, query: { limit: 1, offset: 1 } }));
+      assert.deepEqual(
+        h2.map((x) => x.status),
+        ['interrupted', 'restored'],
+      );
+      const page = await ok(
+        req('GET', `/vms/${i2.id}/interruption-history`, { token: alice.token, query: { limit: 1, offset: 1 } }),
+      );
       assert.equal(page.body.length, 1);
       assert.equal(page.body[0].status, 'restored');
       assert.equal(page.headers['x-total-count'], '2');
@@ -211,7 +260,10 @@ describeEachDb('VM reconcilers', (t) => {
       await ok(req('POST', `/vms/${i.id}/stop`, { token: alice.token }));
       await settleNow(); // the stop fails: it stays stopping, GPUs held, retried in 5 s
       assert.equal(await status(i), 'stopping');
-      const r = await req('POST', '/vms', { token: bob.token, body: { node: n, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } });
+      const r = await req('POST', '/vms', {
+        token: bob.token,
+        body: { node: n, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+      });
       expectError(r, 400, 'gpu_unavailable', /0 available GPU/);
       assert.equal(await status(i), 'stopping');
       assert.deepEqual(await history(alice, i), []);
@@ -237,7 +289,10 @@ describeEachDb('VM reconcilers', (t) => {
       await ok(req('DELETE', `/vms/${o.id}`, { token: bob.token }));
       await tick(1);
       assert.equal(await status(iq), 'running');
-      assert.deepEqual(calls(iq).map((c) => c.action), ['provision', 'start']);
+      assert.deepEqual(
+        calls(iq).map((c) => c.action),
+        ['provision', 'start'],
+      );
       assert.equal((await history(alice, iq))[0]!.status, 'restored');
       await ok(req('DELETE', `/vms/${iq.id}`, { token: alice.token }));
     });
@@ -246,7 +301,10 @@ describeEachDb('VM reconcilers', (t) => {
   describe('hypervisor failures (simulator faults)', () => {
     test('POST /admin/simulator/faults: admin only, 404 for an unknown node, 422 for a bad action', async () => {
       const n = (await createNode(t(), admin.token, { gpu_count: 1 })).node;
-      const r = await req('POST', '/admin/simulator/faults', { token: alice.token, body: { node: n, action: 'provision' } });
+      const r = await req('POST', '/admin/simulator/faults', {
+        token: alice.token,
+        body: { node: n, action: 'provision' },
+      });
       expectError(r, 403, 'forbidden');
       expectError(await fault({ node: 'no-such-node', action: 'provision' }), 404, 'not_found', /no-such-node/);
       expectError(await fault({ node: n, action: 'explode' }), 422, 'validation_error');
@@ -272,19 +330,29 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(g.started_at, null);
       assert.equal(g.ip_address, null);
       assert.equal(await allocated(n), 0, 'a failed VM holds no GPUs');
-      assert.deepEqual(calls(v).map((c) => [c.action, c.ok]), [['provision', false]]);
+      assert.deepEqual(
+        calls(v).map((c) => [c.action, c.ok]),
+        [['provision', false]],
+      );
       await tick(3600); // well past an hourly billing boundary
       await relogin(admin, alice, bob, u); // an hour of service time has expired the access tokens
       assert.equal(await status(v), 'failed');
       const tx = await ok(req('GET', '/billing/transactions', { token: u.token }));
-      assert.deepEqual(tx.body.map((x: { type: string }) => x.type), ['credit'], 'nothing billed for a VM that never ran');
+      assert.deepEqual(
+        tx.body.map((x: { type: string }) => x.type),
+        ['credit'],
+        'nothing billed for a VM that never ran',
+      );
       assert.equal((await ok(req('GET', '/billing/balance', { token: u.token }))).body.balance, 50);
       const again = await create(u, n, { gpu_count: 2 }); // max_vms 1: the failed one does not count
       await tick(1);
       assert.equal(await status(again), 'running');
       // the failed VM shows in the list and can be destroyed
       const l = await ok(req('GET', '/vms', { token: u.token, query: { status: 'failed' } }));
-      assert.deepEqual(l.body.map((x: Vm) => x.id), [v.id]);
+      assert.deepEqual(
+        l.body.map((x: Vm) => x.id),
+        [v.id],
+      );
       await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
       await ok(req('DELETE', `/vms/${again.id}`, { token: u.token }));
     });
@@ -302,7 +370,10 @@ describeEachDb('VM reconcilers', (t) => {
       await tick(1);
       assert.equal(await status(v), 'stopped');
       assert.equal(await allocated(n), 0);
-      assert.deepEqual(calls(v, 'start').map((c) => c.ok), [true, false]);
+      assert.deepEqual(
+        calls(v, 'start').map((c) => c.ok),
+        [true, false],
+      );
       await ok(req('POST', `/vms/${v.id}/start`, { token: bob.token }));
       await tick(1);
       assert.equal(await status(v), 'running');
@@ -317,15 +388,25 @@ describeEachDb('VM reconcilers', (t) => {
       await ok(fault({ node: n, action: 'stop', count: 3 }));
       await ok(req('POST', `/vms/${v.id}/stop`, { token: bob.token }));
       await settleNow();
-      assert.deepEqual(calls(v, 'stop').map((c) => c.ok), [false]);
-      for (const [delay, n2] of [[5, 2], [10, 3], [20, 4]] as const) {
+      assert.deepEqual(
+        calls(v, 'stop').map((c) => c.ok),
+        [false],
+      );
+      for (const [delay, n2] of [
+        [5, 2],
+        [10, 3],
+        [20, 4],
+      ] as const) {
         await tick(delay - 1);
         assert.equal(calls(v, 'stop').length, n2 - 1, `not before ${delay} s`);
         assert.equal(await status(v), 'stopping');
         await tick(1);
         assert.equal(calls(v, 'stop').length, n2, `retried after ${delay} s`);
       }
-      assert.deepEqual(calls(v, 'stop').map((c) => c.ok), [false, false, false, true]);
+      assert.deepEqual(
+        calls(v, 'stop').map((c) => c.ok),
+        [false, false, false, true],
+      );
       assert.equal(await status(v), 'stopped');
       assert.equal(await allocated(n), 0);
       await ok(req('DELETE', `/vms/${v.id}`, { token: bob.token }));
@@ -348,7 +429,10 @@ describeEachDb('VM reconcilers', (t) => {
         await tick(1);
         assert.equal(calls(v, 'destroy').length, i + 2, `attempt ${i + 2} after ${delay} s`);
       }
-      assert.deepEqual(calls(v, 'destroy').map((c) => c.ok), [...Array(8).fill(false), true]);
+      assert.deepEqual(
+        calls(v, 'destroy').map((c) => c.ok),
+        [...Array(8).fill(false), true],
+      );
       await tick(600);
       assert.equal(calls(v, 'destroy').length, 9, 'no more calls once confirmed');
       assert.equal(await status(v), 'destroyed');
@@ -373,7 +457,7 @@ describeEachDb('VM reconcilers', (t) => {
   });
 
   describe('nodes going offline and back', () => {
-    test('offline turns the node\'s VMs offline; active again brings each back to what it was', async () => {
+    test("offline turns the node's VMs offline; active again brings each back to what it was", async () => {
       const u = await createUser(t());
       await credit(t(), admin.token, u.id, 100);
       await uploadSshKey(t(), u.token);
@@ -389,9 +473,12 @@ describeEachDb('VM reconcilers', (t) => {
       await tick(1);
       await ok(req('DELETE', `/vms/${od.id}`, { token: u.token }));
       const before = { running: await get(running), stopped: await get(stopped) };
-      await ok(req('POST', `/vms/${interrupted.id}/set-auto-restart`, { token: u.token, body: { auto_restart: false } }));
+      await ok(
+        req('POST', `/vms/${interrupted.id}/set-auto-restart`, { token: u.token, body: { auto_restart: false } }),
+      );
       const creating = await create(u, n);
-      const stopping = await create(u, (await createNode(t(), admin.token, { gpu_count: 1 })).node); // on another node: untouched
+      // on another node: untouched
+      const stopping = await create(u, (await createNode(t(), admin.token, { gpu_count: 1 })).node);
       const at = now();
       const off = await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'offline' } }));
       assert.equal(off.body.status, 'offline');
@@ -432,7 +519,8 @@ describeEachDb('VM reconcilers', (t) => {
       await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'active' } }));
       assert.equal(await status(stopped), 'destroyed');
       assert.equal(await status(running), 'running');
-      for (const v of [running, interrupted, creating, stopping]) await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
+      for (const v of [running, interrupted, creating, stopping])
+        await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
     });
   });
 
@@ -450,11 +538,24 @@ describeEachDb('VM reconcilers', (t) => {
       const vms = t().services.vms;
       const token = randomUUID();
       const claimed = await vms.claimDue(t().services.clock.now(), 0, token, 100);
-      assert.deepEqual(claimed.filter((v) => v.node === n).map((v) => [v.id, v.hv_action]).sort(), [[building.id, 'provision'], [stopper.id, 'stop']].sort());
+      assert.deepEqual(
+        claimed
+          .filter((v) => v.node === n)
+          .map((v) => [v.id, v.hv_action])
+          .sort(),
+        [
+          [building.id, 'provision'],
+          [stopper.id, 'stop'],
+        ].sort(),
+      );
       // ...the node goes offline meanwhile...
       await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'offline' } }));
       // ...and the hypervisor's answers arrive.
-      await vms.completeAction(building.id, token, 'provision', { ok: true, hvRef: `sim-${building.vmid}`, ipAddress: '10.1.2.3' });
+      await vms.completeAction(building.id, token, 'provision', {
+        ok: true,
+        hvRef: `sim-${building.vmid}`,
+        ipAddress: '10.1.2.3',
+      });
       await vms.completeAction(stopper.id, token, 'stop', { ok: true });
       assert.equal(await status(building), 'offline');
       assert.equal(await status(stopper), 'offline');
@@ -493,11 +594,18 @@ describeEachDb('VM reconcilers', (t) => {
         vms.push(v);
       }
       const both = async () => {
-        for (let i = 0; i < 6; i++) await Promise.all([t().services.reconciler.runOnce(), b.services.reconciler.runOnce(), t().services.reconciler.runOnce(), b.services.reconciler.runOnce()]);
+        for (let i = 0; i < 6; i++)
+          await Promise.all([
+            t().services.reconciler.runOnce(),
+            b.services.reconciler.runOnce(),
+            t().services.reconciler.runOnce(),
+            b.services.reconciler.runOnce(),
+          ]);
       };
       const count = (action: string) => {
         const per = new Map<string, number>();
-        for (const c of [...simA.calls, ...simB.calls]) if (c.action === action && vms.some((v) => v.id === c.vmId)) per.set(c.vmId, (per.get(c.vmId) ?? 0) + 1);
+        for (const c of [...simA.calls, ...simB.calls])
+          if (c.action === action && vms.some((v) => v.id === c.vmId)) per.set(c.vmId, (per.get(c.vmId) ?? 0) + 1);
         return vms.map((v) => per.get(v.id) ?? 0);
       };
       await both();
@@ -513,11 +621,18 @@ describeEachDb('VM reconcilers', (t) => {
       assert.deepEqual(count('destroy'), Array(12).fill(1));
       assert.deepEqual(count('start'), Array(12).fill(1));
       // Every action ran on one instance or the other (which one is a matter of timing).
-      assert.equal(simA.calls.filter((c) => owner.has(c.vmId)).length + simB.calls.filter((c) => owner.has(c.vmId)).length, 12 * 4);
+      assert.equal(
+        simA.calls.filter((c) => owner.has(c.vmId)).length + simB.calls.filter((c) => owner.has(c.vmId)).length,
+        12 * 4,
+      );
     });
   });
 
   test('unknown ids on the interruption history are 404', async () => {
-    expectError(await req('GET', `/vms/${randomUUID()}/interruption-history`, { token: alice.token }), 404, 'not_found');
+    expectError(
+      await req('GET', `/vms/${randomUUID()}/interruption-history`, { token: alice.token }),
+      404,
+      'not_found',
+    );
   });
 });

@@ -13,7 +13,10 @@ describeEachDb('vm journey', (t) => {
     const search = await t().req('GET', '/search', { query: { gpu_type: '4090' } });
     assert.equal(search.status, 200);
     assert.ok(search.body.some((o: { node: string }) => o.node === node.node));
-    const c = await t().req('POST', '/vms', { token: u.token, body: { node: node.node, gpu_type: '4090', gpu_count: 2, storage_gb: 100, template_vmid: 102 } });
+    const c = await t().req('POST', '/vms', {
+      token: u.token,
+      body: { node: node.node, gpu_type: '4090', gpu_count: 2, storage_gb: 100, template_vmid: 102 },
+    });
     assert.equal(c.status, 201, c.text);
     assert.equal(c.body.status, 'creating');
     assert.ok(c.body.vmid >= 1000);

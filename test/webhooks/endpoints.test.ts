@@ -24,7 +24,11 @@ describeEachDb('webhooks: endpoints', (t) => {
   const create = (body: unknown, token = key) => t().req('POST', '/webhooks', { token, body });
 
   test('create shows the secret once; list, get and change never show it', async () => {
-    const r = await create({ url: PUBLIC, event_types: ['vm.status_changed', 'billing.low_balance', 'vm.status_changed'], description: '  pager  ' });
+    const r = await create({
+      url: PUBLIC,
+      event_types: ['vm.status_changed', 'billing.low_balance', 'vm.status_changed'],
+      description: '  pager  ',
+    });
     assert.equal(r.status, 201, r.text);
     t().forbidSecret(r.body.secret);
     assert.match(r.body.secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
@@ -55,16 +59,26 @@ describeEachDb('webhooks: endpoints', (t) => {
     const list = await t().req('GET', '/webhooks', { token: key });
     assert.equal(list.status, 200);
     assert.equal(list.headers['x-total-count'], '2');
-    assert.deepEqual(list.body.map((w: { id: string }) => w.id), [all.body.id, r.body.id], 'newest first');
+    assert.deepEqual(
+      list.body.map((w: { id: string }) => w.id),
+      [all.body.id, r.body.id],
+      'newest first',
+    );
     assert.ok(list.body.every((w: object) => !('secret' in w)));
     const one = await t().req('GET', `/webhooks/${r.body.id}`, { token: key });
     assert.equal(one.status, 200);
     assert.equal('secret' in one.body, false);
 
     await t().services.clock.advance(60);
-    const changed = await t().req('PATCH', `/webhooks/${r.body.id}`, { token: key, body: { event_types: null, description: 'all of it', url: 'http://93.184.216.34:8443/x' } });
+    const changed = await t().req('PATCH', `/webhooks/${r.body.id}`, {
+      token: key,
+      body: { event_types: null, description: 'all of it', url: 'http://93.184.216.34:8443/x' },
+    });
     assert.equal(changed.status, 200, changed.text);
-    assert.deepEqual([changed.body.event_types, changed.body.description, changed.body.url], [null, 'all of it', 'http://93.184.216.34:8443/x']);
+    assert.deepEqual(
+      [changed.body.event_types, changed.body.description, changed.body.url],
+      [null, 'all of it', 'http://93.184.216.34:8443/x'],
+    );
     assert.equal(changed.body.created_at, r.body.created_at);
     assert.notEqual(changed.body.updated_at, r.body.updated_at);
     const off = await t().req('PATCH', `/webhooks/${r.body.id}`, { token: key, body: { enabled: false } });
@@ -76,7 +90,8 @@ describeEachDb('webhooks: endpoints', (t) => {
     assert.match(rot.body.secret, /^whsec_/);
     assert.notEqual(rot.body.secret, r.body.secret);
 
-    for (const id of [r.body.id, all.body.id]) assert.equal((await t().req('DELETE', `/webhooks/${id}`, { token: key })).status, 204);
+    for (const id of [r.body.id, all.body.id])
+      assert.equal((await t().req('DELETE', `/webhooks/${id}`, { token: key })).status, 204);
     assert.equal((await t().req('GET', `/webhooks/${r.body.id}`, { token: key })).status, 404);
     assert.equal((await t().req('DELETE', `/webhooks/${r.body.id}`, { token: key })).status, 404);
   });
@@ -162,11 +177,23 @@ describeEachDb('webhooks: endpoints', (t) => {
       assert.equal(r.body.errors[0].field, 'body.url');
     }
     const lh = await create({ url: 'http://localhost:9000/hook' });
-    assert.match(lh.body.detail, /localhost resolves to (127\.0\.0\.1|::1), a loopback, private, link-local, multicast or reserved address/);
+    assert.match(
+      lh.body.detail,
+      /localhost resolves to (127\.0\.0\.1|::1), a loopback, private, link-local, multicast or reserved address/,
+    );
     const meta = await create({ url: 'http://169.254.169.254/' });
-    assert.match(meta.body.detail, /169\.254\.169\.254 is a loopback, private, link-local, multicast or reserved address/);
+    assert.match(
+      meta.body.detail,
+      /169\.254\.169\.254 is a loopback, private, link-local, multicast or reserved address/,
+    );
     // Public addresses pass, IPv4 and IPv6, NAT64 of a public address too.
-    for (const url of [PUBLIC, 'http://8.8.8.8:8080/', 'https://[2606:4700:4700::1111]/hook', 'http://[64:ff9b::808:808]/', 'http://172.32.0.1/']) {
+    for (const url of [
+      PUBLIC,
+      'http://8.8.8.8:8080/',
+      'https://[2606:4700:4700::1111]/hook',
+      'http://[64:ff9b::808:808]/',
+      'http://172.32.0.1/',
+    ]) {
       const r = await create({ url });
       assert.equal(r.status, 201, `${url}: ${r.text}`);
       t().forbidSecret(r.body.secret);
@@ -187,7 +214,8 @@ describeEachDb('webhooks: endpoints', (t) => {
     const again = await create({ url: PUBLIC });
     assert.equal(again.status, 201);
     t().forbidSecret(again.body.secret);
-    for (const r of [...ok.slice(1), again]) assert.equal((await t().req('DELETE', `/webhooks/${r.body.id}`, { token: key })).status, 204);
+    for (const r of [...ok.slice(1), again])
+      assert.equal((await t().req('DELETE', `/webhooks/${r.body.id}`, { token: key })).status, 204);
   });
 
   test('read_only and billing_only keys cannot see or manage webhooks; a session and a read_write key can', async () => {
@@ -205,7 +233,10 @@ describeEachDb('webhooks: endpoints', (t) => {
         ['POST', `/webhooks/${h.body.id}/test`],
         ['GET', `/webhooks/${h.body.id}/deliveries`],
       ] as const) {
-        const r = await t().req(method, url, { token: k, ...(method === 'POST' || method === 'PATCH' ? { body: { url: PUBLIC } } : {}) });
+        const r = await t().req(method, url, {
+          token: k,
+          ...(method === 'POST' || method === 'PATCH' ? { body: { url: PUBLIC } } : {}),
+        });
         assert.equal(r.status, 403, `${scope} ${method} ${url}: ${r.text}`);
         assert.equal(r.body.code, 'forbidden');
       }
@@ -215,7 +246,7 @@ describeEachDb('webhooks: endpoints', (t) => {
     assert.equal((await t().req('DELETE', `/webhooks/${h.body.id}`, { token: key })).status, 204);
   });
 
-  test('another user\'s endpoint is 404 for every operation, and stays as it was', async () => {
+  test("another user's endpoint is 404 for every operation, and stays as it was", async () => {
     const h = await create({ url: PUBLIC, description: 'mine' });
     t().forbidSecret(h.body.secret);
     const other = await createUser(t());
@@ -235,7 +266,11 @@ describeEachDb('webhooks: endpoints', (t) => {
     assert.deepEqual((await t().req('GET', '/webhooks', { token: otherKey })).body, []);
     const mine = await t().req('GET', `/webhooks/${h.body.id}`, { token: key });
     assert.equal(mine.body.description, 'mine');
-    assert.deepEqual((await t().req('GET', `/webhooks/${h.body.id}/deliveries`, { token: key })).body, [], 'no test was sent');
+    assert.deepEqual(
+      (await t().req('GET', `/webhooks/${h.body.id}/deliveries`, { token: key })).body,
+      [],
+      'no test was sent',
+    );
     // Ids that cannot exist are 404 too, whatever their form.
     for (const id of ['nope', '00000000-0000-4000-8000-000000000000', 'x'.repeat(300)]) {
       assert.equal((await t().req('GET', `/webhooks/${id}`, { token: key })).status, 404);
@@ -243,7 +278,7 @@ describeEachDb('webhooks: endpoints', (t) => {
     assert.equal((await t().req('DELETE', `/webhooks/${h.body.id}`, { token: key })).status, 204);
   });
 
-  test('an administrator may ask for the operator\'s node events', async () => {
+  test("an administrator may ask for the operator's node events", async () => {
     const admin = await createUser(t(), { admin: true });
     const r = await create({ url: PUBLIC, event_types: ['node.offline', 'node.online'] }, admin.token);
     assert.equal(r.status, 201, r.text);

@@ -8,13 +8,29 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeEachDb, JWT_SECRET, type TestApp } from '../helpers/app.js';
+import { describeEachDb, JWT_SECRET } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
 import { DISABLE_AFTER_MS, RETRY_DELAYS_MS, WebhookService } from '../../src/modules/webhooks/service.js';
 
-type Hook = { id: string; url: string; event_types: string[] | null; description: string; enabled: boolean; disabled_reason: string | null; secret?: string };
-type Attempt = { event_id: string; event_type: string; attempt: number; status_code: number | null; error: string | null; outcome: string; next_attempt_at: string | null };
+type Hook = {
+  id: string;
+  url: string;
+  event_types: string[] | null;
+  description: string;
+  enabled: boolean;
+  disabled_reason: string | null;
+  secret?: string;
+};
+type Attempt = {
+  event_id: string;
+  event_type: string;
+  attempt: number;
+  status_code: number | null;
+  error: string | null;
+  outcome: string;
+  next_attempt_at: string | null;
+};
 
 describeEachDb(
   'webhooks: delivery',
@@ -53,7 +69,8 @@ describeEachDb(
       assert.equal(r.status, 201, r.text);
       return r.body.id as string;
     };
-    const remove = async (id: string) => assert.equal((await t().req('DELETE', `/webhooks/${id}`, { token: key })).status, 204);
+    const remove = async (id: string) =>
+      assert.equal((await t().req('DELETE', `/webhooks/${id}`, { token: key })).status, 204);
 
     test('an event reaches its endpoint once, signed, in the documented envelope, and the attempt is listed', async () => {
       rec.received.length = 0;
@@ -80,8 +97,24 @@ describeEachDb(
       const list = await attempts(h.id);
       assert.equal(list.length, 1);
       assert.deepEqual(
-        { event_id: list[0]!.event_id, event_type: list[0]!.event_type, attempt: list[0]!.attempt, status_code: list[0]!.status_code, error: list[0]!.error, outcome: list[0]!.outcome, next: list[0]!.next_attempt_at },
-        { event_id: payload.data.id, event_type: 'api_key.created', attempt: 1, status_code: 204, error: null, outcome: 'succeeded', next: null },
+        {
+          event_id: list[0]!.event_id,
+          event_type: list[0]!.event_type,
+          attempt: list[0]!.attempt,
+          status_code: list[0]!.status_code,
+          error: list[0]!.error,
+          outcome: list[0]!.outcome,
+          next: list[0]!.next_attempt_at,
+        },
+        {
+          event_id: payload.data.id,
+          event_type: 'api_key.created',
+          attempt: 1,
+          status_code: 204,
+          error: null,
+          outcome: 'succeeded',
+          next: null,
+        },
       );
       // A wrong secret does not verify.
       const other = await hook({ url: `${rec.url}/other`, event_types: ['vm.destroyed'] });
@@ -90,7 +123,7 @@ describeEachDb(
       await remove(h.id);
     });
 
-    test('an endpoint receives only the types it asked for; another user\'s events never', async () => {
+    test("an endpoint receives only the types it asked for; another user's events never", async () => {
       rec.received.length = 0;
       rec.answer = () => 200;
       const h = await hook({ url: `${rec.url}/typed`, event_types: ['api_key.revoked'] });
@@ -153,7 +186,10 @@ describeEachDb(
       await deliver();
       w = (await t().req('GET', `/webhooks/${h.id}`, { token: key })).body;
       assert.equal(w.failing_since, null);
-      assert.deepEqual((await attempts(h.id)).map((a) => a.outcome), ['succeeded', 'retrying']);
+      assert.deepEqual(
+        (await attempts(h.id)).map((a) => a.outcome),
+        ['succeeded', 'retrying'],
+      );
       await remove(h.id);
     });
 
@@ -178,7 +214,11 @@ describeEachDb(
       assert.equal(evs[0].data.webhook_id, dead.id);
       assert.equal('url' in evs[0].data, false, 'not the URL: read_only keys read events');
       const told = rec.received.filter((r) => r.path === '/watch').map((r) => rec.verify(r, watcher.secret));
-      assert.deepEqual(told.map((p) => [p.type, p.data.data.webhook_id]), [['webhook.disabled', dead.id]], 'the owner\'s other endpoint hears of it');
+      assert.deepEqual(
+        told.map((p) => [p.type, p.data.data.webhook_id]),
+        [['webhook.disabled', dead.id]],
+        "the owner's other endpoint hears of it",
+      );
       // Off: nothing is queued or sent for it.
       const before = rec.received.filter((r) => r.path === '/dead').length;
       await makeEvent();
@@ -232,7 +272,10 @@ describeEachDb(
       const r = await t().req('POST', `/webhooks/${a.id}/test`, { token: key });
       assert.equal(r.status, 202, r.text);
       await deliver();
-      assert.deepEqual(rec.received.map((x) => x.path), ['/t1']);
+      assert.deepEqual(
+        rec.received.map((x) => x.path),
+        ['/t1'],
+      );
       const p = rec.verify(rec.received[0]!, a.secret);
       assert.equal(p.type, 'webhook.test');
       assert.equal(rec.received[0]!.headers['webhook-id'], r.body.event_id);
@@ -269,15 +312,25 @@ describeEachDb(
 
     test('a refused address at delivery time (a name that now resolves to loopback) is a failed attempt, not a request', async () => {
       rec.received.length = 0;
-      const h = await hook({ url: `${rec.url.replace('127.0.0.1', 'localhost')}/rebind`, event_types: ['api_key.created'] });
+      const h = await hook({
+        url: `${rec.url.replace('127.0.0.1', 'localhost')}/rebind`,
+        event_types: ['api_key.created'],
+      });
       await makeEvent();
       // The same rows, delivered by an instance that does not allow private addresses.
-      const strict = new WebhookService(t().db, t().clock, { secret: JWT_SECRET, allowPrivate: false, timeoutMs: 2000 });
+      const strict = new WebhookService(t().db, t().clock, {
+        secret: JWT_SECRET,
+        allowPrivate: false,
+        timeoutMs: 2000,
+      });
       assert.equal(await strict.deliverDue(), 1);
       assert.equal(rec.received.length, 0);
       const [a] = await attempts(h.id);
       assert.equal(a!.status_code, null);
-      assert.match(a!.error!, /^localhost resolves to (127\.0\.0\.1|::1), a loopback, private, link-local, multicast or reserved address$/);
+      assert.match(
+        a!.error!,
+        /^localhost resolves to (127\.0\.0\.1|::1), a loopback, private, link-local, multicast or reserved address$/,
+      );
       await remove(h.id);
     });
 
@@ -287,14 +340,21 @@ describeEachDb(
       const h = await hook({ url: `${rec.url}/resealed`, event_types: ['api_key.created'] });
       await makeEvent();
       // An instance whose own signing secret differs (it was changed) cannot read the sealed secret.
-      const other = new WebhookService(t().db, t().clock, { secret: 'another-signing-secret-'.padEnd(48, 'y'), allowPrivate: true, timeoutMs: 2000 });
+      const other = new WebhookService(t().db, t().clock, {
+        secret: 'another-signing-secret-'.padEnd(48, 'y'),
+        allowPrivate: true,
+        timeoutMs: 2000,
+      });
       assert.equal(await other.deliverDue(), 1);
       assert.equal(rec.received.length, 0);
       const [a] = await attempts(h.id);
       assert.deepEqual([a!.outcome, a!.status_code], ['retrying', null]);
       assert.match(a!.error!, /signing secret cannot be read.*rotate-secret/);
       // The owner rotates through the changed service: the new secret signs alone (the old one cannot be read).
-      const rot = await other.rotateSecret({ userId: u.id, email: u.email, role: 'user', scope: 'read_write', via: 'session' }, h.id);
+      const rot = await other.rotateSecret(
+        { userId: u.id, email: u.email, role: 'user', scope: 'read_write', via: 'session' },
+        h.id,
+      );
       await advance(5);
       assert.equal(await other.deliverDue(), 1);
       assert.equal(String(rec.received[0]!.headers['webhook-signature']).split(' ').length, 1);
@@ -302,7 +362,7 @@ describeEachDb(
       await remove(h.id);
     });
 
-    test('a VM\'s events arrive in order: a later one waits while an earlier one is retried', async () => {
+    test("a VM's events arrive in order: a later one waits while an earlier one is retried", async () => {
       rec.received.length = 0;
       let failedOnce = false;
       rec.answer = (r) => {
@@ -315,15 +375,25 @@ describeEachDb(
       await credit(t(), adminKey, u.id, 500);
       const vm = await t().req('POST', '/vms', {
         token: key,
-        body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, auth_method: 'password', password: 'a-vm-password-1234' },
+        body: {
+          node,
+          gpu_type: '4090',
+          gpu_count: 1,
+          storage_gb: 50,
+          template_vmid: 100,
+          auth_method: 'password',
+          password: 'a-vm-password-1234',
+        },
       });
       assert.equal(vm.status, 201, vm.text);
       await advance(60); // provisioned, running
       assert.equal((await t().req('DELETE', `/vms/${vm.body.id}`, { token: key })).status, 200);
       await advance(60);
-      const written = (await t().req('GET', '/events', { token: key, query: { vm_id: vm.body.id, limit: 200 } })).body.map((e: { id: string }) => e.id);
+      const written = (
+        await t().req('GET', '/events', { token: key, query: { vm_id: vm.body.id, limit: 200 } })
+      ).body.map((e: { id: string }) => e.id);
       assert.ok(written.length >= 4, `events: ${written.length}`);
-      assert.equal(await deliver(), 1, 'only the first of the VM\'s events goes while it is pending');
+      assert.equal(await deliver(), 1, "only the first of the VM's events goes while it is pending");
       assert.equal(await deliver(), 0, 'the rest wait behind the one being retried');
       await advance(5);
       while ((await deliver()) > 0);
@@ -332,15 +402,21 @@ describeEachDb(
       await remove(h.id);
     });
 
-    test('the operator\'s node events go to administrators\' endpoints, never to a customer\'s', async () => {
+    test("the operator's node events go to administrators' endpoints, never to a customer's", async () => {
       rec.received.length = 0;
       rec.answer = () => 200;
       const ops = await hook({ url: `${rec.url}/ops`, event_types: ['node.offline', 'node.online'] }, adminKey);
       const mine = await hook({ url: `${rec.url}/mine` });
       const { node } = await createNode(t(), adminKey, { gpu_type: '5090', gpu_count: 2 });
-      assert.equal((await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status, 200);
+      assert.equal(
+        (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status,
+        200,
+      );
       while ((await deliver()) > 0);
-      assert.deepEqual(rec.received.filter((r) => r.path === '/ops').map((r) => rec.verify(r, ops.secret).type), ['node.offline']);
+      assert.deepEqual(
+        rec.received.filter((r) => r.path === '/ops').map((r) => rec.verify(r, ops.secret).type),
+        ['node.offline'],
+      );
       assert.equal(rec.received.filter((r) => r.path === '/mine').length, 0);
       await remove(mine.id);
       assert.equal((await t().req('DELETE', `/webhooks/${ops.id}`, { token: adminKey })).status, 204);
@@ -352,7 +428,11 @@ describeEachDb(
       const h = await hook({ url: `${rec.url}/pair`, event_types: ['api_key.created'] });
       for (let i = 0; i < 40; i++) await makeEvent();
       // Another instance: its own connections to the same database (closed with the test app).
-      const other = new WebhookService(await t().testDb.openAnother(), t().clock, { secret: JWT_SECRET, allowPrivate: true, timeoutMs: 2000 });
+      const other = new WebhookService(await t().testDb.openAnother(), t().clock, {
+        secret: JWT_SECRET,
+        allowPrivate: true,
+        timeoutMs: 2000,
+      });
       for (;;) {
         const [a, b] = await Promise.all([deliver(), other.deliverDue()]);
         if (a + b === 0) break;

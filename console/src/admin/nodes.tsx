@@ -6,7 +6,24 @@
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
-import { Action, Confirm, Empty, Field, Form, FormDialog, Loaded, Page, Pager, Select, Status, Submit, formatTime, notify, parseIntField, useAsync } from '../ui.js';
+import {
+  Action,
+  Confirm,
+  Empty,
+  Field,
+  Form,
+  FormDialog,
+  Loaded,
+  Page,
+  Pager,
+  Select,
+  Status,
+  Submit,
+  formatTime,
+  notify,
+  parseIntField,
+  useAsync,
+} from '../ui.js';
 
 type NodeRecord = paths['/admin/nodes']['get']['responses'][200]['content']['application/json'][number];
 type NodeStatus = NodeRecord['status'];
@@ -29,7 +46,11 @@ export function Nodes(_props: Record<string, unknown>) {
   const [dialog, setDialog] = useState<Dialog>(undefined);
   // The register form's input lives here: the form steps aside while the edit dialog (same field names) is open.
   const [draft, setDraft] = useState(NEW_NODE);
-  const nodes = useAsync(() => callWithTotal(api.GET('/admin/nodes', { params: { query: { limit: PAGE, offset } } })), [offset], 5000);
+  const nodes = useAsync(
+    () => callWithTotal(api.GET('/admin/nodes', { params: { query: { limit: PAGE, offset } } })),
+    [offset],
+    5000,
+  );
 
   const setStatus = async (n: NodeRecord, status: NodeStatus) => {
     await call(api.PATCH('/admin/nodes/{node}', { params: { path: { node: n.node } }, body: { status } }));
@@ -50,8 +71,8 @@ export function Nodes(_props: Record<string, unknown>) {
               <>
                 {agentsDown.length ? (
                   <div class="warning" role="alert">
-                    Host agent not answering on {agentsDown.map((n) => n.node).join(', ')}: the VMs of such a node are offline until it answers
-                    again.
+                    Host agent not answering on {agentsDown.map((n) => n.node).join(', ')}: the VMs of such a node are
+                    offline until it answers again.
                   </div>
                 ) : null}
                 <div class="cards">
@@ -67,7 +88,9 @@ export function Nodes(_props: Record<string, unknown>) {
                     <strong class="value">
                       {used} / {gpus}
                     </strong>
-                    <span class="muted">{gpus - used} free{total > items.length ? ' (this page)' : ''}</span>
+                    <span class="muted">
+                      {gpus - used} free{total > items.length ? ' (this page)' : ''}
+                    </span>
                   </div>
                 </div>
                 <h2>Fleet</h2>
@@ -92,16 +115,30 @@ export function Nodes(_props: Record<string, unknown>) {
                       </thead>
                       <tbody>
                         {items.map((n) => (
-                          <NodeRow key={n.node} n={n} setStatus={setStatus} onEdit={() => setDialog({ kind: 'edit', node: n })} onRemove={() => setDialog({ kind: 'remove', node: n })} />
+                          <NodeRow
+                            key={n.node}
+                            n={n}
+                            setStatus={setStatus}
+                            onEdit={() => setDialog({ kind: 'edit', node: n })}
+                            onRemove={() => setDialog({ kind: 'remove', node: n })}
+                          />
                         ))}
                       </tbody>
                     </table>
                   </div>
                 )}
-                <Pager offset={offset} limit={PAGE} total={total} shown={items.length} onOffset={setOffset} noun="nodes" />
+                <Pager
+                  offset={offset}
+                  limit={PAGE}
+                  total={total}
+                  shown={items.length}
+                  onOffset={setOffset}
+                  noun="nodes"
+                />
                 <p class="muted adm-small">
-                  Statuses: <strong>active</strong> {STATUS_MEANING.active}; <strong>draining</strong> {STATUS_MEANING.draining};{' '}
-                  <strong>offline</strong> {STATUS_MEANING.offline} (activating brings them back as they were).
+                  Statuses: <strong>active</strong> {STATUS_MEANING.active}; <strong>draining</strong>{' '}
+                  {STATUS_MEANING.draining}; <strong>offline</strong> {STATUS_MEANING.offline} (activating brings them
+                  back as they were).
                 </p>
               </>
             );
@@ -123,17 +160,26 @@ export function Nodes(_props: Record<string, unknown>) {
           }}
         >
           <p>
-            The node leaves the fleet and its offers disappear. The API refuses while VMs that are not destroyed or failed live on it
-            {dialog.node.gpus_allocated > 0 ? ` (it holds ${dialog.node.gpus_allocated} GPUs now)` : ''}: drain it and let them go first.
+            The node leaves the fleet and its offers disappear. The API refuses while VMs that are not destroyed or
+            failed live on it
+            {dialog.node.gpus_allocated > 0 ? ` (it holds ${dialog.node.gpus_allocated} GPUs now)` : ''}: drain it and
+            let them go first.
           </p>
         </Confirm>
       ) : null}
-      {dialog?.kind === 'edit' ? <EditNode node={dialog.node} onClose={() => setDialog(undefined)} onDone={nodes.reload} /> : null}
+      {dialog?.kind === 'edit' ? (
+        <EditNode node={dialog.node} onClose={() => setDialog(undefined)} onDone={nodes.reload} />
+      ) : null}
     </Page>
   );
 }
 
-function NodeRow(props: { n: NodeRecord; setStatus: (n: NodeRecord, s: NodeStatus) => Promise<void>; onEdit: () => void; onRemove: () => void }) {
+function NodeRow(props: {
+  n: NodeRecord;
+  setStatus: (n: NodeRecord, s: NodeStatus) => Promise<void>;
+  onEdit: () => void;
+  onRemove: () => void;
+}) {
   const { n, setStatus } = props;
   const pct = n.gpu_count > 0 ? Math.min(100, Math.round((n.gpus_allocated / n.gpu_count) * 100)) : 0;
   return (
@@ -153,7 +199,12 @@ function NodeRow(props: { n: NodeRecord; setStatus: (n: NodeRecord, s: NodeStatu
       <td>
         {n.gpus_allocated} / {n.gpu_count} in use
         <div class="adm-capacity">
-          <progress max={n.gpu_count} value={n.gpus_allocated} aria-label={`GPUs in use on ${n.node}`} title={`${pct}% in use`} />
+          <progress
+            max={n.gpu_count}
+            value={n.gpus_allocated}
+            aria-label={`GPUs in use on ${n.node}`}
+            title={`${pct}% in use`}
+          />
           <span class="muted adm-small">{n.gpus_free} free</span>
         </div>
       </td>
@@ -162,7 +213,9 @@ function NodeRow(props: { n: NodeRecord; setStatus: (n: NodeRecord, s: NodeStatu
         <div class="muted adm-small adm-truncate" title={n.cpu_model}>
           {n.cpu_model}
         </div>
-        <div class="muted adm-small" title="The largest disk a VM on this node can have">{n.max_storage_gb.toLocaleString()} GB storage</div>
+        <div class="muted adm-small" title="The largest disk a VM on this node can have">
+          {n.max_storage_gb.toLocaleString()} GB storage
+        </div>
       </td>
       <td>
         {n.location}
@@ -174,10 +227,24 @@ function NodeRow(props: { n: NodeRecord; setStatus: (n: NodeRecord, s: NodeStatu
       <td>
         <div class="actions adm-row-actions adm-wrap">
           {n.status !== 'draining' ? (
-            <Action small onClick={() => setStatus(n, 'draining')} title="Stop new VMs landing here; VMs on it keep running">Drain</Action>
+            <Action
+              small
+              onClick={() => setStatus(n, 'draining')}
+              title="Stop new VMs landing here; VMs on it keep running"
+            >
+              Drain
+            </Action>
           ) : null}
-          {n.status !== 'offline' ? <Action small onClick={() => setStatus(n, 'offline')} title="Take the node and its VMs offline">Offline</Action> : null}
-          {n.status !== 'active' ? <Action small onClick={() => setStatus(n, 'active')} title="Make the node rentable again">Activate</Action> : null}
+          {n.status !== 'offline' ? (
+            <Action small onClick={() => setStatus(n, 'offline')} title="Take the node and its VMs offline">
+              Offline
+            </Action>
+          ) : null}
+          {n.status !== 'active' ? (
+            <Action small onClick={() => setStatus(n, 'active')} title="Make the node rentable again">
+              Activate
+            </Action>
+          ) : null}
           <button type="button" class="btn btn-plain btn-small" onClick={props.onEdit}>
             Edit
           </button>
@@ -277,19 +344,46 @@ const LABELS: Record<(typeof INT_FIELDS)[number] | (typeof TEXT_FIELDS)[number],
 };
 
 /** The hardware fields shared by the register and edit forms. */
-function HardwareFields({ v, set, gpuRamHint }: { v: Hardware; set: (patch: Partial<Hardware>) => void; gpuRamHint: string }) {
+function HardwareFields({
+  v,
+  set,
+  gpuRamHint,
+}: {
+  v: Hardware;
+  set: (patch: Partial<Hardware>) => void;
+  gpuRamHint: string;
+}) {
   const input = (k: keyof Hardware) => (e: Event) => set({ [k]: (e.target as HTMLInputElement).value });
   return (
     <>
       <div class="adm-grid3">
-        <Select label="GPU type" value={v.gpu_type} onChange={(x) => set({ gpu_type: x as GpuType })} options={GPU_TYPES.map((g) => ({ value: g, label: g }))} />
+        <Select
+          label="GPU type"
+          value={v.gpu_type}
+          onChange={(x) => set({ gpu_type: x as GpuType })}
+          options={GPU_TYPES.map((g) => ({ value: g, label: g }))}
+        />
         <Field label="GPU count" inputMode="numeric" required value={v.gpu_count} onInput={input('gpu_count')} />
-        <Field label="GPU memory (MB)" inputMode="numeric" placeholder="the GPU type's" value={v.gpu_ram_mb} onInput={input('gpu_ram_mb')} hint={gpuRamHint} />
+        <Field
+          label="GPU memory (MB)"
+          inputMode="numeric"
+          placeholder="the GPU type's"
+          value={v.gpu_ram_mb}
+          onInput={input('gpu_ram_mb')}
+          hint={gpuRamHint}
+        />
         <Field label="RAM (GB)" inputMode="numeric" required value={v.ram_gb} onInput={input('ram_gb')} />
         <Field label="CPU cores" inputMode="numeric" required value={v.cpu_cores} onInput={input('cpu_cores')} />
         <Field label="CPU model" required value={v.cpu_model} onInput={input('cpu_model')} />
         <Field label="PCIe generation" required value={v.pcie_gen} onInput={input('pcie_gen')} />
-        <Field label="Max storage (GB)" inputMode="numeric" required value={v.max_storage_gb} onInput={input('max_storage_gb')} hint="The largest disk a VM here can have; at least 50." />
+        <Field
+          label="Max storage (GB)"
+          inputMode="numeric"
+          required
+          value={v.max_storage_gb}
+          onInput={input('max_storage_gb')}
+          hint="The largest disk a VM here can have; at least 50."
+        />
         <Field label="Location" required value={v.location} onInput={input('location')} />
         <Field label="Cluster" required value={v.cluster_name} onInput={input('cluster_name')} />
       </div>
@@ -333,9 +427,10 @@ function RegisterNode({ v, setV, onDone }: { v: Draft; setV: (d: Draft) => void;
     <section class="card adm-register" aria-labelledby="register-node-title">
       <h2 id="register-node-title">Register a node</h2>
       <p class="muted">
-        Without an agent URL the node is <strong>simulated</strong>: its VMs run on the built-in simulator, which is what demos and tests use.
-        With the URL and token of a host running <code>gpucloud agent</code>, its VMs are real; the agent is asked about its host at once (a
-        node whose agent does not answer is still registered, shown offline).
+        Without an agent URL the node is <strong>simulated</strong>: its VMs run on the built-in simulator, which is
+        what demos and tests use. With the URL and token of a host running <code>gpucloud agent</code>, its VMs are
+        real; the agent is asked about its host at once (a node whose agent does not answer is still registered, shown
+        offline).
       </p>
       <Form
         aria-label="Register a node"
@@ -343,7 +438,8 @@ function RegisterNode({ v, setV, onDone }: { v: Draft; setV: (d: Draft) => void;
           const node = v.node.trim();
           if (!node) throw new Error('Enter a node id, e.g. vm07.');
           const n = ints(v);
-          for (const k of ['gpu_count', 'ram_gb', 'cpu_cores', 'max_storage_gb'] as const) if (n[k] === undefined) throw new Error(`Enter the ${LABELS[k]}.`);
+          for (const k of ['gpu_count', 'ram_gb', 'cpu_cores', 'max_storage_gb'] as const)
+            if (n[k] === undefined) throw new Error(`Enter the ${LABELS[k]}.`);
           const url = v.agent_url.trim();
           const token = v.agent_token.trim();
           if (token && !url) throw new Error('An agent token needs the agent URL too.');
@@ -387,7 +483,10 @@ function RegisterNode({ v, setV, onDone }: { v: Draft; setV: (d: Draft) => void;
             label="Initial status"
             value={v.status}
             onChange={(x) => set({ status: x as NodeStatus })}
-            options={(['active', 'draining', 'offline'] as const).map((s) => ({ value: s, label: `${s}: ${STATUS_MEANING[s]}` }))}
+            options={(['active', 'draining', 'offline'] as const).map((s) => ({
+              value: s,
+              label: `${s}: ${STATUS_MEANING[s]}`,
+            }))}
           />
         </div>
         <HardwareFields v={v} set={set} gpuRamHint="Empty for the GPU type's own." />
@@ -467,8 +566,8 @@ function EditNode({ node, onClose, onDone }: { node: NodeRecord; onClose: () => 
       }}
     >
       <p class="muted adm-small">
-        GPU count cannot go below the GPUs in use ({node.gpus_allocated}); the GPU type cannot change, nor the agent come or go, while the node
-        has VMs. Status changes are the row's Drain / Offline / Activate.
+        GPU count cannot go below the GPUs in use ({node.gpus_allocated}); the GPU type cannot change, nor the agent
+        come or go, while the node has VMs. Status changes are the row's Drain / Offline / Activate.
       </p>
       <HardwareFields
         v={v}
@@ -482,16 +581,24 @@ function EditNode({ node, onClose, onDone }: { node: NodeRecord; onClose: () => 
         placeholder="empty: simulated node"
         value={v.agent_url}
         onInput={(e) => set({ agent_url: (e.target as HTMLInputElement).value })}
-        hint={node.agent_url ? 'Clear it to make this a simulated node.' : 'Set it (with a token) to run VMs on a real host agent.'}
+        hint={
+          node.agent_url
+            ? 'Clear it to make this a simulated node.'
+            : 'Set it (with a token) to run VMs on a real host agent.'
+        }
       />
       <Field
         label="Agent token"
         type="password"
         autoComplete="new-password"
-        placeholder={node.agent_token_set ? 'unchanged' : 'the agent\'s --token'}
+        placeholder={node.agent_token_set ? 'unchanged' : "the agent's --token"}
         value={v.agent_token}
         onInput={(e) => set({ agent_token: (e.target as HTMLInputElement).value })}
-        hint={node.agent_token_set ? 'A new token alone rotates it; empty keeps the current one.' : 'At least 32 characters.'}
+        hint={
+          node.agent_token_set
+            ? 'A new token alone rotates it; empty keeps the current one.'
+            : 'At least 32 characters.'
+        }
       />
     </FormDialog>
   );

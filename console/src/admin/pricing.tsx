@@ -10,16 +10,47 @@ import { Empty, Loaded, Money, Page, formatTime, notify, useAsync } from '../ui.
 
 type Price = paths['/admin/pricing']['get']['responses'][200]['content']['application/json'][number];
 type PriceBody = NonNullable<paths['/admin/pricing/{gpu_type}']['put']['requestBody']>['content']['application/json'];
-type Key = 'gpu_price_hourly' | 'interruptible_rate' | 'storage_price_gb_hourly' | 'reserved_discount_1mo' | 'reserved_discount_3mo' | 'reserved_discount_6mo';
+type Key =
+  | 'gpu_price_hourly'
+  | 'interruptible_rate'
+  | 'storage_price_gb_hourly'
+  | 'reserved_discount_1mo'
+  | 'reserved_discount_3mo'
+  | 'reserved_discount_6mo';
 
 /** The editable columns: what the header says, the input's accessible name, and its unit. */
 const COLUMNS: { key: Key; head: string; label: (gpu: string) => string; kind: 'money' | 'percent' }[] = [
   { key: 'gpu_price_hourly', head: 'On-demand, per GPU-hour', label: (g) => `${g} price per GPU-hour`, kind: 'money' },
-  { key: 'interruptible_rate', head: 'Interruptible, per GPU-hour', label: (g) => `${g} interruptible rate per GPU-hour`, kind: 'money' },
-  { key: 'storage_price_gb_hourly', head: 'Storage, per GB-hour', label: (g) => `${g} storage price per GB-hour`, kind: 'money' },
-  { key: 'reserved_discount_1mo', head: 'Reserved 1 month', label: (g) => `${g} reserved 1 month discount (%)`, kind: 'percent' },
-  { key: 'reserved_discount_3mo', head: 'Reserved 3 months', label: (g) => `${g} reserved 3 months discount (%)`, kind: 'percent' },
-  { key: 'reserved_discount_6mo', head: 'Reserved 6 months', label: (g) => `${g} reserved 6 months discount (%)`, kind: 'percent' },
+  {
+    key: 'interruptible_rate',
+    head: 'Interruptible, per GPU-hour',
+    label: (g) => `${g} interruptible rate per GPU-hour`,
+    kind: 'money',
+  },
+  {
+    key: 'storage_price_gb_hourly',
+    head: 'Storage, per GB-hour',
+    label: (g) => `${g} storage price per GB-hour`,
+    kind: 'money',
+  },
+  {
+    key: 'reserved_discount_1mo',
+    head: 'Reserved 1 month',
+    label: (g) => `${g} reserved 1 month discount (%)`,
+    kind: 'percent',
+  },
+  {
+    key: 'reserved_discount_3mo',
+    head: 'Reserved 3 months',
+    label: (g) => `${g} reserved 3 months discount (%)`,
+    kind: 'percent',
+  },
+  {
+    key: 'reserved_discount_6mo',
+    head: 'Reserved 6 months',
+    label: (g) => `${g} reserved 6 months discount (%)`,
+    kind: 'percent',
+  },
 ];
 
 const DECIMAL = /^(\d+(\.\d*)?|\.\d+)$/;
@@ -29,8 +60,9 @@ export function Pricing(_props: Record<string, unknown>) {
   return (
     <Page title="Pricing">
       <p class="muted">
-        Prices in USD. On-demand and interruptible prices are per GPU-hour, storage per GB-hour; reserved rentals take the on-demand price less
-        their discount. <strong>New prices apply to new VMs only</strong>: a VM keeps the rate it was created with.
+        Prices in USD. On-demand and interruptible prices are per GPU-hour, storage per GB-hour; reserved rentals take
+        the on-demand price less their discount. <strong>New prices apply to new VMs only</strong>: a VM keeps the rate
+        it was created with.
       </p>
       <Loaded value={prices}>
         {(rows) =>
@@ -127,7 +159,11 @@ function PriceRow({ price, onSaved }: { price: Price; onSaved: () => Promise<voi
           return (
             <td key={c.key} class={c.kind === 'money' ? 'num' : undefined}>
               <span class="adm-price-input">
-                {c.kind === 'money' ? <span class="muted" aria-hidden="true">$</span> : null}
+                {c.kind === 'money' ? (
+                  <span class="muted" aria-hidden="true">
+                    $
+                  </span>
+                ) : null}
                 <input
                   type="text"
                   inputMode="decimal"
@@ -145,7 +181,11 @@ function PriceRow({ price, onSaved }: { price: Price; onSaved: () => Promise<voi
                     }
                   }}
                 />
-                {c.kind === 'percent' ? <span class="muted" aria-hidden="true">%</span> : null}
+                {c.kind === 'percent' ? (
+                  <span class="muted" aria-hidden="true">
+                    %
+                  </span>
+                ) : null}
               </span>
               {discounted ? (
                 <div class="muted adm-small">
@@ -158,7 +198,13 @@ function PriceRow({ price, onSaved }: { price: Price; onSaved: () => Promise<voi
         <td class="muted">{formatTime(price.updated_at)}</td>
         <td>
           <div class="actions adm-row-actions">
-            <button type="button" class="btn btn-primary btn-small" disabled={busy} aria-busy={busy} onClick={() => void save()}>
+            <button
+              type="button"
+              class="btn btn-primary btn-small"
+              disabled={busy}
+              aria-busy={busy}
+              onClick={() => void save()}
+            >
               {busy ? <span class="spinner" aria-hidden="true" /> : null}
               Save
             </button>

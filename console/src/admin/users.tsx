@@ -6,7 +6,23 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal, GpuCloudError, randomKey } from '../api.js';
-import { Action, Confirm, Empty, Field, FormDialog, Loaded, Money, Page, Pager, formatMoney, formatTime, notify, parseIntField, useAsync, useDebounced } from '../ui.js';
+import {
+  Action,
+  Confirm,
+  Empty,
+  Field,
+  FormDialog,
+  Loaded,
+  Money,
+  Page,
+  Pager,
+  formatMoney,
+  formatTime,
+  notify,
+  parseIntField,
+  useAsync,
+  useDebounced,
+} from '../ui.js';
 
 type AdminUser = paths['/admin/users']['get']['responses'][200]['content']['application/json'][number];
 
@@ -37,7 +53,10 @@ export function Users(_props: Record<string, unknown>) {
     10000,
   );
 
-  const patch = async (u: AdminUser, body: NonNullable<paths['/admin/users/{user_id}']['patch']['requestBody']>['content']['application/json']) => {
+  const patch = async (
+    u: AdminUser,
+    body: NonNullable<paths['/admin/users/{user_id}']['patch']['requestBody']>['content']['application/json'],
+  ) => {
     const updated = await call(api.PATCH('/admin/users/{user_id}', { params: { path: { user_id: u.id } }, body }));
     await users.reload();
     return updated;
@@ -47,135 +66,168 @@ export function Users(_props: Record<string, unknown>) {
     <Page title="Users">
       {/* While a dialog is open the page behind it is inert: hide it from assistive technology too. */}
       <div aria-hidden={dialog ? 'true' : undefined}>
-      <form class="inline adm-toolbar" role="search" aria-label="Search users" onSubmit={(e) => e.preventDefault()}>
-        <fieldset>
-          <Field
-            label="Search by email"
-            type="search"
-            value={search}
-            placeholder="part of an email address"
-            autoComplete="off"
-            onInput={(e) => setSearch((e.target as HTMLInputElement).value)}
-          />
-        </fieldset>
-      </form>
-      <Loaded value={users}>
-        {({ items, total }) =>
-          items.length === 0 ? (
-            <>
-              <Empty>{offset > 0 ? 'Nothing on this page.' : email ? `No user's email contains "${email}".` : 'No users yet.'}</Empty>
-              <Pager offset={offset} limit={PAGE} total={total} shown={0} onOffset={setOffset} noun="users" />
-            </>
-          ) : (
-            <>
-              <div class="table-wrap">
-                <table>
-                  <caption class="adm-sr">Users</caption>
-                  <thead>
-                    <tr>
-                      <th>Email</th>
-                      <th>Role</th>
-                      <th class="num">Balance</th>
-                      <th>State</th>
-                      <th>Limits</th>
-                      <th>Created</th>
-                      <th>
-                        <span class="adm-sr">Actions</span>
-                      </th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {items.map((u) => {
-                      const self = me.data?.id === u.id;
-                      return (
-                        <tr key={u.id}>
-                          <td>
-                            <strong>{u.email}</strong>
-                            {self ? <span class="muted"> (you)</span> : null}
-                            <div class="muted adm-small">
-                              #{u.id}
-                              {u.name ? ` · ${u.name}` : ''}
-                              {u.two_factor_enabled ? ' · 2FA' : ''}
-                            </div>
-                          </td>
-                          <td>{u.role === 'admin' ? <strong>admin</strong> : 'user'}</td>
-                          <td class="num">
-                            <Money value={u.balance} />
-                          </td>
-                          <td>{u.suspended ? <span class="status status-failed">suspended</span> : <span class="status status-active">active</span>}</td>
-                          <td>
-                            <Limit value={u.max_vms} fallback={DEFAULT_MAX_VMS} unit="VMs" />
-                            <br />
-                            <Limit value={u.max_gpus} fallback={DEFAULT_MAX_GPUS} unit="GPUs" />
-                          </td>
-                          <td>{formatTime(u.created_at)}</td>
-                          <td>
-                            <div class="actions adm-row-actions adm-wrap">
-                              <button type="button" class="btn btn-plain btn-small" onClick={() => setDialog({ kind: 'credit', user: u })}>
-                                Add credit
-                              </button>
+        <form class="inline adm-toolbar" role="search" aria-label="Search users" onSubmit={(e) => e.preventDefault()}>
+          <fieldset>
+            <Field
+              label="Search by email"
+              type="search"
+              value={search}
+              placeholder="part of an email address"
+              autoComplete="off"
+              onInput={(e) => setSearch((e.target as HTMLInputElement).value)}
+            />
+          </fieldset>
+        </form>
+        <Loaded value={users}>
+          {({ items, total }) =>
+            items.length === 0 ? (
+              <>
+                <Empty>
+                  {offset > 0
+                    ? 'Nothing on this page.'
+                    : email
+                      ? `No user's email contains "${email}".`
+                      : 'No users yet.'}
+                </Empty>
+                <Pager offset={offset} limit={PAGE} total={total} shown={0} onOffset={setOffset} noun="users" />
+              </>
+            ) : (
+              <>
+                <div class="table-wrap">
+                  <table>
+                    <caption class="adm-sr">Users</caption>
+                    <thead>
+                      <tr>
+                        <th>Email</th>
+                        <th>Role</th>
+                        <th class="num">Balance</th>
+                        <th>State</th>
+                        <th>Limits</th>
+                        <th>Created</th>
+                        <th>
+                          <span class="adm-sr">Actions</span>
+                        </th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {items.map((u) => {
+                        const self = me.data?.id === u.id;
+                        return (
+                          <tr key={u.id}>
+                            <td>
+                              <strong>{u.email}</strong>
+                              {self ? <span class="muted"> (you)</span> : null}
+                              <div class="muted adm-small">
+                                #{u.id}
+                                {u.name ? ` · ${u.name}` : ''}
+                                {u.two_factor_enabled ? ' · 2FA' : ''}
+                              </div>
+                            </td>
+                            <td>{u.role === 'admin' ? <strong>admin</strong> : 'user'}</td>
+                            <td class="num">
+                              <Money value={u.balance} />
+                            </td>
+                            <td>
                               {u.suspended ? (
-                                <Action
-                                  small
-                                  onClick={async () => {
-                                    await patch(u, { suspended: false });
-                                    notify(`${u.email} can use the service again.`);
-                                  }}
-                                >
-                                  Unsuspend
-                                </Action>
+                                <span class="status status-failed">suspended</span>
                               ) : (
-                                <button type="button" class="btn btn-plain btn-small" onClick={() => setDialog({ kind: 'suspend', user: u })}>
-                                  Suspend
+                                <span class="status status-active">active</span>
+                              )}
+                            </td>
+                            <td>
+                              <Limit value={u.max_vms} fallback={DEFAULT_MAX_VMS} unit="VMs" />
+                              <br />
+                              <Limit value={u.max_gpus} fallback={DEFAULT_MAX_GPUS} unit="GPUs" />
+                            </td>
+                            <td>{formatTime(u.created_at)}</td>
+                            <td>
+                              <div class="actions adm-row-actions adm-wrap">
+                                <button
+                                  type="button"
+                                  class="btn btn-plain btn-small"
+                                  onClick={() => setDialog({ kind: 'credit', user: u })}
+                                >
+                                  Add credit
                                 </button>
-                              )}
-                              {u.role === 'admin' ? (
-                                <Action
-                                  small
-                                  onClick={async () => {
-                                    await patch(u, { role: 'user' });
-                                    notify(`${u.email} is no longer an administrator.`);
-                                  }}
+                                {u.suspended ? (
+                                  <Action
+                                    small
+                                    onClick={async () => {
+                                      await patch(u, { suspended: false });
+                                      notify(`${u.email} can use the service again.`);
+                                    }}
+                                  >
+                                    Unsuspend
+                                  </Action>
+                                ) : (
+                                  <button
+                                    type="button"
+                                    class="btn btn-plain btn-small"
+                                    onClick={() => setDialog({ kind: 'suspend', user: u })}
+                                  >
+                                    Suspend
+                                  </button>
+                                )}
+                                {u.role === 'admin' ? (
+                                  <Action
+                                    small
+                                    onClick={async () => {
+                                      await patch(u, { role: 'user' });
+                                      notify(`${u.email} is no longer an administrator.`);
+                                    }}
+                                  >
+                                    Make user
+                                  </Action>
+                                ) : (
+                                  <Action
+                                    small
+                                    onClick={async () => {
+                                      await patch(u, { role: 'admin' });
+                                      notify(`${u.email} is now an administrator.`);
+                                    }}
+                                  >
+                                    Make admin
+                                  </Action>
+                                )}
+                                <button
+                                  type="button"
+                                  class="btn btn-plain btn-small"
+                                  onClick={() => setDialog({ kind: 'limits', user: u })}
                                 >
-                                  Make user
-                                </Action>
-                              ) : (
-                                <Action
-                                  small
-                                  onClick={async () => {
-                                    await patch(u, { role: 'admin' });
-                                    notify(`${u.email} is now an administrator.`);
-                                  }}
-                                >
-                                  Make admin
-                                </Action>
-                              )}
-                              <button type="button" class="btn btn-plain btn-small" onClick={() => setDialog({ kind: 'limits', user: u })}>
-                                Limits
-                              </button>
-                            </div>
-                          </td>
-                        </tr>
-                      );
-                    })}
-                  </tbody>
-                </table>
-              </div>
-              <Pager offset={offset} limit={PAGE} total={total} shown={items.length} onOffset={setOffset} noun="users" />
-            </>
-          )
-        }
-      </Loaded>
+                                  Limits
+                                </button>
+                              </div>
+                            </td>
+                          </tr>
+                        );
+                      })}
+                    </tbody>
+                  </table>
+                </div>
+                <Pager
+                  offset={offset}
+                  limit={PAGE}
+                  total={total}
+                  shown={items.length}
+                  onOffset={setOffset}
+                  noun="users"
+                />
+              </>
+            )
+          }
+        </Loaded>
       </div>
 
       {dialog?.kind === 'credit' ? (
-        <CreditDialog
+        <CreditDialog user={dialog.user} onClose={() => setDialog(undefined)} onDone={() => users.reload()} />
+      ) : null}
+      {dialog?.kind === 'limits' ? (
+        <LimitsDialog
           user={dialog.user}
           onClose={() => setDialog(undefined)}
-          onDone={() => users.reload()}
+          onSave={(body) => patch(dialog.user, body)}
         />
       ) : null}
-      {dialog?.kind === 'limits' ? <LimitsDialog user={dialog.user} onClose={() => setDialog(undefined)} onSave={(body) => patch(dialog.user, body)} /> : null}
       {dialog?.kind === 'suspend' ? (
         <Confirm
           title={`Suspend ${dialog.user.email}?`}
@@ -188,8 +240,8 @@ export function Users(_props: Record<string, unknown>) {
           }}
         >
           <p>
-            The user gets <strong>403</strong> on every call and their <strong>running VMs are stopped</strong>. Nothing is deleted: unsuspending
-            lets them start their VMs again.
+            The user gets <strong>403</strong> on every call and their <strong>running VMs are stopped</strong>. Nothing
+            is deleted: unsuspending lets them start their VMs again.
           </p>
         </Confirm>
       ) : null}
@@ -212,7 +264,15 @@ function Limit({ value, fallback, unit }: { value: number | null; fallback: numb
 /** Amount with at most 6 decimals, optionally signed. */
 const AMOUNT = /^[-+]?(\d+(\.\d{0,6})?|\.\d{1,6})$/;
 
-function CreditDialog({ user, onClose, onDone }: { user: AdminUser; onClose: () => void; onDone: () => Promise<void> }) {
+function CreditDialog({
+  user,
+  onClose,
+  onDone,
+}: {
+  user: AdminUser;
+  onClose: () => void;
+  onDone: () => Promise<void>;
+}) {
   const [amount, setAmount] = useState('');
   const [description, setDescription] = useState('');
   // One key per opening of this form: a double submit, or the SDK's retry after a lost answer,
@@ -235,18 +295,22 @@ function CreditDialog({ user, onClose, onDone }: { user: AdminUser; onClose: () 
               headers: { 'Idempotency-Key': key.current },
             }),
           );
-          notify(`${n > 0 ? 'Credited' : 'Debited'} ${user.email}: new balance ${formatMoney(tx.balance_after, 'USD', true)}.`);
+          notify(
+            `${n > 0 ? 'Credited' : 'Debited'} ${user.email}: new balance ${formatMoney(tx.balance_after, 'USD', true)}.`,
+          );
         } catch (e) {
           // A definitive refusal did nothing: the corrected form may go out under a fresh key.
           // A lost answer (network error, 5xx, still in progress) keeps the key so a retry cannot credit twice.
-          if (e instanceof GpuCloudError && e.status >= 400 && e.status < 500 && e.status !== 409) key.current = randomKey();
+          if (e instanceof GpuCloudError && e.status >= 400 && e.status < 500 && e.status !== 409)
+            key.current = randomKey();
           throw e;
         }
         await onDone();
       }}
     >
       <p class="muted">
-        Balance now: <Money value={user.balance} precise />. A positive amount adds a credit; a negative one debits the account (an adjustment).
+        Balance now: <Money value={user.balance} precise />. A positive amount adds a credit; a negative one debits the
+        account (an adjustment).
       </p>
       <Field
         label="Amount (USD)"
@@ -256,7 +320,11 @@ function CreditDialog({ user, onClose, onDone }: { user: AdminUser; onClose: () 
         placeholder="e.g. 50 or -10"
         value={amount}
         onInput={(e) => setAmount((e.target as HTMLInputElement).value)}
-        hint={valid ? `Balance after: ${formatMoney(Math.round((user.balance + n) * 1e6) / 1e6, 'USD', true)}` : 'Negative to debit; at most 6 decimals.'}
+        hint={
+          valid
+            ? `Balance after: ${formatMoney(Math.round((user.balance + n) * 1e6) / 1e6, 'USD', true)}`
+            : 'Negative to debit; at most 6 decimals.'
+        }
       />
       <Field
         label="Description"
@@ -289,7 +357,8 @@ function LimitsDialog({
       onSubmit={async () => {
         const v = parseIntField(vms);
         const g = parseIntField(gpus);
-        if (Number.isNaN(v) || Number.isNaN(g)) throw new Error('Limits are whole numbers; leave a field empty for the default.');
+        if (Number.isNaN(v) || Number.isNaN(g))
+          throw new Error('Limits are whole numbers; leave a field empty for the default.');
         const body: { max_vms?: number | null; max_gpus?: number | null } = {};
         if ((v ?? null) !== user.max_vms) body.max_vms = v ?? null;
         if ((g ?? null) !== user.max_gpus) body.max_gpus = g ?? null;

@@ -6,13 +6,42 @@
 import { useEffect, useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
-import { Action, Empty, ErrorText, Field, Loaded, Money, Page, Pager, Select, Status, formatTime, parseIntField, useAsync, useDebounced } from '../ui.js';
+import {
+  Action,
+  Empty,
+  ErrorText,
+  Field,
+  Loaded,
+  Money,
+  Page,
+  Pager,
+  Select,
+  Status,
+  formatTime,
+  parseIntField,
+  useAsync,
+  useDebounced,
+} from '../ui.js';
 
 type AdminVm = paths['/admin/vms']['get']['responses'][200]['content']['application/json'][number];
 type VmStatus = NonNullable<NonNullable<paths['/admin/vms']['get']['parameters']['query']>['status']>;
 
-const STATUSES: VmStatus[] = ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted', 'destroyed', 'failed', 'offline'];
-const RENTAL: Record<AdminVm['rental_type'], string> = { on_demand: 'on-demand', reserved: 'reserved', interruptible: 'interruptible' };
+const STATUSES: VmStatus[] = [
+  'creating',
+  'starting',
+  'running',
+  'stopping',
+  'stopped',
+  'interrupted',
+  'destroyed',
+  'failed',
+  'offline',
+];
+const RENTAL: Record<AdminVm['rental_type'], string> = {
+  on_demand: 'on-demand',
+  reserved: 'reserved',
+  interruptible: 'interruptible',
+};
 const PAGE = 50;
 
 /** Emails by user id, kept for the session: the VM list names owners by id only. */
@@ -85,7 +114,13 @@ export function AllVms(_props: Record<string, unknown>) {
               options={[{ value: '', label: 'Any node' }, ...nodes.data.map((n) => ({ value: n.node, label: n.node }))]}
             />
           ) : (
-            <Field label="Node" autoComplete="off" placeholder="any" value={nodeText} onInput={(e) => setNodeText((e.target as HTMLInputElement).value)} />
+            <Field
+              label="Node"
+              autoComplete="off"
+              placeholder="any"
+              value={nodeText}
+              onInput={(e) => setNodeText((e.target as HTMLInputElement).value)}
+            />
           )}
           <Select
             label="Status"
@@ -94,7 +129,11 @@ export function AllVms(_props: Record<string, unknown>) {
             options={[{ value: '', label: 'Any status' }, ...STATUSES.map((s) => ({ value: s, label: s }))]}
           />
           <label class="adm-check">
-            <input type="checkbox" checked={destroyed} onChange={(e) => setDestroyed((e.target as HTMLInputElement).checked)} />
+            <input
+              type="checkbox"
+              checked={destroyed}
+              onChange={(e) => setDestroyed((e.target as HTMLInputElement).checked)}
+            />
             Include destroyed
           </label>
           {userText || nodeText || status || destroyed ? (
@@ -118,7 +157,13 @@ export function AllVms(_props: Record<string, unknown>) {
         {({ items, total }) =>
           items.length === 0 ? (
             <>
-              <Empty>{offset > 0 ? 'Nothing on this page.' : userId || node || status || destroyed ? 'No VM matches these filters.' : 'No VMs yet.'}</Empty>
+              <Empty>
+                {offset > 0
+                  ? 'Nothing on this page.'
+                  : userId || node || status || destroyed
+                    ? 'No VM matches these filters.'
+                    : 'No VMs yet.'}
+              </Empty>
               <Pager offset={offset} limit={PAGE} total={total} shown={0} onOffset={setOffset} noun="VMs" />
             </>
           ) : (
@@ -147,13 +192,23 @@ export function AllVms(_props: Record<string, unknown>) {
                           </div>
                         </td>
                         <td>
-                          <button type="button" class="adm-link" title="Show only this user's VMs" onClick={() => setUserText(String(v.user_id))}>
+                          <button
+                            type="button"
+                            class="adm-link"
+                            title="Show only this user's VMs"
+                            onClick={() => setUserText(String(v.user_id))}
+                          >
                             {emails.get(v.user_id) ?? `user ${v.user_id}`}
                           </button>
                           {emails.has(v.user_id) ? <div class="muted adm-small">#{v.user_id}</div> : null}
                         </td>
                         <td>
-                          <button type="button" class="adm-link" title="Show only this node's VMs" onClick={() => setNodeText(v.node)}>
+                          <button
+                            type="button"
+                            class="adm-link"
+                            title="Show only this node's VMs"
+                            onClick={() => setNodeText(v.node)}
+                          >
                             {v.node}
                           </button>
                         </td>
@@ -203,7 +258,8 @@ function LedgerCheck() {
         {(r) =>
           r.ok ? (
             <p class="adm-ledger-ok" role="status">
-              <span class="status status-active">Ledger sound</span> <span class="muted">checked {formatTime(r.checked_at)}</span>
+              <span class="status status-active">Ledger sound</span>{' '}
+              <span class="muted">checked {formatTime(r.checked_at)}</span>
             </p>
           ) : (
             <div class="warning" role="alert">

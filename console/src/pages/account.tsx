@@ -41,8 +41,9 @@ function Sessions() {
     <div class="card">
       <h2 class="card-heading">Sessions</h2>
       <p>
-        Signed in on a computer you no longer use, or think someone else is? End every session of this account, this one included. You
-        will sign in again here. API keys keep working: <Link href="/api-keys">revoke them</Link> where they were made.
+        Signed in on a computer you no longer use, or think someone else is? End every session of this account, this one
+        included. You will sign in again here. API keys keep working: <Link href="/api-keys">revoke them</Link> where
+        they were made.
       </p>
       <div class="actions">
         <Action
@@ -70,7 +71,9 @@ function ChangePassword() {
       <Form
         aria-label="Change password"
         onSubmit={async () => {
-          const r = await call(api.POST('/account/password', { body: { current_password: current, new_password: next } }));
+          const r = await call(
+            api.POST('/account/password', { body: { current_password: current, new_password: next } }),
+          );
           setCurrent('');
           setNext('');
           notify(r.message || 'Password changed.');
@@ -94,7 +97,9 @@ function ChangePassword() {
           required
           hint="At least 12 characters."
         />
-        <p class="muted">Every other session of your account (other browsers and devices) is signed out; you stay signed in here.</p>
+        <p class="muted">
+          Every other session of your account (other browsers and devices) is signed out; you stay signed in here.
+        </p>
         <div class="actions">
           <Submit>Change password</Submit>
         </div>
@@ -121,8 +126,8 @@ function TwoFactor({ account, refresh }: { account: Account; refresh: () => Prom
       {recovery ? (
         <div class="recovery">
           <p class="warning" role="alert">
-            Save these recovery codes now, somewhere other than your phone. Each one signs you in once if you lose your authenticator.
-            They will not be shown again.
+            Save these recovery codes now, somewhere other than your phone. Each one signs you in once if you lose your
+            authenticator. They will not be shown again.
           </p>
           <ol class="recovery-codes mono">
             {recovery.map((c) => (
@@ -143,7 +148,8 @@ function TwoFactor({ account, refresh }: { account: Account; refresh: () => Prom
       ) : setup ? (
         <>
           <p>
-            <strong>1.</strong> Scan this QR code with your authenticator app (Google Authenticator, 1Password, Authy, …).
+            <strong>1.</strong> Scan this QR code with your authenticator app (Google Authenticator, 1Password, Authy,
+            …).
           </p>
           <QrCode text={setup.otpauth_url} />
           <p>Or type this secret into the app by hand:</p>
@@ -193,8 +199,8 @@ function TwoFactor({ account, refresh }: { account: Account; refresh: () => Prom
       ) : (
         <>
           <p>
-            Off. With it on, signing in also asks for a code from an authenticator app on your phone, so a stolen password alone is not
-            enough.
+            Off. With it on, signing in also asks for a code from an authenticator app on your phone, so a stolen
+            password alone is not enough.
           </p>
           <div class="actions">
             <Action variant="primary" onClick={start}>

@@ -2,16 +2,41 @@
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
-import { Confirm, CopyButton, Empty, Field, Form, Loaded, Page, Status, Submit, formatTime, notify, useAsync } from '../ui.js';
+import {
+  Confirm,
+  CopyButton,
+  Empty,
+  Field,
+  Form,
+  Loaded,
+  Page,
+  Status,
+  Submit,
+  formatTime,
+  notify,
+  useAsync,
+} from '../ui.js';
 
 type ApiKey = paths['/api-keys']['get']['responses'][200]['content']['application/json'][number];
 type NewApiKey = paths['/api-keys']['post']['responses'][201]['content']['application/json'];
 type Scope = ApiKey['scope'];
 
 const SCOPES: { value: Scope; title: string; text: string }[] = [
-  { value: 'read_write', title: 'Full access', text: 'Everything you can do here: launch, stop and destroy VMs, manage keys and reservations.' },
-  { value: 'read_only', title: 'Read only', text: 'Looks at VMs, SSH keys, reservations, billing and the account; changes nothing.' },
-  { value: 'billing_only', title: 'Billing only', text: 'Balance, spend, usage and transactions, the account, and pricing a reservation. Nothing about VMs.' },
+  {
+    value: 'read_write',
+    title: 'Full access',
+    text: 'Everything you can do here: launch, stop and destroy VMs, manage keys and reservations.',
+  },
+  {
+    value: 'read_only',
+    title: 'Read only',
+    text: 'Looks at VMs, SSH keys, reservations, billing and the account; changes nothing.',
+  },
+  {
+    value: 'billing_only',
+    title: 'Billing only',
+    text: 'Balance, spend, usage and transactions, the account, and pricing a reservation. Nothing about VMs.',
+  },
 ];
 
 /** A date input's YYYY-MM-DD as the end of that day in the user's time zone, in ISO form. */
@@ -36,8 +61,8 @@ export function ApiKeys() {
   return (
     <Page title="API keys">
       <p class="muted">
-        API keys let scripts, the CLI and CI call the API as you. Send one as <code>Authorization: Bearer gpc_…</code>. Give each program its
-        own key with the smallest scope it needs, so you can revoke it alone.
+        API keys let scripts, the CLI and CI call the API as you. Send one as <code>Authorization: Bearer gpc_…</code>.
+        Give each program its own key with the smallest scope it needs, so you can revoke it alone.
       </p>
 
       {created ? (
@@ -90,7 +115,13 @@ export function ApiKeys() {
             <div class="choices">
               {SCOPES.map((s) => (
                 <label key={s.value} class="choice scope-choice">
-                  <input type="radio" name="scope" value={s.value} checked={scope === s.value} onChange={() => setScope(s.value)} />
+                  <input
+                    type="radio"
+                    name="scope"
+                    value={s.value}
+                    checked={scope === s.value}
+                    onChange={() => setScope(s.value)}
+                  />
                   <span>
                     <strong>{s.title}</strong> <code>{s.value}</code>
                     <br />
@@ -147,7 +178,15 @@ export function ApiKeys() {
                           <code>{k.prefix}…</code>
                         </td>
                         <td>{formatTime(k.created_at)}</td>
-                        <td>{expired ? <Status status="expired" /> : k.expires_at ? formatTime(k.expires_at) : <span class="muted">never</span>}</td>
+                        <td>
+                          {expired ? (
+                            <Status status="expired" />
+                          ) : k.expires_at ? (
+                            formatTime(k.expires_at)
+                          ) : (
+                            <span class="muted">never</span>
+                          )}
+                        </td>
                         <td>{k.last_used_at ? formatTime(k.last_used_at) : <span class="muted">never</span>}</td>
                         <td class="num">
                           <button type="button" class="btn btn-plain btn-small" onClick={() => setRevoking(k)}>
@@ -180,7 +219,10 @@ export function ApiKeys() {
           <p>
             <strong>{revoking.name}</strong> <code>{revoking.prefix}…</code> ({revoking.scope})
           </p>
-          <p>Programs using it are refused at once. Every key that was created with this key is revoked too. This cannot be undone.</p>
+          <p>
+            Programs using it are refused at once. Every key that was created with this key is revoked too. This cannot
+            be undone.
+          </p>
         </Confirm>
       ) : null}
     </Page>

@@ -14,7 +14,10 @@ const DAY_MS = 86_400_000;
 export function Billing() {
   const summary = useAsync(
     async () => {
-      const [balance, spend] = await Promise.all([call(api.GET('/billing/balance')), call(api.GET('/billing/current-spend'))]);
+      const [balance, spend] = await Promise.all([
+        call(api.GET('/billing/balance')),
+        call(api.GET('/billing/current-spend')),
+      ]);
       return { balance, spend };
     },
     [],
@@ -73,9 +76,9 @@ export function Billing() {
             <div class="card add-credit spaced">
               <h2 class="card-heading">Adding credit</h2>
               <p>
-                Credit is added by an operator: there is no self-service payment in this version. Ask your gpucloud operator (support) to add
-                credit to your account; it shows up here as a <code>credit</code> transaction and is usable at once. Running VMs are charged
-                from the balance every hour and stop when it runs out.
+                Credit is added by an operator: there is no self-service payment in this version. Ask your gpucloud
+                operator (support) to add credit to your account; it shows up here as a <code>credit</code> transaction
+                and is usable at once. Running VMs are charged from the balance every hour and stop when it runs out.
               </p>
             </div>
 
@@ -129,7 +132,8 @@ export function Billing() {
               </div>
             )}
             <p class="muted">
-              Running VMs accrue at their full rate; stopped VMs that keep a disk accrue its storage rate. Updated {formatTime(spend.last_updated)}.
+              Running VMs accrue at their full rate; stopped VMs that keep a disk accrue its storage rate. Updated{' '}
+              {formatTime(spend.last_updated)}.
             </p>
           </>
         )}
@@ -180,7 +184,13 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
         {usage.total_hours.toLocaleString(undefined, { maximumFractionDigits: 1 })} hours of VM time.
       </p>
       <div class="card chart-wrap">
-        <UsageChart days={days} total={usage.total_cost} currency={currency} start={usage.period_start} end={usage.period_end} />
+        <UsageChart
+          days={days}
+          total={usage.total_cost}
+          currency={currency}
+          start={usage.period_start}
+          end={usage.period_end}
+        />
       </div>
       {usage.vm_breakdown.length > 0 ? (
         <div class="table-wrap usage-vms">
@@ -216,7 +226,13 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
 }
 
 /** Bars per UTC day, drawn as plain SVG. */
-function UsageChart(props: { days: { day: string; cost: number }[]; total: number; currency: string; start: string; end: string }) {
+function UsageChart(props: {
+  days: { day: string; cost: number }[];
+  total: number;
+  currency: string;
+  start: string;
+  end: string;
+}) {
   const { days, currency } = props;
   const slot = 24;
   const top = 16;
@@ -229,7 +245,13 @@ function UsageChart(props: { days: { day: string; cost: number }[]; total: numbe
     max > 0 ? `, highest day ${formatMoney(max, currency)}` : ''
   }`;
   return (
-    <svg class="chart" viewBox={`0 0 ${width} ${height}`} role="img" aria-label={summary} preserveAspectRatio="xMidYMid meet">
+    <svg
+      class="chart"
+      viewBox={`0 0 ${width} ${height}`}
+      role="img"
+      aria-label={summary}
+      preserveAspectRatio="xMidYMid meet"
+    >
       <title>{summary}</title>
       <line x1={0} x2={width} y1={top + plot} y2={top + plot} class="axis" />
       {days.map((d, i) => {
@@ -271,7 +293,9 @@ function Transactions({ currency }: { currency: string }) {
   const [offset, setOffset] = useState(0);
   const page = useAsync(
     async () => {
-      const { items, total } = await callWithTotal(api.GET('/billing/transactions', { params: { query: { limit: PAGE_SIZE, offset } } }));
+      const { items, total } = await callWithTotal(
+        api.GET('/billing/transactions', { params: { query: { limit: PAGE_SIZE, offset } } }),
+      );
       return { items, total, offset };
     },
     [offset],
@@ -320,13 +344,23 @@ function Transactions({ currency }: { currency: string }) {
               </table>
             </div>
             <div class="tx-pager actions" role="group" aria-label="Transaction pages">
-              <button type="button" class="btn btn-plain btn-small" disabled={at === 0} onClick={() => setOffset(Math.max(0, at - PAGE_SIZE))}>
+              <button
+                type="button"
+                class="btn btn-plain btn-small"
+                disabled={at === 0}
+                onClick={() => setOffset(Math.max(0, at - PAGE_SIZE))}
+              >
                 Previous
               </button>
               <span class="muted" aria-live="polite">
                 {from}–{to} of {total}
               </span>
-              <button type="button" class="btn btn-plain btn-small" disabled={to >= total} onClick={() => setOffset(at + PAGE_SIZE)}>
+              <button
+                type="button"
+                class="btn btn-plain btn-small"
+                disabled={to >= total}
+                onClick={() => setOffset(at + PAGE_SIZE)}
+              >
                 Next
               </button>
             </div>

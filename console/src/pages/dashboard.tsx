@@ -1,4 +1,7 @@
-/** The first screen after sign-in: balance, what is spent per hour now, running VMs, and a warning when credit runs low. */
+/**
+ * The first screen after sign-in: balance, what is spent per hour now, running VMs, and a warning when credit runs
+ * low.
+ */
 import { api, call } from '../api.js';
 import { Empty, Link, Loaded, Money, Page, Status, useAsync } from '../ui.js';
 
@@ -47,7 +50,9 @@ export function Dashboard() {
                     <Money value={spend.total_per_hour} currency={balance.currency} precise perHour />
                   </strong>
                   <span class="muted">
-                    {Number.isFinite(hoursLeft) ? `about ${hoursLeft >= 1000 ? '1000+' : Math.floor(hoursLeft)} h of credit left` : 'nothing accrues now'}
+                    {Number.isFinite(hoursLeft)
+                      ? `about ${hoursLeft >= 1000 ? '1000+' : Math.floor(hoursLeft)} h of credit left`
+                      : 'nothing accrues now'}
                   </span>
                 </div>
                 <div class="card stat">

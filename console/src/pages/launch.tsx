@@ -10,7 +10,21 @@ import type { ComponentChildren } from 'preact';
 import type { CreateVmRequest, Offer, operations } from '../../../src/sdk/index.js';
 import { api, call, client, GpuCloudError, randomKey } from '../api.js';
 import { navigate } from '../router.js';
-import { ErrorText, Field, Form, Link, Loaded, Money, Page, Select, Submit, formatMoney, notify, useAsync, useDebounced } from '../ui.js';
+import {
+  ErrorText,
+  Field,
+  Form,
+  Link,
+  Loaded,
+  Money,
+  Page,
+  Select,
+  Submit,
+  formatMoney,
+  notify,
+  useAsync,
+  useDebounced,
+} from '../ui.js';
 import { RENTAL_LABELS, formatRam, isRentalType, sumMoney, unitPrice, type RentalType } from './offers.js';
 
 type GpuCount = CreateVmRequest['gpu_count'];
@@ -36,7 +50,8 @@ export const TEMPLATES: { vmid: number; name: string; about: string }[] = [
 
 const RENTAL_ABOUT: Record<RentalType, string> = {
   on_demand: 'Pay by the hour; stop or destroy at any time.',
-  interruptible: 'Cheapest; stopped when an on-demand or reserved VM needs the GPUs, restarted when they are free again.',
+  interruptible:
+    'Cheapest; stopped when an on-demand or reserved VM needs the GPUs, restarted when they are free again.',
   reserved: 'Prepaid for 1, 3 or 6 months at a discount; the GPUs stay yours while stopped.',
 };
 
@@ -77,7 +92,10 @@ export function Launch({ node }: { node: string }) {
   const offers = useAsync(
     async () => {
       // On-demand and reserved may take GPUs held by interruptible VMs; interruptible only free ones.
-      const [standard, interruptible] = await Promise.all([findOffer(node, 'on_demand'), findOffer(node, 'interruptible')]);
+      const [standard, interruptible] = await Promise.all([
+        findOffer(node, 'on_demand'),
+        findOffer(node, 'interruptible'),
+      ]);
       return { standard, interruptible };
     },
     [node],
@@ -113,7 +131,8 @@ export function Launch({ node }: { node: string }) {
           ) : (
             <div class="card">
               <p>
-                The offer for node <strong>{node}</strong> is gone: the node has no GPUs free right now, or it is no longer offered.
+                The offer for node <strong>{node}</strong> is gone: the node has no GPUs free right now, or it is no
+                longer offered.
               </p>
               <p>
                 <Link href="/offers">Pick another one</Link> from the list.
@@ -126,7 +145,15 @@ export function Launch({ node }: { node: string }) {
   );
 }
 
-function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available: Record<RentalType, number>; onGpusGone: () => void }) {
+function LaunchForm({
+  offer,
+  available,
+  onGpusGone,
+}: {
+  offer: Offer;
+  available: Record<RentalType, number>;
+  onGpusGone: () => void;
+}) {
   const fromUrl = new URLSearchParams(location.search).get('rental_type');
   const [rental, setRental] = useState<RentalType>(isRentalType(fromUrl) ? fromUrl : 'on_demand');
   const [months, setMonths] = useState<Months>(1);
@@ -155,24 +182,41 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
   // Keep the GPU count within what the rental type has free (the largest that fits).
   useEffect(() => {
     if (counts.length && !counts.includes(gpuCount)) setGpuCount(counts[counts.length - 1]!);
-  }, [free, gpuCount]); // eslint-disable-line react-hooks/exhaustive-deps
+  }, [free, gpuCount]); // only these two decide when it runs again
 
   const diskGb = Number(disk);
   const diskOk = Number.isInteger(diskGb) && diskGb >= MIN_DISK_GB && diskGb <= offer.max_storage_gb;
-  const discount = months === 6 ? offer.reserved_discount_6mo : months === 3 ? offer.reserved_discount_3mo : offer.reserved_discount_1mo;
+  const discount =
+    months === 6
+      ? offer.reserved_discount_6mo
+      : months === 3
+        ? offer.reserved_discount_3mo
+        : offer.reserved_discount_1mo;
 
   // The reservation quote, asked again when the shape changes (the disk once typing pauses).
-  const quoteKey = useDebounced(JSON.stringify(rental === 'reserved' && diskOk ? [offer.gpu_type, gpuCount, diskGb, months] : null), 300);
+  const quoteKey = useDebounced(
+    JSON.stringify(rental === 'reserved' && diskOk ? [offer.gpu_type, gpuCount, diskGb, months] : null),
+    300,
+  );
   const quote = useAsync(async () => {
     const k = JSON.parse(quoteKey) as [Offer['gpu_type'], GpuCount, number, Months] | null;
     if (!k) return null;
-    return call(api.POST('/reservations/calculate', { body: { gpu_type: k[0], gpu_count: k[1], storage_gb: k[2], reservation_months: k[3] } }));
+    return call(
+      api.POST('/reservations/calculate', {
+        body: { gpu_type: k[0], gpu_count: k[1], storage_gb: k[2], reservation_months: k[3] },
+      }),
+    );
   }, [quoteKey]);
 
   const body = (): CreateVmRequest => {
-    if (counts.length === 0) throw new Error(`Node ${offer.node} has no GPUs free for ${RENTAL_LABELS[rental].toLowerCase()} rental right now. Choose another rental type, or another offer.`);
-    if (!diskOk) throw new Error(`Disk size must be a whole number of GB from ${MIN_DISK_GB} to ${offer.max_storage_gb}.`);
-    if (auth === 'password' && password.length < MIN_PASSWORD) throw new Error(`The password needs at least ${MIN_PASSWORD} characters.`);
+    if (counts.length === 0)
+      throw new Error(
+        `Node ${offer.node} has no GPUs free for ${RENTAL_LABELS[rental].toLowerCase()} rental right now. Choose another rental type, or another offer.`,
+      );
+    if (!diskOk)
+      throw new Error(`Disk size must be a whole number of GB from ${MIN_DISK_GB} to ${offer.max_storage_gb}.`);
+    if (auth === 'password' && password.length < MIN_PASSWORD)
+      throw new Error(`The password needs at least ${MIN_PASSWORD} characters.`);
     if (auth === 'ssh_key' && !keyId) throw new Error('Choose an SSH key, or use a password.');
     const name = label.trim();
     if (name && !LABEL_RE.test(name)) throw new Error('The label must be 1 to 32 printable ASCII characters.');
@@ -213,11 +257,16 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
   };
 
   const unit = unitPrice(offer, rental);
-  const gpuHourly = rental === 'reserved' ? sumMoney(gpuCount * unit * (1 - discount / 100)) : sumMoney(gpuCount * unit);
+  const gpuHourly =
+    rental === 'reserved' ? sumMoney(gpuCount * unit * (1 - discount / 100)) : sumMoney(gpuCount * unit);
   const diskHourly = diskOk ? sumMoney(diskGb * offer.storage_price_hourly) : 0;
   // The quote on screen must be for the shape chosen now, not the one before the last click.
   const q =
-    rental === 'reserved' && quote.data && quote.data.gpu_count === gpuCount && quote.data.storage_gb === diskGb && quote.data.reservation_months === months
+    rental === 'reserved' &&
+    quote.data &&
+    quote.data.gpu_count === gpuCount &&
+    quote.data.storage_gb === diskGb &&
+    quote.data.reservation_months === months
       ? quote.data
       : null;
   const perHour = q ? q.hourly_rate_after_discount : sumMoney(gpuHourly, diskHourly);
@@ -238,7 +287,8 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
           </dd>
           <dt>Host</dt>
           <dd>
-            {offer.cpu_cores} cores ({offer.cpu_model}), {offer.ram_gb} GB RAM{offer.pcie_gen ? `, PCIe ${offer.pcie_gen}` : ''}; CPU and RAM are shared out by GPU
+            {offer.cpu_cores} cores ({offer.cpu_model}), {offer.ram_gb} GB RAM
+            {offer.pcie_gen ? `, PCIe ${offer.pcie_gen}` : ''}; CPU and RAM are shared out by GPU
           </dd>
         </dl>
       </div>
@@ -247,10 +297,18 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
           <legend>1. Rental type</legend>
           <div class="choices">
             {(['on_demand', 'interruptible', 'reserved'] as RentalType[]).map((r) => (
-              <Choice key={r} name="rental_type" value={r} selected={rental} onSelect={setRental} disabled={available[r] === 0 && r !== rental}>
+              <Choice
+                key={r}
+                name="rental_type"
+                value={r}
+                selected={rental}
+                onSelect={setRental}
+                disabled={available[r] === 0 && r !== rental}
+              >
                 <strong>{RENTAL_LABELS[r]}</strong>{' '}
                 <span class="cell-sub">
-                  {formatMoney(unitPrice(offer, r), 'USD', true)}/h per GPU{r === 'reserved' ? ' before discount' : ''} · {available[r]} free
+                  {formatMoney(unitPrice(offer, r), 'USD', true)}/h per GPU{r === 'reserved' ? ' before discount' : ''}{' '}
+                  · {available[r]} free
                 </span>
               </Choice>
             ))}
@@ -263,7 +321,15 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
                 {MONTHS.map((m) => (
                   <Choice key={m} name="reservation_months" value={m} selected={months} onSelect={setMonths}>
                     {m} {m === 1 ? 'month' : 'months'}{' '}
-                    <span class="cell-sub">−{m === 6 ? offer.reserved_discount_6mo : m === 3 ? offer.reserved_discount_3mo : offer.reserved_discount_1mo}%</span>
+                    <span class="cell-sub">
+                      −
+                      {m === 6
+                        ? offer.reserved_discount_6mo
+                        : m === 3
+                          ? offer.reserved_discount_3mo
+                          : offer.reserved_discount_1mo}
+                      %
+                    </span>
                   </Choice>
                 ))}
               </div>
@@ -283,12 +349,13 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
             </div>
           ) : (
             <p class="warning" role="alert">
-              No GPUs are free for {RENTAL_LABELS[rental].toLowerCase()} rental on {offer.node} right now. Choose another rental type, or{' '}
-              <Link href="/offers">another offer</Link>.
+              No GPUs are free for {RENTAL_LABELS[rental].toLowerCase()} rental on {offer.node} right now. Choose
+              another rental type, or <Link href="/offers">another offer</Link>.
             </p>
           )}
           <small class="muted">
-            {free} {offer.gpu_type} {free === 1 ? 'GPU is' : 'GPUs are'} free for {RENTAL_LABELS[rental].toLowerCase()} rental; a VM takes 1, 2, 4 or 8.
+            {free} {offer.gpu_type} {free === 1 ? 'GPU is' : 'GPUs are'} free for {RENTAL_LABELS[rental].toLowerCase()}{' '}
+            rental; a VM takes 1, 2, 4 or 8.
           </small>
         </fieldset>
 
@@ -328,18 +395,23 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
                 label="SSH key"
                 value={keyId}
                 onChange={setKeyId}
-                options={keyList.map((k) => ({ value: k.id, label: `${k.label} (${k.key_type}, ${k.fingerprint.slice(0, 19)}…)` }))}
+                options={keyList.map((k) => ({
+                  value: k.id,
+                  label: `${k.label} (${k.key_type}, ${k.fingerprint.slice(0, 19)}…)`,
+                }))}
               />
             ) : (
               <p class="warning">
-                You have no SSH key yet. <Link href="/ssh-keys">Add an SSH key</Link>, or choose Password as the access method.
+                You have no SSH key yet. <Link href="/ssh-keys">Add an SSH key</Link>, or choose Password as the access
+                method.
               </p>
             )
           ) : (
             <>
               {keys.data && keyList.length === 0 ? (
                 <p class="muted">
-                  You have no SSH key, so the VM is reached with a password. To use a key instead, <Link href="/ssh-keys">add an SSH key</Link>.
+                  You have no SSH key, so the VM is reached with a password. To use a key instead,{' '}
+                  <Link href="/ssh-keys">add an SSH key</Link>.
                 </p>
               ) : null}
               <Field
@@ -399,10 +471,13 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
               <dd>
                 {diskOk ? (
                   <>
-                    {diskGb} GB × {formatMoney(offer.storage_price_hourly, 'USD', true)}/h = <Money value={diskHourly} precise perHour />
+                    {diskGb} GB × {formatMoney(offer.storage_price_hourly, 'USD', true)}/h ={' '}
+                    <Money value={diskHourly} precise perHour />
                   </>
                 ) : (
-                  <span class="muted">enter a disk size from {MIN_DISK_GB} to {offer.max_storage_gb} GB</span>
+                  <span class="muted">
+                    enter a disk size from {MIN_DISK_GB} to {offer.max_storage_gb} GB
+                  </span>
                 )}
               </dd>
               <dt>Per hour</dt>
@@ -415,8 +490,8 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
               {rental === 'reserved' ? <ReservationQuote quote={q} error={quote.error} diskOk={diskOk} /> : null}
               {q && balance.data && balance.data.balance < q.deposit_required ? (
                 <dd class="warning launch-short" role="note">
-                  Your balance of {formatMoney(balance.data.balance, balance.data.currency)} does not cover this deposit.{' '}
-                  <Link href="/billing">Add credit</Link> first, or choose a shorter reservation or fewer GPUs.
+                  Your balance of {formatMoney(balance.data.balance, balance.data.currency)} does not cover this
+                  deposit. <Link href="/billing">Add credit</Link> first, or choose a shorter reservation or fewer GPUs.
                 </dd>
               ) : null}
               <dt>Balance</dt>
@@ -442,7 +517,15 @@ function LaunchForm({ offer, available, onGpusGone }: { offer: Offer; available:
   );
 }
 
-function ReservationQuote({ quote: q, error, diskOk }: { quote: Quote | null; error: string | undefined; diskOk: boolean }) {
+function ReservationQuote({
+  quote: q,
+  error,
+  diskOk,
+}: {
+  quote: Quote | null;
+  error: string | undefined;
+  diskOk: boolean;
+}) {
   if (!diskOk) return null;
   if (error) {
     return (
@@ -500,8 +583,8 @@ function FailureHint({ code }: { code: string | undefined }) {
   if (code === 'gpu_unavailable') {
     return (
       <p class="warning" role="note">
-        Those GPUs are gone: someone else took them, or the node stopped taking VMs. Choose fewer GPUs if some are still free, or{' '}
-        <Link href="/offers">pick another node</Link>.
+        Those GPUs are gone: someone else took them, or the node stopped taking VMs. Choose fewer GPUs if some are still
+        free, or <Link href="/offers">pick another node</Link>.
       </p>
     );
   }

@@ -69,18 +69,24 @@ function filtersToQuery(f: Filters): string {
   return s ? `?${s}` : '';
 }
 
-
 export function Offers(_props: Record<string, unknown>) {
   const [filters, setFilters] = useState<Filters>(filtersFromUrl);
   // Typed filters apply once the typing pauses; the selects at once.
-  const typed = JSON.parse(useDebounced(JSON.stringify([filters.min_gpus, filters.max_price, filters.location]), 350)) as string[];
-  const applied: Filters = { ...filters, min_gpus: typed[0] ?? '', max_price: typed[1] ?? '', location: typed[2] ?? '' };
+  const typed = JSON.parse(
+    useDebounced(JSON.stringify([filters.min_gpus, filters.max_price, filters.location]), 350),
+  ) as string[];
+  const applied: Filters = {
+    ...filters,
+    min_gpus: typed[0] ?? '',
+    max_price: typed[1] ?? '',
+    location: typed[2] ?? '',
+  };
   const key = JSON.stringify(applied);
   const rental: RentalType = isRentalType(applied.rental_type) ? applied.rental_type : 'on_demand';
 
   useEffect(() => {
     history.replaceState(history.state, '', `${location.pathname}${filtersToQuery(applied)}`);
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // Runs again only when the listed values change, not on every value it reads.
   }, [key]);
 
   const minGpus = Number(applied.min_gpus);
@@ -116,7 +122,12 @@ export function Offers(_props: Record<string, unknown>) {
 
   return (
     <Page title="GPU offers">
-      <form class="card inline offer-filters" role="search" aria-label="Filter offers" onSubmit={(e) => e.preventDefault()}>
+      <form
+        class="card inline offer-filters"
+        role="search"
+        aria-label="Filter offers"
+        onSubmit={(e) => e.preventDefault()}
+      >
         <fieldset>
           <Select
             label="GPU type"
@@ -183,14 +194,16 @@ export function Offers(_props: Record<string, unknown>) {
       ) : null}
       <p class="muted">
         {RENTAL_LABELS[rental]} prices
-        {rental === 'reserved' ? ' before the reservation discount (1, 3 or 6 months)' : ''}. The total per hour is for every GPU
-        listed plus a {MIN_STORAGE_GB} GB disk. Updated every {POLL_MS / 1000} s.
+        {rental === 'reserved' ? ' before the reservation discount (1, 3 or 6 months)' : ''}. The total per hour is for
+        every GPU listed plus a {MIN_STORAGE_GB} GB disk. Updated every {POLL_MS / 1000} s.
       </p>
       <Loaded value={offers}>
         {(list) =>
           list.length === 0 ? (
             <Empty>
-              {filtered ? 'No GPUs match these filters right now. Try fewer filters, or check back soon.' : 'No GPUs are free right now. Check back soon.'}
+              {filtered
+                ? 'No GPUs match these filters right now. Try fewer filters, or check back soon.'
+                : 'No GPUs are free right now. Check back soon.'}
             </Empty>
           ) : (
             <OfferTable offers={list} rental={rental} rentalSet={applied.rental_type !== ''} />
@@ -230,7 +243,10 @@ function OfferTable({ offers, rental, rentalSet }: { offers: Offer[]; rental: Re
           {offers.map((o) => {
             const unit = unitPrice(o, rental);
             // The API's total is the on-demand one; for the other rental types it is worked out the same way.
-            const total = rental === 'on_demand' ? o.total_price_hourly : sumMoney(o.gpu_count * unit, MIN_STORAGE_GB * o.storage_price_hourly);
+            const total =
+              rental === 'on_demand'
+                ? o.total_price_hourly
+                : sumMoney(o.gpu_count * unit, MIN_STORAGE_GB * o.storage_price_hourly);
             return (
               <tr key={o.node}>
                 <td>
@@ -253,7 +269,11 @@ function OfferTable({ offers, rental, rentalSet }: { offers: Offer[]; rental: Re
                 <td>{o.location}</td>
                 <td class="num">
                   <Money value={unit} precise perHour />
-                  {rental === 'reserved' ? <span class="cell-sub">−{o.reserved_discount_1mo}% to −{o.reserved_discount_6mo}% reserved</span> : null}
+                  {rental === 'reserved' ? (
+                    <span class="cell-sub">
+                      −{o.reserved_discount_1mo}% to −{o.reserved_discount_6mo}% reserved
+                    </span>
+                  ) : null}
                 </td>
                 <td class="num">
                   <Money value={total} precise perHour />
@@ -262,7 +282,11 @@ function OfferTable({ offers, rental, rentalSet }: { offers: Offer[]; rental: Re
                   <button
                     type="button"
                     class="btn btn-primary btn-small"
-                    onClick={() => navigate(`/offers/${encodeURIComponent(o.node)}/launch${rentalSet ? `?rental_type=${rental}` : ''}`)}
+                    onClick={() =>
+                      navigate(
+                        `/offers/${encodeURIComponent(o.node)}/launch${rentalSet ? `?rental_type=${rental}` : ''}`,
+                      )
+                    }
                   >
                     Rent
                   </button>

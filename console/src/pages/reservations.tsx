@@ -8,7 +8,23 @@ import type { paths } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { navigate } from '../router.js';
 import { RESERVATION_EVENTS, useLiveEvents } from '../live.js';
-import { Confirm, Empty, Field, Form, Link, Loaded, Money, Page, Select, Status, Submit, formatMoney, formatTime, notify, useAsync } from '../ui.js';
+import {
+  Confirm,
+  Empty,
+  Field,
+  Form,
+  Link,
+  Loaded,
+  Money,
+  Page,
+  Select,
+  Status,
+  Submit,
+  formatMoney,
+  formatTime,
+  notify,
+  useAsync,
+} from '../ui.js';
 
 type QuoteRequest = paths['/reservations/calculate']['post']['requestBody']['content']['application/json'];
 type Quote = paths['/reservations/calculate']['post']['responses'][200]['content']['application/json'];
@@ -49,10 +65,12 @@ export function Reservations() {
   const currency = balance.data?.currency ?? 'USD';
 
   // A change to the shape makes the quote shown stale: hide it until asked again.
-  const change = <T,>(set: (v: T) => void) => (v: T) => {
-    set(v);
-    setQuote(undefined);
-  };
+  const change =
+    <T,>(set: (v: T) => void) =>
+    (v: T) => {
+      set(v);
+      setQuote(undefined);
+    };
 
   const reserve = (q: Quote) => {
     const qs = new URLSearchParams({
@@ -71,8 +89,8 @@ export function Reservations() {
   return (
     <Page title="Reservations">
       <p class="muted">
-        Reserve a GPU VM for 1, 3 or 6 months at a discount. The whole term is prepaid as a deposit when the VM is created, and the VM's
-        usage is drawn from it. At the end of the term the VM goes on as on-demand.
+        Reserve a GPU VM for 1, 3 or 6 months at a discount. The whole term is prepaid as a deposit when the VM is
+        created, and the VM's usage is drawn from it. At the end of the term the VM goes on as on-demand.
       </p>
       <div class="grid2">
         <div class="card">
@@ -121,7 +139,13 @@ export function Reservations() {
               <div class="choices">
                 {TERMS.map((m) => (
                   <label key={m} class="choice">
-                    <input type="radio" name="reservation_months" value={m} checked={months === m} onChange={() => change(setMonths)(m)} />
+                    <input
+                      type="radio"
+                      name="reservation_months"
+                      value={m}
+                      checked={months === m}
+                      onChange={() => change(setMonths)(m)}
+                    />
                     {m} month{m === 1 ? '' : 's'}
                   </label>
                 ))}
@@ -161,17 +185,18 @@ export function Reservations() {
                 </dd>
                 <dt>Cancellation fee</dt>
                 <dd>
-                  <Money value={quote.cancellation_fee_25_percent} currency={currency} /> <span class="muted">if cancelled at once</span>
+                  <Money value={quote.cancellation_fee_25_percent} currency={currency} />{' '}
+                  <span class="muted">if cancelled at once</span>
                 </dd>
               </dl>
               <p class="muted">
-                The deposit is the whole term ({quote.reservation_months} × 730 hours), taken from your balance when the VM is created. If
-                you cancel, 25% of what is left of it is kept as a fee and 75% is refunded.
+                The deposit is the whole term ({quote.reservation_months} × 730 hours), taken from your balance when the
+                VM is created. If you cancel, 25% of what is left of it is kept as a fee and 75% is refunded.
               </p>
               {balance.data && balance.data.balance < quote.deposit_required ? (
                 <p class="warning" role="alert">
-                  Your balance (<Money value={balance.data.balance} currency={currency} />) is below this deposit: ask an operator to add
-                  credit before you launch the VM.
+                  Your balance (<Money value={balance.data.balance} currency={currency} />) is below this deposit: ask
+                  an operator to add credit before you launch the VM.
                 </p>
               ) : null}
               <div class="actions">
@@ -182,7 +207,9 @@ export function Reservations() {
               <p class="muted">Next, pick a node with free {quote.gpu_type} GPUs and launch the VM as reserved.</p>
             </>
           ) : (
-            <p class="muted">Choose a shape and a term, then get a quote to see the discount, the monthly cost and the deposit.</p>
+            <p class="muted">
+              Choose a shape and a term, then get a quote to see the discount, the monthly cost and the deposit.
+            </p>
           )}
         </div>
       </div>
@@ -221,7 +248,8 @@ export function Reservations() {
                           <>
                             <br />
                             <small class="muted">
-                              fee <Money value={r.cancellation_fee} currency={currency} />, refund <Money value={r.refund_amount} currency={currency} />
+                              fee <Money value={r.cancellation_fee} currency={currency} />, refund{' '}
+                              <Money value={r.refund_amount} currency={currency} />
                             </small>
                           </>
                         ) : null}
@@ -237,7 +265,9 @@ export function Reservations() {
                       <td class="num">
                         <Money value={r.remaining_balance} currency={currency} />
                       </td>
-                      <td>{r.status === 'cancelled' ? <>cancelled {formatTime(r.cancelled_at)}</> : formatTime(r.end_at)}</td>
+                      <td>
+                        {r.status === 'cancelled' ? <>cancelled {formatTime(r.cancelled_at)}</> : formatTime(r.end_at)}
+                      </td>
                       <td>
                         <Link href={`/vms/${r.vm_id}`}>View VM</Link>
                       </td>
@@ -257,12 +287,24 @@ export function Reservations() {
         }
       </Loaded>
 
-      {target ? <CancelDialog r={target} currency={currency} onClose={() => setCancelling(undefined)} onDone={list.reload} /> : null}
+      {target ? (
+        <CancelDialog r={target} currency={currency} onClose={() => setCancelling(undefined)} onDone={list.reload} />
+      ) : null}
     </Page>
   );
 }
 
-function CancelDialog({ r, currency, onClose, onDone }: { r: Reservation; currency: string; onClose: () => void; onDone: () => Promise<void> }) {
+function CancelDialog({
+  r,
+  currency,
+  onClose,
+  onDone,
+}: {
+  r: Reservation;
+  currency: string;
+  onClose: () => void;
+  onDone: () => Promise<void>;
+}) {
   const { fee, refund } = cancellationOutcome(r.remaining_balance);
   return (
     <Confirm
@@ -271,8 +313,12 @@ function CancelDialog({ r, currency, onClose, onDone }: { r: Reservation; curren
       danger
       onClose={onClose}
       onConfirm={async () => {
-        const done = await call(api.DELETE('/reservations/{reservation_id}', { params: { path: { reservation_id: r.id } } }));
-        notify(`Reservation cancelled: fee ${formatMoney(done.cancellation_fee, currency)}, ${formatMoney(done.refund_amount, currency)} refunded to your balance.`);
+        const done = await call(
+          api.DELETE('/reservations/{reservation_id}', { params: { path: { reservation_id: r.id } } }),
+        );
+        notify(
+          `Reservation cancelled: fee ${formatMoney(done.cancellation_fee, currency)}, ${formatMoney(done.refund_amount, currency)} refunded to your balance.`,
+        );
         await onDone();
       }}
     >
@@ -296,8 +342,8 @@ function CancelDialog({ r, currency, onClose, onDone }: { r: Reservation; curren
         </dd>
       </dl>
       <p class="muted">
-        Usage up to the moment you confirm is drawn from the reservation first, so the figures may be slightly lower. The VM, if it still
-        exists, goes on as on-demand at on-demand prices. This cannot be undone.
+        Usage up to the moment you confirm is drawn from the reservation first, so the figures may be slightly lower.
+        The VM, if it still exists, goes on as on-demand at on-demand prices. This cannot be undone.
       </p>
     </Confirm>
   );

@@ -23,7 +23,15 @@ export function SignIn({ onSignedIn }: { onSignedIn: (a: Account) => void }) {
             await finish();
           }}
         >
-          <Field label="Code" value={code} onInput={(e) => setCode(e.currentTarget.value)} autoComplete="one-time-code" inputMode="numeric" required autoFocus />
+          <Field
+            label="Code"
+            value={code}
+            onInput={(e) => setCode(e.currentTarget.value)}
+            autoComplete="one-time-code"
+            inputMode="numeric"
+            required
+            autoFocus
+          />
           <Submit>Sign in</Submit>
           <button
             type="button"
@@ -53,8 +61,23 @@ export function SignIn({ onSignedIn }: { onSignedIn: (a: Account) => void }) {
           await finish();
         }}
       >
-        <Field label="Email" type="email" value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="username" required autoFocus />
-        <Field label="Password" type="password" value={password} onInput={(e) => setPassword(e.currentTarget.value)} autoComplete="current-password" required />
+        <Field
+          label="Email"
+          type="email"
+          value={email}
+          onInput={(e) => setEmail(e.currentTarget.value)}
+          autoComplete="username"
+          required
+          autoFocus
+        />
+        <Field
+          label="Password"
+          type="password"
+          value={password}
+          onInput={(e) => setPassword(e.currentTarget.value)}
+          autoComplete="current-password"
+          required
+        />
         <Submit>Sign in</Submit>
       </Form>
       <p>
@@ -79,7 +102,15 @@ export function SignUp({ onSignedIn }: { onSignedIn: (a: Account) => void }) {
           onSignedIn(await call(api.GET('/account')));
         }}
       >
-        <Field label="Email" type="email" value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="username" required autoFocus />
+        <Field
+          label="Email"
+          type="email"
+          value={email}
+          onInput={(e) => setEmail(e.currentTarget.value)}
+          autoComplete="username"
+          required
+          autoFocus
+        />
         <Field
           label="Password"
           type="password"

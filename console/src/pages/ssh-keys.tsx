@@ -22,8 +22,8 @@ export function SshKeys() {
   return (
     <Page title="SSH keys">
       <p class="muted">
-        New VMs get the SSH key you pick at launch; if you do not pick one, they get your oldest key (marked default below). Deleting a
-        key does not remove it from VMs that already have it.
+        New VMs get the SSH key you pick at launch; if you do not pick one, they get your oldest key (marked default
+        below). Deleting a key does not remove it from VMs that already have it.
       </p>
       <div class="card">
         <h2 class="card-heading">Add a key</h2>
@@ -51,8 +51,8 @@ export function SshKeys() {
             required
             hint={
               <>
-                The one line from your <code>.pub</code> file, e.g. <code>cat ~/.ssh/id_ed25519.pub</code>: ssh-ed25519, ssh-rsa (2048 bits
-                or more) or ecdsa. Never paste the private key.
+                The one line from your <code>.pub</code> file, e.g. <code>cat ~/.ssh/id_ed25519.pub</code>: ssh-ed25519,
+                ssh-rsa (2048 bits or more) or ecdsa. Never paste the private key.
               </>
             }
           />

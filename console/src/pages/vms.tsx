@@ -39,7 +39,8 @@ const TRANSITIONAL: Partial<Record<Vm['status'], string>> = {
   creating: 'The VM is being created; this page updates by itself.',
   starting: 'The VM is starting; this page updates by itself.',
   stopping: 'The VM is stopping; this page updates by itself.',
-  interrupted: 'The VM was interrupted: its GPUs went to an on-demand or reserved VM. Start it again when GPUs are free (or let auto-restart do it).',
+  interrupted:
+    'The VM was interrupted: its GPUs went to an on-demand or reserved VM. Start it again when GPUs are free (or let auto-restart do it).',
   offline: 'The VM’s node is offline; the VM comes back when the node does.',
   failed: 'The VM failed. Destroy it to release it; its charges have stopped.',
 };
@@ -63,12 +64,13 @@ function formatDuration(seconds: number | null): string {
 export function Vms(_props: Record<string, unknown>) {
   const [showDestroyed, setShowDestroyed] = useState(false);
   const [page, setPage] = useState(0);
-  const list = useAsync(
-    async () => {
-      return callWithTotal(api.GET('/vms', { params: { query: { include_destroyed: showDestroyed, limit: PAGE_SIZE, offset: page * PAGE_SIZE } } }));
-    },
-    [showDestroyed, page],
-  );
+  const list = useAsync(async () => {
+    return callWithTotal(
+      api.GET('/vms', {
+        params: { query: { include_destroyed: showDestroyed, limit: PAGE_SIZE, offset: page * PAGE_SIZE } },
+      }),
+    );
+  }, [showDestroyed, page]);
   useLiveEvents(VM_EVENTS, () => void list.reload());
 
   return (
@@ -102,7 +104,8 @@ export function Vms(_props: Record<string, unknown>) {
                 'No more VMs.'
               ) : (
                 <>
-                  {showDestroyed ? 'You have no VMs.' : 'You have no VMs right now.'} <Link href="/offers">Find a GPU</Link> to launch one.
+                  {showDestroyed ? 'You have no VMs.' : 'You have no VMs right now.'}{' '}
+                  <Link href="/offers">Find a GPU</Link> to launch one.
                 </>
               )}
             </Empty>
@@ -168,7 +171,12 @@ export function Vms(_props: Record<string, unknown>) {
                   <span class="muted">
                     {page * PAGE_SIZE + 1}–{page * PAGE_SIZE + items.length} of {total}
                   </span>
-                  <button type="button" class="btn btn-plain" disabled={(page + 1) * PAGE_SIZE >= total} onClick={() => setPage(page + 1)}>
+                  <button
+                    type="button"
+                    class="btn btn-plain"
+                    disabled={(page + 1) * PAGE_SIZE >= total}
+                    onClick={() => setPage(page + 1)}
+                  >
                     Older
                   </button>
                 </div>
@@ -288,15 +296,21 @@ export function VmDetail({ id }: { id: string }) {
     >
       <Loaded value={vm}>{(v) => <VmBody vm={v} progress={progress} reload={vm.reload} />}</Loaded>
       {confirming && v ? (
-        <Confirm title="Destroy this VM?" confirmLabel="Destroy" danger onConfirm={destroy} onClose={() => setConfirming(false)}>
+        <Confirm
+          title="Destroy this VM?"
+          confirmLabel="Destroy"
+          danger
+          onConfirm={destroy}
+          onClose={() => setConfirming(false)}
+        >
           <p>
-            <strong>{v.instance_label ?? `VM ${v.vmid}`}</strong> ({v.gpu_count} × {v.gpu_type} on {v.node}) and everything on its disk are deleted for
-            good. Billing ends now.
+            <strong>{v.instance_label ?? `VM ${v.vmid}`}</strong> ({v.gpu_count} × {v.gpu_type} on {v.node}) and
+            everything on its disk are deleted for good. Billing ends now.
           </p>
           {v.rental_type === 'reserved' ? (
             <p class="warning">
-              This VM is reserved. Destroying it does not cancel the reservation; <Link href="/reservations">cancel the reservation</Link> for that
-              (75 % of what remains is refunded).
+              This VM is reserved. Destroying it does not cancel the reservation;{' '}
+              <Link href="/reservations">cancel the reservation</Link> for that (75 % of what remains is refunded).
             </p>
           ) : null}
         </Confirm>
@@ -385,8 +399,8 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
             <dd>
               <Money value={vm.hourly_rate} precise perHour />{' '}
               <span class="muted">
-                (GPUs <Money value={vm.gpu_hourly_rate} precise perHour />, disk <Money value={vm.storage_hourly_rate} precise perHour />; while stopped
-                only the disk)
+                (GPUs <Money value={vm.gpu_hourly_rate} precise perHour />, disk{' '}
+                <Money value={vm.storage_hourly_rate} precise perHour />; while stopped only the disk)
               </span>
             </dd>
             <dt>Created</dt>
@@ -416,7 +430,9 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
             </section>
           )}
           {vm.status !== 'destroyed' ? <LabelCard key={vm.instance_label ?? ''} vm={vm} reload={reload} /> : null}
-          {vm.rental_type === 'interruptible' && vm.status !== 'destroyed' ? <AutoRestartCard vm={vm} reload={reload} /> : null}
+          {vm.rental_type === 'interruptible' && vm.status !== 'destroyed' ? (
+            <AutoRestartCard vm={vm} reload={reload} />
+          ) : null}
         </div>
       </div>
 
@@ -469,7 +485,9 @@ function AccessCard({ vm }: { vm: Vm }) {
 function LabelCard({ vm, reload }: { vm: Vm; reload: () => Promise<void> }) {
   const [value, setValue] = useState(vm.instance_label ?? '');
   const save = async (label: string | null) => {
-    const r = await call(api.POST('/vms/{vm_id}/set-label', { params: { path: { vm_id: vm.id } }, body: { instance_label: label } }));
+    const r = await call(
+      api.POST('/vms/{vm_id}/set-label', { params: { path: { vm_id: vm.id } }, body: { instance_label: label } }),
+    );
     notify(r.message);
     await reload();
   };
@@ -477,7 +495,13 @@ function LabelCard({ vm, reload }: { vm: Vm; reload: () => Promise<void> }) {
     <section class="card">
       <h2>Label</h2>
       <Form class="inline" onSubmit={() => save(value.trim() === '' ? null : value.trim())}>
-        <Field label="Label" value={value} maxLength={32} placeholder="e.g. training-run-3" onInput={(e) => setValue(e.currentTarget.value)} />
+        <Field
+          label="Label"
+          value={value}
+          maxLength={32}
+          placeholder="e.g. training-run-3"
+          onInput={(e) => setValue(e.currentTarget.value)}
+        />
         <Submit>Save label</Submit>
         {vm.instance_label ? (
           <Action
@@ -513,7 +537,12 @@ function AutoRestartCard({ vm, reload }: { vm: Vm; reload: () => Promise<void> }
             setPending(on);
             setError(undefined);
             try {
-              const r = await call(api.POST('/vms/{vm_id}/set-auto-restart', { params: { path: { vm_id: vm.id } }, body: { auto_restart: on } }));
+              const r = await call(
+                api.POST('/vms/{vm_id}/set-auto-restart', {
+                  params: { path: { vm_id: vm.id } },
+                  body: { auto_restart: on },
+                }),
+              );
               notify(r.message);
               await reload();
             } catch (err) {
@@ -535,7 +564,8 @@ function AutoRestartCard({ vm, reload }: { vm: Vm; reload: () => Promise<void> }
 
 function Interruptions({ vm }: { vm: Vm }) {
   const history = useAsync(
-    () => call(api.GET('/vms/{vm_id}/interruption-history', { params: { path: { vm_id: vm.id }, query: { limit: 100 } } })),
+    () =>
+      call(api.GET('/vms/{vm_id}/interruption-history', { params: { path: { vm_id: vm.id }, query: { limit: 100 } } })),
     [vm.id, vm.status],
     30_000,
   );
@@ -568,7 +598,13 @@ function Interruptions({ vm }: { vm: Vm }) {
                         <Status status={i.status} />
                       </td>
                       <td>{formatTime(i.restored_at)}</td>
-                      <td class="num">{i.status === 'interrupted' ? <span class="muted">ongoing</span> : formatDuration(i.downtime_seconds)}</td>
+                      <td class="num">
+                        {i.status === 'interrupted' ? (
+                          <span class="muted">ongoing</span>
+                        ) : (
+                          formatDuration(i.downtime_seconds)
+                        )}
+                      </td>
                       <td>
                         <code>{i.preempted_by_vm_id}</code>
                       </td>

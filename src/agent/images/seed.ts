@@ -52,7 +52,8 @@ const MAC_RE = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 export function networkConfig(n: SeedNetwork): string {
   const [ip, prefix] = n.address.split('/');
   if (!MAC_RE.test(n.mac)) throw new TypeError(`bad MAC address: ${JSON.stringify(n.mac)}`);
-  if (!IPV4.test(ip ?? '') || !/^\d{1,2}$/.test(prefix ?? '') || Number(prefix) < 8 || Number(prefix) > 30) throw new TypeError(`bad address: ${JSON.stringify(n.address)}`);
+  if (!IPV4.test(ip ?? '') || !/^\d{1,2}$/.test(prefix ?? '') || Number(prefix) < 8 || Number(prefix) > 30)
+    throw new TypeError(`bad address: ${JSON.stringify(n.address)}`);
   if (!IPV4.test(n.gateway)) throw new TypeError(`bad gateway: ${JSON.stringify(n.gateway)}`);
   for (const ns of n.nameservers) if (!IPV4.test(ns)) throw new TypeError(`bad name server: ${JSON.stringify(ns)}`);
   const lines = [
@@ -68,7 +69,8 @@ export function networkConfig(n: SeedNetwork): string {
     '      - to: default',
     `        via: ${n.gateway}`,
   ];
-  if (n.nameservers.length) lines.push('    nameservers:', '      addresses:', ...n.nameservers.map((a) => `        - ${a}`));
+  if (n.nameservers.length)
+    lines.push('    nameservers:', '      addresses:', ...n.nameservers.map((a) => `        - ${a}`));
   return lines.join('\n') + '\n';
 }
 
@@ -76,7 +78,8 @@ const USER = /^[a-z_][a-z0-9_-]{0,31}$/;
 const HOSTNAME = /^[a-z0-9-]{1,63}$/;
 const INSTANCE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const HASH = /^\$6\$[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}$/;
-const KEY = /^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+=*$/;
+const KEY =
+  /^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+=*$/;
 const MAX_KEYS = 100;
 
 export function userData(spec: SeedSpec): string {
@@ -128,7 +131,11 @@ export async function writeSeed(dir: string, spec: SeedSpec, opts: { binary?: st
       if (stderr.length < 64 * 1024) stderr += d;
     });
     child.on('error', (err: NodeJS.ErrnoException) =>
-      rej(new Error(err.code === 'ENOENT' ? `${binary}: not found (Debian package genisoimage)` : `${binary}: ${err.message}`)),
+      rej(
+        new Error(
+          err.code === 'ENOENT' ? `${binary}: not found (Debian package genisoimage)` : `${binary}: ${err.message}`,
+        ),
+      ),
     );
     child.on('close', (code, signal) => {
       if (code === 0) res();
@@ -149,7 +156,9 @@ export async function hashPassword(password: string): Promise<string> {
 /** Reduces one OpenSSH public key line (surrounding whitespace allowed) to `type base64`, or throws. */
 export function normalizeSshKey(line: string): string {
   const text = typeof line === 'string' ? line.trim() : null;
-  if (text === null || /[\u0000-\u0008\u000a-\u001f\u007f]/.test(text)) throw new TypeError('bad SSH public key: not a single line');
+  // eslint-disable-next-line no-control-regex -- control characters are what this looks for
+  if (text === null || /[\u0000-\u0008\u000a-\u001f\u007f]/.test(text))
+    throw new TypeError('bad SSH public key: not a single line');
   const [type = '', blob = ''] = text.split(/[ \t]+/);
   const key = `${type} ${blob}`;
   if (!KEY.test(key)) throw new TypeError(`bad SSH public key: ${JSON.stringify(line.slice(0, 40))}`);
@@ -168,9 +177,27 @@ const ROUNDS = 5000;
 const MAX_PASSWORD_BYTES = 1024;
 /** Byte order of the final digest in the output, three bytes per group of four characters. */
 const ORDER = [
-  [0, 21, 42], [22, 43, 1], [44, 2, 23], [3, 24, 45], [25, 46, 4], [47, 5, 26], [6, 27, 48],
-  [28, 49, 7], [50, 8, 29], [9, 30, 51], [31, 52, 10], [53, 11, 32], [12, 33, 54], [34, 55, 13],
-  [56, 14, 35], [15, 36, 57], [37, 58, 16], [59, 17, 38], [18, 39, 60], [40, 61, 19], [62, 20, 41],
+  [0, 21, 42],
+  [22, 43, 1],
+  [44, 2, 23],
+  [3, 24, 45],
+  [25, 46, 4],
+  [47, 5, 26],
+  [6, 27, 48],
+  [28, 49, 7],
+  [50, 8, 29],
+  [9, 30, 51],
+  [31, 52, 10],
+  [53, 11, 32],
+  [12, 33, 54],
+  [34, 55, 13],
+  [56, 14, 35],
+  [15, 36, 57],
+  [37, 58, 16],
+  [59, 17, 38],
+  [18, 39, 60],
+  [40, 61, 19],
+  [62, 20, 41],
 ] as const;
 
 /**
@@ -179,7 +206,8 @@ const ORDER = [
  * `openssl passwd -6 -salt SALT`.
  */
 export function sha512Crypt(password: string, salt: string): string {
-  if (typeof password !== 'string' || password.length === 0 || password.includes('\0')) throw new TypeError('password must be a non-empty string without NUL');
+  if (typeof password !== 'string' || password.length === 0 || password.includes('\0'))
+    throw new TypeError('password must be a non-empty string without NUL');
   if (!/^[./0-9A-Za-z]{1,16}$/.test(salt)) throw new TypeError('salt must be 1-16 characters of ./0-9A-Za-z');
   const p = Buffer.from(password, 'utf8');
   if (p.length > MAX_PASSWORD_BYTES) throw new TypeError(`password longer than ${MAX_PASSWORD_BYTES} bytes`);
@@ -248,7 +276,8 @@ function validate(spec: SeedSpec): Valid {
     return { instanceId, hostname, user, password: null, keys };
   }
   if (spec.authMethod === 'password') {
-    if (typeof spec.passwordHash !== 'string' || !HASH.test(spec.passwordHash)) throw new TypeError('a password VM needs a SHA-512 crypt ($6$) password hash');
+    if (typeof spec.passwordHash !== 'string' || !HASH.test(spec.passwordHash))
+      throw new TypeError('a password VM needs a SHA-512 crypt ($6$) password hash');
     if (keys.length > 0) throw new TypeError('a password VM takes no SSH keys');
     return { instanceId, hostname, user, password: spec.passwordHash, keys: [] };
   }
@@ -257,7 +286,8 @@ function validate(spec: SeedSpec): Valid {
 
 /** Matches `re` and would be read back by YAML 1.1 as a plain string. */
 function plain(v: unknown, re: RegExp, what: string): string {
-  if (typeof v !== 'string' || !re.test(v) || !isYamlPlainString(v)) throw new TypeError(`bad ${what}: ${JSON.stringify(v)}`);
+  if (typeof v !== 'string' || !re.test(v) || !isYamlPlainString(v))
+    throw new TypeError(`bad ${what}: ${JSON.stringify(v)}`);
   return v;
 }
 

@@ -38,7 +38,8 @@ function toIp(n: number): string {
 /** A private IPv4 subnet like 10.88.0.0/16, /16 to /28. */
 export function parseSubnet(cidr: string): Subnet {
   const [ip = '', p = ''] = cidr.split('/');
-  if (!IPV4.test(ip) || !/^\d{1,2}$/.test(p) || Number(p) < 16 || Number(p) > 28) throw new Error(`"${cidr}" is not a subnet like 10.88.0.0/16 (/16 to /28)`);
+  if (!IPV4.test(ip) || !/^\d{1,2}$/.test(p) || Number(p) < 16 || Number(p) > 28)
+    throw new Error(`"${cidr}" is not a subnet like 10.88.0.0/16 (/16 to /28)`);
   const prefix = Number(p);
   const size = 2 ** (32 - prefix);
   const n = toInt(ip);
@@ -65,7 +66,12 @@ export function hostCount(s: Subnet): number {
 /** A locally administered MAC from QEMU's prefix and the VM's address. */
 export function macOf(ip: string): string {
   const n = toInt(ip);
-  return ['52', '54', '00', ...[16, 8, 0].map((sh) => (Math.floor(n / 2 ** sh) % 256).toString(16).padStart(2, '0'))].join(':');
+  return [
+    '52',
+    '54',
+    '00',
+    ...[16, 8, 0].map((sh) => (Math.floor(n / 2 ** sh) % 256).toString(16).padStart(2, '0')),
+  ].join(':');
 }
 
 export function tapName(vmid: number): string {
@@ -143,7 +149,9 @@ export async function applyForwards(s: Subnet, forwards: { port: number; ip: str
     const child = spawn('nft', ['-f', '-'], { stdio: ['pipe', 'ignore', 'pipe'] });
     let err = '';
     child.stderr.on('data', (d) => (err += d));
-    child.on('error', (e: NodeJS.ErrnoException) => reject(new Error(e.code === 'ENOENT' ? 'nft not found (Debian package nftables)' : e.message)));
+    child.on('error', (e: NodeJS.ErrnoException) =>
+      reject(new Error(e.code === 'ENOENT' ? 'nft not found (Debian package nftables)' : e.message)),
+    );
     child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`nft: ${err.trim()}`))));
     child.stdin.end(script);
   });

@@ -46,7 +46,8 @@ export function sshBanner(host: string, port: number, timeoutMs: number): Promis
       while ((nl = buf.indexOf('\n')) >= 0) {
         const line = buf.slice(0, nl).replace(/\r$/, '');
         buf = buf.slice(nl + 1);
-        if (line.startsWith('SSH-')) return finish(line.startsWith('SSH-2.0-') || line.startsWith('SSH-1.99-') ? line : null);
+        if (line.startsWith('SSH-'))
+          return finish(line.startsWith('SSH-2.0-') || line.startsWith('SSH-1.99-') ? line : null);
       }
       if (buf.length > MAX_PRE_BANNER) finish(null);
     });
@@ -55,8 +56,16 @@ export function sshBanner(host: string, port: number, timeoutMs: number): Promis
   });
 }
 
-export async function freePortInRange(from: number, to: number, taken: Set<number>, host: string): Promise<number | null> {
-  for (const [v, what] of [[from, 'from'], [to, 'to']] as const) {
+export async function freePortInRange(
+  from: number,
+  to: number,
+  taken: Set<number>,
+  host: string,
+): Promise<number | null> {
+  for (const [v, what] of [
+    [from, 'from'],
+    [to, 'to'],
+  ] as const) {
     if (!Number.isInteger(v) || v < 1 || v > 65535) throw new RangeError(`bad port ${what}: ${v}`);
   }
   for (let port = from; port <= to; port++) {

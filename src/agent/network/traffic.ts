@@ -12,7 +12,8 @@ import { join } from 'node:path';
 const IFNAME = /^[a-zA-Z0-9_-]{1,15}$/;
 
 export function tapCounters(ifname: string, sysRoot = '/sys'): { rxBytes: number; txBytes: number } | null {
-  if (typeof ifname !== 'string' || !IFNAME.test(ifname)) throw new TypeError(`bad interface name: ${JSON.stringify(ifname)}`);
+  if (typeof ifname !== 'string' || !IFNAME.test(ifname))
+    throw new TypeError(`bad interface name: ${JSON.stringify(ifname)}`);
   const dir = join(sysRoot, 'class/net', ifname, 'statistics');
   const rxBytes = counter(join(dir, 'rx_bytes'));
   const txBytes = counter(join(dir, 'tx_bytes'));

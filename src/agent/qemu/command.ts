@@ -27,7 +27,8 @@ import { isIPv4 } from 'node:net';
 
 export const DEFAULT_QEMU_BINARY = 'qemu-system-x86_64';
 
-export type QemuNet = { kind: 'user'; hostfwdHost: string; sshPort: number } | { kind: 'tap'; ifname: string; mac: string };
+export type QemuNet =
+  { kind: 'user'; hostfwdHost: string; sshPort: number } | { kind: 'tap'; ifname: string; mac: string };
 
 export interface QemuLaunchSpec {
   binary?: string;
@@ -63,7 +64,8 @@ export function qmpArg(vmDir: string): string {
 
 export function qemuBinary(spec: Pick<QemuLaunchSpec, 'binary'>): string {
   const b = spec.binary ?? DEFAULT_QEMU_BINARY;
-  if (typeof b !== 'string' || !(BINARY_NAME.test(b) || isCleanAbsolutePath(b))) throw new TypeError(`bad QEMU binary: ${JSON.stringify(b)}`);
+  if (typeof b !== 'string' || !(BINARY_NAME.test(b) || isCleanAbsolutePath(b)))
+    throw new TypeError(`bad QEMU binary: ${JSON.stringify(b)}`);
   return b;
 }
 
@@ -73,7 +75,8 @@ export function qemuArgs(spec: QemuLaunchSpec): string[] {
   const name = match(spec.name, NAME, 'name');
   const vmDir = absPath(spec.vmDir, 'vmDir');
   const files = vmFiles(vmDir);
-  if (Buffer.byteLength(files.qmpSocket) > SUN_PATH_MAX) throw new TypeError(`vmDir too long for a unix socket: ${vmDir}`);
+  if (Buffer.byteLength(files.qmpSocket) > SUN_PATH_MAX)
+    throw new TypeError(`vmDir too long for a unix socket: ${vmDir}`);
   if (spec.accel !== 'kvm' && spec.accel !== 'tcg') throw new TypeError(`bad accel: ${JSON.stringify(spec.accel)}`);
   const cores = intIn(spec.cpuCores, 1, 256, 'cpuCores');
   const ram = intIn(spec.ramMb, 64, 4_194_304, 'ramMb');
@@ -82,22 +85,36 @@ export function qemuArgs(spec: QemuLaunchSpec): string[] {
   if (disk === seed) throw new TypeError('diskPath and seedPath are the same file');
 
   const args = [
-    '-name', `guest=${name}`,
-    '-machine', 'q35',
-    '-accel', spec.accel,
-    '-cpu', spec.accel === 'kvm' ? 'host' : 'max',
-    '-smp', String(cores),
-    '-m', String(ram),
+    '-name',
+    `guest=${name}`,
+    '-machine',
+    'q35',
+    '-accel',
+    spec.accel,
+    '-cpu',
+    spec.accel === 'kvm' ? 'host' : 'max',
+    '-smp',
+    String(cores),
+    '-m',
+    String(ram),
     '-nodefaults',
-    '-display', 'none',
-    '-vga', 'none',
-    '-serial', `file:${files.consoleLog}`,
-    '-qmp', qmpArg(vmDir),
-    '-pidfile', files.pidFile,
+    '-display',
+    'none',
+    '-vga',
+    'none',
+    '-serial',
+    `file:${files.consoleLog}`,
+    '-qmp',
+    qmpArg(vmDir),
+    '-pidfile',
+    files.pidFile,
     '-daemonize',
-    '-sandbox', 'on,obsolete=deny,resourcecontrol=deny',
-    '-drive', `file=${disk},if=virtio,format=qcow2,cache=writeback,discard=unmap`,
-    '-drive', `file=${seed},if=virtio,format=raw,readonly=on`,
+    '-sandbox',
+    'on,obsolete=deny,resourcecontrol=deny',
+    '-drive',
+    `file=${disk},if=virtio,format=qcow2,cache=writeback,discard=unmap`,
+    '-drive',
+    `file=${seed},if=virtio,format=raw,readonly=on`,
     ...netArgs(spec.net),
   ];
 
@@ -108,7 +125,12 @@ export function qemuArgs(spec: QemuLaunchSpec): string[] {
     const a = match(addr, PCI, 'GPU PCI address');
     if (seen.has(a)) throw new TypeError(`GPU ${a} listed twice`);
     seen.add(a);
-    args.push('-device', `pcie-root-port,id=rp${i},chassis=${i + 1},slot=${i + 1}`, '-device', `vfio-pci,host=${a},bus=rp${i}`);
+    args.push(
+      '-device',
+      `pcie-root-port,id=rp${i},chassis=${i + 1},slot=${i + 1}`,
+      '-device',
+      `vfio-pci,host=${a},bus=rp${i}`,
+    );
   });
   return args;
 }
@@ -116,9 +138,15 @@ export function qemuArgs(spec: QemuLaunchSpec): string[] {
 function netArgs(net: QemuNet): string[] {
   if (typeof net !== 'object' || net === null) throw new TypeError('net must be an object');
   if (net.kind === 'user') {
-    if (typeof net.hostfwdHost !== 'string' || !isIPv4(net.hostfwdHost)) throw new TypeError(`bad hostfwdHost (IPv4 only): ${JSON.stringify(net.hostfwdHost)}`);
+    if (typeof net.hostfwdHost !== 'string' || !isIPv4(net.hostfwdHost))
+      throw new TypeError(`bad hostfwdHost (IPv4 only): ${JSON.stringify(net.hostfwdHost)}`);
     const port = intIn(net.sshPort, 1, 65535, 'sshPort');
-    return ['-netdev', `user,id=net0,hostfwd=tcp:${net.hostfwdHost}:${port}-:22`, '-device', 'virtio-net-pci,netdev=net0'];
+    return [
+      '-netdev',
+      `user,id=net0,hostfwd=tcp:${net.hostfwdHost}:${port}-:22`,
+      '-device',
+      'virtio-net-pci,netdev=net0',
+    ];
   }
   if (net.kind === 'tap') {
     const ifname = match(net.ifname, IFNAME, 'ifname');
@@ -126,7 +154,12 @@ function netArgs(net: QemuNet): string[] {
     match(mac, MAC, 'mac');
     if (parseInt(mac.slice(0, 2), 16) & 1) throw new TypeError(`mac is a multicast address: ${mac}`);
     if (mac === '00:00:00:00:00:00') throw new TypeError('mac is all zeros');
-    return ['-netdev', `tap,id=net0,ifname=${ifname},script=no,downscript=no`, '-device', `virtio-net-pci,netdev=net0,mac=${mac}`];
+    return [
+      '-netdev',
+      `tap,id=net0,ifname=${ifname},script=no,downscript=no`,
+      '-device',
+      `virtio-net-pci,netdev=net0,mac=${mac}`,
+    ];
   }
   throw new TypeError(`bad net kind: ${JSON.stringify((net as { kind?: unknown }).kind)}`);
 }
@@ -137,7 +170,8 @@ function match(v: unknown, re: RegExp, what: string): string {
 }
 
 function intIn(v: unknown, min: number, max: number, what: string): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw new TypeError(`bad ${what} (integer ${min}..${max}): ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
+    throw new TypeError(`bad ${what} (integer ${min}..${max}): ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -148,13 +182,16 @@ function isCleanAbsolutePath(p: string): boolean {
     p.startsWith('/') &&
     !p.endsWith('/') &&
     posix.normalize(p) === p &&
+    // eslint-disable-next-line no-control-regex -- control characters are what this looks for
     !/[,\u0000-\u001f\u007f]/.test(p)
   );
 }
 
 function absPath(v: unknown, what: string): string {
   if (typeof v !== 'string' || !isCleanAbsolutePath(v)) {
-    throw new TypeError(`bad ${what} (an absolute, normalized path without commas or control characters): ${JSON.stringify(v)}`);
+    throw new TypeError(
+      `bad ${what} (an absolute, normalized path without commas or control characters): ${JSON.stringify(v)}`,
+    );
   }
   return v;
 }

@@ -47,7 +47,11 @@ export async function launchQemu(args: string[], opts: { binary?: string; timeou
       finish(new Error(`${binary}: did not daemonize within ${timeoutMs} ms`));
     }, timeoutMs);
     child.on('error', (err: NodeJS.ErrnoException) => {
-      finish(new Error(err.code === 'ENOENT' ? `${binary}: not found (Debian package qemu-system-x86)` : `${binary}: ${err.message}`));
+      finish(
+        new Error(
+          err.code === 'ENOENT' ? `${binary}: not found (Debian package qemu-system-x86)` : `${binary}: ${err.message}`,
+        ),
+      );
     });
     child.on('exit', (code, signal) => {
       if (code === 0) return finish(null);
@@ -99,7 +103,12 @@ export function isAlive(pid: number, expectArg?: string): boolean {
 
 /** True if the binary (a name looked up in PATH, or a path) exists and is executable. */
 export function qemuAvailable(binary: string = DEFAULT_QEMU_BINARY): boolean {
-  const candidates = binary.includes('/') ? [binary] : (process.env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, binary));
+  const candidates = binary.includes('/')
+    ? [binary]
+    : (process.env.PATH ?? '')
+        .split(delimiter)
+        .filter(Boolean)
+        .map((d) => join(d, binary));
   return candidates.some((p) => {
     try {
       accessSync(p, constants.X_OK);

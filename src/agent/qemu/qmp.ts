@@ -101,11 +101,22 @@ export class QmpClient {
         reject(err);
       };
       const timer = setTimeout(
-        () => fail(new QmpConnectionError('timeout', `QMP ${socketPath}: no greeting within ${timeoutMs} ms (another client connected?)`)),
+        () =>
+          fail(
+            new QmpConnectionError(
+              'timeout',
+              `QMP ${socketPath}: no greeting within ${timeoutMs} ms (another client connected?)`,
+            ),
+          ),
         timeoutMs,
       );
       client.onClose(() =>
-        fail(new QmpConnectionError('closed', `QMP ${socketPath}: ${client.lastError?.message ?? 'connection closed during handshake'}`)),
+        fail(
+          new QmpConnectionError(
+            'closed',
+            `QMP ${socketPath}: ${client.lastError?.message ?? 'connection closed during handshake'}`,
+          ),
+        ),
       );
       client.handshake = (msg) => {
         if (!('QMP' in msg)) return fail(new QmpConnectionError('closed', `QMP ${socketPath}: unexpected greeting`));

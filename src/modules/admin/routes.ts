@@ -21,7 +21,9 @@ const AdminUser = Type.Object(
   { description: 'A user account as an administrator sees it' },
 );
 
-const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The user\'s id' }) });
+const UserId = Type.Object({
+  user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: "The user's id" }),
+});
 const noStore = { 'cache-control': 'no-store' };
 
 export function adminRoutes(
@@ -41,7 +43,18 @@ export function adminRoutes(
         operationId: 'listUsers',
         summary: 'List users',
         description: '`email` filters by substring, case-insensitively. Newest first; X-Total-Count holds the total.',
-        querystring: Type.Object({ email: Type.Optional(Type.String({ maxLength: 254, description: 'Only users whose email contains this text (case-insensitive)' })), ...PaginationQuery }, { additionalProperties: false }),
+        querystring: Type.Object(
+          {
+            email: Type.Optional(
+              Type.String({
+                maxLength: 254,
+                description: 'Only users whose email contains this text (case-insensitive)',
+              }),
+            ),
+            ...PaginationQuery,
+          },
+          { additionalProperties: false },
+        ),
         response: { 200: Type.Array(AdminUser), ...errorResponses(401, 403, 422, 429) },
       },
       config: admin,
@@ -55,7 +68,15 @@ export function adminRoutes(
   r.get(
     '/admin/users/:user_id',
     {
-      schema: { tags: ['admin'], operationId: 'getUser', summary: 'Get a user', description: 'One account as an operator sees it: role, balance, suspension and the per-user VM and GPU limits. Admin role.', params: UserId, response: { 200: AdminUser, ...errorResponses(401, 403, 404, 422, 429) } },
+      schema: {
+        tags: ['admin'],
+        operationId: 'getUser',
+        summary: 'Get a user',
+        description:
+          'One account as an operator sees it: role, balance, suspension and the per-user VM and GPU limits. Admin role.',
+        params: UserId,
+        response: { 200: AdminUser, ...errorResponses(401, 403, 404, 422, 429) },
+      },
       config: admin,
     },
     async (req, reply) => {
@@ -81,7 +102,11 @@ export function adminRoutes(
             max_vms: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 10_000 }))),
             max_gpus: Type.Optional(Nullable(Type.Integer({ minimum: 0, maximum: 100_000 }))),
           },
-          { additionalProperties: false, minProperties: 1, examples: [{ suspended: true }, { max_vms: 20, max_gpus: 32 }] },
+          {
+            additionalProperties: false,
+            minProperties: 1,
+            examples: [{ suspended: true }, { max_vms: 20, max_gpus: 32 }],
+          },
         ),
         response: { 200: AdminUser, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
@@ -93,7 +118,10 @@ export function adminRoutes(
     },
   );
 
-  const ClockNow = Type.Object({ now: DateTime('The service clock') }, { examples: [{ now: '2026-11-22T10:00:00.000Z' }] });
+  const ClockNow = Type.Object(
+    { now: DateTime('The service clock') },
+    { examples: [{ now: '2026-11-22T10:00:00.000Z' }] },
+  );
 
   r.get(
     '/admin/clock',
@@ -102,7 +130,8 @@ export function adminRoutes(
         tags: ['admin'],
         operationId: 'getClock',
         summary: 'The service clock',
-        description: 'The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock.',
+        description:
+          'The time every time-driven job follows: real time, or with GPUCLOUD_CLOCK=manual the persisted manual clock.',
         response: { 200: ClockNow, ...errorResponses(401, 403, 429) },
       },
       config: admin,
@@ -137,7 +166,13 @@ export function adminRoutes(
       checked_at: DateTime('When the check ran (the service clock)'),
       problems: Type.Array(
         Type.Object({
-          kind: Type.Union([Type.Literal('balance'), Type.Literal('transaction'), Type.Literal('reservation'), Type.Literal('usage'), Type.Literal('coverage')]),
+          kind: Type.Union([
+            Type.Literal('balance'),
+            Type.Literal('transaction'),
+            Type.Literal('reservation'),
+            Type.Literal('usage'),
+            Type.Literal('coverage'),
+          ]),
           user_id: Type.Integer(),
           email: Type.String(),
           detail: Type.String(),
@@ -155,7 +190,7 @@ export function adminRoutes(
         operationId: 'checkLedger',
         summary: 'Verify the ledger',
         description:
-          'The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction\'s balance_after is the running sum, every reservation\'s remaining balance and its deposit and refund transactions agree, every usage log\'s cost was paid exactly once, and every VM\'s usage periods cover its billable time with no gap and no overlap (naming the VM and the span). Each problem names the account. Admin role.',
+          "The check `gpucloud admin ledger-check` runs, over the whole database: every balance equals the sum of its transactions, every transaction's balance_after is the running sum, every reservation's remaining balance and its deposit and refund transactions agree, every usage log's cost was paid exactly once, and every VM's usage periods cover its billable time with no gap and no overlap (naming the VM and the span). Each problem names the account. Admin role.",
         response: { 200: LedgerCheck, ...errorResponses(401, 403, 429) },
       },
       config: admin,

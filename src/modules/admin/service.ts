@@ -53,7 +53,11 @@ export class AdminUserService {
     this.changeHooks.push(hook);
   }
 
-  async list(f: { email?: string; limit: number; offset: number }): Promise<{ items: AdminUserRecord[]; total: number }> {
+  async list(f: {
+    email?: string;
+    limit: number;
+    offset: number;
+  }): Promise<{ items: AdminUserRecord[]; total: number }> {
     const r = await users.listUsers(this.db, f);
     return { items: r.rows.map(toAdminRecord), total: r.total };
   }

@@ -18,7 +18,17 @@ const COLS = 'id, user_id, name, scope, prefix, created_at, expires_at, last_use
 
 export async function insertKey(
   q: Queryable,
-  k: { id: string; userId: number; name: string; scope: Scope; prefix: string; keyHash: string; now: Date; expiresAt: Date | null; createdByKeyId: string | null },
+  k: {
+    id: string;
+    userId: number;
+    name: string;
+    scope: Scope;
+    prefix: string;
+    keyHash: string;
+    now: Date;
+    expiresAt: Date | null;
+    createdByKeyId: string | null;
+  },
 ): Promise<ApiKeyRow> {
   const r = await q.query<ApiKeyRow>(
     `INSERT INTO api_keys (id, user_id, name, scope, prefix, key_hash, created_at, expires_at, created_by_key_id)
@@ -41,7 +51,10 @@ export async function listKeys(q: Queryable, userId: number, limit: number, offs
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
-/** Revokes the key and every key made with it, at any depth; returns the ids revoked now (none when `id` is not an active key of the user). */
+/**
+ * Revokes the key and every key made with it, at any depth; returns the ids revoked now (none when `id` is not an
+ * active key of the user).
+ */
 export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<string[]> {
   const r = await q.query<{ id: string }>(
     `WITH RECURSIVE lineage AS (

@@ -9,7 +9,8 @@ import { UUID_RE } from '../../ids.js';
 import type { ApiKeyService } from './service.js';
 
 const ScopeSchema = Type.Union([Type.Literal('read_write'), Type.Literal('read_only'), Type.Literal('billing_only')], {
-  description: 'read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate',
+  description:
+    'read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate',
 });
 
 const ApiKeyFields = {
@@ -24,7 +25,17 @@ const ApiKeyFields = {
 
 const ApiKeyRecord = Type.Object(ApiKeyFields, {
   description: 'An API key (never includes the key itself)',
-  examples: [{ id: '0b8f3c2e-3f1a-4c55-9d0e-6f1e2a3b4c5d', name: 'ci', scope: 'read_only', prefix: 'gpc_Zk3x9QaB', created_at: '2026-11-22T10:00:00.000Z', expires_at: null, last_used_at: null }],
+  examples: [
+    {
+      id: '0b8f3c2e-3f1a-4c55-9d0e-6f1e2a3b4c5d',
+      name: 'ci',
+      scope: 'read_only',
+      prefix: 'gpc_Zk3x9QaB',
+      created_at: '2026-11-22T10:00:00.000Z',
+      expires_at: null,
+      last_used_at: null,
+    },
+  ],
 });
 
 const CreatedApiKey = Type.Object(
@@ -48,7 +59,12 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
           'The key starts with `gpc_` and appears in this response only; it is stored hashed. Only a login session or a read_write key may manage keys, and never for a broader scope than its own. Honours Idempotency-Key.',
         body: Type.Object(
           {
-            name: Type.String({ minLength: 1, maxLength: 64, pattern: NO_CONTROL, description: 'A name for you; no control or formatting characters (they would reach terminals)' }),
+            name: Type.String({
+              minLength: 1,
+              maxLength: 64,
+              pattern: NO_CONTROL,
+              description: 'A name for you; no control or formatting characters (they would reach terminals)',
+            }),
             scope: Type.Optional(ScopeSchema),
             expires_at: Type.Optional(Nullable(DateTime('Optional expiry, in the future'))),
           },
@@ -90,7 +106,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         operationId: 'revokeApiKey',
         summary: 'Revoke an API key',
         description:
-          'The key and every key created with it stop working: at once on the instance that answers, within a second on every other instance. 204; 404 for an unknown, revoked or another user\'s key.',
+          "The key and every key created with it stop working: at once on the instance that answers, within a second on every other instance. 204; 404 for an unknown, revoked or another user's key.",
         // Any id that is not a uuid cannot exist: 404 like a missing key, whatever its length.
         params: Type.Object({ key_id: Type.String({ description: 'API key id (uuid)' }) }),
         response: { 204: Type.Null({ description: 'Revoked' }), ...errorResponses(401, 403, 404, 429) },

@@ -48,9 +48,13 @@ export class ApiKeyService {
     private readonly clock: Clock,
   ) {}
 
-  async create(p: Principal, input: { name: string; scope?: Scope; expires_at?: string | null }): Promise<ApiKeyRecord & { key: string }> {
+  async create(
+    p: Principal,
+    input: { name: string; scope?: Scope; expires_at?: string | null },
+  ): Promise<ApiKeyRecord & { key: string }> {
     // Only a session or a read_write key manages keys, and never above its own scope.
-    if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
+    if (p.via === 'api_key' && p.scope !== 'read_write')
+      throw forbidden('Only a login session or a read_write API key can manage API keys');
     const scope = input.scope ?? 'read_write';
     if (SCOPE_RANK[scope] > SCOPE_RANK[p.scope]) throw forbidden(`A ${p.scope} key cannot create a ${scope} key`);
     const now = this.clock.now();
@@ -76,7 +80,12 @@ export class ApiKeyService {
         expiresAt,
         createdByKeyId: p.via === 'api_key' ? (p.apiKeyId ?? null) : null,
       });
-      await recordEvent(tx, { type: 'api_key.created', userId: p.userId, data: { api_key_id: row.id, name: row.name, scope: row.scope, prefix: row.prefix }, at: now });
+      await recordEvent(tx, {
+        type: 'api_key.created',
+        userId: p.userId,
+        data: { api_key_id: row.id, name: row.name, scope: row.scope, prefix: row.prefix },
+        at: now,
+      });
       return { ...toRecord(row), key };
     });
   }
@@ -87,12 +96,19 @@ export class ApiKeyService {
   }
 
   async revoke(p: Principal, id: string): Promise<void> {
-    if (p.via === 'api_key' && p.scope !== 'read_write') throw forbidden('Only a login session or a read_write API key can manage API keys');
+    if (p.via === 'api_key' && p.scope !== 'read_write')
+      throw forbidden('Only a login session or a read_write API key can manage API keys');
     const now = this.clock.now();
     const revoked = await this.db.transaction(async (tx) => {
       const ids = await repo.revokeKey(tx, p.userId, id, now);
       // One event per key that stopped working: this one and every key made with it.
-      for (const keyId of ids) await recordEvent(tx, { type: 'api_key.revoked', userId: p.userId, data: { api_key_id: keyId, ...(keyId === id ? {} : { made_with: id }) }, at: now });
+      for (const keyId of ids)
+        await recordEvent(tx, {
+          type: 'api_key.revoked',
+          userId: p.userId,
+          data: { api_key_id: keyId, ...(keyId === id ? {} : { made_with: id }) },
+          at: now,
+        });
       return ids.includes(id);
     });
     // The keys made with it went too: forget every key of the user, not just this one.
@@ -109,7 +125,11 @@ export class ApiKeyService {
   async authenticate(key: string) {
     if (!key.startsWith(API_KEY_PREFIX) || key.length > 200) return null;
     const hash = sha256Hex(key);
-    const row = await this.keys.through(hash, async () => (await repo.findActiveKeyByHash(this.db, hash)) ?? null, (r) => r?.user_id);
+    const row = await this.keys.through(
+      hash,
+      async () => (await repo.findActiveKeyByHash(this.db, hash)) ?? null,
+      (r) => r?.user_id,
+    );
     if (!row) return null;
     const now = this.clock.now();
     if (row.expires_at && row.expires_at.getTime() <= now.getTime()) return null;
@@ -125,4 +145,3 @@ export class ApiKeyService {
     this.keys.forgetUser(userId);
   }
 }
-

@@ -13,10 +13,26 @@ export function identifier(auth: AuthService, apiKeys: ApiKeyService): Identify 
     if (credential.startsWith('gpc_')) {
       const k = await apiKeys.authenticate(credential);
       if (!k) return 'Invalid, revoked or expired API key';
-      return { userId: k.user_id, email: k.email, role: k.role, scope: k.scope, via: 'api_key', apiKeyId: k.id, suspended: k.suspended } as Principal & { suspended: boolean };
+      return {
+        userId: k.user_id,
+        email: k.email,
+        role: k.role,
+        scope: k.scope,
+        via: 'api_key',
+        apiKeyId: k.id,
+        suspended: k.suspended,
+      } as Principal & { suspended: boolean };
     }
     const s = await auth.authenticateAccessToken(credential);
     if (!s) return 'Invalid or expired access token';
-    return { userId: s.user.id, email: s.user.email, role: s.user.role, scope: 'read_write', via: 'session', sessionId: s.sessionId, suspended: s.user.suspended } as Principal & { suspended: boolean };
+    return {
+      userId: s.user.id,
+      email: s.user.email,
+      role: s.user.role,
+      scope: 'read_write',
+      via: 'session',
+      sessionId: s.sessionId,
+      suspended: s.user.suspended,
+    } as Principal & { suspended: boolean };
   };
 }

@@ -25,9 +25,11 @@ export type PasswordHashCost = 'standard' | 'test';
  * which made the first unknown-email login pay a hash plus a verify: a timing
  * tell. test/auth/accounts.test.ts checks that its parameters match OPTIONS.
  */
-export const DUMMY_HASH = '$argon2id$v=19$m=19456,t=2,p=1$HZ7GB94vG06SmCGhOPKWlw$8BjgZfKBVqyrvWeLfYndmTmF6NOJRK2WZhH/43hMG+8';
+export const DUMMY_HASH =
+  '$argon2id$v=19$m=19456,t=2,p=1$HZ7GB94vG06SmCGhOPKWlw$8BjgZfKBVqyrvWeLfYndmTmF6NOJRK2WZhH/43hMG+8';
 /** The same, at the test cost. */
-const TEST_DUMMY_HASH = '$argon2id$v=19$m=1024,t=1,p=1$vDDSTeCotjtANdtANPiSyQ$AjAfzJw2lev/apCgs62+57zEihw8e7SpInWg0IBK0u8';
+const TEST_DUMMY_HASH =
+  '$argon2id$v=19$m=1024,t=1,p=1$vDDSTeCotjtANdtANPiSyQ$AjAfzJw2lev/apCgs62+57zEihw8e7SpInWg0IBK0u8';
 
 export class PasswordHasher {
   private running = 0;
@@ -49,9 +51,14 @@ export class PasswordHasher {
   private async slot<T>(fn: () => Promise<T>): Promise<T> {
     if (this.running >= this.concurrency) {
       if (this.waiting.length >= this.maxQueue) {
-        throw new AppError('rate_limited', 'The server is busy checking passwords; try again in a few seconds', undefined, {
-          'retry-after': '2',
-        });
+        throw new AppError(
+          'rate_limited',
+          'The server is busy checking passwords; try again in a few seconds',
+          undefined,
+          {
+            'retry-after': '2',
+          },
+        );
       }
       await new Promise<void>((resolve) => this.waiting.push(resolve));
     } else {
@@ -75,7 +82,9 @@ export class PasswordHasher {
     return this.slot(() => verify(storedHash, password).catch(() => false));
   }
 
-  /** Spends the same time as a real verify, for unknown emails: login timing does not tell whether an account exists. */
+  /**
+   * Spends the same time as a real verify, for unknown emails: login timing does not tell whether an account exists.
+   */
   async verifyDummy(password: string): Promise<false> {
     await this.verify(this.dummyHash, password);
     return false;

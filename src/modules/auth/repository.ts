@@ -45,7 +45,6 @@ export interface ChallengeRow {
   used_at: Date | null;
 }
 
-
 /** PostgreSQL text cannot hold U+0000: a lookup by such a string fails the query (a 500), yet can match nothing. */
 const holdsNul = (s: string) => s.includes('\u0000');
 
@@ -70,7 +69,13 @@ export async function findUserById(q: Queryable, id: number, forUpdate = false):
   return (await q.query<UserRow>(`SELECT * FROM users WHERE id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [id])).rows[0];
 }
 
-export async function setPasswordAndRole(q: Queryable, email: string, passwordHash: string, role: Role, now: Date): Promise<UserRow | undefined> {
+export async function setPasswordAndRole(
+  q: Queryable,
+  email: string,
+  passwordHash: string,
+  role: Role,
+  now: Date,
+): Promise<UserRow | undefined> {
   const r = await q.query<UserRow>(
     'UPDATE users SET password_hash = $2, role = $3, updated_at = $4 WHERE email_normalized = $1 RETURNING *',
     [normalizeEmail(email), passwordHash, role, now],
@@ -130,7 +135,10 @@ export async function markRotated(q: Queryable, id: string, now: Date): Promise<
 
 /** When a session began: its first refresh token. */
 export async function familyStartedAt(q: Queryable, familyId: string): Promise<Date> {
-  const r = await q.query<{ started: Date }>('SELECT min(created_at) AS started FROM refresh_tokens WHERE family_id = $1', [familyId]);
+  const r = await q.query<{ started: Date }>(
+    'SELECT min(created_at) AS started FROM refresh_tokens WHERE family_id = $1',
+    [familyId],
+  );
   return r.rows[0]!.started;
 }
 
@@ -138,17 +146,32 @@ export async function isFamilyRevoked(q: Queryable, familyId: string): Promise<b
   return (await q.query('SELECT 1 FROM revoked_families WHERE family_id = $1', [familyId])).rows.length > 0;
 }
 
-export async function revokeFamily(q: Queryable, familyId: string, userId: number, now: Date, reason: string): Promise<void> {
+export async function revokeFamily(
+  q: Queryable,
+  familyId: string,
+  userId: number,
+  now: Date,
+  reason: string,
+): Promise<void> {
   await q.query(
     `INSERT INTO revoked_families (family_id, user_id, revoked_at, reason) VALUES ($1, $2, $3, $4)
      ON CONFLICT (family_id) DO NOTHING`,
     [familyId, userId, now, reason],
   );
-  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL', [familyId, now]);
+  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE family_id = $1 AND revoked_at IS NULL', [
+    familyId,
+    now,
+  ]);
 }
 
 /** Every open session of a user but `keep` (the caller's own, if any): 2FA and password changes, logout-all. */
-export async function revokeAllFamilies(q: Queryable, userId: number, now: Date, reason: string, keep: string | null = null): Promise<void> {
+export async function revokeAllFamilies(
+  q: Queryable,
+  userId: number,
+  now: Date,
+  reason: string,
+  keep: string | null = null,
+): Promise<void> {
   await q.query(
     `INSERT INTO revoked_families (family_id, user_id, revoked_at, reason)
      SELECT DISTINCT family_id, user_id, $2::timestamptz, $3 FROM refresh_tokens
@@ -156,7 +179,10 @@ export async function revokeAllFamilies(q: Queryable, userId: number, now: Date,
      ON CONFLICT (family_id) DO NOTHING`,
     [userId, now, reason, keep],
   );
-  await q.query('UPDATE refresh_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL AND family_id IS DISTINCT FROM $3::uuid', [userId, now, keep]);
+  await q.query(
+    'UPDATE refresh_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL AND family_id IS DISTINCT FROM $3::uuid',
+    [userId, now, keep],
+  );
 }
 
 export async function setPassword(q: Queryable, userId: number, passwordHash: string, now: Date): Promise<void> {
@@ -197,14 +223,21 @@ export async function recordTotpFailure(q: Queryable, userId: number, lockUntil:
 }
 
 export async function clearTotpFailures(q: Queryable, userId: number): Promise<void> {
-  await q.query('UPDATE users SET totp_failures = 0, totp_locked_until = NULL WHERE id = $1 AND (totp_failures <> 0 OR totp_locked_until IS NOT NULL)', [userId]);
+  await q.query(
+    'UPDATE users SET totp_failures = 0, totp_locked_until = NULL WHERE id = $1 AND (totp_failures <> 0 OR totp_locked_until IS NOT NULL)',
+    [userId],
+  );
 }
 
 export async function setTotpLastStep(q: Queryable, userId: number, step: number): Promise<void> {
   await q.query('UPDATE users SET totp_last_step = $2 WHERE id = $1', [userId, step]);
 }
 
-export async function replaceRecoveryCodes(q: Queryable, userId: number, codes: { id: string; hash: string }[]): Promise<void> {
+export async function replaceRecoveryCodes(
+  q: Queryable,
+  userId: number,
+  codes: { id: string; hash: string }[],
+): Promise<void> {
   await q.query('DELETE FROM recovery_codes WHERE user_id = $1', [userId]);
   for (const c of codes) {
     await q.query('INSERT INTO recovery_codes (id, user_id, code_hash) VALUES ($1, $2, $3)', [c.id, userId, c.hash]);

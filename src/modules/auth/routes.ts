@@ -5,7 +5,6 @@ import { Type } from 'typebox';
 import { DateTime, errorResponses, MessageResponse, NO_CONTROL_CC, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { assertNoBody } from '../../http/no-body.js';
-import { validation } from '../../errors.js';
 import type { AuthService } from './service.js';
 
 export const UserRecordSchema = Type.Object(
@@ -19,7 +18,16 @@ export const UserRecordSchema = Type.Object(
   },
   {
     description: 'A user account',
-    examples: [{ id: 7, email: 'ada@example.com', name: 'Ada', role: 'user', two_factor_enabled: false, created_at: '2026-11-22T10:00:00.000Z' }],
+    examples: [
+      {
+        id: 7,
+        email: 'ada@example.com',
+        name: 'Ada',
+        role: 'user',
+        two_factor_enabled: false,
+        created_at: '2026-11-22T10:00:00.000Z',
+      },
+    ],
   },
 );
 
@@ -32,7 +40,9 @@ const TokenResponse = Type.Object(
   },
   {
     description: 'Token pair',
-    examples: [{ access_token: 'eyJhbGciOiJIUzI1NiJ9...', refresh_token: 'n3Q...', token_type: 'bearer', expires_in: 3600 }],
+    examples: [
+      { access_token: 'eyJhbGciOiJIUzI1NiJ9...', refresh_token: 'n3Q...', token_type: 'bearer', expires_in: 3600 },
+    ],
   },
 );
 
@@ -46,7 +56,12 @@ const ChallengeResponse = Type.Object(
 );
 
 const Password = Type.String({ minLength: 12, maxLength: 1024, description: 'At least 12 characters' });
-const Code = Type.String({ minLength: 1, maxLength: 64, description: 'A 6-digit TOTP code (or, where allowed, a recovery code)', examples: ['123456'] });
+const Code = Type.String({
+  minLength: 1,
+  maxLength: 64,
+  description: 'A 6-digit TOTP code (or, where allowed, a recovery code)',
+  examples: ['123456'],
+});
 
 const noStore = { 'cache-control': 'no-store' };
 
@@ -64,7 +79,8 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         tags: ['auth'],
         operationId: 'register',
         summary: 'Create an account',
-        description: 'Email must be unique (case-insensitively); a taken email is 400 `conflict`. Password: 12 characters or more.',
+        description:
+          'Email must be unique (case-insensitively); a taken email is 400 `conflict`. Password: 12 characters or more.',
         security: [],
         body: Type.Object(
           {
@@ -73,7 +89,10 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
             // No control characters: a display name is one line of text (and PostgreSQL text cannot hold U+0000).
             name: Type.Optional(Nullable(Type.String({ maxLength: 100, pattern: NO_CONTROL_CC }))),
           },
-          { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery', name: 'Ada' }] },
+          {
+            additionalProperties: false,
+            examples: [{ email: 'ada@example.com', password: 'correct horse battery', name: 'Ada' }],
+          },
         ),
         response: { 201: UserRecordSchema, ...errorResponses(400, 413, 415, 422, 429) },
       },
@@ -96,10 +115,16 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           'Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Limited to 5 attempts per minute per email.',
         security: [],
         body: Type.Object(
-          { email: Type.String({ minLength: 1, maxLength: 254 }), password: Type.String({ minLength: 1, maxLength: 1024 }) },
+          {
+            email: Type.String({ minLength: 1, maxLength: 254 }),
+            password: Type.String({ minLength: 1, maxLength: 1024 }),
+          },
           { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery' }] },
         ),
-        response: { 200: Type.Union([TokenResponse, ChallengeResponse]), ...errorResponses(401, 403, 413, 415, 422, 429) },
+        response: {
+          200: Type.Union([TokenResponse, ChallengeResponse]),
+          ...errorResponses(401, 403, 413, 415, 422, 429),
+        },
       },
       config: { auth: 'public', rateLimit: 'login' },
     },
@@ -119,7 +144,10 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         description:
           'The refresh token is rotated: the one sent stops working at once. Sending an already-rotated token revokes the whole session (every token from the same login) and answers 401.',
         security: [],
-        body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false }),
+        body: Type.Object(
+          { refresh_token: Type.String({ minLength: 1, maxLength: 512 }) },
+          { additionalProperties: false },
+        ),
         response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },
       },
       config: { auth: 'public', rateLimit: 'auth' },
@@ -137,8 +165,11 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         tags: ['auth'],
         operationId: 'logout',
         summary: 'Revoke a session',
-        description: 'Revokes the refresh token\'s whole family and the access tokens issued with it. 204.',
-        body: Type.Object({ refresh_token: Type.String({ minLength: 1, maxLength: 512 }) }, { additionalProperties: false }),
+        description: "Revokes the refresh token's whole family and the access tokens issued with it. 204.",
+        body: Type.Object(
+          { refresh_token: Type.String({ minLength: 1, maxLength: 512 }) },
+          { additionalProperties: false },
+        ),
         response: { 204: Type.Null({ description: 'Logged out' }), ...errorResponses(401, 403, 422, 429) },
       },
       config: { rateLimit: 'auth' },
@@ -178,7 +209,10 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         summary: 'Change the password',
         description:
           'Needs the current password (422 on body.current_password when it is wrong) and a new one of at least 12 characters. Every other session of the account ends; this one goes on. Needs a signed-in session: an API key gets 403.',
-        body: Type.Object({ current_password: Type.String({ minLength: 1, maxLength: 1024 }), new_password: Password }, { additionalProperties: false }),
+        body: Type.Object(
+          { current_password: Type.String({ minLength: 1, maxLength: 1024 }), new_password: Password },
+          { additionalProperties: false },
+        ),
         response: { 200: MessageResponse, ...errorResponses(401, 403, 415, 422, 429) },
       },
       config: { rateLimit: 'auth', sessionOnly: true },
@@ -200,7 +234,17 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         description:
           'Returns a new TOTP secret and its otpauth:// URL (for a QR code). Not active until POST /auth/2fa/enable with a code. Needs a signed-in session: an API key gets 403.',
         response: {
-          200: Type.Object({ secret: Type.String(), otpauth_url: Type.String() }, { examples: [{ secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP', otpauth_url: 'otpauth://totp/gpucloud:ada%40example.com?secret=...' }] }),
+          200: Type.Object(
+            { secret: Type.String(), otpauth_url: Type.String() },
+            {
+              examples: [
+                {
+                  secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP',
+                  otpauth_url: 'otpauth://totp/gpucloud:ada%40example.com?secret=...',
+                },
+              ],
+            },
+          ),
           ...errorResponses(400, 401, 403, 429),
         },
       },
@@ -224,7 +268,10 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           'Confirms setup with a current code and returns 10 single-use recovery codes (shown once). A wrong code is 400 `invalid_code`. Ends every other session of the account. Needs a signed-in session: an API key gets 403.',
         body: Type.Object({ code: Code }, { additionalProperties: false }),
         response: {
-          200: Type.Object({ message: Type.String(), recovery_codes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) }),
+          200: Type.Object({
+            message: Type.String(),
+            recovery_codes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }),
+          }),
           ...errorResponses(400, 401, 403, 422, 429),
         },
       },
@@ -266,16 +313,22 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         operationId: 'verifyTwoFactor',
         summary: 'Complete a two-factor login',
         description:
-          'Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401. Ten wrong codes in a row (across logins, and through disable) lock the account\'s second factor for 15 minutes: 429 with Retry-After.',
+          "Exchanges the challenge token from login plus a TOTP code (one 30 s step of drift accepted, each code once) or an unused recovery code for a token pair. Wrong, replayed or used-up codes and unknown or expired challenges are 401. Ten wrong codes in a row (across logins, and through disable) lock the account's second factor for 15 minutes: 429 with Retry-After.",
         security: [],
-        body: Type.Object({ challenge_token: Type.String({ minLength: 1, maxLength: 512 }), code: Code }, { additionalProperties: false }),
+        body: Type.Object(
+          { challenge_token: Type.String({ minLength: 1, maxLength: 512 }), code: Code },
+          { additionalProperties: false },
+        ),
         response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },
       },
       config: { auth: 'public', rateLimit: 'auth' },
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return auth.verifyTwoFactor(req.body.challenge_token, req.body.code, { ip: req.ip, userAgent: req.headers['user-agent'] });
+      return auth.verifyTwoFactor(req.body.challenge_token, req.body.code, {
+        ip: req.ip,
+        userAgent: req.headers['user-agent'],
+      });
     },
   );
 
@@ -285,8 +338,9 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
       schema: {
         tags: ['account'],
         operationId: 'getAccount',
-        summary: 'The caller\'s account',
-        description: 'The account the access token or API key belongs to: email, name, role and whether two-factor authentication is on. Every key scope can read it.',
+        summary: "The caller's account",
+        description:
+          'The account the access token or API key belongs to: email, name, role and whether two-factor authentication is on. Every key scope can read it.',
         response: { 200: UserRecordSchema, ...errorResponses(401, 403, 429) },
       },
     },

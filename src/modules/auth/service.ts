@@ -14,13 +14,7 @@ import * as repo from './repository.js';
 import { recordEvent } from '../events/repository.js';
 import { CredentialCache } from '../../credential-cache.js';
 import type { Role, UserRow } from './repository.js';
-import {
-  generateRecoveryCodes,
-  generateTotpSecret,
-  normalizeRecoveryCode,
-  otpauthUrl,
-  verifyTotp,
-} from './totp.js';
+import { generateRecoveryCodes, generateTotpSecret, normalizeRecoveryCode, otpauthUrl, verifyTotp } from './totp.js';
 
 /** Where a login came from, for the account.login event. */
 export interface LoginClient {
@@ -72,7 +66,12 @@ const invalidRefresh = () => unauthorized('Invalid or expired refresh token');
 const suspendedError = () => forbidden('This account is suspended; contact the operator');
 const secondFactorLocked = (until: Date, now: Date) => {
   const s = Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000));
-  return new AppError('rate_limited', `Too many wrong two-factor codes: try again in ${Math.ceil(s / 60)} minute(s)`, undefined, { 'retry-after': String(s) });
+  return new AppError(
+    'rate_limited',
+    `Too many wrong two-factor codes: try again in ${Math.ceil(s / 60)} minute(s)`,
+    undefined,
+    { 'retry-after': String(s) },
+  );
 };
 const recoveryHash = (code: string) => sha256Hex('recovery:' + normalizeRecoveryCode(code));
 
@@ -99,7 +98,10 @@ export class AuthService {
     return stored.startsWith('v1:') ? open(this.totpKey, stored) : stored;
   }
 
-  async register(input: { email: string; password: string; name?: string | null }, role: Role = 'user'): Promise<UserRecord> {
+  async register(
+    input: { email: string; password: string; name?: string | null },
+    role: Role = 'user',
+  ): Promise<UserRecord> {
     const passwordHash = await this.passwords.hash(input.password);
     try {
       const u = await repo.insertUser(this.db, {
@@ -118,8 +120,16 @@ export class AuthService {
     }
   }
 
-  /** Creates or updates (password, role) an account: the env bootstrap (GPUCLOUD_ADMIN_EMAIL) and `gpucloud admin create-user`. */
-  async ensureUser(email: string, password: string, role: Role, name: string | null = null): Promise<{ user: UserRecord; created: boolean }> {
+  /**
+   * Creates or updates (password, role) an account: the env bootstrap (GPUCLOUD_ADMIN_EMAIL) and `gpucloud admin
+   * create-user`.
+   */
+  async ensureUser(
+    email: string,
+    password: string,
+    role: Role,
+    name: string | null = null,
+  ): Promise<{ user: UserRecord; created: boolean }> {
     if (!(await repo.findUserByEmail(this.db, email))) {
       try {
         return { user: await this.register({ email, password, name }, role), created: true };
@@ -167,12 +177,21 @@ export class AuthService {
 
   /** An `account.login` event: who signed in from where (the address and user agent the request came with). */
   private async recordLogin(tx: Queryable, userId: number, client: LoginClient, secondFactor: boolean): Promise<void> {
-    const data = { ip: client.ip ?? null, user_agent: client.userAgent?.slice(0, 256) ?? null, second_factor: secondFactor };
+    const data = {
+      ip: client.ip ?? null,
+      user_agent: client.userAgent?.slice(0, 256) ?? null,
+      second_factor: secondFactor,
+    };
     await recordEvent(tx, { type: 'account.login', userId, data, at: this.clock.now() });
   }
 
   /** `familyStart`: when the session's login happened (now for a new login). */
-  private async issueTokens(q: Queryable, userId: number, familyId: string, familyStart: Date = this.clock.now()): Promise<TokenResponse> {
+  private async issueTokens(
+    q: Queryable,
+    userId: number,
+    familyId: string,
+    familyStart: Date = this.clock.now(),
+  ): Promise<TokenResponse> {
     const now = this.clock.now();
     const refresh = randomToken(32);
     await repo.insertRefreshToken(q, {
@@ -187,22 +206,34 @@ export class AuthService {
     return { access_token: access.token, refresh_token: refresh, token_type: 'bearer', expires_in: access.expiresIn };
   }
 
-  /** Rotation: a refresh token works once; a rotated token used again revokes its whole family. See docs/authentication.md#refresh-tokens */
+  /**
+   * Rotation: a refresh token works once; a rotated token used again revokes its whole family. See
+   * docs/authentication.md#refresh-tokens
+   */
   async refresh(refreshToken: string): Promise<TokenResponse> {
     const outcome = await this.db.transaction(async (tx) => {
       const row = await repo.findRefreshTokenForUpdate(tx, sha256Hex(refreshToken));
       if (!row) return { error: invalidRefresh() } as const;
       const now = this.clock.now();
-      if (row.revoked_at || (await repo.isFamilyRevoked(tx, row.family_id))) return { error: invalidRefresh() } as const;
+      if (row.revoked_at || (await repo.isFamilyRevoked(tx, row.family_id)))
+        return { error: invalidRefresh() } as const;
       if (row.rotated_at) {
         // Reuse of a rotated token: someone holds a copy. Kill the family; commit that, then refuse.
         await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'refresh_token_reuse');
-        return { error: unauthorized('Refresh token was already used; this session has been revoked, log in again'), revoked: row.user_id } as const;
+        return {
+          error: unauthorized('Refresh token was already used; this session has been revoked, log in again'),
+          revoked: row.user_id,
+        } as const;
       }
       const started = await repo.familyStartedAt(tx, row.family_id);
       if (now.getTime() - started.getTime() >= this.sessionMaxMs) {
         await repo.revokeFamily(tx, row.family_id, row.user_id, now, 'session_max_age');
-        return { error: unauthorized(`This session began more than ${Math.round(this.sessionMaxMs / 86_400_000)} days ago: log in again`), revoked: row.user_id } as const;
+        return {
+          error: unauthorized(
+            `This session began more than ${Math.round(this.sessionMaxMs / 86_400_000)} days ago: log in again`,
+          ),
+          revoked: row.user_id,
+        } as const;
       }
       if (row.expires_at.getTime() <= now.getTime()) return { error: invalidRefresh() } as const;
       const user = await repo.findUserById(tx, row.user_id);
@@ -264,7 +295,8 @@ export class AuthService {
     return this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
-      if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled; disable it first to set up a new secret');
+      if (u.totp_enabled)
+        throw invalidState('Two-factor authentication is already enabled; disable it first to set up a new secret');
       const secret = generateTotpSecret(randomBytes);
       await repo.setPendingTotp(tx, userId, this.sealTotp(secret), this.clock.now());
       return { secret, otpauth_url: otpauthUrl(secret, u.email) };
@@ -281,10 +313,16 @@ export class AuthService {
    * A new password, given the current one; every other session of the account
    * ends (whoever else held one must log in with the new password).
    */
-  async changePassword(userId: number, currentSession: string | null, current: string, next: string): Promise<{ message: string }> {
+  async changePassword(
+    userId: number,
+    currentSession: string | null,
+    current: string,
+    next: string,
+  ): Promise<{ message: string }> {
     const u = await repo.findUserById(this.db, userId);
     if (!u) throw unauthorized();
-    if (!(await this.passwords.verify(u.password_hash, current))) throw validation('body.current_password', 'is not the account\'s password');
+    if (!(await this.passwords.verify(u.password_hash, current)))
+      throw validation('body.current_password', "is not the account's password");
     const hash = await this.passwords.hash(next);
     await this.db.transaction(async (tx) => {
       const now = this.clock.now();
@@ -295,18 +333,31 @@ export class AuthService {
     return { message: 'Password changed; every other session of this account has ended' };
   }
 
-  async enableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string; recovery_codes: string[] }> {
+  async enableTwoFactor(
+    userId: number,
+    code: string,
+    currentSession: string | null = null,
+  ): Promise<{ message: string; recovery_codes: string[] }> {
     const enabled = await this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
       if (u.totp_enabled) throw invalidState('Two-factor authentication is already enabled');
-      if (!u.totp_pending_secret) throw invalidState('No two-factor setup in progress: call POST /auth/2fa/setup first');
+      if (!u.totp_pending_secret)
+        throw invalidState('No two-factor setup in progress: call POST /auth/2fa/setup first');
       const step = verifyTotp(this.openTotp(u.totp_pending_secret), code, this.clock.nowMs(), null);
-      if (step === null) throw new AppError('invalid_code', 'The code is not valid for this secret; check the authenticator app and the device clock');
+      if (step === null)
+        throw new AppError(
+          'invalid_code',
+          'The code is not valid for this secret; check the authenticator app and the device clock',
+        );
       const now = this.clock.now();
       await repo.enableTotp(tx, userId, u.totp_pending_secret, step, now);
       const codes = generateRecoveryCodes(randomBytes, 10);
-      await repo.replaceRecoveryCodes(tx, userId, codes.map((c) => ({ id: newId(), hash: recoveryHash(c) })));
+      await repo.replaceRecoveryCodes(
+        tx,
+        userId,
+        codes.map((c) => ({ id: newId(), hash: recoveryHash(c) })),
+      );
       // Sessions opened without the second factor end: from now on every login needs it.
       await repo.revokeAllFamilies(tx, userId, now, '2fa_enabled', currentSession);
       await recordEvent(tx, { type: 'account.2fa_enabled', userId, at: now });
@@ -320,7 +371,11 @@ export class AuthService {
     return enabled;
   }
 
-  async disableTwoFactor(userId: number, code: string, currentSession: string | null = null): Promise<{ message: string }> {
+  async disableTwoFactor(
+    userId: number,
+    code: string,
+    currentSession: string | null = null,
+  ): Promise<{ message: string }> {
     const outcome = await this.db.transaction(async (tx) => {
       const u = await repo.findUserById(tx, userId, true);
       if (!u) throw unauthorized();
@@ -333,7 +388,11 @@ export class AuthService {
       await recordEvent(tx, { type: 'account.2fa_disabled', userId, at: now });
       return { wrong: false } as const;
     });
-    if (outcome.wrong) throw new AppError('invalid_code', 'The code is not valid (wrong, already used, or not a recovery code of this account)');
+    if (outcome.wrong)
+      throw new AppError(
+        'invalid_code',
+        'The code is not valid (wrong, already used, or not a recovery code of this account)',
+      );
     this.forgetUser(userId);
     return { message: 'Two-factor authentication disabled; every other session of this account has ended' };
   }
@@ -346,7 +405,8 @@ export class AuthService {
    */
   private async checkSecondFactor(tx: Queryable, u: UserRow, code: string): Promise<boolean> {
     const now = this.clock.now();
-    if (u.totp_locked_until && u.totp_locked_until.getTime() > now.getTime()) throw secondFactorLocked(u.totp_locked_until, now);
+    if (u.totp_locked_until && u.totp_locked_until.getTime() > now.getTime())
+      throw secondFactorLocked(u.totp_locked_until, now);
     let ok = false;
     const step = verifyTotp(this.openTotp(u.totp_secret!), code, this.clock.nowMs(), u.totp_last_step);
     if (step !== null) {

@@ -37,7 +37,11 @@ export class TokenService {
   ) {
     this.key = new TextEncoder().encode(secret);
     const seed = createHmac('sha256', secret).update('gpucloud:launch-token-ed25519').digest();
-    this.signingKey = createPrivateKey({ key: Buffer.concat([ED25519_PKCS8_PREFIX, seed]), format: 'der', type: 'pkcs8' });
+    this.signingKey = createPrivateKey({
+      key: Buffer.concat([ED25519_PKCS8_PREFIX, seed]),
+      format: 'der',
+      type: 'pkcs8',
+    });
     this.verifyingKey = createPublicKey(this.signingKey);
   }
 
@@ -83,7 +87,11 @@ export class TokenService {
   }
 
   /** Signed short-lived token for other purposes (e.g. the WebUI/Jupyter launch tokens of a VM's access-info). */
-  async signPurpose(purpose: string, claims: Record<string, unknown>, ttlS: number): Promise<{ token: string; expiresAt: Date }> {
+  async signPurpose(
+    purpose: string,
+    claims: Record<string, unknown>,
+    ttlS: number,
+  ): Promise<{ token: string; expiresAt: Date }> {
     const iat = Math.floor(this.clock.nowMs() / 1000);
     const kid = (await this.jwks()).keys[0]!.kid!;
     const token = await new SignJWT({ ...claims, typ: purpose })
@@ -98,7 +106,11 @@ export class TokenService {
 
   async verifyPurpose(purpose: string, token: string): Promise<Record<string, unknown> | null> {
     try {
-      const { payload } = await jwtVerify(token, this.verifyingKey, { algorithms: ['EdDSA'], issuer: ISSUER, currentDate: this.clock.now() });
+      const { payload } = await jwtVerify(token, this.verifyingKey, {
+        algorithms: ['EdDSA'],
+        issuer: ISSUER,
+        currentDate: this.clock.now(),
+      });
       return payload.typ === purpose ? (payload as Record<string, unknown>) : null;
     } catch (err) {
       if (err instanceof joseErrors.JOSEError || err instanceof TypeError) return null;

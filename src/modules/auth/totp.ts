@@ -66,7 +66,12 @@ function checkStep(step: number): void {
  */
 export function totpAt(secretBase32: string, step: number): string {
   checkStep(step);
-  return HOTP.generate({ secret: secretOfBase32(secretBase32), algorithm: TOTP_ALGORITHM, digits: TOTP_DIGITS, counter: step });
+  return HOTP.generate({
+    secret: secretOfBase32(secretBase32),
+    algorithm: TOTP_ALGORITHM,
+    digits: TOTP_DIGITS,
+    counter: step,
+  });
 }
 
 /** The TOTP step counter for a time in milliseconds since the Unix epoch. */
@@ -106,7 +111,8 @@ export function verifyTotp(
   for (let step = current - TOTP_DRIFT_STEPS; step <= current + TOTP_DRIFT_STEPS; step++) {
     if (step < 0) continue;
     checkStep(step);
-    const equal = HOTP.validate({ token, secret, algorithm: TOTP_ALGORITHM, digits: TOTP_DIGITS, counter: step, window: 0 }) === 0;
+    const equal =
+      HOTP.validate({ token, secret, algorithm: TOTP_ALGORITHM, digits: TOTP_DIGITS, counter: step, window: 0 }) === 0;
     const eligible = lastUsedStep === null || step > lastUsedStep;
     // Keep the highest matching step so that replay protection is as strict as possible.
     if (equal && eligible) matched = step;

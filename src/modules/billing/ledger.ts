@@ -29,7 +29,8 @@ export interface Posting {
 
 /** Must run inside a transaction (`tx`); returns the written row. */
 export async function post(tx: Queryable, p: Posting): Promise<TransactionRow> {
-  if (!Number.isSafeInteger(p.amountMicros)) throw new RangeError('ledger: amount must be an integer number of micro-units');
+  if (!Number.isSafeInteger(p.amountMicros))
+    throw new RangeError('ledger: amount must be an integer number of micro-units');
   const u = await repo.addToBalance(tx, p.userId, p.amountMicros);
   if (!u) throw new Error(`ledger: user ${p.userId} does not exist`);
   return repo.insertTransaction(tx, {

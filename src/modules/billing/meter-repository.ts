@@ -114,7 +114,11 @@ export async function lockMeteredVm(q: Queryable, vmId: string): Promise<Metered
 
 /** The VM's meter, locked (after the VM): a close holding it finishes first. None before the VM's first start. */
 export async function lockMeter(q: Queryable, vmId: string): Promise<MeterRow | undefined> {
-  return (await q.query<MeterRow>('SELECT billed_until, network_bytes_billed FROM vm_meters WHERE vm_id = $1 FOR UPDATE', [vmId])).rows[0];
+  return (
+    await q.query<MeterRow>('SELECT billed_until, network_bytes_billed FROM vm_meters WHERE vm_id = $1 FOR UPDATE', [
+      vmId,
+    ])
+  ).rows[0];
 }
 
 /** Opens billing at the VM's first start. */
@@ -261,7 +265,12 @@ export async function preemptedOthers(q: Queryable, vmId: string): Promise<boole
 
 /** What the VM's usage logs cost in all, in micro-units. */
 export async function usageTotalOfVm(q: Queryable, vmId: string): Promise<{ total: number }> {
-  return (await q.query<{ total: number }>('SELECT COALESCE(SUM(total_cost_micros), 0)::int8 AS total FROM usage_logs WHERE vm_id = $1', [vmId])).rows[0]!;
+  return (
+    await q.query<{ total: number }>(
+      'SELECT COALESCE(SUM(total_cost_micros), 0)::int8 AS total FROM usage_logs WHERE vm_id = $1',
+      [vmId],
+    )
+  ).rows[0]!;
 }
 
 /** Marks the user for the low-balance job (a charge left their balance at or below zero). */
@@ -282,7 +291,10 @@ export async function lowBalanceUsers(q: Queryable): Promise<{ id: number }[]> {
 /** Where the oldest open period begins, if it began before `lastBoundary` (something is due). */
 export async function oldestDueMeter(q: Queryable, lastBoundary: Date): Promise<{ billed_until: Date } | undefined> {
   return (
-    await q.query<{ billed_until: Date }>('SELECT billed_until FROM vm_meters WHERE billed_until < $1 ORDER BY billed_until LIMIT 1', [lastBoundary])
+    await q.query<{ billed_until: Date }>(
+      'SELECT billed_until FROM vm_meters WHERE billed_until < $1 ORDER BY billed_until LIMIT 1',
+      [lastBoundary],
+    )
   ).rows[0];
 }
 
@@ -308,7 +320,8 @@ export async function claimDueMeters(q: Queryable, lastBoundary: Date, limit: nu
 
 /** How many VMs accrue, and the oldest billed_until among them. */
 export async function meterSummary(q: Queryable): Promise<MeterSummaryRow> {
-  return (await q.query<MeterSummaryRow>('SELECT count(*)::int8 AS vms, min(billed_until) AS oldest FROM vm_meters')).rows[0]!;
+  return (await q.query<MeterSummaryRow>('SELECT count(*)::int8 AS vms, min(billed_until) AS oldest FROM vm_meters'))
+    .rows[0]!;
 }
 
 /**
@@ -342,7 +355,11 @@ export async function trafficDueVms(q: Queryable, lastBoundary: Date | 'infinity
 }
 
 /** Raises the VMs' cumulative traffic counters to the values read (never lowers one). */
-export async function raiseTrafficCounters(q: Queryable, vmIds: readonly string[], bytes: readonly number[]): Promise<void> {
+export async function raiseTrafficCounters(
+  q: Queryable,
+  vmIds: readonly string[],
+  bytes: readonly number[],
+): Promise<void> {
   await q.query(
     `UPDATE vms SET network_bytes_total = GREATEST(network_bytes_total, u.bytes)
            FROM unnest($1::uuid[], $2::int8[]) AS u(id, bytes) WHERE vms.id = u.id AND vms.id = ANY($1::uuid[])`,

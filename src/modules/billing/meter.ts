@@ -44,7 +44,15 @@ export function priceOfPeriod(
   const gpuCost = mulDiv(vm.gpu_hourly_rate_micros, gpuMs, MS_PER_HOUR);
   const storageCost = mulDiv(vm.storage_hourly_rate_micros, ms, MS_PER_HOUR);
   const networkCost = mulDiv(networkBytes, networkPricePerGbMicros, BYTES_PER_GB);
-  return { gpuMs, storageMs: ms, networkBytes, gpuCost, storageCost, networkCost, total: gpuCost + storageCost + networkCost };
+  return {
+    gpuMs,
+    storageMs: ms,
+    networkBytes,
+    gpuCost,
+    storageCost,
+    networkCost,
+    total: gpuCost + storageCost + networkCost,
+  };
 }
 
 /** Interval boundaries strictly after `from` and at or before `to`. */
@@ -55,7 +63,10 @@ export function boundariesBetween(fromMs: number, toMs: number, intervalMs: numb
 }
 
 /** Reads the cumulative traffic counters of some VMs of one node (the hypervisor driver's trafficBytes). */
-export type TrafficReader = (node: string, vms: { id: string; vmid: number; node: string; hvRef: string | null }[]) => Promise<Map<string, number>>;
+export type TrafficReader = (
+  node: string,
+  vms: { id: string; vmid: number; node: string; hvRef: string | null }[],
+) => Promise<Map<string, number>>;
 
 /** Nodes whose traffic counters are read at once. */
 const TRAFFIC_READS_AT_ONCE = 8;
@@ -123,7 +134,14 @@ export class Meter {
    * most `max` periods, oldest first; the VM's unbilled traffic goes to the
    * first.
    */
-  private periodsOf(vm: MeteredVm, untilMs: number, gpuRunning: boolean, closeAtEnd: boolean, termEndMs: number | undefined, max = Infinity): Period[] {
+  private periodsOf(
+    vm: MeteredVm,
+    untilMs: number,
+    gpuRunning: boolean,
+    closeAtEnd: boolean,
+    termEndMs: number | undefined,
+    max = Infinity,
+  ): Period[] {
     if (!vm.billed_until) return [];
     const fromMs = vm.billed_until.getTime();
     const ends = boundariesBetween(fromMs, untilMs, this.intervalMs);
@@ -160,7 +178,9 @@ export class Meter {
     if (periods.length === 0) return 0;
     // Oldest first across VMs: each user's charges (and the balances they leave) follow time.
     const ordered = [...periods].sort((x, y) => x.endMs - y.endMs);
-    const priced = ordered.map((p) => priceOfPeriod(p.vm, p.endMs - p.startMs, p.gpuRunning, p.networkBytes, this.opts.networkPricePerGbMicros));
+    const priced = ordered.map((p) =>
+      priceOfPeriod(p.vm, p.endMs - p.startMs, p.gpuRunning, p.networkBytes, this.opts.networkPricePerGbMicros),
+    );
     const { written, crossings, exhausted } = await repo.chargePeriods(tx, {
       vmIds: ordered.map((p) => p.vm.id),
       periodStarts: ordered.map((p) => new Date(p.startMs).toISOString()),
@@ -176,18 +196,36 @@ export class Meter {
     });
     // A reservation whose prepaid balance these draws used up: what follows is charged to the balance.
     for (const e of exhausted ?? []) {
-      await recordEvent(tx, { type: 'reservation.exhausted', userId: e.user_id, vmId: e.vm_id, data: { reservation_id: e.reservation_id }, at: new Date(e.at) });
+      await recordEvent(tx, {
+        type: 'reservation.exhausted',
+        userId: e.user_id,
+        vmId: e.vm_id,
+        data: { reservation_id: e.reservation_id },
+        at: new Date(e.at),
+      });
     }
     // The charge that crosses zero is recorded once as an event, for admins (and later webhooks).
     for (const e of crossings ?? []) {
       const data = { balance: toAmount(e.balance_after), charge: toAmount(e.charge), transaction_id: e.transaction_id };
-      await recordEvent(tx, { type: 'billing.low_balance', userId: e.user_id, vmId: e.vm_id, data, at: new Date(e.at) });
+      await recordEvent(tx, {
+        type: 'billing.low_balance',
+        userId: e.user_id,
+        vmId: e.vm_id,
+        data,
+        at: new Date(e.at),
+      });
     }
     return Number(written);
   }
 
   /** Closes every interval boundary in (billed_until, endMs], then (optionally) the period ending exactly at endMs. */
-  private async closeUpTo(tx: Queryable, vm: MeteredVm, endMs: number, gpuRunning: boolean, closeAtEnd: boolean): Promise<void> {
+  private async closeUpTo(
+    tx: Queryable,
+    vm: MeteredVm,
+    endMs: number,
+    gpuRunning: boolean,
+    closeAtEnd: boolean,
+  ): Promise<void> {
     if (!vm.billed_until) return;
     const termEnds = await this.lockReservations(tx, [vm]);
     const termEnd = vm.reservation_id ? termEnds.get(vm.reservation_id) : undefined;
@@ -199,7 +237,12 @@ export class Meter {
    * the first start opens billing; leaving or entering `running`, and
    * destroy, close the period at this instant.
    */
-  async onTransition(tx: Queryable, before: { id: string; status: string }, after: { id: string; status: string }, now: Date): Promise<void> {
+  async onTransition(
+    tx: Queryable,
+    before: { id: string; status: string },
+    after: { id: string; status: string },
+    now: Date,
+  ): Promise<void> {
     const wasRunning = before.status === 'running';
     const isRunning = after.status === 'running';
     const destroyed = after.status === 'destroyed';
@@ -235,7 +278,13 @@ export class Meter {
       type: 'charge',
       amountMicros: -owed,
       description: `Minimum charge of VM ${vm.vmid}: it interrupted other VMs, so it pays at least one billing period`,
-      breakdown: { vm_id: vm.id, vmid: vm.vmid, minimum: toAmount(minimum), usage: toAmount(minimum - owed), minimum_charge: toAmount(owed) },
+      breakdown: {
+        vm_id: vm.id,
+        vmid: vm.vmid,
+        minimum: toAmount(minimum),
+        usage: toAmount(minimum - owed),
+        minimum_charge: toAmount(owed),
+      },
       vmId: vm.id,
       now,
     });
@@ -304,7 +353,11 @@ export class Meter {
    * worker was down) all of its day's, so a catch-up claims each VM once.
    * The oldest open period decides how many VMs a batch claims.
    */
-  private async closeBatch(tx: Queryable, lastBoundary: Date, budget: number): Promise<{ claimed: number; written: number }> {
+  private async closeBatch(
+    tx: Queryable,
+    lastBoundary: Date,
+    budget: number,
+  ): Promise<{ claimed: number; written: number }> {
     const oldest = await repo.oldestDueMeter(tx, lastBoundary);
     if (!oldest) return { claimed: 0, written: 0 };
     const behind = Math.ceil((lastBoundary.getTime() - oldest.billed_until.getTime()) / this.intervalMs);
@@ -313,12 +366,22 @@ export class Meter {
     const termEnds = await this.lockReservations(tx, due);
     const perVm = Math.max(1, Math.floor(budget / due.length));
     const periods = due.flatMap((vm) =>
-      this.periodsOf(vm, lastBoundary.getTime(), vm.status === 'running', false, vm.reservation_id ? termEnds.get(vm.reservation_id) : undefined, perVm),
+      this.periodsOf(
+        vm,
+        lastBoundary.getTime(),
+        vm.status === 'running',
+        false,
+        vm.reservation_id ? termEnds.get(vm.reservation_id) : undefined,
+        perVm,
+      ),
     );
     return { claimed: due.length, written: await this.chargePeriods(tx, periods) };
   }
 
-  /** How many periods closing every boundary up to `toMs` writes (about: the VMs that accrue times the boundaries), and over how many VMs. */
+  /**
+   * How many periods closing every boundary up to `toMs` writes (about: the VMs that accrue times the boundaries),
+   * and over how many VMs.
+   */
   async periodsUpTo(toMs: number): Promise<{ periods: number; vms: number }> {
     const { vms, oldest } = await repo.meterSummary(this.db);
     if (!oldest) return { periods: 0, vms: 0 };
@@ -359,7 +422,8 @@ export class Meter {
     for (const u of rows) {
       // Each part of each period is rounded half-up: at most one micro-unit more per part.
       const perInterval = Math.ceil((Number(u.hourly) * this.opts.intervalS) / 3600) + 3 * Number(u.vms);
-      const traffic = Math.ceil((Number(u.unbilled) * this.opts.networkPricePerGbMicros) / BYTES_PER_GB) + Number(u.vms);
+      const traffic =
+        Math.ceil((Number(u.unbilled) * this.opts.networkPricePerGbMicros) / BYTES_PER_GB) + Number(u.vms);
       // The first boundary also closes whatever billing is behind by.
       const behind = Math.max(1, Math.ceil((first - u.oldest.getTime()) / this.intervalMs));
       const k = Math.max(1, Math.ceil((u.balance - traffic) / perInterval) - behind + 1);
@@ -396,7 +460,10 @@ export class Meter {
     const next = async (): Promise<void> => {
       for (let entry = nodes.pop(); entry; entry = nodes.pop()) {
         const [node, vms] = entry;
-        const counters = await read(node, vms.map((v) => ({ id: v.id, vmid: v.vmid, node: v.node, hvRef: v.hv_ref })));
+        const counters = await read(
+          node,
+          vms.map((v) => ({ id: v.id, vmid: v.vmid, node: v.node, hvRef: v.hv_ref })),
+        );
         for (const v of vms) {
           const bytes = counters.get(v.id);
           if (bytes !== undefined && bytes > v.network_bytes_total) moved.push({ id: v.id, bytes });
@@ -406,7 +473,11 @@ export class Meter {
     await Promise.all(Array.from({ length: TRAFFIC_READS_AT_ONCE }, next));
     for (let i = 0; i < moved.length; i += CLOSE_BATCH) {
       const chunk = moved.slice(i, i + CLOSE_BATCH);
-      await repo.raiseTrafficCounters(this.db, chunk.map((m) => m.id), chunk.map((m) => m.bytes));
+      await repo.raiseTrafficCounters(
+        this.db,
+        chunk.map((m) => m.id),
+        chunk.map((m) => m.bytes),
+      );
     }
     return moved.length;
   }

@@ -115,9 +115,16 @@ export interface UnpaidUsageRow {
 }
 
 /** Adds a signed amount to the user's balance (locking the row as an UPDATE does); undefined for an unknown user. */
-export async function addToBalance(q: Queryable, userId: number, amountMicros: number): Promise<BalanceRow | undefined> {
+export async function addToBalance(
+  q: Queryable,
+  userId: number,
+  amountMicros: number,
+): Promise<BalanceRow | undefined> {
   return (
-    await q.query<BalanceRow>('UPDATE users SET balance_micros = balance_micros + $2 WHERE id = $1 RETURNING balance_micros', [userId, amountMicros])
+    await q.query<BalanceRow>(
+      'UPDATE users SET balance_micros = balance_micros + $2 WHERE id = $1 RETURNING balance_micros',
+      [userId, amountMicros],
+    )
   ).rows[0];
 }
 
@@ -125,7 +132,17 @@ export async function insertTransaction(q: Queryable, t: NewTransaction): Promis
   const r = await q.query<TransactionRow>(
     `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, breakdown, vm_id, created_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *`,
-    [t.id, t.user_id, t.type, t.amount_micros, t.balance_after_micros, t.description, JSON.stringify(t.breakdown), t.vm_id, t.created_at],
+    [
+      t.id,
+      t.user_id,
+      t.type,
+      t.amount_micros,
+      t.balance_after_micros,
+      t.description,
+      JSON.stringify(t.breakdown),
+      t.vm_id,
+      t.created_at,
+    ],
   );
   return r.rows[0]!;
 }
@@ -140,12 +157,19 @@ export async function findBalance(q: Queryable, userId: number): Promise<Balance
 }
 
 /** The user's transactions, newest first (in the order they were written), and how many there are. */
-export async function listTransactions(q: Queryable, userId: number, limit: number, offset: number): Promise<{ rows: TransactionRow[]; total: number }> {
+export async function listTransactions(
+  q: Queryable,
+  userId: number,
+  limit: number,
+  offset: number,
+): Promise<{ rows: TransactionRow[]; total: number }> {
   const rows = await q.query<TransactionRow>(
     'SELECT * FROM transactions WHERE user_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3',
     [userId, limit, offset],
   );
-  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM transactions WHERE user_id = $1', [userId]);
+  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM transactions WHERE user_id = $1', [
+    userId,
+  ]);
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 

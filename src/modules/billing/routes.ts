@@ -14,16 +14,30 @@ export const TransactionSchema = Type.Object(
     amount: Type.Number({ description: 'Signed: positive adds to the balance' }),
     balance_after: Type.Number(),
     description: Type.String(),
-    breakdown: Type.Record(Type.String(), Type.Unknown(), { description: 'Free-form details (usage figures, fee and refund, ...)' }),
+    breakdown: Type.Record(Type.String(), Type.Unknown(), {
+      description: 'Free-form details (usage figures, fee and refund, ...)',
+    }),
     created_at: DateTime(),
   },
   {
     description: 'A ledger entry: credit, charge, deposit, refund or adjustment',
-    examples: [{ id: '0f1e2d3c-4b5a-4968-8776-655443322110', type: 'credit', amount: 50, balance_after: 50, description: 'Top-up', breakdown: {}, created_at: '2026-11-22T10:00:00.000Z' }],
+    examples: [
+      {
+        id: '0f1e2d3c-4b5a-4968-8776-655443322110',
+        type: 'credit',
+        amount: 50,
+        balance_after: 50,
+        description: 'Top-up',
+        breakdown: {},
+        created_at: '2026-11-22T10:00:00.000Z',
+      },
+    ],
   },
 );
 
-const UserId = Type.Object({ user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'The user\'s id' }) });
+const UserId = Type.Object({
+  user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: "The user's id" }),
+});
 
 export function billingRoutes(app: FastifyInstance, billing: BillingService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -35,8 +49,15 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
         tags: ['billing'],
         operationId: 'getBalance',
         summary: 'Your credit balance',
-        description: 'Your prepaid credit balance in the currency\'s major unit (at most 6 decimals). Running VMs are charged from it every hour.',
-        response: { 200: Type.Object({ balance: Type.Number(), currency: Type.String() }, { examples: [{ balance: 42.5, currency: 'USD' }] }), ...errorResponses(401, 403, 429) },
+        description:
+          "Your prepaid credit balance in the currency's major unit (at most 6 decimals). Running VMs are charged from it every hour.",
+        response: {
+          200: Type.Object(
+            { balance: Type.Number(), currency: Type.String() },
+            { examples: [{ balance: 42.5, currency: 'USD' }] },
+          ),
+          ...errorResponses(401, 403, 429),
+        },
       },
     },
     async (req) => billing.balance(requirePrincipal(req.principal).userId),
@@ -54,7 +75,8 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
         response: { 200: Type.Array(TransactionSchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
-    async (req, reply) => page(reply, await billing.transactions(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
+    async (req, reply) =>
+      page(reply, await billing.transactions(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
 
   r.post(
@@ -64,10 +86,14 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
         tags: ['admin'],
         operationId: 'addCredits',
         summary: 'Credit (or debit) a user',
-        description: 'A positive amount writes a `credit` transaction, a negative one an `adjustment`. Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key.',
+        description:
+          'A positive amount writes a `credit` transaction, a negative one an `adjustment`. Non-zero, at most 6 decimals, at most 10 000 000 in absolute value (422); a credit that would take the balance over 1 000 000 000 is 400 limit_exceeded. Honours Idempotency-Key.',
         params: UserId,
         body: Type.Object(
-          { amount: Type.Number({ description: 'In the currency\'s major unit' }), description: Type.Optional(Type.String({ maxLength: 500 })) },
+          {
+            amount: Type.Number({ description: "In the currency's major unit" }),
+            description: Type.Optional(Type.String({ maxLength: 500 })),
+          },
           { additionalProperties: false, examples: [{ amount: 100, description: 'Welcome credit' }] },
         ),
         response: { 201: TransactionSchema, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
@@ -76,7 +102,12 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
     },
     async (req, reply) => {
       reply.code(201);
-      return billing.adminCredit(requirePrincipal(req.principal).userId, req.params.user_id, req.body.amount, req.body.description);
+      return billing.adminCredit(
+        requirePrincipal(req.principal).userId,
+        req.params.user_id,
+        req.body.amount,
+        req.body.description,
+      );
     },
   );
 }

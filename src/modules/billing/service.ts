@@ -48,14 +48,22 @@ export class BillingService {
     return { balance: toAmount(await ledger.balance(this.db, userId)), currency: CURRENCY };
   }
 
-  async transactions(userId: number, limit: number, offset: number): Promise<{ items: TransactionRecord[]; total: number }> {
+  async transactions(
+    userId: number,
+    limit: number,
+    offset: number,
+  ): Promise<{ items: TransactionRecord[]; total: number }> {
     const r = await repo.listTransactions(this.db, userId, limit, offset);
     return { items: r.rows.map(toTransactionRecord), total: r.total };
   }
 
-  /** A `credit` (or `adjustment` when negative) transaction written by an admin (docs/billing.md#admin-credits-and-adjustments). */
+  /**
+   * A `credit` (or `adjustment` when negative) transaction written by an admin
+   * (docs/billing.md#admin-credits-and-adjustments).
+   */
   async adminCredit(actorId: number, userId: number, amount: number, description?: string): Promise<TransactionRecord> {
-    if (Math.abs(amount) > MAX_CREDIT_MICROS / 1_000_000) throw validation('body.amount', 'must be at most 10000000 in absolute value');
+    if (Math.abs(amount) > MAX_CREDIT_MICROS / 1_000_000)
+      throw validation('body.amount', 'must be at most 10000000 in absolute value');
     const micros = toMicros(amount);
     if (micros === null) throw validation('body.amount', 'must be an amount with at most 6 decimals');
     if (micros === 0) throw validation('body.amount', 'must not be zero');
@@ -69,12 +77,18 @@ export class BillingService {
         userId,
         type: micros > 0 ? 'credit' : 'adjustment',
         amountMicros: micros,
-        description: description?.trim() || (micros > 0 ? 'Credit added by an administrator' : 'Adjustment by an administrator'),
+        description:
+          description?.trim() || (micros > 0 ? 'Credit added by an administrator' : 'Adjustment by an administrator'),
         breakdown: { by_admin: actorId },
         now: this.clock.now(),
       });
       if (micros > 0) {
-        await recordEvent(tx, { type: 'billing.credit_added', userId, data: { amount: toAmount(micros), balance: toAmount(row.balance_after_micros), transaction_id: row.id }, at: row.created_at });
+        await recordEvent(tx, {
+          type: 'billing.credit_added',
+          userId,
+          data: { amount: toAmount(micros), balance: toAmount(row.balance_after_micros), transaction_id: row.id },
+          at: row.created_at,
+        });
       }
       return toTransactionRecord(row);
     });

@@ -26,7 +26,15 @@ const UsageReport = Type.Object(
     total_hours: Type.Number({ description: 'Hours the VMs ran (GPU time, wall clock)' }),
     period_start: Type.String({ description: 'YYYY-MM-DD' }),
     period_end: Type.String({ description: 'YYYY-MM-DD' }),
-    vm_breakdown: Type.Array(Type.Object({ vm_id: Type.String(), vmid: Type.Integer(), gpu_model: Type.String(), hours: Type.Number(), cost: Type.Number() })),
+    vm_breakdown: Type.Array(
+      Type.Object({
+        vm_id: Type.String(),
+        vmid: Type.Integer(),
+        gpu_model: Type.String(),
+        hours: Type.Number(),
+        cost: Type.Number(),
+      }),
+    ),
   },
   { description: 'Usage between two dates' },
 );
@@ -65,11 +73,24 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
         tags: ['billing'],
         operationId: 'getUsage',
         summary: 'Usage history',
-        description: 'start_date and end_date are UTC days (YYYY-MM-DD), inclusive; the default is the last 30 days. start after end is 422.',
+        description:
+          'start_date and end_date are UTC days (YYYY-MM-DD), inclusive; the default is the last 30 days. start after end is 422.',
         querystring: Type.Object(
           {
-            start_date: Type.Optional(Type.String({ maxLength: 10, examples: ['2026-11-01'], description: 'First UTC day (YYYY-MM-DD), inclusive' })),
-            end_date: Type.Optional(Type.String({ maxLength: 10, examples: ['2026-11-30'], description: 'Last UTC day (YYYY-MM-DD), inclusive' })),
+            start_date: Type.Optional(
+              Type.String({
+                maxLength: 10,
+                examples: ['2026-11-01'],
+                description: 'First UTC day (YYYY-MM-DD), inclusive',
+              }),
+            ),
+            end_date: Type.Optional(
+              Type.String({
+                maxLength: 10,
+                examples: ['2026-11-30'],
+                description: 'Last UTC day (YYYY-MM-DD), inclusive',
+              }),
+            ),
           },
           { additionalProperties: false },
         ),
@@ -80,7 +101,16 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
   );
   r.get(
     '/billing/current-spend',
-    { schema: { tags: ['billing'], operationId: 'getCurrentSpend', summary: 'Current spend rate', description: 'What your VMs cost per hour right now: running VMs at their full rate, and VMs that are stopped but keep a disk at their storage rate.', response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) } } },
+    {
+      schema: {
+        tags: ['billing'],
+        operationId: 'getCurrentSpend',
+        summary: 'Current spend rate',
+        description:
+          'What your VMs cost per hour right now: running VMs at their full rate, and VMs that are stopped but keep a disk at their storage rate.',
+        response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) },
+      },
+    },
     async (req) => usage.currentSpend(requirePrincipal(req.principal).userId),
   );
 }

@@ -97,7 +97,10 @@ export class ClockService {
     // in this process (a queue per database) and across instances (an advisory lock on PostgreSQL).
     const queued = queues.get(this.db) ?? Promise.resolve();
     const run = queued.then(() => this.exclusively(() => this.step(clock, deltaMs)));
-    queues.set(this.db, run.catch(() => undefined));
+    queues.set(
+      this.db,
+      run.catch(() => undefined),
+    );
     return run;
   }
 

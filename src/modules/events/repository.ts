@@ -35,9 +35,17 @@ export const EVENT_TYPES = [
 export type EventType = (typeof EVENT_TYPES)[number];
 
 /** 422 on `field` naming the first of `types` that is not one of `known`, and the types that are. */
-export function assertKnownTypes(field: string, types: readonly string[], known: readonly string[] = EVENT_TYPES): void {
+export function assertKnownTypes(
+  field: string,
+  types: readonly string[],
+  known: readonly string[] = EVENT_TYPES,
+): void {
   const unknown = types.find((t) => !known.includes(t));
-  if (unknown !== undefined) throw validation(field, `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${known.join(', ')}`);
+  if (unknown !== undefined)
+    throw validation(
+      field,
+      `unknown event type ${JSON.stringify(unknown.slice(0, 64))}; the types are ${known.join(', ')}`,
+    );
 }
 
 export interface EventRow {
@@ -58,7 +66,14 @@ export interface EventRow {
  */
 export async function recordEvent(
   q: Queryable,
-  e: { type: EventType; userId: number | null; vmId?: string | null; data?: Record<string, unknown>; at: Date; webhookId?: string },
+  e: {
+    type: EventType;
+    userId: number | null;
+    vmId?: string | null;
+    data?: Record<string, unknown>;
+    at: Date;
+    webhookId?: string;
+  },
 ): Promise<string> {
   const id = newOrderedId();
   await q.query(
@@ -91,7 +106,11 @@ const COLUMNS = 'id, seq, type, user_id, vm_id, data, created_at';
 
 /** The position of event `id` among the reader's events; undefined when it is not one of them. */
 export async function positionOf(q: Queryable, reader: EventReader, id: string): Promise<number | undefined> {
-  const r = await q.query<{ seq: number }>(`SELECT seq FROM events WHERE id = $3 AND ${visible}`, [reader.userId, reader.operator, id]);
+  const r = await q.query<{ seq: number }>(`SELECT seq FROM events WHERE id = $3 AND ${visible}`, [
+    reader.userId,
+    reader.operator,
+    id,
+  ]);
   return r.rows[0]?.seq;
 }
 
@@ -112,7 +131,10 @@ export async function listEvents(
 }
 
 /** The newest event's position, and which positions in (low, newest] are committed (`low` = newest - `window`). */
-export async function newestPositions(q: Queryable, window: number): Promise<{ newest: number; low: number; present: Set<number> }> {
+export async function newestPositions(
+  q: Queryable,
+  window: number,
+): Promise<{ newest: number; low: number; present: Set<number> }> {
   const r = await q.query<{ max: number | null }>('SELECT max(seq)::int8 AS max FROM events');
   const newest = Number(r.rows[0]?.max ?? 0);
   const low = Math.max(0, newest - window);
@@ -122,5 +144,7 @@ export async function newestPositions(q: Queryable, window: number): Promise<{ n
 
 /** Every reader's events after position `afterSeq`, in order (for the live streams). */
 export async function eventsAfter(q: Queryable, afterSeq: number, limit: number): Promise<EventRow[]> {
-  return (await q.query<EventRow>(`SELECT ${COLUMNS} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`, [afterSeq, limit])).rows;
+  return (
+    await q.query<EventRow>(`SELECT ${COLUMNS} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2`, [afterSeq, limit])
+  ).rows;
 }

@@ -1,4 +1,7 @@
-/** GET /events and its live form, GET /events/stream: what happened to the caller's VMs, money, keys and account (docs/events.md). */
+/**
+ * GET /events and its live form, GET /events/stream: what happened to the caller's VMs, money, keys and account
+ * (docs/events.md).
+ */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -6,7 +9,15 @@ import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { AppError, validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
-import { assertKnownTypes, EVENT_TYPES, eventRecord, listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
+import {
+  assertKnownTypes,
+  EVENT_TYPES,
+  eventRecord,
+  listEvents,
+  positionOf,
+  type EventReader,
+  type EventRow,
+} from './repository.js';
 import { EventHub } from './hub.js';
 import type { Principal } from '../../http/principal.js';
 import { UUID_RE } from '../../ids.js';
@@ -17,7 +28,9 @@ const Event = Type.Object(
     type: Type.String({ description: `One of: ${EVENT_TYPES.join(', ')}` }),
     created_at: DateTime('When it happened, in service time'),
     vm_id: Nullable(Type.String({ format: 'uuid', description: 'The VM it concerns, if any' })),
-    data: Type.Record(Type.String(), Type.Unknown(), { description: 'What happened: the fields depend on the type (docs/events.md)' }),
+    data: Type.Record(Type.String(), Type.Unknown(), {
+      description: 'What happened: the fields depend on the type (docs/events.md)',
+    }),
   },
   {
     examples: [
@@ -48,13 +61,22 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
         operationId: 'listEvents',
         summary: 'List events',
         description:
-          'Your events, oldest first, after the one named by `after` (from the first without it). Administrators also see the nodes\' (`node.offline`, `node.online`). To follow along, pass the last id you read as `after`. Readable with a read_only key.',
+          "Your events, oldest first, after the one named by `after` (from the first without it). Administrators also see the nodes' (`node.offline`, `node.online`). To follow along, pass the last id you read as `after`. Readable with a read_only key.",
         querystring: Type.Object(
           {
-            after: Type.Optional(Type.String({ format: 'uuid', description: 'An event id: only events written after it' })),
+            after: Type.Optional(
+              Type.String({ format: 'uuid', description: 'An event id: only events written after it' }),
+            ),
             type: TypeFilter,
             vm_id: VmFilter,
-            limit: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_LIMIT, default: 50, description: `At most this many (1..${MAX_LIMIT}, default 50)` })),
+            limit: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                maximum: MAX_LIMIT,
+                default: 50,
+                description: `At most this many (1..${MAX_LIMIT}, default 50)`,
+              }),
+            ),
           },
           { additionalProperties: false },
         ),
@@ -65,7 +87,12 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       const reader = readerOf(req.principal);
       const types = parseTypes(req.query.type);
       const afterSeq = req.query.after ? await cursor(db, reader, req.query.after, 'query.after') : 0;
-      const rows = await listEvents(db, reader, { afterSeq, types, vmId: req.query.vm_id ?? null, limit: req.query.limit ?? 50 });
+      const rows = await listEvents(db, reader, {
+        afterSeq,
+        types,
+        vmId: req.query.vm_id ?? null,
+        limit: req.query.limit ?? 50,
+      });
       reply.header('cache-control', 'no-store');
       return rows.map(eventRecord);
     },
@@ -85,15 +112,31 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
           `An account holds at most ${MAX_STREAMS_PER_USER} streams at once per instance; one more is 429 \`rate_limited\`.`,
         querystring: Type.Object(
           {
-            after: Type.Optional(Type.String({ format: 'uuid', description: 'An event id: resume after it (the Last-Event-ID header wins)' })),
+            after: Type.Optional(
+              Type.String({
+                format: 'uuid',
+                description: 'An event id: resume after it (the Last-Event-ID header wins)',
+              }),
+            ),
             type: TypeFilter,
             vm_id: VmFilter,
           },
           { additionalProperties: false },
         ),
-        headers: Type.Object({ 'last-event-id': Type.Optional(Type.String({ description: 'The id of the last event received: resume after it' })) }),
+        headers: Type.Object({
+          'last-event-id': Type.Optional(
+            Type.String({ description: 'The id of the last event received: resume after it' }),
+          ),
+        }),
         response: {
-          200: { description: 'The event stream', content: { 'text/event-stream': { schema: Type.String({ description: 'id / event / data lines, one blank line after each event' }) } } },
+          200: {
+            description: 'The event stream',
+            content: {
+              'text/event-stream': {
+                schema: Type.String({ description: 'id / event / data lines, one blank line after each event' }),
+              },
+            },
+          },
           ...errorResponses(401, 403, 422, 429),
         },
       },
@@ -102,7 +145,10 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       const reader = readerOf(req.principal);
       const types = parseTypes(req.query.type);
       const header = req.headers['last-event-id'];
-      const [from, field] = typeof header === 'string' && header !== '' ? [header, 'headers.last-event-id'] : [req.query.after, 'query.after'];
+      const [from, field] =
+        typeof header === 'string' && header !== ''
+          ? [header, 'headers.last-event-id']
+          : [req.query.after, 'query.after'];
       if (from !== undefined && !UUID_RE.test(from)) throw validation(field, 'must be an event id');
       const afterSeq = from !== undefined ? await cursor(db, reader, from, field) : null;
       const filter = { reader, types: types ? new Set(types) : null, vmId: req.query.vm_id ?? null };
@@ -110,7 +156,12 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       // key of theirs together) holds a bounded number at once on each instance.
       const mine = streamsOf.get(reader.userId) ?? 0;
       if (mine >= MAX_STREAMS_PER_USER) {
-        throw new AppError('rate_limited', `At most ${MAX_STREAMS_PER_USER} event streams per account at once; close one first`, undefined, { 'retry-after': '5' });
+        throw new AppError(
+          'rate_limited',
+          `At most ${MAX_STREAMS_PER_USER} event streams per account at once; close one first`,
+          undefined,
+          { 'retry-after': '5' },
+        );
       }
       streamsOf.set(reader.userId, mine + 1);
       const release = () => {
@@ -161,7 +212,7 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
       open.add(end);
       req.raw.once('close', end);
       try {
-        for (let seq = afterSeq; seq !== null && !ended; ) {
+        for (let seq = afterSeq; seq !== null && !ended;) {
           const page = await listEvents(db, reader, { afterSeq: seq, types, vmId: filter.vmId, limit: CATCH_UP_PAGE });
           page.forEach(send);
           seq = page.length === CATCH_UP_PAGE ? Number(page[page.length - 1]!.seq) : null;
@@ -182,7 +233,12 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
   });
 }
 
-const TypeFilter = Type.Optional(Type.Array(Type.String({ maxLength: 1000 }), { maxItems: 50, description: 'Only these types: repeat the parameter or separate types with commas' }));
+const TypeFilter = Type.Optional(
+  Type.Array(Type.String({ maxLength: 1000 }), {
+    maxItems: 50,
+    description: 'Only these types: repeat the parameter or separate types with commas',
+  }),
+);
 const VmFilter = Type.Optional(Type.String({ format: 'uuid', description: 'Only events about this VM (its uuid)' }));
 /** Events read per query while a stream catches up. */
 const CATCH_UP_PAGE = 500;
@@ -201,7 +257,11 @@ function readerOf(principal: Principal | undefined): EventReader {
 
 /** The types asked for (repeated or comma-separated), or null for all; an unknown one is 422. */
 function parseTypes(raw: string[] | undefined): string[] | null {
-  const types = raw?.flatMap((t) => t.split(',')).map((t) => t.trim()).filter(Boolean) ?? [];
+  const types =
+    raw
+      ?.flatMap((t) => t.split(','))
+      .map((t) => t.trim())
+      .filter(Boolean) ?? [];
   assertKnownTypes('query.type', types);
   return types.length ? types : null;
 }

@@ -80,11 +80,19 @@ export const NODE_FIELDS = [
 ] as const;
 
 export async function listPricing(q: Queryable): Promise<PricingRow[]> {
-  return (await q.query<PricingRow>(`SELECT * FROM gpu_pricing ORDER BY array_position(ARRAY['5090','4090','pro6000'], gpu_type)`)).rows;
+  return (
+    await q.query<PricingRow>(
+      `SELECT * FROM gpu_pricing ORDER BY array_position(ARRAY['5090','4090','pro6000'], gpu_type)`,
+    )
+  ).rows;
 }
 
 export async function getPricing(q: Queryable, gpuType: string, forUpdate = false): Promise<PricingRow | undefined> {
-  return (await q.query<PricingRow>(`SELECT * FROM gpu_pricing WHERE gpu_type = $1${forUpdate ? ' FOR UPDATE' : ''}`, [gpuType])).rows[0];
+  return (
+    await q.query<PricingRow>(`SELECT * FROM gpu_pricing WHERE gpu_type = $1${forUpdate ? ' FOR UPDATE' : ''}`, [
+      gpuType,
+    ])
+  ).rows[0];
 }
 
 export async function upsertPricing(q: Queryable, p: Omit<PricingRow, 'updated_at'>, now: Date): Promise<PricingRow> {
@@ -122,14 +130,19 @@ export async function listNodes(q: Queryable): Promise<FullNodeRow[]> {
 }
 
 /** A page of nodes, newest first (by insertion order, as many share a timestamp under the manual clock). */
-export async function pageNodes(q: Queryable, limit: number, offset: number): Promise<{ rows: FullNodeRow[]; total: number }> {
+export async function pageNodes(
+  q: Queryable,
+  limit: number,
+  offset: number,
+): Promise<{ rows: FullNodeRow[]; total: number }> {
   const rows = await q.query<FullNodeRow>('SELECT * FROM nodes ORDER BY seq DESC LIMIT $1 OFFSET $2', [limit, offset]);
   const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM nodes');
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
 export async function getNode(q: Queryable, node: string, forUpdate = false): Promise<FullNodeRow | undefined> {
-  return (await q.query<FullNodeRow>(`SELECT * FROM nodes WHERE node = $1${forUpdate ? ' FOR UPDATE' : ''}`, [node])).rows[0];
+  return (await q.query<FullNodeRow>(`SELECT * FROM nodes WHERE node = $1${forUpdate ? ' FOR UPDATE' : ''}`, [node]))
+    .rows[0];
 }
 
 /** undefined when the node id is taken. */
@@ -143,17 +156,51 @@ export async function insertNode(
                         location, cluster_name, status, created_at, updated_at, agent_url, agent_token_sealed)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13, $14, $15)
      ON CONFLICT (node) DO NOTHING RETURNING *`,
-    [n.node, n.gpu_type, n.gpu_count, n.gpu_ram_mb, n.ram_gb, n.cpu_cores, n.cpu_model, n.pcie_gen, n.max_storage_gb, n.location, n.cluster_name, n.status, now, n.agent_url ?? null, n.agent_token_sealed ?? null],
+    [
+      n.node,
+      n.gpu_type,
+      n.gpu_count,
+      n.gpu_ram_mb,
+      n.ram_gb,
+      n.cpu_cores,
+      n.cpu_model,
+      n.pcie_gen,
+      n.max_storage_gb,
+      n.location,
+      n.cluster_name,
+      n.status,
+      now,
+      n.agent_url ?? null,
+      n.agent_token_sealed ?? null,
+    ],
   );
   return r.rows[0];
 }
 
 /** Columns an update may set: the operator's fields and the agent's. */
-const UPDATABLE = [...NODE_FIELDS, 'agent_url', 'agent_token_sealed', 'agent_status', 'agent_seen_at', 'agent_misses', 'agent_info', 'agent_offline_from'] as const;
+const UPDATABLE = [
+  ...NODE_FIELDS,
+  'agent_url',
+  'agent_token_sealed',
+  'agent_status',
+  'agent_seen_at',
+  'agent_misses',
+  'agent_info',
+  'agent_offline_from',
+] as const;
 type NodePatch = Partial<Omit<FullNodeRow, 'node' | 'created_at' | 'updated_at' | 'agent_checked_at'>>;
 
-/** `touch`: the change is the node's own (an operator's or a status change), so updated_at moves; a heartbeat's is not. */
-export async function updateNode(q: Queryable, node: string, patch: NodePatch, now: Date, touch = true): Promise<FullNodeRow | undefined> {
+/**
+ * `touch`: the change is the node's own (an operator's or a status change), so updated_at moves; a heartbeat's is
+ * not.
+ */
+export async function updateNode(
+  q: Queryable,
+  node: string,
+  patch: NodePatch,
+  now: Date,
+  touch = true,
+): Promise<FullNodeRow | undefined> {
   const sets: string[] = [];
   const params: unknown[] = [node];
   for (const k of UPDATABLE) {
@@ -186,8 +233,16 @@ export async function claimAgentChecks(q: Queryable, realNow: Date, intervalMs: 
 }
 
 /** The node of each agent (for the driver: which nodes are real). */
-export async function agentOf(q: Queryable, node: string): Promise<{ agent_url: string | null; agent_token_sealed: string | null } | undefined> {
-  return (await q.query<{ agent_url: string | null; agent_token_sealed: string | null }>('SELECT agent_url, agent_token_sealed FROM nodes WHERE node = $1', [node])).rows[0];
+export async function agentOf(
+  q: Queryable,
+  node: string,
+): Promise<{ agent_url: string | null; agent_token_sealed: string | null } | undefined> {
+  return (
+    await q.query<{ agent_url: string | null; agent_token_sealed: string | null }>(
+      'SELECT agent_url, agent_token_sealed FROM nodes WHERE node = $1',
+      [node],
+    )
+  ).rows[0];
 }
 
 export async function deleteNode(q: Queryable, node: string): Promise<boolean> {
@@ -197,7 +252,10 @@ export async function deleteNode(q: Queryable, node: string): Promise<boolean> {
 /** Non-destroyed, non-failed VMs on a node (a node with any cannot be deleted). */
 export async function liveVmCount(q: Queryable, node: string): Promise<number> {
   return (
-    await q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms WHERE node = $1 AND status NOT IN ('destroyed', 'failed')`, [node])
+    await q.query<{ n: number }>(
+      `SELECT count(*)::int8 AS n FROM vms WHERE node = $1 AND status NOT IN ('destroyed', 'failed')`,
+      [node],
+    )
   ).rows[0]!.n;
 }
 

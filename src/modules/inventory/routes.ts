@@ -7,7 +7,6 @@ import { GPU_TYPES, NODE_STATUSES } from './repository.js';
 import { SnapshotBodies } from '../../http/snapshot-bodies.js';
 import type { InventoryService, OfferInputs } from './service.js';
 
-
 const GpuType = Enum(GPU_TYPES, 'GPU type');
 const NodeStatus = Enum(NODE_STATUSES, 'active: rentable; draining: no new VMs; offline: its VMs are offline too');
 
@@ -84,9 +83,15 @@ const NodeFields = {
 const AgentUrl = Type.String({
   minLength: 1,
   maxLength: 2048,
-  description: 'Where the node\'s host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator.',
+  description:
+    "Where the node's host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator.",
 });
-const AgentToken = Type.String({ minLength: 32, maxLength: 512, writeOnly: true, description: 'The agent\'s token (its --token). Write-only: never returned.' });
+const AgentToken = Type.String({
+  minLength: 32,
+  maxLength: 512,
+  writeOnly: true,
+  description: "The agent's token (its --token). Write-only: never returned.",
+});
 
 const NodeRecord = Type.Object(
   {
@@ -96,10 +101,15 @@ const NodeRecord = Type.Object(
     gpus_free: Type.Integer(),
     created_at: DateTime(),
     updated_at: DateTime(),
-    agent_url: Type.Union([Type.String(), Type.Null()], { description: 'The host agent\'s URL; null for a simulated node' }),
-    agent_token_set: Type.Boolean({ description: 'Whether an agent token is stored (the token itself is never shown)' }),
+    agent_url: Type.Union([Type.String(), Type.Null()], {
+      description: "The host agent's URL; null for a simulated node",
+    }),
+    agent_token_set: Type.Boolean({
+      description: 'Whether an agent token is stored (the token itself is never shown)',
+    }),
     agent_status: Type.Union([Enum(['online', 'offline'] as const), Type.Null()], {
-      description: 'online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node',
+      description:
+        'online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node',
     }),
     agent_seen_at: Type.Union([DateTime(), Type.Null()], { description: 'When the agent last answered' }),
     agent_version: Type.Union([Type.String(), Type.Null()]),
@@ -123,7 +133,7 @@ const NodeRecord = Type.Object(
   { description: 'A GPU node' },
 );
 
-const NodeParam = Type.Object({ node: Type.String({ maxLength: 200, description: 'The node\'s name' }) });
+const NodeParam = Type.Object({ node: Type.String({ maxLength: 200, description: "The node's name" }) });
 
 export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -144,9 +154,25 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
         querystring: Type.Object(
           {
             gpu_type: Type.Optional(GpuType),
-            min_gpus: Type.Optional(Type.Integer({ minimum: 1, maximum: 64, description: 'Only offers with at least this many GPUs rentable' })),
-            max_price: Type.Optional(Type.Number({ minimum: 0, description: 'Only offers at or under this price per GPU-hour for the rental type' })),
-            rental_type: Type.Optional(Enum(['on_demand', 'reserved', 'interruptible'] as const, 'Price and count GPUs for this rental type (default on_demand)')),
+            min_gpus: Type.Optional(
+              Type.Integer({
+                minimum: 1,
+                maximum: 64,
+                description: 'Only offers with at least this many GPUs rentable',
+              }),
+            ),
+            max_price: Type.Optional(
+              Type.Number({
+                minimum: 0,
+                description: 'Only offers at or under this price per GPU-hour for the rental type',
+              }),
+            ),
+            rental_type: Type.Optional(
+              Enum(
+                ['on_demand', 'reserved', 'interruptible'] as const,
+                'Price and count GPUs for this rental type (default on_demand)',
+              ),
+            ),
             location: Type.Optional(Type.String({ maxLength: 128, description: 'Only nodes at this location' })),
             ...PaginationQuery,
           },
@@ -171,7 +197,15 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
   r.get(
     '/pricing',
     {
-      schema: { tags: ['offers'], operationId: 'getPricing', summary: 'Current prices', description: 'The price list for every GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour, reserved discounts per term, and how many GPUs are on active nodes and free. No authentication.', security: [], response: { 200: PublicPricing, ...errorResponses(429) } },
+      schema: {
+        tags: ['offers'],
+        operationId: 'getPricing',
+        summary: 'Current prices',
+        description:
+          'The price list for every GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour, reserved discounts per term, and how many GPUs are on active nodes and free. No authentication.',
+        security: [],
+        response: { 200: PublicPricing, ...errorResponses(429) },
+      },
       config: { auth: 'public' },
     },
     async (_req, reply) => {
@@ -204,7 +238,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
         operationId: 'createNode',
         summary: 'Register a node',
         description:
-          'gpu_ram_mb defaults to the GPU type\'s; status defaults to active. A taken node id is 400 conflict. With agent_url and agent_token the node\'s VMs are real, run by the agent on that host; the agent is asked about its host at once, and a node whose agent does not answer is still registered (201), shown with agent_status offline.',
+          "gpu_ram_mb defaults to the GPU type's; status defaults to active. A taken node id is 400 conflict. With agent_url and agent_token the node's VMs are real, run by the agent on that host; the agent is asked about its host at once, and a node whose agent does not answer is still registered (201), shown with agent_status offline.",
         body: Type.Object(
           {
             node: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,62}$', description: 'Node id, e.g. vm07' }),
@@ -216,7 +250,20 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
           },
           {
             additionalProperties: false,
-            examples: [{ node: 'vm07', gpu_type: '4090', gpu_count: 8, ram_gb: 512, cpu_cores: 128, cpu_model: 'AMD EPYC 9554', pcie_gen: '4.0', max_storage_gb: 4000, location: 'eu-central', cluster_name: 'fra-1' }],
+            examples: [
+              {
+                node: 'vm07',
+                gpu_type: '4090',
+                gpu_count: 8,
+                ram_gb: 512,
+                cpu_cores: 128,
+                cpu_model: 'AMD EPYC 9554',
+                pcie_gen: '4.0',
+                max_storage_gb: 4000,
+                location: 'eu-central',
+                cluster_name: 'fra-1',
+              },
+            ],
           },
         ),
         response: { 201: NodeRecord, ...errorResponses(400, 401, 403, 415, 422, 429) },
@@ -231,7 +278,18 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
 
   r.get(
     '/admin/nodes/:node',
-    { schema: { tags: ['admin'], operationId: 'getNode', summary: 'Get a node', description: 'One node with its hardware, status, the GPUs allocated and free and, when it runs `gpucloud agent`, the agent\'s status and host report. Admin role.', params: NodeParam, response: { 200: NodeRecord, ...errorResponses(401, 403, 404, 429) } }, config: admin },
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'getNode',
+        summary: 'Get a node',
+        description:
+          "One node with its hardware, status, the GPUs allocated and free and, when it runs `gpucloud agent`, the agent's status and host report. Admin role.",
+        params: NodeParam,
+        response: { 200: NodeRecord, ...errorResponses(401, 403, 404, 429) },
+      },
+      config: admin,
+    },
     async (req) => inv.getNode(req.params.node),
   );
 
@@ -243,7 +301,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
         operationId: 'updateNode',
         summary: 'Change a node',
         description:
-          'Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type\'s unless given. agent_url and agent_token change the node\'s agent (a new token alone rotates it); agent_url null makes it a simulated node. A node with VMs cannot gain or lose its agent (400 invalid_state).',
+          "Setting status offline turns its VMs offline; active (or draining) brings them back as they were. gpu_count cannot go below the GPUs in use (400 invalid_state); gpu_type cannot change while the node has VMs, and changing it resets gpu_ram_mb to the new type's unless given. agent_url and agent_token change the node's agent (a new token alone rotates it); agent_url null makes it a simulated node. A node with VMs cannot gain or lose its agent (400 invalid_state).",
         params: NodeParam,
         body: Type.Partial(
           Type.Object({ ...NodeFields, agent_url: Type.Union([AgentUrl, Type.Null()]), agent_token: AgentToken }),
@@ -277,7 +335,17 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
 
   r.get(
     '/admin/pricing',
-    { schema: { tags: ['admin'], operationId: 'listGpuPrices', summary: 'Prices per GPU type', description: 'The pricing table per GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour and the reserved discounts, with when each row last changed. Admin role.', response: { 200: Type.Array(AdminPricing), ...errorResponses(401, 403, 429) } }, config: admin },
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'listGpuPrices',
+        summary: 'Prices per GPU type',
+        description:
+          'The pricing table per GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour and the reserved discounts, with when each row last changed. Admin role.',
+        response: { 200: Type.Array(AdminPricing), ...errorResponses(401, 403, 429) },
+      },
+      config: admin,
+    },
     async () => inv.adminPricing(),
   );
 
@@ -288,7 +356,8 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
         tags: ['admin'],
         operationId: 'setGpuPrices',
         summary: 'Set the prices of a GPU type',
-        description: 'Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only.',
+        description:
+          'Fields not sent keep their value. Amounts have at most 6 decimals; discounts are percents (0-100). New prices apply to new VMs only.',
         params: Type.Object({ gpu_type: Type.String({ maxLength: 32, description: 'The GPU type, e.g. 4090' }) }),
         body: Type.Object(
           {
@@ -300,7 +369,11 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
             reserved_discount_3mo: Type.Optional(Type.Number({ minimum: 0, maximum: 100 })),
             reserved_discount_6mo: Type.Optional(Type.Number({ minimum: 0, maximum: 100 })),
           },
-          { additionalProperties: false, minProperties: 1, examples: [{ gpu_price_hourly: 0.49, interruptible_rate: 0.25 }] },
+          {
+            additionalProperties: false,
+            minProperties: 1,
+            examples: [{ gpu_price_hourly: 0.49, interruptible_rate: 0.25 }],
+          },
         ),
         response: { 200: AdminPricing, ...errorResponses(401, 403, 404, 415, 422, 429) },
       },

@@ -19,9 +19,36 @@ export const MIN_STORAGE_GB = 50;
 
 /** Default prices shipped with the service. */
 export const DEFAULT_PRICING: Omit<PricingRow, 'updated_at'>[] = [
-  { gpu_type: '5090', gpu_ram_mb: 32_768, gpu_price_hourly_micros: 690_000, interruptible_rate_micros: 350_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
-  { gpu_type: '4090', gpu_ram_mb: 24_576, gpu_price_hourly_micros: 440_000, interruptible_rate_micros: 220_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
-  { gpu_type: 'pro6000', gpu_ram_mb: 98_304, gpu_price_hourly_micros: 1_690_000, interruptible_rate_micros: 850_000, storage_price_gb_hourly_micros: 200, reserved_discount_1mo_bp: 1000, reserved_discount_3mo_bp: 2000, reserved_discount_6mo_bp: 3000 },
+  {
+    gpu_type: '5090',
+    gpu_ram_mb: 32_768,
+    gpu_price_hourly_micros: 690_000,
+    interruptible_rate_micros: 350_000,
+    storage_price_gb_hourly_micros: 200,
+    reserved_discount_1mo_bp: 1000,
+    reserved_discount_3mo_bp: 2000,
+    reserved_discount_6mo_bp: 3000,
+  },
+  {
+    gpu_type: '4090',
+    gpu_ram_mb: 24_576,
+    gpu_price_hourly_micros: 440_000,
+    interruptible_rate_micros: 220_000,
+    storage_price_gb_hourly_micros: 200,
+    reserved_discount_1mo_bp: 1000,
+    reserved_discount_3mo_bp: 2000,
+    reserved_discount_6mo_bp: 3000,
+  },
+  {
+    gpu_type: 'pro6000',
+    gpu_ram_mb: 98_304,
+    gpu_price_hourly_micros: 1_690_000,
+    interruptible_rate_micros: 850_000,
+    storage_price_gb_hourly_micros: 200,
+    reserved_discount_1mo_bp: 1000,
+    reserved_discount_3mo_bp: 2000,
+    reserved_discount_6mo_bp: 3000,
+  },
 ];
 
 export interface PricingRecord {
@@ -115,7 +142,13 @@ export type NodeInput = Omit<NodeRow, 'created_at' | 'updated_at' | 'gpu_ram_mb'
 };
 
 /** Called in the same transaction when a node's status changes (the VM module moves VMs offline and back). */
-export type NodeStatusHook = (tx: Queryable, node: string, from: NodeStatus, to: NodeStatus, now: Date) => Promise<void>;
+export type NodeStatusHook = (
+  tx: Queryable,
+  node: string,
+  from: NodeStatus,
+  to: NodeStatus,
+  now: Date,
+) => Promise<void>;
 
 export const toPricingRecord = (p: PricingRow): PricingRecord => ({
   gpu_type: p.gpu_type,
@@ -227,9 +260,21 @@ export class InventoryService {
   }
 
   /** A node's status changed (in `tx`): the operator's node.offline / node.online event, then the hooks. */
-  private async statusChanged(tx: Queryable, node: string, from: NodeStatus, to: NodeStatus, now: Date, reason: 'admin' | 'agent_unreachable' | 'agent_back'): Promise<void> {
+  private async statusChanged(
+    tx: Queryable,
+    node: string,
+    from: NodeStatus,
+    to: NodeStatus,
+    now: Date,
+    reason: 'admin' | 'agent_unreachable' | 'agent_back',
+  ): Promise<void> {
     if (to === 'offline' || from === 'offline') {
-      await recordEvent(tx, { type: to === 'offline' ? 'node.offline' : 'node.online', userId: null, data: { node, from, to, reason }, at: now });
+      await recordEvent(tx, {
+        type: to === 'offline' ? 'node.offline' : 'node.online',
+        userId: null,
+        data: { node, from, to, reason },
+        at: now,
+      });
     }
     for (const hook of this.statusHooks) await hook(tx, node, from, to, now);
   }
@@ -253,7 +298,9 @@ export class InventoryService {
     const now = performance.now();
     const s = this.offersSnapshot;
     if (s && s.epoch === this.offersEpoch && now - s.loadedAt < OFFERS_MAX_AGE_MS) return s.inputs;
-    const inputs = Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]).then(([prices, nodes, usage]) => ({ prices, nodes, usage }));
+    const inputs = Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]).then(
+      ([prices, nodes, usage]) => ({ prices, nodes, usage }),
+    );
     const mine = { loadedAt: now, epoch: this.offersEpoch, inputs };
     this.offersSnapshot = mine;
     inputs.catch(() => {
@@ -280,7 +327,17 @@ export class InventoryService {
         `INSERT INTO gpu_pricing (gpu_type, gpu_ram_mb, gpu_price_hourly_micros, interruptible_rate_micros, storage_price_gb_hourly_micros,
                                   reserved_discount_1mo_bp, reserved_discount_3mo_bp, reserved_discount_6mo_bp, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (gpu_type) DO NOTHING`,
-        [p.gpu_type, p.gpu_ram_mb, p.gpu_price_hourly_micros, p.interruptible_rate_micros, p.storage_price_gb_hourly_micros, p.reserved_discount_1mo_bp, p.reserved_discount_3mo_bp, p.reserved_discount_6mo_bp, now],
+        [
+          p.gpu_type,
+          p.gpu_ram_mb,
+          p.gpu_price_hourly_micros,
+          p.interruptible_rate_micros,
+          p.storage_price_gb_hourly_micros,
+          p.reserved_discount_1mo_bp,
+          p.reserved_discount_3mo_bp,
+          p.reserved_discount_6mo_bp,
+          now,
+        ],
       );
     }
     this.offersChanged();
@@ -307,18 +364,39 @@ export class InventoryService {
     if (!(repo.GPU_TYPES as readonly string[]).includes(gpuType)) throw notFound(`GPU type ${gpuType}`);
     const row = await this.db.transaction(async (tx) => {
       this.changesOffers(tx);
-      const current = (await repo.getPricing(tx, gpuType, true)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
+      const current =
+        (await repo.getPricing(tx, gpuType, true)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
       return repo.upsertPricing(
         tx,
         {
           gpu_type: gpuType as GpuType,
           gpu_ram_mb: u.gpu_ram_mb ?? current.gpu_ram_mb,
           gpu_price_hourly_micros: moneyField('gpu_price_hourly', u.gpu_price_hourly, current.gpu_price_hourly_micros),
-          interruptible_rate_micros: moneyField('interruptible_rate', u.interruptible_rate, current.interruptible_rate_micros),
-          storage_price_gb_hourly_micros: moneyField('storage_price_gb_hourly', u.storage_price_gb_hourly, current.storage_price_gb_hourly_micros),
-          reserved_discount_1mo_bp: percentField('reserved_discount_1mo', u.reserved_discount_1mo, current.reserved_discount_1mo_bp),
-          reserved_discount_3mo_bp: percentField('reserved_discount_3mo', u.reserved_discount_3mo, current.reserved_discount_3mo_bp),
-          reserved_discount_6mo_bp: percentField('reserved_discount_6mo', u.reserved_discount_6mo, current.reserved_discount_6mo_bp),
+          interruptible_rate_micros: moneyField(
+            'interruptible_rate',
+            u.interruptible_rate,
+            current.interruptible_rate_micros,
+          ),
+          storage_price_gb_hourly_micros: moneyField(
+            'storage_price_gb_hourly',
+            u.storage_price_gb_hourly,
+            current.storage_price_gb_hourly_micros,
+          ),
+          reserved_discount_1mo_bp: percentField(
+            'reserved_discount_1mo',
+            u.reserved_discount_1mo,
+            current.reserved_discount_1mo_bp,
+          ),
+          reserved_discount_3mo_bp: percentField(
+            'reserved_discount_3mo',
+            u.reserved_discount_3mo,
+            current.reserved_discount_3mo_bp,
+          ),
+          reserved_discount_6mo_bp: percentField(
+            'reserved_discount_6mo',
+            u.reserved_discount_6mo,
+            current.reserved_discount_6mo_bp,
+          ),
         },
         this.clock.now(),
       );
@@ -380,7 +458,9 @@ export class InventoryService {
         gpu_price_hourly: toAmount(p.gpu_price_hourly_micros),
         interruptible_rate: toAmount(p.interruptible_rate_micros),
         storage_price_hourly: toAmount(p.storage_price_gb_hourly_micros),
-        total_price_hourly: toAmount(rentable * p.gpu_price_hourly_micros + MIN_STORAGE_GB * p.storage_price_gb_hourly_micros),
+        total_price_hourly: toAmount(
+          rentable * p.gpu_price_hourly_micros + MIN_STORAGE_GB * p.storage_price_gb_hourly_micros,
+        ),
         reserved_discount_1mo: bpToPercent(p.reserved_discount_1mo_bp),
         reserved_discount_3mo: bpToPercent(p.reserved_discount_3mo_bp),
         reserved_discount_6mo: bpToPercent(p.reserved_discount_6mo_bp),
@@ -398,9 +478,16 @@ export class InventoryService {
   // ---- nodes (docs/offers.md#nodes) ----
 
   /** Newest first, paginated, the total in X-Total-Count. */
-  async listNodes(page: { limit: number; offset: number } = { limit: 50, offset: 0 }): Promise<{ items: NodeRecord[]; total: number }> {
+  async listNodes(
+    page: { limit: number; offset: number } = { limit: 50, offset: 0 },
+  ): Promise<{ items: NodeRecord[]; total: number }> {
     const { rows, total } = await repo.pageNodes(this.db, page.limit, page.offset);
-    const usage = rows.length ? await repo.gpuUsage(this.db, rows.map((n) => n.node)) : new Map<string, GpuUsage>();
+    const usage = rows.length
+      ? await repo.gpuUsage(
+          this.db,
+          rows.map((n) => n.node),
+        )
+      : new Map<string, GpuUsage>();
     return { items: rows.map((n) => toNodeRecord(n, usage.get(n.node))), total };
   }
 
@@ -422,7 +509,8 @@ export class InventoryService {
   async createNode(input: NodeInput): Promise<NodeRecord> {
     const { agent_url: rawUrl, agent_token: token, ...fields } = input;
     const url = rawUrl == null ? null : agentUrl(rawUrl);
-    if (url && token === undefined) throw validation('body.agent_token', 'is required with agent_url (the agent refuses calls without it)');
+    if (url && token === undefined)
+      throw validation('body.agent_token', 'is required with agent_url (the agent refuses calls without it)');
     if (!url && token !== undefined) throw validation('body.agent_url', 'is required with agent_token');
     const pricing = await repo.getPricing(this.db, input.gpu_type);
     const row = await repo.insertNode(
@@ -483,7 +571,14 @@ export class InventoryService {
       await repo.updateNode(
         tx,
         node,
-        { agent_status: 'online', agent_seen_at: now, agent_misses: 0, agent_info: info, agent_offline_from: null, ...(back ? { status: back } : {}) },
+        {
+          agent_status: 'online',
+          agent_seen_at: now,
+          agent_misses: 0,
+          agent_info: info,
+          agent_offline_from: null,
+          ...(back ? { status: back } : {}),
+        },
         now,
         back !== null,
       );
@@ -509,7 +604,9 @@ export class InventoryService {
         {
           agent_misses: misses,
           ...(down ? { agent_status: 'offline' as const } : {}),
-          ...(takeOffline ? { status: 'offline' as const, agent_offline_from: before.status as 'active' | 'draining' } : {}),
+          ...(takeOffline
+            ? { status: 'offline' as const, agent_offline_from: before.status as 'active' | 'draining' }
+            : {}),
         },
         now,
         takeOffline,
@@ -548,16 +645,20 @@ export class InventoryService {
         }
         // The driver of a node's VMs never changes under them: a node with VMs keeps having an agent or not.
         if ((nextUrl === null) !== (before.agent_url === null) && (await repo.liveVmCount(tx, node)) > 0) {
-          throw invalidState(`Node ${node} has VMs; it cannot ${nextUrl === null ? 'leave its agent' : 'move to an agent'} until they are destroyed`);
+          throw invalidState(
+            `Node ${node} has VMs; it cannot ${nextUrl === null ? 'leave its agent' : 'move to an agent'} until they are destroyed`,
+          );
         }
         Object.assign(agentChange, {
           agent_url: nextUrl,
-          agent_token_sealed: nextUrl === null ? null : token !== undefined ? seal(this.tokenKey, token) : before.agent_token_sealed,
+          agent_token_sealed:
+            nextUrl === null ? null : token !== undefined ? seal(this.tokenKey, token) : before.agent_token_sealed,
           // A new address or token is checked afresh on the next heartbeat.
           agent_status: nextUrl === null ? null : before.agent_status,
           agent_misses: 0,
         });
-        if (nextUrl === null) Object.assign(agentChange, { agent_info: null, agent_seen_at: null, agent_offline_from: null });
+        if (nextUrl === null)
+          Object.assign(agentChange, { agent_info: null, agent_seen_at: null, agent_offline_from: null });
       }
       // An operator's status decision replaces one the heartbeats made.
       if (patch.status !== undefined) agentChange.agent_offline_from = null;
@@ -565,7 +666,11 @@ export class InventoryService {
       if (patch.gpu_count !== undefined && patch.gpu_count < (usage?.held ?? 0)) {
         throw invalidState(`Node ${node} has ${usage!.held} GPUs in use; gpu_count cannot go below that`);
       }
-      if (patch.gpu_type !== undefined && patch.gpu_type !== before.gpu_type && (await repo.liveVmCount(tx, node)) > 0) {
+      if (
+        patch.gpu_type !== undefined &&
+        patch.gpu_type !== before.gpu_type &&
+        (await repo.liveVmCount(tx, node)) > 0
+      ) {
         throw invalidState(`Node ${node} has VMs; its GPU type cannot change`);
       }
       const change = { ...patch };

@@ -26,25 +26,60 @@ export interface ReservationRow {
 
 export async function insertReservation(
   q: Queryable,
-  r: Pick<ReservationRow, 'id' | 'user_id' | 'vm_id' | 'gpu_type' | 'gpu_count' | 'storage_gb' | 'reservation_months' | 'discount_bp' | 'deposit_micros' | 'created_at' | 'end_at'>,
+  r: Pick<
+    ReservationRow,
+    | 'id'
+    | 'user_id'
+    | 'vm_id'
+    | 'gpu_type'
+    | 'gpu_count'
+    | 'storage_gb'
+    | 'reservation_months'
+    | 'discount_bp'
+    | 'deposit_micros'
+    | 'created_at'
+    | 'end_at'
+  >,
 ): Promise<ReservationRow> {
   const res = await q.query<ReservationRow>(
     `INSERT INTO reservations (id, user_id, vm_id, gpu_type, gpu_count, storage_gb, reservation_months, discount_bp,
                                deposit_micros, remaining_micros, status, created_at, end_at)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, 'active', $10, $11) RETURNING *`,
-    [r.id, r.user_id, r.vm_id, r.gpu_type, r.gpu_count, r.storage_gb, r.reservation_months, r.discount_bp, r.deposit_micros, r.created_at, r.end_at],
+    [
+      r.id,
+      r.user_id,
+      r.vm_id,
+      r.gpu_type,
+      r.gpu_count,
+      r.storage_gb,
+      r.reservation_months,
+      r.discount_bp,
+      r.deposit_micros,
+      r.created_at,
+      r.end_at,
+    ],
   );
   return res.rows[0]!;
 }
 
-export async function findReservation(q: Queryable, id: string, userId: number | null, forUpdate = false): Promise<ReservationRow | undefined> {
+export async function findReservation(
+  q: Queryable,
+  id: string,
+  userId: number | null,
+  forUpdate = false,
+): Promise<ReservationRow | undefined> {
   const params: unknown[] = [id];
   let owner = '';
   if (userId !== null) {
     params.push(userId);
     owner = ' AND user_id = $2';
   }
-  return (await q.query<ReservationRow>(`SELECT * FROM reservations WHERE id = $1${owner}${forUpdate ? ' FOR UPDATE' : ''}`, params)).rows[0];
+  return (
+    await q.query<ReservationRow>(
+      `SELECT * FROM reservations WHERE id = $1${owner}${forUpdate ? ' FOR UPDATE' : ''}`,
+      params,
+    )
+  ).rows[0];
 }
 
 /** Locks the reservation's VM row: reservations take the VM's lock before their own, as the meter does. */
@@ -53,12 +88,21 @@ export async function lockVm(q: Queryable, vmId: string): Promise<void> {
 }
 
 export async function listReservations(q: Queryable, userId: number, limit: number, offset: number) {
-  const rows = await q.query<ReservationRow>('SELECT * FROM reservations WHERE user_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3', [userId, limit, offset]);
-  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM reservations WHERE user_id = $1', [userId]);
+  const rows = await q.query<ReservationRow>(
+    'SELECT * FROM reservations WHERE user_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3',
+    [userId, limit, offset],
+  );
+  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM reservations WHERE user_id = $1', [
+    userId,
+  ]);
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
-export async function updateReservation(q: Queryable, id: string, patch: Partial<Omit<ReservationRow, 'id' | 'seq'>>): Promise<ReservationRow> {
+export async function updateReservation(
+  q: Queryable,
+  id: string,
+  patch: Partial<Omit<ReservationRow, 'id' | 'seq'>>,
+): Promise<ReservationRow> {
   const cols = Object.keys(patch).filter((k) => (patch as Record<string, unknown>)[k] !== undefined);
   const r = await q.query<ReservationRow>(
     `UPDATE reservations SET ${cols.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1 RETURNING *`,
@@ -68,7 +112,12 @@ export async function updateReservation(q: Queryable, id: string, patch: Partial
 }
 
 export async function dueEnds(q: Queryable, now: Date, limit: number): Promise<{ id: string; vm_id: string }[]> {
-  return (await q.query<{ id: string; vm_id: string }>(`SELECT id, vm_id FROM reservations WHERE status = 'active' AND end_at <= $1 ORDER BY end_at, seq LIMIT $2`, [now, limit])).rows;
+  return (
+    await q.query<{ id: string; vm_id: string }>(
+      `SELECT id, vm_id FROM reservations WHERE status = 'active' AND end_at <= $1 ORDER BY end_at, seq LIMIT $2`,
+      [now, limit],
+    )
+  ).rows;
 }
 
 /** Reservations whose remaining balance is not deposit - draws - refund - fee (ledger check). */

@@ -38,14 +38,30 @@ const Calculation = Type.Object(
     discount_percent: Type.Number(),
     deposit_required: Type.Number({ description: 'monthly_cost x months: the whole commitment is prepaid' }),
     monthly_cost: Type.Number({ description: 'hourly_rate_after_discount x 730' }),
-    hourly_rate_after_discount: Type.Number({ description: 'gpu_count x gpu_price_hourly x (1 - discount) + storage_gb x storage_price_gb_hourly' }),
+    hourly_rate_after_discount: Type.Number({
+      description: 'gpu_count x gpu_price_hourly x (1 - discount) + storage_gb x storage_price_gb_hourly',
+    }),
     cancellation_fee_25_percent: Type.Number({ description: '25 % of the deposit' }),
     reservation_months: Type.Integer(),
     gpu_type: Type.String(),
     gpu_count: Type.Integer(),
     storage_gb: Type.Integer(),
   },
-  { examples: [{ discount_percent: 10, deposit_required: 319.74, monthly_cost: 319.74, hourly_rate_after_discount: 0.438, cancellation_fee_25_percent: 79.935, reservation_months: 1, gpu_type: '4090', gpu_count: 1, storage_gb: 100 }] },
+  {
+    examples: [
+      {
+        discount_percent: 10,
+        deposit_required: 319.74,
+        monthly_cost: 319.74,
+        hourly_rate_after_discount: 0.438,
+        cancellation_fee_25_percent: 79.935,
+        reservation_months: 1,
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 100,
+      },
+    ],
+  },
 );
 
 export function reservationRoutes(app: FastifyInstance, reservations: ReservationService): void {
@@ -66,7 +82,10 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
             storage_gb: Type.Integer({ minimum: 50, maximum: 1_000_000 }),
             reservation_months: Type.Optional(Months),
           },
-          { additionalProperties: false, examples: [{ gpu_type: '4090', gpu_count: 1, storage_gb: 100, reservation_months: 3 }] },
+          {
+            additionalProperties: false,
+            examples: [{ gpu_type: '4090', gpu_count: 1, storage_gb: 100, reservation_months: 3 }],
+          },
         ),
         response: { 200: Calculation, ...errorResponses(400, 401, 403, 415, 422, 429) },
       },
@@ -81,12 +100,14 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
         tags: ['reservations'],
         operationId: 'listReservations',
         summary: 'Your reservations',
-        description: 'Your reservations, newest first: term, GPU type and count, deposit, the GPU hours used and left, and status.',
+        description:
+          'Your reservations, newest first: term, GPU type and count, deposit, the GPU hours used and left, and status.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(ReservationSchema), ...errorResponses(401, 403, 422, 429) },
       },
     },
-    async (req, reply) => page(reply, await reservations.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
+    async (req, reply) =>
+      page(reply, await reservations.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
 
   r.delete(
@@ -98,7 +119,7 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
         summary: 'Cancel a reservation',
         description:
           'Active reservations only (else 400 invalid_state). 25 % of the remaining balance is kept as a fee, 75 % is refunded to your credit balance; the VM, if it still exists, goes on as on-demand at on-demand prices.',
-        params: Type.Object({ reservation_id: Type.String({ description: 'The reservation\'s id (uuid)' }) }),
+        params: Type.Object({ reservation_id: Type.String({ description: "The reservation's id (uuid)" }) }),
         response: { 200: ReservationSchema, ...errorResponses(400, 401, 403, 404, 429) },
       },
     },

@@ -34,7 +34,11 @@ export interface Quote {
 }
 
 export function discountBpFor(p: PricingRow, months: Months): number {
-  return months === 6 ? p.reserved_discount_6mo_bp : months === 3 ? p.reserved_discount_3mo_bp : p.reserved_discount_1mo_bp;
+  return months === 6
+    ? p.reserved_discount_6mo_bp
+    : months === 3
+      ? p.reserved_discount_3mo_bp
+      : p.reserved_discount_1mo_bp;
 }
 
 /** The largest prepaid commitment a reservation may be: the largest balance an account may hold. */
@@ -56,7 +60,10 @@ export function quote(p: PricingRow, gpuCount: number, storageGb: number, months
   // Prices and sizes the API allows can multiply past what money can hold exactly: such a commitment
   // is refused, never rounded.
   if (!Number.isSafeInteger(depositMicros) || depositMicros > MAX_COMMITMENT_MICROS) {
-    throw new AppError('limit_exceeded', `A reservation this large (over ${formatAmount(MAX_COMMITMENT_MICROS)} prepaid) is not accepted; reserve fewer GPUs, less disk or fewer months`);
+    throw new AppError(
+      'limit_exceeded',
+      `A reservation this large (over ${formatAmount(MAX_COMMITMENT_MICROS)} prepaid) is not accepted; reserve fewer GPUs, less disk or fewer months`,
+    );
   }
   return {
     months,
@@ -142,10 +149,23 @@ export class ReservationService {
     };
   }
 
-  /** Inside the VM's creation transaction: the reservation and its `deposit` transaction, committed with the VM or not at all. */
+  /**
+   * Inside the VM's creation transaction: the reservation and its `deposit` transaction, committed with the VM or not
+   * at all.
+   */
   async createForVm(
     tx: Queryable,
-    a: { id?: string; userId: number; vmId: string; vmid: number; gpuType: string; gpuCount: number; storageGb: number; quote: Quote; now: Date },
+    a: {
+      id?: string;
+      userId: number;
+      vmId: string;
+      vmid: number;
+      gpuType: string;
+      gpuCount: number;
+      storageGb: number;
+      quote: Quote;
+      now: Date;
+    },
   ): Promise<ReservationRow> {
     const id = a.id ?? newId();
     const r = await repo.insertReservation(tx, {
@@ -180,7 +200,13 @@ export class ReservationService {
       type: 'reservation.created',
       userId: a.userId,
       vmId: a.vmId,
-      data: { reservation_id: id, vmid: a.vmid, reservation_months: a.quote.months, deposit: toAmount(a.quote.depositMicros), end_at: r.end_at.toISOString() },
+      data: {
+        reservation_id: id,
+        vmid: a.vmid,
+        reservation_months: a.quote.months,
+        deposit: toAmount(a.quote.depositMicros),
+        end_at: r.end_at.toISOString(),
+      },
       at: a.now,
     });
     return r;
@@ -221,7 +247,12 @@ export class ReservationService {
           type: 'refund',
           amountMicros: refund,
           description: `Refund of the cancelled reservation ${r.id}`,
-          breakdown: { reservation_id: r.id, remaining_balance: toAmount(r.remaining_micros), cancellation_fee: toAmount(fee), refund_amount: toAmount(refund) },
+          breakdown: {
+            reservation_id: r.id,
+            remaining_balance: toAmount(r.remaining_micros),
+            cancellation_fee: toAmount(fee),
+            refund_amount: toAmount(refund),
+          },
           vmId: r.vm_id,
           now,
         });
@@ -244,7 +275,8 @@ export class ReservationService {
       });
       return { record: toReservationRecord(after) };
     });
-    if ('ended' in outcome) throw invalidState(`Cannot cancel a reservation that is ${outcome.ended}: its term is over`);
+    if ('ended' in outcome)
+      throw invalidState(`Cannot cancel a reservation that is ${outcome.ended}: its term is over`);
     return outcome.record;
   }
 
@@ -257,21 +289,41 @@ export class ReservationService {
       type: 'refund',
       amountMicros: r.remaining_micros,
       description: `Refund of the reservation of a VM that failed to provision`,
-      breakdown: { reservation_id: r.id, remaining_balance: toAmount(r.remaining_micros), cancellation_fee: 0, refund_amount: toAmount(r.remaining_micros) },
+      breakdown: {
+        reservation_id: r.id,
+        remaining_balance: toAmount(r.remaining_micros),
+        cancellation_fee: 0,
+        refund_amount: toAmount(r.remaining_micros),
+      },
       vmId: r.vm_id,
       now,
     });
-    await repo.updateReservation(tx, r.id, { status: 'cancelled', cancelled_at: now, ended_at: now, cancellation_fee_micros: 0, refund_micros: r.remaining_micros, remaining_micros: 0 });
+    await repo.updateReservation(tx, r.id, {
+      status: 'cancelled',
+      cancelled_at: now,
+      ended_at: now,
+      cancellation_fee_micros: 0,
+      refund_micros: r.remaining_micros,
+      remaining_micros: 0,
+    });
     await recordEvent(tx, {
       type: 'reservation.cancelled',
       userId: r.user_id,
       vmId: r.vm_id,
-      data: { reservation_id: r.id, reason: 'provision_failed', refund: toAmount(r.remaining_micros), cancellation_fee: 0 },
+      data: {
+        reservation_id: r.id,
+        reason: 'provision_failed',
+        refund: toAmount(r.remaining_micros),
+        cancellation_fee: 0,
+      },
       at: now,
     });
   }
 
-  /** Ends active reservations whose term is over: converted_to_on_demand (VM alive) or completed; unused balance is kept. Returns how many ended. */
+  /**
+   * Ends active reservations whose term is over: converted_to_on_demand (VM alive) or completed; unused balance is
+   * kept. Returns how many ended.
+   */
   async endDue(now: Date): Promise<number> {
     let ended = 0;
     for (const { id, vm_id } of await repo.dueEnds(this.db, now, 100)) {
@@ -293,7 +345,13 @@ export class ReservationService {
     const alive = await this.convert(tx, r.vm_id, r.end_at);
     const status = alive ? 'converted_to_on_demand' : 'completed';
     await repo.updateReservation(tx, r.id, { status, ended_at: r.end_at });
-    await recordEvent(tx, { type: 'reservation.expired', userId: r.user_id, vmId: r.vm_id, data: { reservation_id: r.id, status }, at: r.end_at });
+    await recordEvent(tx, {
+      type: 'reservation.expired',
+      userId: r.user_id,
+      vmId: r.vm_id,
+      data: { reservation_id: r.id, status },
+      at: r.end_at,
+    });
     return status;
   }
 
@@ -301,4 +359,3 @@ export class ReservationService {
     return repo.unbalancedReservations(this.db);
   }
 }
-

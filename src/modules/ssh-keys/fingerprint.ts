@@ -54,7 +54,10 @@ type SupportedType = (typeof SUPPORTED_SSH_KEY_TYPES)[number];
 
 /** Well-known OpenSSH key type names that we recognise but do not accept. */
 const KNOWN_UNSUPPORTED_TYPES: ReadonlyMap<string, string> = new Map([
-  ['ssh-dss', 'DSA (ssh-dss) keys are not supported: they are insecure and deprecated by OpenSSH. Please use an ed25519 key (ssh-keygen -t ed25519)'],
+  [
+    'ssh-dss',
+    'DSA (ssh-dss) keys are not supported: they are insecure and deprecated by OpenSSH. Please use an ed25519 key (ssh-keygen -t ed25519)',
+  ],
   ['ssh-ed448', 'ed448 keys are not supported. Please use an ed25519 key (ssh-keygen -t ed25519)'],
 ]);
 
@@ -170,9 +173,7 @@ function checkEcPoint(point: Buffer, curve: CurveInfo): void {
     );
   }
   if (point[0] !== 0x04) {
-    throw new SshKeyParseError(
-      'SSH public key is invalid: ECDSA point must be in uncompressed form (0x04 prefix)',
-    );
+    throw new SshKeyParseError('SSH public key is invalid: ECDSA point must be in uncompressed form (0x04 prefix)');
   }
   const x = point.subarray(1, 1 + curve.coordBytes);
   const y = point.subarray(1 + curve.coordBytes);
@@ -182,9 +183,7 @@ function checkEcPoint(point: Buffer, curve: CurveInfo): void {
       format: 'jwk',
     });
   } catch {
-    throw new SshKeyParseError(
-      `SSH public key is invalid: ECDSA point is not on the ${curve.sshName} curve`,
-    );
+    throw new SshKeyParseError(`SSH public key is invalid: ECDSA point is not on the ${curve.sshName} curve`);
   }
 }
 
@@ -229,14 +228,10 @@ function validateBlobBody(type: SupportedType, r: WireReader): number {
       const n = r.readPositiveMpint('RSA modulus');
       const bits = bitLength(n);
       if (bits < MIN_RSA_BITS) {
-        throw new SshKeyParseError(
-          `RSA keys must be at least ${MIN_RSA_BITS} bits (this one has ${bits})`,
-        );
+        throw new SshKeyParseError(`RSA keys must be at least ${MIN_RSA_BITS} bits (this one has ${bits})`);
       }
       if (bits > MAX_RSA_BITS) {
-        throw new SshKeyParseError(
-          `RSA keys must be at most ${MAX_RSA_BITS} bits (this one has ${bits})`,
-        );
+        throw new SshKeyParseError(`RSA keys must be at most ${MAX_RSA_BITS} bits (this one has ${bits})`);
       }
       const eIsOdd = ((e[e.length - 1] ?? 0) & 1) === 1;
       if (!eIsOdd || (e.length === 1 && e[0] === 1)) {
@@ -277,9 +272,7 @@ export function parseSshPublicKey(text: string): ParsedSshKey {
     throw new SshKeyParseError('SSH public key must be a string');
   }
   if (Buffer.byteLength(text, 'utf8') > MAX_SSH_KEY_INPUT_BYTES) {
-    throw new SshKeyParseError(
-      `SSH public key is too long (maximum ${MAX_SSH_KEY_INPUT_BYTES} bytes)`,
-    );
+    throw new SshKeyParseError(`SSH public key is too long (maximum ${MAX_SSH_KEY_INPUT_BYTES} bytes)`);
   }
   const line = text.trim();
   if (line.length === 0) {
@@ -309,7 +302,13 @@ export function parseSshPublicKey(text: string): ParsedSshKey {
   if (!isSupportedType(type)) {
     const unsupported = KNOWN_UNSUPPORTED_TYPES.get(type);
     if (unsupported !== undefined) throw new SshKeyParseError(unsupported);
-    if (!looksLikeKnownKeyType(type) && line.split(/[ \t]+/).slice(1).some(looksLikeKnownKeyType)) {
+    if (
+      !looksLikeKnownKeyType(type) &&
+      line
+        .split(/[ \t]+/)
+        .slice(1)
+        .some(looksLikeKnownKeyType)
+    ) {
       throw new SshKeyParseError(
         'authorized_keys options (e.g. from="...", command="...") are not allowed: paste only "<type> <base64> [comment]"',
       );

@@ -18,7 +18,15 @@ const SshKeyRecord = Type.Object(
   },
   {
     description: 'An SSH public key (metadata only)',
-    examples: [{ id: '5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f', label: 'laptop', key_type: 'ssh-ed25519', fingerprint: 'SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s', created_at: '2026-11-22T10:00:00.000Z' }],
+    examples: [
+      {
+        id: '5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f',
+        label: 'laptop',
+        key_type: 'ssh-ed25519',
+        fingerprint: 'SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s',
+        created_at: '2026-11-22T10:00:00.000Z',
+      },
+    ],
   },
 );
 
@@ -44,7 +52,13 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
           },
           {
             additionalProperties: false,
-            examples: [{ ssh_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLE ada@laptop', label: 'laptop' }],
+            examples: [
+              {
+                ssh_public_key:
+                  'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLE ada@laptop',
+                label: 'laptop',
+              },
+            ],
           },
         ),
         response: { 201: SshKeyRecord, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
@@ -64,7 +78,8 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         tags: ['ssh-keys'],
         operationId: 'listSshKeys',
         summary: 'List SSH keys',
-        description: 'Your SSH public keys, newest first, with label, key type and SHA256 fingerprint. The key material is never returned.',
+        description:
+          'Your SSH public keys, newest first, with label, key type and SHA256 fingerprint. The key material is never returned.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(SshKeyRecord), ...errorResponses(401, 403, 422, 429) },
       },
@@ -79,7 +94,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         tags: ['ssh-keys'],
         operationId: 'getSshKey',
         summary: 'Get an SSH key',
-        description: 'One of your SSH keys by id. Another user\'s key is 404.',
+        description: "One of your SSH keys by id. Another user's key is 404.",
         params: KeyId,
         response: { 200: SshKeyRecord, ...errorResponses(401, 403, 404, 429) },
       },
@@ -109,4 +124,3 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
     },
   );
 }
-

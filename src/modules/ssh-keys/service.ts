@@ -53,7 +53,9 @@ export class SshKeyService {
       parsed = parseSshPublicKey(input.ssh_public_key);
     } catch (err) {
       if (err instanceof SshKeyParseError) {
-        throw new AppError('validation_error', `ssh_public_key: ${err.message}`, [{ field: 'body.ssh_public_key', message: err.message }]);
+        throw new AppError('validation_error', `ssh_public_key: ${err.message}`, [
+          { field: 'body.ssh_public_key', message: err.message },
+        ]);
       }
       throw err;
     }
@@ -80,7 +82,12 @@ export class SshKeyService {
         public_key: parsed.publicKey,
         created_at: this.clock.now(),
       });
-      await recordEvent(tx, { type: 'ssh_key.created', userId, data: { ssh_key_id: row.id, label: row.label, fingerprint: row.fingerprint }, at: row.created_at });
+      await recordEvent(tx, {
+        type: 'ssh_key.created',
+        userId,
+        data: { ssh_key_id: row.id, label: row.label, fingerprint: row.fingerprint },
+        at: row.created_at,
+      });
       return toRecord(row);
     });
   }
@@ -107,7 +114,13 @@ export class SshKeyService {
   async remove(userId: number, id: string): Promise<void> {
     const deleted = await this.db.transaction(async (tx) => {
       const row = await repo.deleteKey(tx, userId, id);
-      if (row) await recordEvent(tx, { type: 'ssh_key.deleted', userId, data: { ssh_key_id: row.id, label: row.label, fingerprint: row.fingerprint }, at: this.clock.now() });
+      if (row)
+        await recordEvent(tx, {
+          type: 'ssh_key.deleted',
+          userId,
+          data: { ssh_key_id: row.id, label: row.label, fingerprint: row.fingerprint },
+          at: this.clock.now(),
+        });
       return row !== undefined;
     });
     if (!deleted) throw notFound('SSH key');

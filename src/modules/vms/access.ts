@@ -35,15 +35,28 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
   const host = vm.ssh_host ?? vm.ip_address;
   const port = vm.ssh_port ?? 22;
   const web = async (service: 'webui' | 'jupyter') => {
-    const { token, expiresAt } = await deps.tokens.signPurpose('launch', { vm_id: vm.id, user_id: vm.user_id, service }, LAUNCH_TOKEN_TTL_S);
+    const { token, expiresAt } = await deps.tokens.signPurpose(
+      'launch',
+      { vm_id: vm.id, user_id: vm.user_id, service },
+      LAUNCH_TOKEN_TTL_S,
+    );
     // The token rides in the fragment: browsers never send it, so no server or proxy logs it.
-    return { url: `${deps.portalUrl}/vms/${vm.vmid}/${service}/#launch_token=${token}`, launch_token: token, expires_at: expiresAt.toISOString() };
+    return {
+      url: `${deps.portalUrl}/vms/${vm.vmid}/${service}/#launch_token=${token}`,
+      launch_token: token,
+      expires_at: expiresAt.toISOString(),
+    };
   };
   const hasWeb = WEB_TEMPLATES.has(vm.template_vmid) && opts.launchTokens;
   return {
     vm_id: vm.id,
     status: vm.status,
-    ssh: { host, port, username, command: port === 22 ? `ssh ${username}@${host}` : `ssh -p ${port} ${username}@${host}` },
+    ssh: {
+      host,
+      port,
+      username,
+      command: port === 22 ? `ssh ${username}@${host}` : `ssh -p ${port} ${username}@${host}`,
+    },
     web_ui: hasWeb ? await web('webui') : null,
     jupyter: hasWeb ? await web('jupyter') : null,
   };

@@ -40,7 +40,12 @@ export async function startVm(deps: ActionDeps, userId: number, ref: string): Pr
     }
     await placeStart(tx, deps.inventory, vm);
     const now = deps.clock.now();
-    await deps.apply(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null });
+    await deps.apply(tx, vm, 'start_requested', now, {
+      hv_action: 'start',
+      next_action_at: now,
+      attempts: 0,
+      last_error: null,
+    });
     // The balance row serializes this user's starts and creates: the limit and the money are counted once.
     const balance = await ledger.lockBalance(tx, userId);
     const mine = await checkStartLimit(tx, vm);
@@ -68,8 +73,21 @@ export async function stopVm(deps: ActionDeps, userId: number, ref: string): Pro
 }
 
 /** A running VM to `stopping`, its stop due on the hypervisor now (a user's stop, low balance, suspension). */
-export async function requestStop(tx: Queryable, apply: ApplyTransition, vm: VmRow, now: Date, reason: StatusReason = 'user'): Promise<VmRow> {
-  return apply(tx, vm, 'stop_requested', now, { hv_action: 'stop', next_action_at: now, attempts: 0, last_error: null, cpu_percent: 0, ram_percent: 0 }, { reason });
+export async function requestStop(
+  tx: Queryable,
+  apply: ApplyTransition,
+  vm: VmRow,
+  now: Date,
+  reason: StatusReason = 'user',
+): Promise<VmRow> {
+  return apply(
+    tx,
+    vm,
+    'stop_requested',
+    now,
+    { hv_action: 'stop', next_action_at: now, attempts: 0, last_error: null, cpu_percent: 0, ram_percent: 0 },
+    { reason },
+  );
 }
 
 /** `userId` null: an administrator's destroy, of anyone's VM. */
@@ -97,12 +115,23 @@ export async function destroyVm(deps: ActionDeps, userId: number | null, ref: st
       { reason },
     );
     await repo.closeInterruptions(tx, vm.id, 'abandoned', now);
-    await recordEvent(tx, { type: 'vm.destroyed', userId: vm.user_id, vmId: vm.id, data: { vmid: vm.vmid, reason }, at: now });
+    await recordEvent(tx, {
+      type: 'vm.destroyed',
+      userId: vm.user_id,
+      vmId: vm.id,
+      data: { vmid: vm.vmid, reason },
+      at: now,
+    });
     return { message: `VM ${vm.vmid} destroyed; its data is being erased` };
   });
 }
 
-export async function setLabel(db: Db, userId: number, ref: string, label: string | null): Promise<{ message: string }> {
+export async function setLabel(
+  db: Db,
+  userId: number,
+  ref: string,
+  label: string | null,
+): Promise<{ message: string }> {
   if (label !== null && !LABEL_RE.test(label)) {
     throw validation('body.instance_label', `${LABEL_RULE}, or null to clear it`);
   }

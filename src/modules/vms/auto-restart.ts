@@ -22,7 +22,10 @@ export interface AutoRestartDeps {
   apply: ApplyTransition;
 }
 
-/** Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free (docs/vms.md#auto-restart). */
+/**
+ * Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free
+ * (docs/vms.md#auto-restart).
+ */
 export async function autoRestartDue(deps: AutoRestartDeps): Promise<number> {
   const candidates = await repo.autoRestartCandidates(deps.db, 50);
   let restarted = 0;
@@ -43,10 +46,24 @@ export async function autoRestartDue(deps: AutoRestartDeps): Promise<number> {
         if (err instanceof AppError && err.code === 'limit_exceeded') return false;
         throw err;
       }
-      if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id)) return false;
+      if (balance < vm.gpu_hourly_rate_micros + vm.storage_hourly_rate_micros + committedHourly(mine, vm.id))
+        return false;
       const now = deps.clock.now();
-      await deps.apply(tx, vm, 'start_requested', now, { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null }, { reason: 'auto_restart' });
-      await recordEvent(tx, { type: 'vm.restarted', userId: vm.user_id, vmId: vm.id, data: { vmid: vm.vmid }, at: now });
+      await deps.apply(
+        tx,
+        vm,
+        'start_requested',
+        now,
+        { hv_action: 'start', next_action_at: now, attempts: 0, last_error: null },
+        { reason: 'auto_restart' },
+      );
+      await recordEvent(tx, {
+        type: 'vm.restarted',
+        userId: vm.user_id,
+        vmId: vm.id,
+        data: { vmid: vm.vmid },
+        at: now,
+      });
       return true;
     });
     if (ok) restarted++;

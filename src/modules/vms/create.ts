@@ -80,13 +80,17 @@ function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_k
 async function checkLimits(tx: Queryable, userId: number, gpuCount: number): Promise<VmRow[]> {
   const { maxVms, maxGpus } = await limitsOf(tx, userId);
   const mine = await repo.userVmsForLimits(tx, userId);
-  if (mine.length + 1 > maxVms) throw new AppError('limit_exceeded', `VM limit reached: at most ${maxVms} VMs per account (destroy one first)`);
+  if (mine.length + 1 > maxVms)
+    throw new AppError('limit_exceeded', `VM limit reached: at most ${maxVms} VMs per account (destroy one first)`);
   gpuLimit(mine, maxGpus, gpuCount);
   return mine;
 }
 
 async function limitsOf(tx: Queryable, userId: number): Promise<{ maxVms: number; maxGpus: number }> {
-  const limits = await tx.query<{ max_vms: number | null; max_gpus: number | null }>('SELECT max_vms, max_gpus FROM users WHERE id = $1', [userId]);
+  const limits = await tx.query<{ max_vms: number | null; max_gpus: number | null }>(
+    'SELECT max_vms, max_gpus FROM users WHERE id = $1',
+    [userId],
+  );
   return { maxVms: limits.rows[0]?.max_vms ?? DEFAULT_MAX_VMS, maxGpus: limits.rows[0]?.max_gpus ?? DEFAULT_MAX_GPUS };
 }
 
@@ -94,7 +98,10 @@ async function limitsOf(tx: Queryable, userId: number): Promise<{ maxVms: number
 function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number, exceptVmId?: string): void {
   const gpusInUse = mine.filter((v) => v.holds_gpus && v.id !== exceptVmId).reduce((s, v) => s + v.gpu_count, 0);
   if (gpusInUse + gpuCount > maxGpus) {
-    throw new AppError('limit_exceeded', `GPU limit reached: ${gpusInUse} of ${maxGpus} GPUs in use, ${gpuCount} requested`);
+    throw new AppError(
+      'limit_exceeded',
+      `GPU limit reached: ${gpusInUse} of ${maxGpus} GPUs in use, ${gpuCount} requested`,
+    );
   }
 }
 
@@ -119,10 +126,14 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
     const now = deps.clock.now();
     // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, then the balance.
     const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
-    // Serializes this user's creates so that together they never pass the limits or the balance check on the same money.
+    // Serializes this user's creates so that together they never pass the limits or the balance check on the same
+    // money.
     const balance = await ledger.lockBalance(tx, userId);
     if (input.storage_gb > node.max_storage_gb) {
-      throw new AppError('limit_exceeded', `storage_gb ${input.storage_gb} exceeds the node's maximum of ${node.max_storage_gb} GB`);
+      throw new AppError(
+        'limit_exceeded',
+        `storage_gb ${input.storage_gb} exceeds the node's maximum of ${node.max_storage_gb} GB`,
+      );
     }
     const mine = await checkLimits(tx, userId, input.gpu_count);
     const pricing = await deps.inventory.pricingFor(tx, node.gpu_type);
@@ -130,7 +141,9 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
     // A reserved VM needs its deposit (the whole commitment, prepaid); others one hour of their own
     // rate plus one hour of the user's committed spend.
     const reservationQuote =
-      rental === 'reserved' ? quote(pricing, input.gpu_count, input.storage_gb, input.reservation_months as Months) : undefined;
+      rental === 'reserved'
+        ? quote(pricing, input.gpu_count, input.storage_gb, input.reservation_months as Months)
+        : undefined;
     if (reservationQuote) {
       if (balance < reservationQuote.depositMicros) {
         throw new AppError(
@@ -154,7 +167,8 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
       if (input.ssh_key_id !== undefined && !UUID_RE.test(input.ssh_key_id)) throw notFound('SSH key');
       const key = await deps.sshKeys.publicKeyFor(tx, userId, input.ssh_key_id);
       if (!key && input.ssh_key_id) throw notFound('SSH key');
-      if (!key) throw invalidState('You have no SSH key: upload one with POST /ssh-keys, or use auth_method "password"');
+      if (!key)
+        throw invalidState('You have no SSH key: upload one with POST /ssh-keys, or use auth_method "password"');
       sshKeyId = key.id;
       sshPublicKey = key.public_key;
     }
@@ -195,7 +209,14 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
       type: 'vm.created',
       userId,
       vmId: vm.id,
-      data: { vmid: vm.vmid, node: vm.node, gpu_type: vm.gpu_type, gpu_count: vm.gpu_count, storage_gb: vm.storage_gb, rental_type: vm.rental_type },
+      data: {
+        vmid: vm.vmid,
+        node: vm.node,
+        gpu_type: vm.gpu_type,
+        gpu_count: vm.gpu_count,
+        storage_gb: vm.storage_gb,
+        rental_type: vm.rental_type,
+      },
       at: now,
     });
 

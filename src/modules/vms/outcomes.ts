@@ -24,7 +24,11 @@ export interface OutcomeDeps {
 }
 
 /** The columns a finished build sets: the hypervisor's reference, address, SSH access and devices. */
-function builtColumns(built: Provisioned | undefined, vm: VmRow, outcome?: { hvRef?: string; ipAddress?: string }): Partial<VmRow> {
+function builtColumns(
+  built: Provisioned | undefined,
+  vm: VmRow,
+  outcome?: { hvRef?: string; ipAddress?: string },
+): Partial<VmRow> {
   return {
     provisioned: true,
     provision_secret: null,
@@ -40,7 +44,13 @@ function builtColumns(built: Provisioned | undefined, vm: VmRow, outcome?: { hvR
  * the VM. The VM may have changed meanwhile (destroyed, preempted): the
  * outcome is applied to what it is now.
  */
-export async function completeAction(deps: OutcomeDeps, vmId: string, token: string, action: HvAction, outcome: ActionOutcome): Promise<void> {
+export async function completeAction(
+  deps: OutcomeDeps,
+  vmId: string,
+  token: string,
+  action: HvAction,
+  outcome: ActionOutcome,
+): Promise<void> {
   await deps.db.transaction(async (tx) => {
     const vm = await repo.reclaim(tx, vmId, token);
     if (!vm) return; // claim lost (lease expired and another instance took over)
@@ -60,18 +70,37 @@ export async function completeAction(deps: OutcomeDeps, vmId: string, token: str
           vm,
           'provision_failed',
           now,
-          { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error, provision_secret: null },
+          {
+            ...release,
+            hv_action: null,
+            next_action_at: null,
+            attempts,
+            last_error: outcome.error,
+            provision_secret: null,
+          },
           { error: outcome.error },
         );
         return;
       }
       if (action === 'start' && vm.status === 'starting') {
-        await deps.apply(tx, vm, 'start_failed', now, { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error }, { error: outcome.error });
+        await deps.apply(
+          tx,
+          vm,
+          'start_failed',
+          now,
+          { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error },
+          { error: outcome.error },
+        );
         return;
       }
       // stop and destroy are retried with backoff: 5 s doubling up to 5 min of service time.
       const delayS = Math.min(300, 5 * 2 ** Math.min(attempts - 1, 10));
-      await repo.updateVm(tx, vm.id, { ...release, attempts, last_error: outcome.error, next_action_at: new Date(now.getTime() + delayS * 1000) });
+      await repo.updateVm(tx, vm.id, {
+        ...release,
+        attempts,
+        last_error: outcome.error,
+        next_action_at: new Date(now.getTime() + delayS * 1000),
+      });
       return;
     }
     const base: Partial<VmRow> = { ...release, attempts: 0, last_error: null };
@@ -92,7 +121,11 @@ export async function completeAction(deps: OutcomeDeps, vmId: string, token: str
         await deps.apply(tx, vm, 'provisioned', now, { ...base, hv_action: 'start', next_action_at: now });
       } else {
         // Destroyed or preempted while provisioning: keep whatever is pending now.
-        await repo.updateVm(tx, vm.id, { ...base, ...pending, hv_action: vm.hv_action === 'provision' ? null : vm.hv_action });
+        await repo.updateVm(tx, vm.id, {
+          ...base,
+          ...pending,
+          hv_action: vm.hv_action === 'provision' ? null : vm.hv_action,
+        });
       }
       return;
     }
@@ -129,7 +162,12 @@ export async function completeAction(deps: OutcomeDeps, vmId: string, token: str
 export async function agentReport(
   deps: OutcomeDeps,
   node: string,
-  reported: { id: string; state: string; exit_reason: string | null; traffic: { rx_bytes: number; tx_bytes: number } }[],
+  reported: {
+    id: string;
+    state: string;
+    exit_reason: string | null;
+    traffic: { rx_bytes: number; tx_bytes: number };
+  }[],
 ): Promise<string[]> {
   const byId = new Map(reported.map((r) => [r.id, r]));
   const stopped: string[] = [];
@@ -143,10 +181,18 @@ export async function agentReport(
     const done = await deps.db.transaction(async (tx) => {
       const current = await repo.findVm(tx, { id: vm.id }, null, true);
       // Re-checked under the row lock: an action claimed meanwhile wins.
-      if (!current || current.status !== 'running' || current.hv_action !== null || current.claim_token !== null) return false;
-      await deps.apply(tx, current, 'powered_off', deps.clock.now(), { last_error: reason, cpu_percent: 0, ram_percent: 0 }, {
-        reason: r.exit_reason === 'crashed' ? 'crashed' : 'guest_powered_off',
-      });
+      if (!current || current.status !== 'running' || current.hv_action !== null || current.claim_token !== null)
+        return false;
+      await deps.apply(
+        tx,
+        current,
+        'powered_off',
+        deps.clock.now(),
+        { last_error: reason, cpu_percent: 0, ram_percent: 0 },
+        {
+          reason: r.exit_reason === 'crashed' ? 'crashed' : 'guest_powered_off',
+        },
+      );
       return true;
     });
     if (done) stopped.push(vm.id);

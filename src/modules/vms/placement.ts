@@ -15,7 +15,12 @@ import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 
 /** GPUs of a node that no VM holds (negative if it holds more than the node has now). */
-export async function freeGpus(tx: Queryable, inventory: InventoryService, node: string, gpuCount: number): Promise<number> {
+export async function freeGpus(
+  tx: Queryable,
+  inventory: InventoryService,
+  node: string,
+  gpuCount: number,
+): Promise<number> {
   return gpuCount - (await inventory.usage(tx, node)).held;
 }
 
@@ -33,7 +38,8 @@ export async function placeCreate(
 ): Promise<{ node: FullNodeRow; free: number; victims: VmRow[] }> {
   const node = await inventory.lockNode(tx, want.node);
   if (!node) throw new AppError('gpu_unavailable', `Node ${want.node} does not exist`);
-  if (node.status !== 'active') throw new AppError('gpu_unavailable', `Node ${want.node} is ${node.status} and accepts no new VMs`);
+  if (node.status !== 'active')
+    throw new AppError('gpu_unavailable', `Node ${want.node} is ${node.status} and accepts no new VMs`);
   if (node.gpu_type !== want.gpu_type) {
     throw new AppError('gpu_unavailable', `Node ${want.node} has ${node.gpu_type} GPUs, not ${want.gpu_type}`);
   }
@@ -56,7 +62,10 @@ export async function placeCreate(
   return { node, free, victims };
 }
 
-/** The victims to preempt, in the candidates' order (most recently started first), only for the GPUs that are not free. */
+/**
+ * The victims to preempt, in the candidates' order (most recently started first), only for the GPUs that are not
+ * free.
+ */
 export function pickVictims(candidates: VmRow[], gpuCount: number, free: number): VmRow[] {
   const picked: VmRow[] = [];
   let missing = gpuCount - free;
@@ -79,7 +88,10 @@ export async function placeStart(tx: Queryable, inventory: InventoryService, vm:
   if (!vm.holds_gpus) {
     const free = await freeGpus(tx, inventory, vm.node, node.gpu_count);
     if (free < vm.gpu_count) {
-      throw new AppError('gpu_unavailable', `Node ${vm.node} has ${Math.max(0, free)} free GPU(s); this VM needs ${vm.gpu_count}`);
+      throw new AppError(
+        'gpu_unavailable',
+        `Node ${vm.node} has ${Math.max(0, free)} free GPU(s); this VM needs ${vm.gpu_count}`,
+      );
     }
   }
 }

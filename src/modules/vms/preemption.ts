@@ -11,7 +11,13 @@ import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 import type { ApplyTransition } from './transitions.js';
 
-export async function preempt(tx: Queryable, apply: ApplyTransition, victim: VmRow, byId: string, now: Date): Promise<void> {
+export async function preempt(
+  tx: Queryable,
+  apply: ApplyTransition,
+  victim: VmRow,
+  byId: string,
+  now: Date,
+): Promise<void> {
   await apply(tx, victim, 'preempted', now, {
     // Stop it on the hypervisor if it was built; a VM preempted while provisioning has nothing to stop.
     hv_action: victim.provisioned ? 'stop' : null,
@@ -20,6 +26,17 @@ export async function preempt(tx: Queryable, apply: ApplyTransition, victim: VmR
     cpu_percent: 0,
     ram_percent: 0,
   });
-  await repo.insertInterruption(tx, { id: newId(), interruptible_vm_id: victim.id, preempted_by_vm_id: byId, preempted_at: now });
-  await recordEvent(tx, { type: 'vm.interrupted', userId: victim.user_id, vmId: victim.id, data: { vmid: victim.vmid, auto_restart: victim.auto_restart === true }, at: now });
+  await repo.insertInterruption(tx, {
+    id: newId(),
+    interruptible_vm_id: victim.id,
+    preempted_by_vm_id: byId,
+    preempted_at: now,
+  });
+  await recordEvent(tx, {
+    type: 'vm.interrupted',
+    userId: victim.user_id,
+    vmId: victim.id,
+    data: { vmid: victim.vmid, auto_restart: victim.auto_restart === true },
+    at: now,
+  });
 }

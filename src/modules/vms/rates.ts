@@ -13,7 +13,12 @@ export function ratesFor(p: PricingRow, rental: RentalType, gpuCount: number, st
   let perGpu = p.gpu_price_hourly_micros;
   if (rental === 'interruptible') perGpu = p.interruptible_rate_micros;
   if (rental === 'reserved') {
-    const bp = months === 6 ? p.reserved_discount_6mo_bp : months === 3 ? p.reserved_discount_3mo_bp : p.reserved_discount_1mo_bp;
+    const bp =
+      months === 6
+        ? p.reserved_discount_6mo_bp
+        : months === 3
+          ? p.reserved_discount_3mo_bp
+          : p.reserved_discount_1mo_bp;
     perGpu = discounted(p.gpu_price_hourly_micros, bp);
   }
   const gpu = gpuCount * perGpu;
@@ -27,7 +32,8 @@ export function committedHourly(vms: VmRow[], excludeId?: string): number {
   for (const v of vms) {
     if (v.id === excludeId || v.rental_type === 'reserved') continue;
     if (v.status === 'destroyed' || v.status === 'failed') continue;
-    sum += v.status === 'stopped' ? v.storage_hourly_rate_micros : v.gpu_hourly_rate_micros + v.storage_hourly_rate_micros;
+    sum +=
+      v.status === 'stopped' ? v.storage_hourly_rate_micros : v.gpu_hourly_rate_micros + v.storage_hourly_rate_micros;
   }
   return sum;
 }

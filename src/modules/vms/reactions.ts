@@ -11,17 +11,40 @@ import { ratesFor } from './rates.js';
 import { requestStop } from './actions.js';
 import type { ApplyTransition } from './transitions.js';
 
-/** A user's running VMs are stopped: their balance reached zero, or they were suspended (inside that change's transaction). */
-export async function stopAllOf(tx: Queryable, apply: ApplyTransition, userId: number, now: Date, reason: 'low_balance' | 'suspended'): Promise<number> {
+/**
+ * A user's running VMs are stopped: their balance reached zero, or they were suspended (inside that change's
+ * transaction).
+ */
+export async function stopAllOf(
+  tx: Queryable,
+  apply: ApplyTransition,
+  userId: number,
+  now: Date,
+  reason: 'low_balance' | 'suspended',
+): Promise<number> {
   const running = await repo.runningVmsOfUser(tx, userId);
   for (const vm of running) await requestStop(tx, apply, vm, now, reason);
   return running.length;
 }
 
 /** A node going offline takes its VMs offline; coming back restores them (docs/vms.md#when-a-node-goes-offline). */
-export async function onNodeStatus(tx: Queryable, apply: ApplyTransition, node: string, from: string, to: string, now: Date): Promise<void> {
+export async function onNodeStatus(
+  tx: Queryable,
+  apply: ApplyTransition,
+  node: string,
+  from: string,
+  to: string,
+  now: Date,
+): Promise<void> {
   if (to === 'offline') {
-    for (const vm of await repo.vmsOnNode(tx, node, ['creating', 'starting', 'running', 'stopping', 'stopped', 'interrupted'])) {
+    for (const vm of await repo.vmsOnNode(tx, node, [
+      'creating',
+      'starting',
+      'running',
+      'stopping',
+      'stopped',
+      'interrupted',
+    ])) {
       await apply(tx, vm, 'node_offline', now);
     }
   } else if (from === 'offline') {

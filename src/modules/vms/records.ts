@@ -103,7 +103,10 @@ export function parseVmRef(raw: string): { id?: string; vmid?: number } | null {
   return null;
 }
 
-/** The VM a `{vm_id}` names (of `userId`, or anyone's when null), else 404: an unknown VM and another user's look the same. */
+/**
+ * The VM a `{vm_id}` names (of `userId`, or anyone's when null), else 404: an unknown VM and another user's look the
+ * same.
+ */
 export async function mustFind(q: Queryable, userId: number | null, rawRef: string, forUpdate = false): Promise<VmRow> {
   const ref = parseVmRef(rawRef);
   const vm = ref ? await repo.findVm(q, ref, userId, forUpdate) : undefined;

@@ -104,7 +104,12 @@ export async function insertVm(q: Queryable, v: NewVm): Promise<VmRow> {
 }
 
 /** By uuid or by vmid; `userId` null for admins and jobs. */
-export async function findVm(q: Queryable, ref: { id?: string; vmid?: number }, userId: number | null, forUpdate = false): Promise<VmRow | undefined> {
+export async function findVm(
+  q: Queryable,
+  ref: { id?: string; vmid?: number },
+  userId: number | null,
+  forUpdate = false,
+): Promise<VmRow | undefined> {
   const where = ref.id !== undefined ? 'id = $1' : 'vmid = $1';
   const params: unknown[] = [ref.id ?? ref.vmid];
   let owner = '';
@@ -112,7 +117,8 @@ export async function findVm(q: Queryable, ref: { id?: string; vmid?: number }, 
     params.push(userId);
     owner = ' AND user_id = $2';
   }
-  return (await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${owner}${forUpdate ? ' FOR UPDATE' : ''}`, params)).rows[0];
+  return (await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${owner}${forUpdate ? ' FOR UPDATE' : ''}`, params))
+    .rows[0];
 }
 
 export interface VmFilter {
@@ -136,28 +142,43 @@ export async function listVms(q: Queryable, f: VmFilter): Promise<{ rows: VmRow[
   else if (!f.includeDestroyed) where.push(`status <> 'destroyed'`);
   if (f.node) add('node = ?', f.node);
   const w = where.length ? `WHERE ${where.join(' AND ')}` : '';
-  const rows = await q.query<VmRow>(`SELECT * FROM vms ${w} ORDER BY seq DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`, [
-    ...params,
-    f.limit,
-    f.offset,
-  ]);
+  const rows = await q.query<VmRow>(
+    `SELECT * FROM vms ${w} ORDER BY seq DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`,
+    [...params, f.limit, f.offset],
+  );
   const total = await q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params);
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
 
 /** Writes the columns a transition or an action result changed. */
-export async function updateVm(q: Queryable, id: string, patch: Partial<Omit<VmRow, 'id' | 'vmid' | 'seq'>>): Promise<VmRow> {
+export async function updateVm(
+  q: Queryable,
+  id: string,
+  patch: Partial<Omit<VmRow, 'id' | 'vmid' | 'seq'>>,
+): Promise<VmRow> {
   const cols = Object.keys(patch).filter((k) => (patch as Record<string, unknown>)[k] !== undefined);
   const r = await q.query<VmRow>(
     `UPDATE vms SET ${cols.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1 RETURNING *`,
-    [id, ...cols.map((c) => (c === 'gpu_devices' ? JSON.stringify((patch as Record<string, unknown>)[c]) : (patch as Record<string, unknown>)[c]))],
+    [
+      id,
+      ...cols.map((c) =>
+        c === 'gpu_devices'
+          ? JSON.stringify((patch as Record<string, unknown>)[c])
+          : (patch as Record<string, unknown>)[c],
+      ),
+    ],
   );
   return r.rows[0]!;
 }
 
 /** Running VMs of a node that no action is working on (what the node's agent reports is compared with these). */
 export async function idleRunningOnNode(q: Queryable, node: string): Promise<VmRow[]> {
-  return (await q.query<VmRow>(`SELECT * FROM vms WHERE node = $1 AND status = 'running' AND hv_action IS NULL AND claim_token IS NULL`, [node])).rows;
+  return (
+    await q.query<VmRow>(
+      `SELECT * FROM vms WHERE node = $1 AND status = 'running' AND hv_action IS NULL AND claim_token IS NULL`,
+      [node],
+    )
+  ).rows;
 }
 
 /** Traffic counters only grow: a lower reading (a restarted counter) never lowers what was seen. */
@@ -167,7 +188,9 @@ export async function raiseTraffic(q: Queryable, id: string, bytes: number): Pro
 
 /** The user's VMs that count toward limits and committed spend (all but destroyed and failed). */
 export async function userVmsForLimits(q: Queryable, userId: number): Promise<VmRow[]> {
-  return (await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`, [userId])).rows;
+  return (
+    await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`, [userId])
+  ).rows;
 }
 
 /** Interruptible VMs on a node that hold GPUs an on-demand VM may take: the most recently started first. */
@@ -182,16 +205,28 @@ export async function preemptionCandidates(q: Queryable, node: string, statuses:
 }
 
 export async function vmsOnNode(q: Queryable, node: string, statuses: readonly string[]): Promise<VmRow[]> {
-  return (await q.query<VmRow>('SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR UPDATE', [node, statuses])).rows;
+  return (
+    await q.query<VmRow>('SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR UPDATE', [
+      node,
+      statuses,
+    ])
+  ).rows;
 }
 
 /** Whether the VM's owner is suspended (their VMs must not come up). */
 export async function ownerSuspended(q: Queryable, userId: number): Promise<boolean> {
-  return (await q.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId])).rows[0]?.suspended ?? false;
+  return (
+    (await q.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId])).rows[0]?.suspended ??
+    false
+  );
 }
 
 export async function runningVmsOfUser(q: Queryable, userId: number): Promise<VmRow[]> {
-  return (await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status = 'running' ORDER BY seq FOR UPDATE`, [userId])).rows;
+  return (
+    await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status = 'running' ORDER BY seq FOR UPDATE`, [
+      userId,
+    ])
+  ).rows;
 }
 
 // ---- reconciler claims ----
@@ -202,7 +237,14 @@ export async function runningVmsOfUser(q: Queryable, userId: number): Promise<Vm
  * lease runs on real time (`realNow`, `leaseUntil`), so a claim of a dead
  * instance expires however the service clock moves.
  */
-export async function claimDue(q: Queryable, now: Date, realNow: Date, leaseUntil: Date, token: string, limit: number): Promise<VmRow[]> {
+export async function claimDue(
+  q: Queryable,
+  now: Date,
+  realNow: Date,
+  leaseUntil: Date,
+  token: string,
+  limit: number,
+): Promise<VmRow[]> {
   return (
     await q.query<VmRow>(
       `UPDATE vms SET claim_token = $3, claimed_until = $2
@@ -240,14 +282,22 @@ export async function autoRestartCandidates(q: Queryable, limit: number): Promis
 
 // ---- interruptions ----
 
-export async function insertInterruption(q: Queryable, i: Omit<InterruptionRow, 'restored_at' | 'downtime_seconds' | 'status'>): Promise<void> {
+export async function insertInterruption(
+  q: Queryable,
+  i: Omit<InterruptionRow, 'restored_at' | 'downtime_seconds' | 'status'>,
+): Promise<void> {
   await q.query(
     `INSERT INTO interruptions (id, interruptible_vm_id, preempted_by_vm_id, preempted_at, status) VALUES ($1, $2, $3, $4, 'interrupted')`,
     [i.id, i.interruptible_vm_id, i.preempted_by_vm_id, i.preempted_at],
   );
 }
 
-export async function closeInterruptions(q: Queryable, vmId: string, status: 'restored' | 'abandoned', now: Date): Promise<void> {
+export async function closeInterruptions(
+  q: Queryable,
+  vmId: string,
+  status: 'restored' | 'abandoned',
+  now: Date,
+): Promise<void> {
   await q.query(
     `UPDATE interruptions
         SET status = $2,
@@ -263,6 +313,9 @@ export async function listInterruptions(q: Queryable, vmId: string, limit: numbe
     'SELECT * FROM interruptions WHERE interruptible_vm_id = $1 ORDER BY seq DESC LIMIT $2 OFFSET $3',
     [vmId, limit, offset],
   );
-  const total = await q.query<{ n: number }>('SELECT count(*)::int8 AS n FROM interruptions WHERE interruptible_vm_id = $1', [vmId]);
+  const total = await q.query<{ n: number }>(
+    'SELECT count(*)::int8 AS n FROM interruptions WHERE interruptible_vm_id = $1',
+    [vmId],
+  );
   return { rows: rows.rows, total: total.rows[0]!.n };
 }

@@ -2,7 +2,17 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, Enum, errorResponses, MessageResponse, Nullable, page, pageArgs, PaginationQuery, paging } from '../../http/schemas.js';
+import {
+  DateTime,
+  Enum,
+  errorResponses,
+  MessageResponse,
+  Nullable,
+  page,
+  pageArgs,
+  PaginationQuery,
+  paging,
+} from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { assertNoBody } from '../../http/no-body.js';
 import { VM_STATUSES } from './lifecycle.js';
@@ -47,11 +57,33 @@ export const VmSchema = Type.Object(
     description: 'A virtual machine',
     examples: [
       {
-        id: '8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a', vmid: 1000, user_id: 7, node: 'vm01', instance_label: 'training', gpu_type: '4090', gpu_count: 1,
-        storage_gb: 100, ram_gb: 64, cpu_cores: 16, ip_address: '10.100.3.232', status: 'running', created_at: '2026-11-22T10:00:00.000Z',
-        started_at: '2026-11-22T10:00:03.000Z', stopped_at: null, rental_type: 'on_demand', reservation_id: null, auto_restart: null,
-        hourly_rate: 0.46, gpu_hourly_rate: 0.44, storage_hourly_rate: 0.02, cpu_percent: 12, ram_percent: 30, cpu_model: 'AMD EPYC 7B13',
-        pcie_gen: '4.0', template_vmid: 101, destroyed_at: null,
+        id: '8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a',
+        vmid: 1000,
+        user_id: 7,
+        node: 'vm01',
+        instance_label: 'training',
+        gpu_type: '4090',
+        gpu_count: 1,
+        storage_gb: 100,
+        ram_gb: 64,
+        cpu_cores: 16,
+        ip_address: '10.100.3.232',
+        status: 'running',
+        created_at: '2026-11-22T10:00:00.000Z',
+        started_at: '2026-11-22T10:00:03.000Z',
+        stopped_at: null,
+        rental_type: 'on_demand',
+        reservation_id: null,
+        auto_restart: null,
+        hourly_rate: 0.46,
+        gpu_hourly_rate: 0.44,
+        storage_hourly_rate: 0.02,
+        cpu_percent: 12,
+        ram_percent: 30,
+        cpu_model: 'AMD EPYC 7B13',
+        pcie_gen: '4.0',
+        template_vmid: 101,
+        destroyed_at: null,
       },
     ],
   },
@@ -61,16 +93,24 @@ export const VmSchema = Type.Object(
 const AdminVmSchema = Type.Object(
   {
     ...VmSchema.properties,
-    gpu_devices: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes' }),
-    last_error: Type.Union([Type.String(), Type.Null()], { description: 'The hypervisor\'s last error for this VM, if any' }),
+    gpu_devices: Type.Union([Type.Array(Type.String()), Type.Null()], {
+      description: 'Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes',
+    }),
+    last_error: Type.Union([Type.String(), Type.Null()], {
+      description: "The hypervisor's last error for this VM, if any",
+    }),
   },
   { description: 'A VM as operators see it' },
 );
 
-const VmRef = Type.Object({ vm_id: Type.String({ description: 'The VM\'s uuid `id` or its integer `vmid`' }) });
+const VmRef = Type.Object({ vm_id: Type.String({ description: "The VM's uuid `id` or its integer `vmid`" }) });
 
 const WebAccess = Nullable(
-  Type.Object({ url: Type.String(), launch_token: Type.String({ description: 'Signed, names the VM and user, valid 5 minutes' }), expires_at: DateTime() }),
+  Type.Object({
+    url: Type.String(),
+    launch_token: Type.String({ description: 'Signed, names the VM and user, valid 5 minutes' }),
+    expires_at: DateTime(),
+  }),
 );
 
 const AccessInfo = Type.Object(
@@ -98,14 +138,28 @@ const CreateBody = Type.Object(
   {
     node: Type.String({ minLength: 1, maxLength: 63, description: 'Node id from GET /search' }),
     gpu_type: lit(['5090', '4090', 'pro6000'] as const),
-    gpu_count: Type.Union([Type.Literal(1), Type.Literal(2), Type.Literal(4), Type.Literal(8)], { description: '1, 2, 4 or 8' }),
-    storage_gb: Type.Integer({ minimum: 50, maximum: 1_000_000, description: 'Disk size in GB, at least 50 (at most the node\'s max_storage_gb)' }),
-    template_vmid: Type.Integer({ minimum: 100, maximum: 104, description: '100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop' }),
+    gpu_count: Type.Union([Type.Literal(1), Type.Literal(2), Type.Literal(4), Type.Literal(8)], {
+      description: '1, 2, 4 or 8',
+    }),
+    storage_gb: Type.Integer({
+      minimum: 50,
+      maximum: 1_000_000,
+      description: "Disk size in GB, at least 50 (at most the node's max_storage_gb)",
+    }),
+    template_vmid: Type.Integer({
+      minimum: 100,
+      maximum: 104,
+      description: '100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop',
+    }),
     rental_type: Type.Optional(RentalSchema),
-    reservation_months: Type.Optional(Type.Union([Type.Literal(1), Type.Literal(3), Type.Literal(6)], { description: 'Required for reserved' })),
+    reservation_months: Type.Optional(
+      Type.Union([Type.Literal(1), Type.Literal(3), Type.Literal(6)], { description: 'Required for reserved' }),
+    ),
     auth_method: Type.Optional(lit(['ssh_key', 'password'] as const)),
     ssh_key_id: Type.Optional(Type.String({ maxLength: 64, description: 'Defaults to your oldest SSH key' })),
-    password: Type.Optional(Type.String({ minLength: 12, maxLength: 128, description: 'Required for auth_method password' })),
+    password: Type.Optional(
+      Type.String({ minLength: 12, maxLength: 128, description: 'Required for auth_method password' }),
+    ),
     instance_label: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 32 }))),
   },
   {
@@ -144,9 +198,14 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'listVms',
         summary: 'List your VMs',
-        description: 'Newest first; destroyed VMs only with include_destroyed=true (or status=destroyed). X-Total-Count holds the total.',
+        description:
+          'Newest first; destroyed VMs only with include_destroyed=true (or status=destroyed). X-Total-Count holds the total.',
         querystring: Type.Object(
-          { include_destroyed: Type.Optional(Type.Boolean({ default: false, description: 'Also list destroyed VMs' })), status: Type.Optional(StatusSchema), ...PaginationQuery },
+          {
+            include_destroyed: Type.Optional(Type.Boolean({ default: false, description: 'Also list destroyed VMs' })),
+            status: Type.Optional(StatusSchema),
+            ...PaginationQuery,
+          },
           { additionalProperties: false },
         ),
         response: { 200: Type.Array(VmSchema), ...errorResponses(401, 403, 422, 429) },
@@ -165,7 +224,17 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
 
   r.get(
     '/vms/:vm_id',
-    { schema: { tags: ['vms'], operationId: 'getVm', summary: 'Get a VM', description: 'One of your VMs by its uuid `id` or its integer `vmid`: status, node, resources, rental type and the hourly rates fixed at creation. Another user\'s VM is 404.', params: VmRef, response: { 200: VmSchema, ...errorResponses(401, 403, 404, 429) } } },
+    {
+      schema: {
+        tags: ['vms'],
+        operationId: 'getVm',
+        summary: 'Get a VM',
+        description:
+          "One of your VMs by its uuid `id` or its integer `vmid`: status, node, resources, rental type and the hourly rates fixed at creation. Another user's VM is 404.",
+        params: VmRef,
+        response: { 200: VmSchema, ...errorResponses(401, 403, 404, 429) },
+      },
+    },
     async (req) => vms.get(requirePrincipal(req.principal).userId, req.params.vm_id),
   );
 
@@ -176,7 +245,8 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'destroyVm',
         summary: 'Destroy a VM',
-        description: 'Permanent: the VM and its data are gone. Billing ends now and its GPUs are freed at once; the hypervisor cleanup runs in the background. 400 invalid_state when already destroyed.',
+        description:
+          'Permanent: the VM and its data are gone. Billing ends now and its GPUs are freed at once; the hypervisor cleanup runs in the background. 400 invalid_state when already destroyed.',
         params: VmRef,
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 429) },
       },
@@ -192,7 +262,8 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'startVm',
         summary: 'Start a stopped or interrupted VM',
-        description: 'Needs free GPUs on the VM\'s node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.',
+        description:
+          "Needs free GPUs on the VM's node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.",
         params: VmRef,
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 422, 429) },
       },
@@ -211,7 +282,8 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'stopVm',
         summary: 'Stop a running VM',
-        description: 'GPU billing pauses, storage continues; the GPUs are released (a reserved VM keeps them). 400 invalid_state unless running.',
+        description:
+          'GPU billing pauses, storage continues; the GPUs are released (a reserved VM keeps them). 400 invalid_state unless running.',
         params: VmRef,
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 422, 429) },
       },
@@ -232,7 +304,10 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         summary: 'Set or clear the label',
         description: '1 to 32 printable ASCII characters; null clears it.',
         params: VmRef,
-        body: Type.Object({ instance_label: Nullable(Type.String()) }, { additionalProperties: false, examples: [{ instance_label: 'training-run-3' }] }),
+        body: Type.Object(
+          { instance_label: Nullable(Type.String()) },
+          { additionalProperties: false, examples: [{ instance_label: 'training-run-3' }] },
+        ),
         response: { 200: MessageResponse, ...errorResponses(401, 403, 404, 415, 422, 429) },
       },
       config: mutation,
@@ -247,9 +322,13 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'setVmAutoRestart',
         summary: 'Turn auto-restart of an interruptible VM on or off',
-        description: 'With auto-restart an interrupted VM starts again as soon as its node has the GPUs free. 400 invalid_state for other rental types.',
+        description:
+          'With auto-restart an interrupted VM starts again as soon as its node has the GPUs free. 400 invalid_state for other rental types.',
         params: VmRef,
-        body: Type.Object({ auto_restart: Type.Boolean() }, { additionalProperties: false, examples: [{ auto_restart: false }] }),
+        body: Type.Object(
+          { auto_restart: Type.Boolean() },
+          { additionalProperties: false, examples: [{ auto_restart: false }] },
+        ),
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
       config: mutation,
@@ -283,14 +362,18 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'getVmInterruptionHistory',
         summary: 'Preemptions of an interruptible VM',
-        description: 'Newest first. status: interrupted (still down), restored (with restored_at and downtime_seconds) or abandoned (destroyed while interrupted).',
+        description:
+          'Newest first. status: interrupted (still down), restored (with restored_at and downtime_seconds) or abandoned (destroyed while interrupted).',
         params: VmRef,
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(Interruption), ...errorResponses(401, 403, 404, 422, 429) },
       },
     },
     async (req, reply) =>
-      page(reply, await vms.interruptions(requirePrincipal(req.principal).userId, req.params.vm_id, ...pageArgs(req.query))),
+      page(
+        reply,
+        await vms.interruptions(requirePrincipal(req.principal).userId, req.params.vm_id, ...pageArgs(req.query)),
+      ),
   );
 
   r.get(
@@ -299,11 +382,14 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
       schema: {
         tags: ['admin'],
         operationId: 'listAllVms',
-        summary: 'Every user\'s VMs',
-        description: 'Every user\'s VMs, newest first, filtered by owner, node or status; destroyed VMs only with `include_destroyed=true`. Admin role.',
+        summary: "Every user's VMs",
+        description:
+          "Every user's VMs, newest first, filtered by owner, node or status; destroyed VMs only with `include_destroyed=true`. Admin role.",
         querystring: Type.Object(
           {
-            user_id: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: 'Only this user\'s VMs' })),
+            user_id: Type.Optional(
+              Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: "Only this user's VMs" }),
+            ),
             node: Type.Optional(Type.String({ maxLength: 63, description: 'Only VMs on this node' })),
             include_destroyed: Type.Optional(Type.Boolean({ default: false, description: 'Also list destroyed VMs' })),
             status: Type.Optional(StatusSchema),

@@ -49,7 +49,8 @@ export class VmService {
   private readonly usageHooks: (() => void)[] = [];
   private readonly secretKey: Buffer;
   /** applyTransition as the other files of this module take it. */
-  private readonly apply: ApplyTransition = (tx, vm, event, now, extra, why) => this.applyTransition(tx, vm, event, now, extra, why);
+  private readonly apply: ApplyTransition = (tx, vm, event, now, extra, why) =>
+    this.applyTransition(tx, vm, event, now, extra, why);
   /** What actions.ts, outcomes.ts and auto-restart.ts need; status changes go through this.applyTransition. */
   private readonly deps: ActionDeps;
 
@@ -92,7 +93,11 @@ export class VmService {
    * (its open period was closed by the caller). False when the VM is gone.
    */
   async convertToOnDemand(tx: Queryable, vmId: string, _now: Date): Promise<boolean> {
-    return reactions.convertToOnDemand(tx, { inventory: this.inventory, gpuUsageChanged: (q) => this.gpuUsageChanged(q) }, vmId);
+    return reactions.convertToOnDemand(
+      tx,
+      { inventory: this.inventory, gpuUsageChanged: (q) => this.gpuUsageChanged(q) },
+      vmId,
+    );
   }
 
   /**
@@ -109,7 +114,15 @@ export class VmService {
     extra: Partial<VmRow> = {},
     why: { reason?: StatusReason; error?: string } = {},
   ): Promise<VmRow> {
-    return transitions.applyTransition({ hooks: this.transitionHooks, gpuUsageChanged: (q) => this.gpuUsageChanged(q) }, tx, vm, event, now, extra, why);
+    return transitions.applyTransition(
+      { hooks: this.transitionHooks, gpuUsageChanged: (q) => this.gpuUsageChanged(q) },
+      tx,
+      vm,
+      event,
+      now,
+      extra,
+      why,
+    );
   }
 
   // ---- create (see docs/vms.md#the-order-of-the-checks; create.ts) ----
@@ -131,22 +144,35 @@ export class VmService {
 
   // ---- read ----
 
-  async list(userId: number | undefined, f: Omit<repo.VmFilter, 'userId'>): Promise<{ items: VmRecord[]; total: number }> {
+  async list(
+    userId: number | undefined,
+    f: Omit<repo.VmFilter, 'userId'>,
+  ): Promise<{ items: VmRecord[]; total: number }> {
     const r = await repo.listVms(this.db, { ...f, userId });
     return { items: r.rows.map(toVmRecord), total: r.total };
   }
 
   /** The operator's view: also the host devices a VM was given and the hypervisor's last error. */
-  async adminList(f: Omit<repo.VmFilter, 'userId'> & { userId?: number }): Promise<{ items: (VmRecord & { gpu_devices: string[] | null; last_error: string | null })[]; total: number }> {
+  async adminList(
+    f: Omit<repo.VmFilter, 'userId'> & { userId?: number },
+  ): Promise<{ items: (VmRecord & { gpu_devices: string[] | null; last_error: string | null })[]; total: number }> {
     const r = await repo.listVms(this.db, f);
-    return { items: r.rows.map((v) => ({ ...toVmRecord(v), gpu_devices: v.gpu_devices, last_error: v.last_error })), total: r.total };
+    return {
+      items: r.rows.map((v) => ({ ...toVmRecord(v), gpu_devices: v.gpu_devices, last_error: v.last_error })),
+      total: r.total,
+    };
   }
 
   async get(userId: number, ref: string): Promise<VmRecord> {
     return toVmRecord(await mustFind(this.db, userId, ref));
   }
 
-  async interruptions(userId: number, ref: string, limit: number, offset: number): Promise<{ items: InterruptionRecord[]; total: number }> {
+  async interruptions(
+    userId: number,
+    ref: string,
+    limit: number,
+    offset: number,
+  ): Promise<{ items: InterruptionRecord[]; total: number }> {
     const vm = await mustFind(this.db, userId, ref);
     const r = await repo.listInterruptions(this.db, vm.id, limit, offset);
     return { items: r.rows.map(toInterruptionRecord), total: r.total };
@@ -181,7 +207,10 @@ export class VmService {
 
   // ---- hooks from other modules (reactions.ts) ----
 
-  /** A user's running VMs are stopped: their balance reached zero, or they were suspended (inside that change's transaction). */
+  /**
+   * A user's running VMs are stopped: their balance reached zero, or they were suspended (inside that change's
+   * transaction).
+   */
   async stopAllOf(tx: Queryable, userId: number, now: Date, reason: 'low_balance' | 'suspended'): Promise<number> {
     return reactions.stopAllOf(tx, this.apply, userId, now, reason);
   }
@@ -196,7 +225,9 @@ export class VmService {
   /** Claims up to `limit` VMs whose action is due at `now` (service time), under a lease of `leaseMs` of real time. */
   async claimDue(now: Date, leaseMs: number, token: string, limit: number): Promise<VmRow[]> {
     const realNow = realTimeMs();
-    return this.db.transaction((tx) => repo.claimDue(tx, now, new Date(realNow), new Date(realNow + leaseMs), token, limit));
+    return this.db.transaction((tx) =>
+      repo.claimDue(tx, now, new Date(realNow), new Date(realNow + leaseMs), token, limit),
+    );
   }
 
   /** What the driver is given to build a VM; a password sealed at creation is opened here only. */
@@ -232,11 +263,22 @@ export class VmService {
    * stopped, billed as a stop; traffic counters are taken as they are.
    * Returns the VMs that were stopped.
    */
-  async agentReport(node: string, reported: { id: string; state: string; exit_reason: string | null; traffic: { rx_bytes: number; tx_bytes: number } }[]): Promise<string[]> {
+  async agentReport(
+    node: string,
+    reported: {
+      id: string;
+      state: string;
+      exit_reason: string | null;
+      traffic: { rx_bytes: number; tx_bytes: number };
+    }[],
+  ): Promise<string[]> {
     return outcomes.agentReport(this.deps, node, reported);
   }
 
-  /** Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free (docs/vms.md#auto-restart). */
+  /**
+   * Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free
+   * (docs/vms.md#auto-restart).
+   */
   async autoRestartDue(): Promise<number> {
     return autoRestartDue(this.deps);
   }

@@ -47,7 +47,9 @@ const REASON_OF: Record<VmEvent, StatusReason> = {
 /** Called inside the transaction of every status change (metering subscribes here). */
 export type TransitionHook = (tx: Queryable, before: VmRow, after: VmRow, now: Date) => Promise<void>;
 
-/** applyTransition with its dependencies bound (VmService.applyTransition): what the other files of this module call. */
+/**
+ * applyTransition with its dependencies bound (VmService.applyTransition): what the other files of this module call.
+ */
 export type ApplyTransition = (
   tx: Queryable,
   vm: VmRow,
@@ -91,7 +93,13 @@ export async function applyTransition(
   if (t.to === 'destroyed') patch.destroyed_at = now;
   const after = await repo.updateVm(tx, vm.id, patch);
   if (after.status !== vm.status) {
-    const data = { vmid: vm.vmid, from: vm.status, to: after.status, reason: why.reason ?? REASON_OF[event], ...(why.error ? { error: why.error } : {}) };
+    const data = {
+      vmid: vm.vmid,
+      from: vm.status,
+      to: after.status,
+      reason: why.reason ?? REASON_OF[event],
+      ...(why.error ? { error: why.error } : {}),
+    };
     await recordEvent(tx, { type: 'vm.status_changed', userId: vm.user_id, vmId: vm.id, data, at: now });
   }
   deps.gpuUsageChanged(tx);

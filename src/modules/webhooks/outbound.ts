@@ -49,7 +49,8 @@ function ipv6Bytes(address: string): number[] {
   const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(a);
   if (dotted) {
     const p = dotted[1]!.split('.').map(Number);
-    a = a.slice(0, -dotted[1]!.length) + `${((p[0]! << 8) | p[1]!).toString(16)}:${((p[2]! << 8) | p[3]!).toString(16)}`;
+    a =
+      a.slice(0, -dotted[1]!.length) + `${((p[0]! << 8) | p[1]!).toString(16)}:${((p[2]! << 8) | p[3]!).toString(16)}`;
   }
   const [head, tail] = a.includes('::') ? a.split('::') : [a, undefined];
   const h = head ? head.split(':') : [];
@@ -87,7 +88,8 @@ export function urlFormProblem(raw: string): string | undefined {
   } catch {
     return 'must be an absolute http or https URL';
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') return `must use http or https, not ${u.protocol.replace(/:$/, '')}`;
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    return `must use http or https, not ${u.protocol.replace(/:$/, '')}`;
   if (!u.hostname) return 'must name a host';
   return undefined;
 }
@@ -105,7 +107,9 @@ const firstForbidden = (addresses: readonly LookupAddress[], allowPrivate: boole
 /** All the addresses a name resolves to, in the resolver's order. */
 const resolveAll = (host: string, family = 0) =>
   new Promise<LookupAddress[]>((resolve, reject) =>
-    dnsLookup(host, { all: true, verbatim: true, family }, (err, addresses) => (err ? reject(err) : resolve(addresses))),
+    dnsLookup(host, { all: true, verbatim: true, family }, (err, addresses) =>
+      err ? reject(err) : resolve(addresses),
+    ),
   );
 
 const forbiddenMessage = (host: string, address: string) =>
@@ -134,11 +138,16 @@ export async function hostProblem(raw: string, allowPrivate: boolean): Promise<s
 
 /** A resolver for http.request that refuses names resolving to forbidden addresses, on the connection itself. */
 function safeLookup(allowPrivate: boolean) {
-  return (hostname: string, options: { all?: boolean; family?: number }, callback: (...args: unknown[]) => void): void => {
+  return (
+    hostname: string,
+    options: { all?: boolean; family?: number },
+    callback: (...args: unknown[]) => void,
+  ): void => {
     resolveAll(hostname, options.family ?? 0).then((addresses) => {
       const bad = firstForbidden(addresses, allowPrivate);
       if (bad) return callback(new ForbiddenAddress(forbiddenMessage(hostname, bad.address)));
-      if (addresses.length === 0) return callback(Object.assign(new Error(`${hostname} does not resolve`), { code: 'ENOTFOUND' }));
+      if (addresses.length === 0)
+        return callback(Object.assign(new Error(`${hostname} does not resolve`), { code: 'ENOTFOUND' }));
       if (options.all) return callback(null, addresses);
       callback(null, addresses[0]!.address, addresses[0]!.family);
     }, callback);
@@ -187,7 +196,8 @@ export function postJson(
   if (problem) return Promise.resolve({ error: `the URL ${problem}`, durationMs: 0 });
   const u = new URL(url);
   const host = hostOf(u);
-  if (isIP(host) && !o.allowPrivate && isForbiddenAddress(host)) return Promise.resolve({ error: forbiddenMessage(host, host), durationMs: 0 });
+  if (isIP(host) && !o.allowPrivate && isForbiddenAddress(host))
+    return Promise.resolve({ error: forbiddenMessage(host, host), durationMs: 0 });
   return new Promise<PostOutcome>((resolve) => {
     let done = false;
     const finish = (r: Omit<PostOutcome, 'durationMs'>) => {
@@ -200,7 +210,12 @@ export function postJson(
       method: 'POST',
       agent: false,
       lookup: safeLookup(o.allowPrivate) as never,
-      headers: { ...headers, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'gpucloud-webhooks/1' },
+      headers: {
+        ...headers,
+        'content-type': 'application/json',
+        'content-length': String(Buffer.byteLength(body)),
+        'user-agent': 'gpucloud-webhooks/1',
+      },
     });
     const timer = setTimeout(() => {
       finish({ error: `no answer within ${Math.round(o.timeoutMs / 1000)} s` });

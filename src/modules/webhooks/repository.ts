@@ -1,4 +1,7 @@
-/** The only SQL of webhooks: endpoints, the delivery outbox and the attempts (the outbox's rows are added by recordEvent). */
+/**
+ * The only SQL of webhooks: endpoints, the delivery outbox and the attempts (the outbox's rows are added by
+ * recordEvent).
+ */
 import type { Queryable } from '../../db/db.js';
 
 export interface WebhookRow {
@@ -26,12 +29,22 @@ export async function lockOwner(q: Queryable, userId: number): Promise<void> {
 }
 
 export async function countOf(q: Queryable, userId: number): Promise<number> {
-  return Number((await q.query<{ n: string }>('SELECT count(*) AS n FROM webhooks WHERE user_id = $1', [userId])).rows[0]!.n);
+  return Number(
+    (await q.query<{ n: string }>('SELECT count(*) AS n FROM webhooks WHERE user_id = $1', [userId])).rows[0]!.n,
+  );
 }
 
 export async function insertWebhook(
   q: Queryable,
-  w: { id: string; userId: number; url: string; eventTypes: string[] | null; description: string; secret: string; now: Date },
+  w: {
+    id: string;
+    userId: number;
+    url: string;
+    eventTypes: string[] | null;
+    description: string;
+    secret: string;
+    now: Date;
+  },
 ): Promise<WebhookRow> {
   const r = await q.query<WebhookRow>(
     `INSERT INTO webhooks (id, user_id, url, event_types, description, secret, created_at, updated_at)
@@ -41,18 +54,30 @@ export async function insertWebhook(
   return r.rows[0]!;
 }
 
-export async function listWebhooks(q: Queryable, userId: number, limit: number, offset: number): Promise<{ rows: WebhookRow[]; total: number }> {
-  const rows = await q.query<WebhookRow>(`SELECT ${COLS} FROM webhooks WHERE user_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`, [
-    userId,
-    limit,
-    offset,
-  ]);
+export async function listWebhooks(
+  q: Queryable,
+  userId: number,
+  limit: number,
+  offset: number,
+): Promise<{ rows: WebhookRow[]; total: number }> {
+  const rows = await q.query<WebhookRow>(
+    `SELECT ${COLS} FROM webhooks WHERE user_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3`,
+    [userId, limit, offset],
+  );
   return { rows: rows.rows, total: await countOf(q, userId) };
 }
 
 /** The user's endpoint (locked with `forUpdate`), or undefined for an unknown or another user's one. */
-export async function findWebhook(q: Queryable, userId: number, id: string, forUpdate = false): Promise<WebhookRow | undefined> {
-  const r = await q.query<WebhookRow>(`SELECT ${COLS} FROM webhooks WHERE id = $1 AND user_id = $2${forUpdate ? ' FOR UPDATE' : ''}`, [id, userId]);
+export async function findWebhook(
+  q: Queryable,
+  userId: number,
+  id: string,
+  forUpdate = false,
+): Promise<WebhookRow | undefined> {
+  const r = await q.query<WebhookRow>(
+    `SELECT ${COLS} FROM webhooks WHERE id = $1 AND user_id = $2${forUpdate ? ' FOR UPDATE' : ''}`,
+    [id, userId],
+  );
   return r.rows[0];
 }
 
@@ -70,7 +95,13 @@ export async function updateWebhook(
   return r.rows[0]!;
 }
 
-export async function rotateSecret(q: Queryable, id: string, secret: string, previousUntil: Date, now: Date): Promise<WebhookRow> {
+export async function rotateSecret(
+  q: Queryable,
+  id: string,
+  secret: string,
+  previousUntil: Date,
+  now: Date,
+): Promise<WebhookRow> {
   const r = await q.query<WebhookRow>(
     `UPDATE webhooks SET previous_secret = secret, previous_secret_until = $3, secret = $2, updated_at = $4 WHERE id = $1 RETURNING ${COLS}`,
     [id, secret, previousUntil, now],
@@ -84,9 +115,10 @@ export async function deleteWebhook(q: Queryable, userId: number, id: string): P
 
 /** Deliveries still waiting for an endpoint that was turned off are dropped (given up, never attempted again). */
 export async function dropPending(q: Queryable, webhookId: string): Promise<void> {
-  await q.query(`UPDATE webhook_deliveries SET state = 'given_up', lease_token = NULL, lease_until = NULL WHERE webhook_id = $1 AND state = 'pending'`, [
-    webhookId,
-  ]);
+  await q.query(
+    `UPDATE webhook_deliveries SET state = 'given_up', lease_token = NULL, lease_until = NULL WHERE webhook_id = $1 AND state = 'pending'`,
+    [webhookId],
+  );
 }
 
 /** One delivery, claimed, with what it takes to send it. */
@@ -112,7 +144,14 @@ export interface ClaimedDelivery {
  * (so a VM's events arrive in order). SKIP LOCKED: instances claiming at
  * once take different deliveries; the lease keeps them apart afterwards.
  */
-export async function claimDue(q: Queryable, now: Date, realNow: Date, leaseMs: number, token: string, limit: number): Promise<ClaimedDelivery[]> {
+export async function claimDue(
+  q: Queryable,
+  now: Date,
+  realNow: Date,
+  leaseMs: number,
+  token: string,
+  limit: number,
+): Promise<ClaimedDelivery[]> {
   const r = await q.query<ClaimedDelivery>(
     `WITH due AS (
        SELECT d.webhook_id, d.event_id
@@ -141,7 +180,12 @@ export async function claimDue(q: Queryable, now: Date, realNow: Date, leaseMs: 
 }
 
 /** Locks the delivery if the claim `token` still holds it; false when another instance took it over. */
-export async function holdClaim(q: Queryable, webhookId: string, eventId: string, token: string): Promise<{ attempts: number } | undefined> {
+export async function holdClaim(
+  q: Queryable,
+  webhookId: string,
+  eventId: string,
+  token: string,
+): Promise<{ attempts: number } | undefined> {
   const r = await q.query<{ attempts: number }>(
     `SELECT attempts FROM webhook_deliveries WHERE webhook_id = $1 AND event_id = $2 AND lease_token = $3 AND state = 'pending' FOR UPDATE`,
     [webhookId, eventId, token],
@@ -151,7 +195,13 @@ export async function holdClaim(q: Queryable, webhookId: string, eventId: string
 
 export async function finishDelivery(
   q: Queryable,
-  d: { webhookId: string; eventId: string; state: 'pending' | 'succeeded' | 'given_up'; attempts: number; nextAttemptAt: Date | null },
+  d: {
+    webhookId: string;
+    eventId: string;
+    state: 'pending' | 'succeeded' | 'given_up';
+    attempts: number;
+    nextAttemptAt: Date | null;
+  },
 ): Promise<void> {
   await q.query(
     `UPDATE webhook_deliveries SET state = $3, attempts = $4, next_attempt_at = coalesce($5, next_attempt_at), lease_token = NULL, lease_until = NULL
@@ -175,7 +225,17 @@ export interface AttemptRow {
 
 export async function insertAttempt(
   q: Queryable,
-  a: { id: string; webhookId: string; eventId: string; attempt: number; at: Date; status: number | null; error: string | null; durationMs: number; outcome: AttemptRow['outcome'] },
+  a: {
+    id: string;
+    webhookId: string;
+    eventId: string;
+    attempt: number;
+    at: Date;
+    status: number | null;
+    error: string | null;
+    durationMs: number;
+    outcome: AttemptRow['outcome'];
+  },
 ): Promise<void> {
   await q.query(
     `INSERT INTO webhook_attempts (id, webhook_id, event_id, attempt, attempted_at, status_code, error, duration_ms, outcome)
@@ -185,7 +245,12 @@ export async function insertAttempt(
 }
 
 /** The endpoint's attempts, newest first, each with when its delivery is tried next (while it is retrying). */
-export async function listAttempts(q: Queryable, webhookId: string, limit: number, offset: number): Promise<{ rows: AttemptRow[]; total: number }> {
+export async function listAttempts(
+  q: Queryable,
+  webhookId: string,
+  limit: number,
+  offset: number,
+): Promise<{ rows: AttemptRow[]; total: number }> {
   const rows = await q.query<AttemptRow>(
     `SELECT a.id, a.event_id, e.type AS event_type, a.attempt, a.attempted_at, a.status_code, a.error, a.duration_ms, a.outcome,
             CASE WHEN a.outcome = 'retrying' AND d.state = 'pending' AND d.attempts = a.attempt THEN d.next_attempt_at END AS next_attempt_at
@@ -197,12 +262,18 @@ export async function listAttempts(q: Queryable, webhookId: string, limit: numbe
       LIMIT $2 OFFSET $3`,
     [webhookId, limit, offset],
   );
-  const total = await q.query<{ n: string }>('SELECT count(*) AS n FROM webhook_attempts WHERE webhook_id = $1', [webhookId]);
+  const total = await q.query<{ n: string }>('SELECT count(*) AS n FROM webhook_attempts WHERE webhook_id = $1', [
+    webhookId,
+  ]);
   return { rows: rows.rows, total: Number(total.rows[0]!.n) };
 }
 
 /** Marks an endpoint failing since `now` unless it already was; returns since when it has been failing. */
-export async function markFailing(q: Queryable, webhookId: string, now: Date): Promise<{ failing_since: Date; enabled: boolean; user_id: number }> {
+export async function markFailing(
+  q: Queryable,
+  webhookId: string,
+  now: Date,
+): Promise<{ failing_since: Date; enabled: boolean; user_id: number }> {
   const r = await q.query<{ failing_since: Date; enabled: boolean; user_id: number }>(
     'UPDATE webhooks SET failing_since = coalesce(failing_since, $2) WHERE id = $1 RETURNING failing_since, enabled, user_id',
     [webhookId, now],
@@ -216,7 +287,10 @@ export async function markHealthy(q: Queryable, webhookId: string): Promise<void
 
 /** Turns an endpoint off on the service's initiative; true when it was on. */
 export async function disableFailing(q: Queryable, webhookId: string, reason: string, now: Date): Promise<boolean> {
-  const r = await q.query('UPDATE webhooks SET enabled = false, disabled_reason = $2, updated_at = $3 WHERE id = $1 AND enabled', [webhookId, reason, now]);
+  const r = await q.query(
+    'UPDATE webhooks SET enabled = false, disabled_reason = $2, updated_at = $3 WHERE id = $1 AND enabled',
+    [webhookId, reason, now],
+  );
   return (r.rowCount ?? 0) > 0;
 }
 

@@ -17,7 +17,11 @@ const Url = Type.String({
 const EventTypes = Nullable(Type.Array(Type.String(), { minItems: 1, maxItems: 64 }), {
   description: `The event types to send; null or left out: every type, including types added later. The types: ${SUBSCRIBABLE_TYPES.join(', ')}`,
 });
-const Description = Type.String({ maxLength: 200, pattern: NO_CONTROL, description: 'A note for you (at most 200 characters)' });
+const Description = Type.String({
+  maxLength: 200,
+  pattern: NO_CONTROL,
+  description: 'A note for you (at most 200 characters)',
+});
 
 const WebhookFields = {
   id: Type.String({ format: 'uuid' }),
@@ -25,7 +29,9 @@ const WebhookFields = {
   event_types: Nullable(Type.Array(Type.String()), { description: 'The types it receives; null: every type' }),
   description: Type.String(),
   enabled: Type.Boolean({ description: 'Whether events are sent to it' }),
-  disabled_reason: Nullable(Type.String(), { description: '`failing` when the service turned it off after 5 days of failed deliveries; null otherwise' }),
+  disabled_reason: Nullable(Type.String(), {
+    description: '`failing` when the service turned it off after 5 days of failed deliveries; null otherwise',
+  }),
   failing_since: Nullable(DateTime('The first failed attempt since the last success, while it is failing')),
   created_at: DateTime(),
   updated_at: DateTime(),
@@ -41,13 +47,22 @@ const example = {
   created_at: '2026-11-25T10:00:00.000Z',
   updated_at: '2026-11-25T10:00:00.000Z',
 };
-const Webhook = Type.Object(WebhookFields, { description: 'A webhook endpoint (never includes its secret)', examples: [example] });
+const Webhook = Type.Object(WebhookFields, {
+  description: 'A webhook endpoint (never includes its secret)',
+  examples: [example],
+});
 const WithSecret = Type.Object(
   {
     ...WebhookFields,
-    secret: Type.String({ description: 'The signing secret, `whsec_` and the base64 of 32 random bytes: shown in this response only, store it now' }),
+    secret: Type.String({
+      description:
+        'The signing secret, `whsec_` and the base64 of 32 random bytes: shown in this response only, store it now',
+    }),
   },
-  { description: 'The endpoint and its signing secret (shown once)', examples: [{ ...example, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nKx3W5nVQ4=' }] },
+  {
+    description: 'The endpoint and its signing secret (shown once)',
+    examples: [{ ...example, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nKx3W5nVQ4=' }],
+  },
 );
 const Attempt = Type.Object(
   {
@@ -57,7 +72,9 @@ const Attempt = Type.Object(
     attempt: Type.Integer({ description: 'Which attempt at this event it was, from 1' }),
     attempted_at: DateTime('When it was made, in service time'),
     status_code: Nullable(Type.Integer({ description: 'The HTTP status the endpoint answered' })),
-    error: Nullable(Type.String({ description: 'Why it failed: no answer, a refused address, or the status when it was not 2xx' })),
+    error: Nullable(
+      Type.String({ description: 'Why it failed: no answer, a refused address, or the status when it was not 2xx' }),
+    ),
     duration_ms: Type.Integer({ description: 'How long it took' }),
     outcome: Type.Union([Type.Literal('succeeded'), Type.Literal('retrying'), Type.Literal('given_up')]),
     next_attempt_at: Nullable(DateTime('When the event is tried again (service time), while it is retrying')),
@@ -83,7 +100,7 @@ const Attempt = Type.Object(
 
 const WebhookParams = Type.Object({ webhook_id: Type.String({ description: 'Webhook id (uuid)' }) });
 const noStore = { 'cache-control': 'no-store' };
-const MANAGE = 'Needs a login session or a read_write API key (a webhook\'s URL may itself be a credential).';
+const MANAGE = "Needs a login session or a read_write API key (a webhook's URL may itself be a credential).";
 
 /** Any id that is not a uuid cannot exist: 404 like a missing webhook. */
 function idOf(params: { webhook_id: string }): string {
@@ -101,11 +118,15 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         tags: ['webhooks'],
         operationId: 'createWebhook',
         summary: 'Add a webhook endpoint',
-        description:
-          `Events of the chosen types are POSTed to \`url\` as they happen, signed per Standard Webhooks (headers \`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`), retried with backoff for about a day until a 2xx comes back. The signing \`secret\` appears in this response only. At most ${MAX_WEBHOOKS} per account (400 \`limit_exceeded\`); a URL that cannot receive (not http or https, or a host that resolves to a loopback, private, link-local, multicast or metadata address) is 422. ${MANAGE} Honours Idempotency-Key.`,
+        description: `Events of the chosen types are POSTed to \`url\` as they happen, signed per Standard Webhooks (headers \`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`), retried with backoff for about a day until a 2xx comes back. The signing \`secret\` appears in this response only. At most ${MAX_WEBHOOKS} per account (400 \`limit_exceeded\`); a URL that cannot receive (not http or https, or a host that resolves to a loopback, private, link-local, multicast or metadata address) is 422. ${MANAGE} Honours Idempotency-Key.`,
         body: Type.Object(
           { url: Url, event_types: Type.Optional(EventTypes), description: Type.Optional(Description) },
-          { additionalProperties: false, examples: [{ url: 'https://hooks.example.com/gpucloud', event_types: ['vm.status_changed', 'billing.low_balance'] }] },
+          {
+            additionalProperties: false,
+            examples: [
+              { url: 'https://hooks.example.com/gpucloud', event_types: ['vm.status_changed', 'billing.low_balance'] },
+            ],
+          },
         ),
         response: { 201: WithSecret, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
@@ -160,11 +181,15 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         tags: ['webhooks'],
         operationId: 'updateWebhook',
         summary: 'Change a webhook endpoint',
-        description:
-          `Any of \`url\`, \`event_types\` (null: every type), \`description\`, \`enabled\`. Turning it off drops the deliveries still waiting for it, and no events are queued for it while it is off; turning it back on (also after the service turned it off for failing) starts afresh. A new URL is checked like at creation (422). ${MANAGE}`,
+        description: `Any of \`url\`, \`event_types\` (null: every type), \`description\`, \`enabled\`. Turning it off drops the deliveries still waiting for it, and no events are queued for it while it is off; turning it back on (also after the service turned it off for failing) starts afresh. A new URL is checked like at creation (422). ${MANAGE}`,
         params: WebhookParams,
         body: Type.Object(
-          { url: Type.Optional(Url), event_types: Type.Optional(EventTypes), description: Type.Optional(Description), enabled: Type.Optional(Type.Boolean()) },
+          {
+            url: Type.Optional(Url),
+            event_types: Type.Optional(EventTypes),
+            description: Type.Optional(Description),
+            enabled: Type.Optional(Type.Boolean()),
+          },
           { additionalProperties: false, minProperties: 1, examples: [{ enabled: true }] },
         ),
         response: { 200: Webhook, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
@@ -200,9 +225,8 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
       schema: {
         tags: ['webhooks'],
         operationId: 'rotateWebhookSecret',
-        summary: 'Rotate a webhook\'s signing secret',
-        description:
-          `A new secret, shown in this response only. For 24 hours deliveries carry two signatures (the new secret's and the old one's), so a receiver can switch at leisure; after that only the new one signs. ${MANAGE}`,
+        summary: "Rotate a webhook's signing secret",
+        description: `A new secret, shown in this response only. For 24 hours deliveries carry two signatures (the new secret's and the old one's), so a receiver can switch at leisure; after that only the new one signs. ${MANAGE}`,
         params: WebhookParams,
         response: { 200: WithSecret, ...errorResponses(401, 403, 404, 429) },
       },
@@ -220,11 +244,15 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         tags: ['webhooks'],
         operationId: 'testWebhook',
         summary: 'Send a test event',
-        description:
-          `Writes a \`webhook.test\` event and sends it to this endpoint only (also when it is turned off), like any other delivery: signed, retried on failure. 202 with the event's id; its attempts appear in GET /webhooks/{webhook_id}/deliveries. ${MANAGE}`,
+        description: `Writes a \`webhook.test\` event and sends it to this endpoint only (also when it is turned off), like any other delivery: signed, retried on failure. 202 with the event's id; its attempts appear in GET /webhooks/{webhook_id}/deliveries. ${MANAGE}`,
         params: WebhookParams,
         response: {
-          202: Type.Object({ event_id: Type.String({ format: 'uuid', description: 'The test event (the `webhook-id` header of its delivery)' }) }),
+          202: Type.Object({
+            event_id: Type.String({
+              format: 'uuid',
+              description: 'The test event (the `webhook-id` header of its delivery)',
+            }),
+          }),
           ...errorResponses(401, 403, 404, 429),
         },
       },
@@ -250,7 +278,10 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
     },
     async (req, reply) => {
       reply.headers(noStore);
-      return page(reply, await webhooks.deliveries(requirePrincipal(req.principal), idOf(req.params), ...pageArgs(req.query)));
+      return page(
+        reply,
+        await webhooks.deliveries(requirePrincipal(req.principal), idOf(req.params), ...pageArgs(req.query)),
+      );
     },
   );
 }

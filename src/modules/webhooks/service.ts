@@ -103,7 +103,13 @@ export class WebhookService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
-    private readonly o: { secret: string; allowPrivate: boolean; timeoutMs: number; log?: FastifyBaseLogger; metrics?: JobMetrics },
+    private readonly o: {
+      secret: string;
+      allowPrivate: boolean;
+      timeoutMs: number;
+      log?: FastifyBaseLogger;
+      metrics?: JobMetrics;
+    },
   ) {
     this.key = deriveKey(o.secret, 'webhook-secret');
   }
@@ -125,7 +131,10 @@ export class WebhookService {
     return [...new Set(types)];
   }
 
-  async create(p: Principal, input: { url: string; event_types?: string[] | null; description?: string }): Promise<WebhookRecord & { secret: string }> {
+  async create(
+    p: Principal,
+    input: { url: string; event_types?: string[] | null; description?: string },
+  ): Promise<WebhookRecord & { secret: string }> {
     const url = await this.checkUrl(input.url);
     const eventTypes = this.checkTypes(p, input.event_types);
     const secret = newSecret();
@@ -193,14 +202,23 @@ export class WebhookService {
     if (!(await repo.deleteWebhook(this.db, p.userId, id))) throw notFound('Webhook');
   }
 
-  /** A new secret, shown once; the one it replaces still signs for a day, so receivers can switch without losing a delivery. */
+  /**
+   * A new secret, shown once; the one it replaces still signs for a day, so receivers can switch without losing a
+   * delivery.
+   */
   async rotateSecret(p: Principal, id: string): Promise<WebhookRecord & { secret: string }> {
     const secret = newSecret();
     const now = this.clock.now();
     return this.db.transaction(async (tx) => {
       const row = await repo.findWebhook(tx, p.userId, id, true);
       if (!row) throw notFound('Webhook');
-      const updated = await repo.rotateSecret(tx, id, seal(this.key, secret), new Date(now.getTime() + ROTATION_OVERLAP_MS), now);
+      const updated = await repo.rotateSecret(
+        tx,
+        id,
+        seal(this.key, secret),
+        new Date(now.getTime() + ROTATION_OVERLAP_MS),
+        now,
+      );
       return { ...toRecord(updated), secret };
     });
   }
@@ -211,13 +229,24 @@ export class WebhookService {
     const eventId = await this.db.transaction(async (tx) => {
       const row = await repo.findWebhook(tx, p.userId, id);
       if (!row) throw notFound('Webhook');
-      return recordEvent(tx, { type: 'webhook.test', userId: p.userId, data: { webhook_id: id }, at: now, webhookId: id });
+      return recordEvent(tx, {
+        type: 'webhook.test',
+        userId: p.userId,
+        data: { webhook_id: id },
+        at: now,
+        webhookId: id,
+      });
     });
     this.kick();
     return { event_id: eventId };
   }
 
-  async deliveries(p: Principal, id: string, limit: number, offset: number): Promise<{ items: AttemptRecord[]; total: number }> {
+  async deliveries(
+    p: Principal,
+    id: string,
+    limit: number,
+    offset: number,
+  ): Promise<{ items: AttemptRecord[]; total: number }> {
     if (!(await repo.findWebhook(this.db, p.userId, id))) throw notFound('Webhook');
     const r = await repo.listAttempts(this.db, id, limit, offset);
     return { items: r.rows.map(toAttempt), total: r.total };
@@ -266,7 +295,8 @@ export class WebhookService {
   private secretsOf(d: repo.ClaimedDelivery, now: Date): string[] | undefined {
     const current = this.unseal(d.secret);
     if (current === undefined) return undefined;
-    const overlapping = d.previous_secret && d.previous_secret_until && d.previous_secret_until.getTime() > now.getTime();
+    const overlapping =
+      d.previous_secret && d.previous_secret_until && d.previous_secret_until.getTime() > now.getTime();
     const previous = overlapping ? this.unseal(d.previous_secret!) : undefined;
     return previous === undefined ? [current] : [current, previous];
   }
@@ -283,18 +313,30 @@ export class WebhookService {
     const timestampS = Math.floor(realTimeMs() / 1000);
     const secrets = this.secretsOf(d, this.clock.now());
     const sent = secrets
-      ? await postJson(d.url, signedHeaders(secrets, d.event_id, timestampS, body), body, { timeoutMs: this.o.timeoutMs, allowPrivate: this.o.allowPrivate })
-      : { error: 'the signing secret cannot be read (the service\'s own secret changed): rotate it with POST /webhooks/{id}/rotate-secret', durationMs: 0 };
+      ? await postJson(d.url, signedHeaders(secrets, d.event_id, timestampS, body), body, {
+          timeoutMs: this.o.timeoutMs,
+          allowPrivate: this.o.allowPrivate,
+        })
+      : {
+          error:
+            "the signing secret cannot be read (the service's own secret changed): rotate it with POST /webhooks/{id}/rotate-secret",
+          durationMs: 0,
+        };
     const ok = sent.status !== undefined && sent.status >= 200 && sent.status < 300;
     const now = this.clock.now();
-    if (!ok) this.o.log?.info({ webhook: d.webhook_id, event: d.event_id, status: sent.status, err: sent.error }, 'webhook delivery attempt failed');
+    if (!ok)
+      this.o.log?.info(
+        { webhook: d.webhook_id, event: d.event_id, status: sent.status, err: sent.error },
+        'webhook delivery attempt failed',
+      );
     await this.db.transaction(async (tx) => {
       const held = await repo.holdClaim(tx, d.webhook_id, d.event_id, token);
       if (!held) return; // another instance took the delivery over after our claim ran out; its attempt counts
       const attempt = held.attempts + 1;
       if (ok) await repo.markHealthy(tx, d.webhook_id);
       const failing = ok ? undefined : await repo.markFailing(tx, d.webhook_id, now);
-      const disable = !!failing && failing.enabled && now.getTime() - failing.failing_since.getTime() >= DISABLE_AFTER_MS;
+      const disable =
+        !!failing && failing.enabled && now.getTime() - failing.failing_since.getTime() >= DISABLE_AFTER_MS;
       const retryIn = RETRY_DELAYS_MS[attempt - 1];
       const outcome = ok ? 'succeeded' : disable || retryIn === undefined ? 'given_up' : 'retrying';
       afterCommit(tx, () => this.o.metrics?.webhookAttempts.inc({ outcome }));
@@ -336,7 +378,10 @@ export class WebhookService {
     return repo.purgeFinished(this.db, new Date(now.getTime() - KEEP_FINISHED_MS));
   }
 
-  /** The delivery loop: a pass every `everyMs` of real time, one at a time (see docs/architecture.md, "Background loops"). */
+  /**
+   * The delivery loop: a pass every `everyMs` of real time, one at a time (see docs/architecture.md, "Background
+   * loops").
+   */
   start(everyMs = 1000): void {
     if (this.loop) return;
     this.loop = new Loop('webhook-deliveries', everyMs, () => this.drainDue(), this.o.log, this.o.metrics);

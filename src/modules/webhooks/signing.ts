@@ -20,7 +20,12 @@ export function sign(secret: string, msgId: string, timestampS: number, body: st
 }
 
 /** The three headers of one delivery, signed with every secret given (newest first). */
-export function signedHeaders(secrets: string[], msgId: string, timestampS: number, body: string): Record<string, string> {
+export function signedHeaders(
+  secrets: string[],
+  msgId: string,
+  timestampS: number,
+  body: string,
+): Record<string, string> {
   return {
     'webhook-id': msgId,
     'webhook-timestamp': String(timestampS),

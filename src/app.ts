@@ -129,16 +129,20 @@ export function createServices(deps: AppDeps): Services {
     bootTimeoutS: deps.config.agentBootTimeoutS,
   });
   const driver = new PerNodeDriver((node) => inventory.hasAgent(node), agentDriver, simulator);
-  const vms = new VmService(deps.db, clock, inventory, sshKeys, tokens, {
-    provisionDelayMs: deps.config.simProvisionMs,
-    secret: deps.jwtSecret,
-    portalUrl: deps.config.portalUrl,
-  });
   const meter = new Meter(deps.db, clock, {
     intervalS: deps.config.billingIntervalS,
     networkPricePerGbMicros: deps.config.networkPricePerGbMicros,
   });
-  const reservations = new ReservationService(deps.db, clock, inventory, meter);
+  // The two modules need each other: a reserved VM takes its deposit at creation, and a cancelled or
+  // ended reservation's VM goes on as on-demand. The conversion is called only once both exist.
+  const reservations: ReservationService = new ReservationService(deps.db, clock, inventory, meter, (tx, vmId, now) =>
+    vms.convertToOnDemand(tx, vmId, now),
+  );
+  const vms: VmService = new VmService(deps.db, clock, inventory, sshKeys, tokens, reservations, {
+    provisionDelayMs: deps.config.simProvisionMs,
+    secret: deps.jwtSecret,
+    portalUrl: deps.config.portalUrl,
+  });
   const usage = new UsageService(deps.db, clock);
   const metrics = new JobMetrics();
   const reconciler = new Reconciler(clock, driver, vms, deps.log, metrics);
@@ -152,9 +156,6 @@ export function createServices(deps: AppDeps): Services {
   });
 
   // Cross-module reactions, each inside the transaction of its cause.
-  vms.useReservations(reservations); // reserved VMs take their deposit at creation
-  // a cancelled or ended reservation's VM goes on as on-demand
-  reservations.setVmConverter((tx, vmId, now) => vms.convertToOnDemand(tx, vmId, now));
   // billing periods close at status changes
   vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now));
   vms.onTransition(async (tx, before, after, now) => {

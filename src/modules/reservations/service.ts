@@ -119,18 +119,14 @@ export const toReservationRecord = (r: ReservationRow): ReservationRecord => ({
 export type ConvertVm = (tx: Queryable, vmId: string, now: Date) => Promise<boolean>;
 
 export class ReservationService {
-  private convert: ConvertVm = async () => false;
-
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
     private readonly inventory: InventoryService,
     private readonly meter: Meter,
+    /** The VM module's conversion (src/app.ts composes the two). */
+    private readonly convert: ConvertVm,
   ) {}
-
-  setVmConverter(fn: ConvertVm): void {
-    this.convert = fn;
-  }
 
   async calculate(input: { gpu_type: string; gpu_count: number; storage_gb: number; reservation_months?: Months }) {
     const months = input.reservation_months ?? 1;

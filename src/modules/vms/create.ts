@@ -45,8 +45,8 @@ export interface CreateDeps {
   clock: Clock;
   inventory: InventoryService;
   sshKeys: SshKeyService;
-  /** Takes a reserved VM's deposit; wired in app.ts (VmService.useReservations). */
-  reservations: ReservationService | undefined;
+  /** Takes a reserved VM's deposit. */
+  reservations: ReservationService;
   /** Seals a password until the VM is built. */
   secretKey: Buffer;
   provisionDelayMs: number;
@@ -220,7 +220,7 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
       at: now,
     });
 
-    if (reservationQuote && deps.reservations) {
+    if (reservationQuote) {
       // The reservation and its deposit in the same transaction as the VM.
       await deps.reservations.createForVm(tx, {
         id: reservationId!,

@@ -60,6 +60,8 @@ export class VmService {
     private readonly inventory: InventoryService,
     private readonly sshKeys: SshKeyService,
     private readonly tokens: TokenService,
+    /** Reserved VMs take their deposit from the reservation module at creation. */
+    private readonly reservations: ReservationService,
     private readonly opts: { provisionDelayMs: number; secret: string; portalUrl: string },
   ) {
     this.secretKey = deriveKey(opts.secret, 'vm-provision-secret');
@@ -79,13 +81,6 @@ export class VmService {
 
   onTransition(hook: TransitionHook): void {
     this.transitionHooks.push(hook);
-  }
-
-  private reservations: ReservationService | undefined;
-
-  /** Reserved VMs need the reservation module (it takes their deposit at creation); wired in app.ts. */
-  useReservations(reservations: ReservationService): void {
-    this.reservations = reservations;
   }
 
   /**

@@ -24,6 +24,7 @@ import { AppError } from '../errors.js';
 import { realTimeMs } from '../clock.js';
 import { newId } from '../ids.js';
 import { bindToNextCommit } from '../db/commit-hook.js';
+import * as store from './idempotency-repository.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000;
 const WAIT_FOR_FIRST_MS = 15_000;
@@ -74,16 +75,6 @@ export function requestFingerprint(req: FastifyRequest, macKey: Buffer): string 
     .digest('hex');
 }
 
-interface Stored {
-  request_hash: string;
-  state: 'pending' | 'done';
-  response_status: number | null;
-  response_body: string | null;
-  created_at: Date;
-  owner: string | null;
-  lease_until_ms: number | null;
-}
-
 /** Records the answer of the owner of a pending key; false when the key is no longer its own. */
 async function recordAnswer(
   q: Queryable,
@@ -91,12 +82,7 @@ async function recordAnswer(
   status: number,
   body: string,
 ): Promise<boolean> {
-  const r = await q.query(
-    `UPDATE idempotency_keys SET state = 'done', response_status = $4, response_body = $5
-      WHERE user_id = $1 AND idem_key = $2 AND owner = $3`,
-    [idem.userId, idem.lookup, idem.owner, status, body === '' ? null : seal(idem.enc, body)],
-  );
-  return r.rowCount === 1;
+  return store.recordAnswer(q, idem, status, body === '' ? null : seal(idem.enc, body));
 }
 
 export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock): void {
@@ -119,16 +105,10 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
     for (;;) {
       const now = clock.now();
       // Records older than 24 h are forgotten (all of this user's, so none lingers), then the key is claimed afresh.
-      await db.query('DELETE FROM idempotency_keys WHERE user_id = $1 AND created_at <= $2', [
-        userId,
-        new Date(now.getTime() - IDEMPOTENCY_TTL_MS),
-      ]);
+      await store.forgetUsersOld(db, userId, new Date(now.getTime() - IDEMPOTENCY_TTL_MS));
       const owner = newId();
-      const claimed = await db.query(
-        `INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at, owner, lease_until_ms)
-         VALUES ($1, $2, $3, 'pending', $4, $5, $6) ON CONFLICT (user_id, idem_key) DO NOTHING`,
-        [userId, keys.lookup, hash, now, owner, realTimeMs() + IDEMPOTENCY_LEASE_MS],
-      );
+      const ref = { userId, lookup: keys.lookup, owner };
+      const claimed = await store.claim(db, ref, hash, now, realTimeMs() + IDEMPOTENCY_LEASE_MS);
       const own = () => {
         const idem = { userId, lookup: keys.lookup, enc: keys.enc, owner };
         req.idempotency = idem;
@@ -150,13 +130,8 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
           }
         });
       };
-      if (claimed.rowCount === 1) return own();
-      const stored = (
-        await db.query<Stored>(
-          'SELECT request_hash, state, response_status, response_body, created_at, owner, lease_until_ms FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2',
-          [userId, keys.lookup],
-        )
-      ).rows[0];
+      if (claimed) return own();
+      const stored = await store.find(db, userId, keys.lookup);
       if (!stored) continue; // released by a failed first request: claim again
       if (stored.request_hash !== hash) {
         throw new AppError(
@@ -174,12 +149,7 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
       // A pending key whose owner's lease ran out: the owner died before its change committed (a change
       // commits with its answer, so there is none), and this retry takes the key over.
       if (stored.lease_until_ms === null || Number(stored.lease_until_ms) < realTimeMs()) {
-        const took = await db.query(
-          `UPDATE idempotency_keys SET owner = $3, lease_until_ms = $4
-            WHERE user_id = $1 AND idem_key = $2 AND state = 'pending' AND owner IS NOT DISTINCT FROM $5`,
-          [userId, keys.lookup, owner, realTimeMs() + IDEMPOTENCY_LEASE_MS, stored.owner],
-        );
-        if (took.rowCount === 1) return own();
+        if (await store.takeOver(db, ref, realTimeMs() + IDEMPOTENCY_LEASE_MS, stored.owner)) return own();
         continue;
       }
       if (Date.now() > deadline) {
@@ -203,10 +173,7 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
             : undefined;
     if (reply.statusCode >= 500 || body === undefined) {
       // Not a definitive answer (or a stream we cannot keep): release the key so the client can retry.
-      await db.query(
-        `DELETE FROM idempotency_keys WHERE user_id = $1 AND idem_key = $2 AND owner = $3 AND state = 'pending'`,
-        [idem.userId, idem.lookup, idem.owner],
-      );
+      await store.release(db, idem);
       return payload;
     }
     // Answers without a change (a refusal) are recorded here; one with a change was recorded in its
@@ -218,8 +185,5 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
 
 /** Forgets every stored response older than 24 h (a background job; requests also purge their own user's). */
 export async function purgeExpiredIdempotencyKeys(db: Db, now: Date): Promise<number> {
-  const r = await db.query('DELETE FROM idempotency_keys WHERE created_at <= $1', [
-    new Date(now.getTime() - IDEMPOTENCY_TTL_MS),
-  ]);
-  return r.rowCount;
+  return store.purge(db, new Date(now.getTime() - IDEMPOTENCY_TTL_MS));
 }

@@ -5,6 +5,7 @@
  * across restarts: a later start never moves it, whatever the setting says. advance() returns only after
  * every job that came due has run.
  */
+import * as repo from './repository.js';
 import type { Db } from '../../db/db.js';
 import { ManualClock, SystemClock, type Clock } from '../../clock.js';
 import { invalidState } from '../../errors.js';
@@ -37,9 +38,8 @@ export class ClockService {
   static async create(db: Db, mode: 'system' | 'manual', startMs?: number): Promise<ClockService> {
     if (mode === 'system') return new ClockService(db, new SystemClock());
     const start = startMs ?? Math.floor(Date.now() / 1000) * 1000;
-    await db.query('INSERT INTO service_clock (id, now_ms) VALUES (1, $1) ON CONFLICT (id) DO NOTHING', [start]);
-    const r = await db.query<{ now_ms: number }>('SELECT now_ms FROM service_clock WHERE id = 1');
-    return new ClockService(db, new ManualClock(r.rows[0]!.now_ms));
+    await repo.initClock(db, start);
+    return new ClockService(db, new ManualClock((await repo.storedNowMs(db))!));
   }
 
   /**
@@ -78,9 +78,8 @@ export class ClockService {
   async sync(): Promise<Date> {
     const clock = this.clock;
     if (clock instanceof ManualClock) {
-      const r = await this.db.query<{ now_ms: number }>('SELECT now_ms FROM service_clock WHERE id = 1');
-      const stored = Number(r.rows[0]?.now_ms);
-      if (Number.isFinite(stored) && stored > clock.nowMs()) clock.set(stored);
+      const stored = await repo.storedNowMs(this.db);
+      if (stored !== undefined && stored > clock.nowMs()) clock.set(stored);
     }
     return clock.now();
   }
@@ -113,7 +112,7 @@ export class ClockService {
   private async exclusively<T>(fn: () => Promise<T>): Promise<T> {
     if (this.db.kind !== 'postgres') return fn();
     const outcome = await this.db.transaction(async (tx) => {
-      await tx.query('SELECT pg_advisory_xact_lock($1)', [ADVANCE_LOCK]);
+      await repo.lockAdvances(tx, ADVANCE_LOCK);
       try {
         return { ok: true as const, value: await fn() };
       } catch (error) {
@@ -132,12 +131,8 @@ export class ClockService {
     // One statement moves the persisted clock, so that advances from several
     // instances on one database add up and the clock never goes back: it
     // continues from the later of the stored value and this instance's.
-    const r = await this.db.query<{ now_ms: number }>(
-      'UPDATE service_clock SET now_ms = GREATEST(now_ms, $1) + $2 WHERE id = 1 RETURNING now_ms',
-      [clock.nowMs(), deltaMs],
-    );
-    const target = Number(r.rows[0]?.now_ms);
-    if (!Number.isFinite(target)) throw new Error('service_clock row is missing');
+    const target = await repo.moveClock(this.db, clock.nowMs(), deltaMs);
+    if (target === undefined) throw new Error('service_clock row is missing');
     // Step through every moment something comes due before the target, in order.
     let lastRun = -Infinity;
     for (let step = 0; step < MAX_STEPS; step++) {

@@ -95,6 +95,30 @@ export async function getPricing(q: Queryable, gpuType: string, forUpdate = fals
   ).rows[0];
 }
 
+/** A GPU type's price row, unless it has one (the shipped defaults never overwrite an operator's prices). */
+export async function insertPricingIfMissing(
+  q: Queryable,
+  p: Omit<PricingRow, 'updated_at'>,
+  now: Date,
+): Promise<void> {
+  await q.query(
+    `INSERT INTO gpu_pricing (gpu_type, gpu_ram_mb, gpu_price_hourly_micros, interruptible_rate_micros, storage_price_gb_hourly_micros,
+                              reserved_discount_1mo_bp, reserved_discount_3mo_bp, reserved_discount_6mo_bp, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (gpu_type) DO NOTHING`,
+    [
+      p.gpu_type,
+      p.gpu_ram_mb,
+      p.gpu_price_hourly_micros,
+      p.interruptible_rate_micros,
+      p.storage_price_gb_hourly_micros,
+      p.reserved_discount_1mo_bp,
+      p.reserved_discount_3mo_bp,
+      p.reserved_discount_6mo_bp,
+      now,
+    ],
+  );
+}
+
 export async function upsertPricing(q: Queryable, p: Omit<PricingRow, 'updated_at'>, now: Date): Promise<PricingRow> {
   const r = await q.query<PricingRow>(
     `INSERT INTO gpu_pricing (gpu_type, gpu_ram_mb, gpu_price_hourly_micros, interruptible_rate_micros, storage_price_gb_hourly_micros,

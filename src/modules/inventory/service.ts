@@ -323,22 +323,7 @@ export class InventoryService {
   async ensureDefaultPricing(): Promise<void> {
     const now = this.clock.now();
     for (const p of DEFAULT_PRICING) {
-      await this.db.query(
-        `INSERT INTO gpu_pricing (gpu_type, gpu_ram_mb, gpu_price_hourly_micros, interruptible_rate_micros, storage_price_gb_hourly_micros,
-                                  reserved_discount_1mo_bp, reserved_discount_3mo_bp, reserved_discount_6mo_bp, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (gpu_type) DO NOTHING`,
-        [
-          p.gpu_type,
-          p.gpu_ram_mb,
-          p.gpu_price_hourly_micros,
-          p.interruptible_rate_micros,
-          p.storage_price_gb_hourly_micros,
-          p.reserved_discount_1mo_bp,
-          p.reserved_discount_3mo_bp,
-          p.reserved_discount_6mo_bp,
-          now,
-        ],
-      );
+      await repo.insertPricingIfMissing(this.db, p, now);
     }
     this.offersChanged();
   }

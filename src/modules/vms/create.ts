@@ -87,11 +87,8 @@ async function checkLimits(tx: Queryable, userId: number, gpuCount: number): Pro
 }
 
 async function limitsOf(tx: Queryable, userId: number): Promise<{ maxVms: number; maxGpus: number }> {
-  const limits = await tx.query<{ max_vms: number | null; max_gpus: number | null }>(
-    'SELECT max_vms, max_gpus FROM users WHERE id = $1',
-    [userId],
-  );
-  return { maxVms: limits.rows[0]?.max_vms ?? DEFAULT_MAX_VMS, maxGpus: limits.rows[0]?.max_gpus ?? DEFAULT_MAX_GPUS };
+  const limits = await repo.userLimits(tx, userId);
+  return { maxVms: limits?.max_vms ?? DEFAULT_MAX_VMS, maxGpus: limits?.max_gpus ?? DEFAULT_MAX_GPUS };
 }
 
 /** GPUs in use (held by the user's VMs) plus `gpuCount` more must stay within the limit. */

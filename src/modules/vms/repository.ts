@@ -187,6 +187,19 @@ export async function raiseTraffic(q: Queryable, id: string, bytes: number): Pro
 }
 
 /** The user's VMs that count toward limits and committed spend (all but destroyed and failed). */
+/** A user's own VM and GPU limits (null: the default). */
+export async function userLimits(
+  q: Queryable,
+  userId: number,
+): Promise<{ max_vms: number | null; max_gpus: number | null } | undefined> {
+  return (
+    await q.query<{ max_vms: number | null; max_gpus: number | null }>(
+      'SELECT max_vms, max_gpus FROM users WHERE id = $1',
+      [userId],
+    )
+  ).rows[0];
+}
+
 export async function userVmsForLimits(q: Queryable, userId: number): Promise<VmRow[]> {
   return (
     await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`, [userId])

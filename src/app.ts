@@ -6,7 +6,7 @@ import { createServer } from 'node:http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import cors from '@fastify/cors';
 import { Type } from 'typebox';
-import type { Config } from './config.js';
+import { ConfigError, type Config } from './config.js';
 import type { Db } from './db/db.js';
 import { newId } from './ids.js';
 import { deriveKey } from './crypto.js';
@@ -120,7 +120,10 @@ export function createServices(deps: AppDeps): Services {
   );
   const billing = new BillingService(deps.db, clock);
   if (deps.config.hypervisor !== 'simulator') {
-    throw new Error(`GPUCLOUD_HYPERVISOR=${deps.config.hypervisor}: only the simulator driver ships in this version`);
+    throw new ConfigError(
+      'GPUCLOUD_HYPERVISOR',
+      `${deps.config.hypervisor} has no driver in this version: nodes registered with an agent_url run real VMs through their host agent, the others on the simulator (leave it unset)`,
+    );
   }
   // Each node is driven by its host agent when it has one, else by the simulator.
   const simulator = new SimulatorDriver(deps.db);

@@ -1102,7 +1102,7 @@ export interface paths {
         };
         /**
          * Your reservations
-         * @description Your reservations, newest first: term, GPU type and count, deposit, the GPU hours used and left, and status.
+         * @description Your reservations, newest first: term, GPU type and count, storage, deposit, what usage has not drawn yet (remaining_balance), and status.
          */
         get: operations["listReservations"];
         put?: never;

@@ -159,6 +159,10 @@ describe('gpucloud command', () => {
     const start = run(['serve'], env(dir, { GPUCLOUD_CLOCK_START: '2026-01-01T00:00:00Z' }));
     assert.equal(start.status, 2, 'a clock start without the manual clock is refused');
     assert.match(start.stderr, /GPUCLOUD_CLOCK_START/);
+    const proxmox = run(['serve'], env(dir, { GPUCLOUD_HYPERVISOR: 'proxmox' }));
+    assert.equal(proxmox.status, 2, 'a hypervisor without a driver is a configuration error, not a crash');
+    assert.match(proxmox.stderr, /GPUCLOUD_HYPERVISOR.*no driver/);
+    assert.doesNotMatch(proxmox.stderr, /\n\s+at /, 'no stack trace');
     const unknown = run(['frobnicate'], env(dir));
     assert.equal(unknown.status, 2);
     assert.match(unknown.stderr, /unknown command/);

@@ -101,7 +101,7 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
         operationId: 'listReservations',
         summary: 'Your reservations',
         description:
-          'Your reservations, newest first: term, GPU type and count, deposit, the GPU hours used and left, and status.',
+          'Your reservations, newest first: term, GPU type and count, storage, deposit, what usage has not drawn yet (remaining_balance), and status.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(ReservationSchema), ...errorResponses(401, 403, 422, 429) },
       },

@@ -6,7 +6,7 @@
 import { parseArgs } from 'node:util';
 import type { Config } from './config.js';
 import type { Role } from './server.js';
-import type { RateLimitStoreKind } from './http/rate-limit-store.js';
+import type { RateLimitStoreKind } from './http/rate-limit.js';
 // The server's modules are imported when a server command runs, so that the
 // client commands start fast.
 import { clientUsage, findCommand, runCli } from './cli/index.js';

@@ -15,7 +15,7 @@ import { ClockService } from './modules/clock/service.js';
 import { startLocalAgent, type LocalAgent } from './local-agent.js';
 import { ConfigError } from './config.js';
 import { pino } from 'pino';
-import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit-store.js';
+import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit.js';
 import { serveWorkerMetrics } from './http/metrics.js';
 import { seedDemo, type DemoLogin } from './seed.js';
 

@@ -25,13 +25,22 @@ export interface RateLimitHit {
   resetMs: number;
 }
 
+export interface HitOptions {
+  /**
+   * While the key's count stays below this, the hit may be counted in this
+   * process and sent to a shared store a moment later (see rate-limit-batching.ts).
+   * Left out, every hit is counted where every instance sees it at once.
+   */
+  localBelow?: number;
+}
+
 export interface RateLimitStore {
   /**
    * Counts one hit on `key` in the fixed window of `windowMs` that contains
    * `nowMs`; windows are aligned to multiples of windowMs since the Unix epoch
    * so that every instance agrees.
    */
-  hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit>;
+  hit(key: string, windowMs: number, nowMs: number, opts?: HitOptions): Promise<RateLimitHit>;
   close(): Promise<void>;
 }
 
@@ -41,7 +50,7 @@ interface WindowInfo {
   resetMs: number;
 }
 
-function windowOf(windowMs: number, nowMs: number): WindowInfo {
+export function windowOf(windowMs: number, nowMs: number): WindowInfo {
   if (!Number.isFinite(windowMs) || windowMs < 1) {
     throw new RangeError(`rate-limit windowMs must be a finite number >= 1, got ${windowMs}`);
   }
@@ -87,6 +96,10 @@ export class MemoryRateLimitStore implements RateLimitStore {
   }
 
   async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+    return this.add(key, windowMs, nowMs, 1);
+  }
+
+  async add(key: string, windowMs: number, nowMs: number, n: number): Promise<RateLimitHit> {
     if (this.closed) throw new Error('rate-limit store is closed');
     const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
     const mapKey = `${windowStart}:${key}`;
@@ -97,7 +110,7 @@ export class MemoryRateLimitStore implements RateLimitStore {
       // The key's previous window is over: drop it eagerly.
       this.entries.delete(`${windowStart - Math.floor(windowMs)}:${key}`);
     }
-    entry.count += 1;
+    entry.count += n;
     const count = entry.count;
 
     this.hitsSinceSweep += 1;
@@ -137,12 +150,12 @@ export class MemoryRateLimitStore implements RateLimitStore {
 // ---------------------------------------------------------------------------
 
 /**
- * INCR + PEXPIRE done atomically: the expiry is set on the first hit of a
+ * INCRBY + PEXPIRE done atomically: the expiry is set on the first hit of a
  * window (and repaired if a key somehow has none), so no key can be left
  * without a TTL.
  */
 const HIT_SCRIPT = `
-local c = redis.call('INCR', KEYS[1])
+local c = redis.call('INCRBY', KEYS[1], ARGV[2])
 if c == 1 or redis.call('PTTL', KEYS[1]) < 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
@@ -151,7 +164,7 @@ return c
 
 /** The script above as a command of the client (ioredis `defineCommand`). */
 interface HitCommand {
-  gpucloudHit(key: string, ttlMs: string): Promise<unknown>;
+  gpucloudHit(key: string, ttlMs: string, n: string): Promise<unknown>;
 }
 
 /** Extra TTL beyond the window end, to tolerate small clock skew between instances. */
@@ -191,12 +204,20 @@ export class RedisRateLimitStore implements RateLimitStore {
   }
 
   async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+    return this.add(key, windowMs, nowMs, 1);
+  }
+
+  async add(key: string, windowMs: number, nowMs: number, n: number): Promise<RateLimitHit> {
     if (this.closed) throw new Error('rate-limit store is closed');
     const { windowStart, resetMs } = windowOf(windowMs, nowMs);
     const redisKey = this.keyFor(key, windowStart);
     let reply: unknown;
     try {
-      reply = await (this.client as unknown as HitCommand).gpucloudHit(redisKey, String(resetMs + EXPIRY_SLACK_MS));
+      reply = await (this.client as unknown as HitCommand).gpucloudHit(
+        redisKey,
+        String(resetMs + EXPIRY_SLACK_MS),
+        String(n),
+      );
     } catch (err) {
       const cause = err instanceof Error ? err : new Error(String(err));
       const detail = this.lastError && this.lastError !== cause ? ` (${this.lastError.message})` : '';
@@ -238,6 +259,10 @@ export class PostgresRateLimitStore implements RateLimitStore {
   constructor(private readonly db: Db) {}
 
   async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
+    return this.add(key, windowMs, nowMs, 1);
+  }
+
+  async add(key: string, windowMs: number, nowMs: number, n: number): Promise<RateLimitHit> {
     if (this.closed) throw new Error('rate-limit store is closed');
     const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
     if (nowMs >= this.nextSweepMs) {
@@ -248,10 +273,10 @@ export class PostgresRateLimitStore implements RateLimitStore {
         .catch(() => undefined);
     }
     const r = await this.db.query<{ count: number }>(
-      `INSERT INTO rate_limit_hits (key, window_start, window_end, count) VALUES ($1, $2, $3, 1)
-       ON CONFLICT (key, window_start) DO UPDATE SET count = rate_limit_hits.count + 1
+      `INSERT INTO rate_limit_hits (key, window_start, window_end, count) VALUES ($1, $2, $3, $4)
+       ON CONFLICT (key, window_start) DO UPDATE SET count = rate_limit_hits.count + EXCLUDED.count
        RETURNING count`,
-      [key, windowStart, windowEnd],
+      [key, windowStart, windowEnd, n],
     );
     return { count: Number(r.rows[0]!.count), resetMs };
   }
@@ -259,27 +284,4 @@ export class PostgresRateLimitStore implements RateLimitStore {
   async close(): Promise<void> {
     this.closed = true; // the database is the service's, closed with it
   }
-}
-
-// ---------------------------------------------------------------------------
-
-export type RateLimitStoreKind = 'redis' | 'postgres' | 'memory';
-
-/**
- * Redis when `redisUrl` (GPUCLOUD_REDIS_URL) is set; otherwise the database
- * when it is PostgreSQL (instances share it); otherwise this process's memory.
- */
-export function createRateLimitStore(
-  redisUrl: string | undefined,
-  opts: { prefix?: string; db?: Db } = {},
-): { store: RateLimitStore; kind: RateLimitStoreKind } {
-  const url = redisUrl?.trim();
-  if (url) {
-    return {
-      store: new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix }),
-      kind: 'redis',
-    };
-  }
-  if (opts.db?.kind === 'postgres') return { store: new PostgresRateLimitStore(opts.db), kind: 'postgres' };
-  return { store: new MemoryRateLimitStore(), kind: 'memory' };
 }

@@ -10,8 +10,15 @@ import type { RateLimitConfig } from '../config.js';
 import { realTimeMs } from '../clock.js';
 import { AppError } from '../errors.js';
 import { normalizeEmail } from '../accounts.js';
+import type { Db } from '../db/db.js';
 import type { RateBucket } from './principal.js';
-import type { RateLimitStore } from './rate-limit-store.js';
+import {
+  MemoryRateLimitStore,
+  PostgresRateLimitStore,
+  RedisRateLimitStore,
+  type RateLimitStore,
+} from './rate-limit-store.js';
+import { BatchingRateLimitStore } from './rate-limit-batching.js';
 
 const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
   login: 'login',
@@ -19,6 +26,11 @@ const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
   vm: 'vmMutations',
   default: 'default',
 };
+
+/** Logins and other /auth calls are counted where every instance sees them at once. */
+const COUNTED_AT_ONCE: ReadonlySet<RateBucket> = new Set(['login', 'auth']);
+/** Below this many per window a limit is counted in the shared store at every hit. */
+const LOCAL_FROM_LIMIT = 100;
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -40,7 +52,9 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     const limit = limits[LIMIT_OF[bucket]] as number;
     let hit;
     try {
-      hit = await store.hit(`${bucket}:${subject}`, limits.windowMs, realTimeMs());
+      hit = await store.hit(`${bucket}:${subject}`, limits.windowMs, realTimeMs(), {
+        localBelow: COUNTED_AT_ONCE.has(bucket) || limit < LOCAL_FROM_LIMIT ? undefined : Math.floor(limit / 2),
+      });
     } catch (err) {
       // Fail open: an unreachable Redis must not take the API down with it.
       req.log.error({ err }, 'rate-limit store unavailable; request allowed');
@@ -122,4 +136,27 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     }
     return payload;
   });
+}
+
+export type RateLimitStoreKind = 'redis' | 'postgres' | 'memory';
+
+/**
+ * Redis when `redisUrl` (GPUCLOUD_REDIS_URL) is set; otherwise the database
+ * when it is PostgreSQL (instances share it); otherwise this process's memory.
+ * A shared store is wrapped so that busy keys far from their limit cost no
+ * round trip per request (rate-limit-batching.ts).
+ */
+export function createRateLimitStore(
+  redisUrl: string | undefined,
+  opts: { prefix?: string; db?: Db } = {},
+): { store: RateLimitStore; kind: RateLimitStoreKind } {
+  const url = redisUrl?.trim();
+  if (url) {
+    const redis = new RedisRateLimitStore(url, opts.prefix === undefined ? {} : { prefix: opts.prefix });
+    return { store: new BatchingRateLimitStore(redis), kind: 'redis' };
+  }
+  if (opts.db?.kind === 'postgres') {
+    return { store: new BatchingRateLimitStore(new PostgresRateLimitStore(opts.db)), kind: 'postgres' };
+  }
+  return { store: new MemoryRateLimitStore(), kind: 'memory' };
 }

@@ -13,6 +13,7 @@ import type { Db } from '../../src/db/db.js';
 import { ClockService } from '../../src/modules/clock/service.js';
 import { ManualClock } from '../../src/clock.js';
 import { MemoryRateLimitStore, RedisRateLimitStore, type RateLimitStore } from '../../src/http/rate-limit-store.js';
+import { BatchingRateLimitStore } from '../../src/http/rate-limit-batching.js';
 import { createTestDb, DB_KINDS, type DbKind, type TestDb } from './db.js';
 
 export interface TestAppOptions {
@@ -106,8 +107,9 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
   const prefix = `gpucloud-test-${randomBytes(6).toString('hex')}:`;
   const stores: RateLimitStore[] = [];
   const makeStore = () => {
+    // As in production: Redis behind the batching that spares busy keys a round trip per request.
     const s = useRedis
-      ? new RedisRateLimitStore(process.env.GPUCLOUD_REDIS_URL!, { prefix })
+      ? new BatchingRateLimitStore(new RedisRateLimitStore(process.env.GPUCLOUD_REDIS_URL!, { prefix }))
       : new MemoryRateLimitStore();
     stores.push(s);
     return s;

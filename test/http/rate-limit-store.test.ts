@@ -7,9 +7,10 @@ import {
   MemoryRateLimitStore,
   PostgresRateLimitStore,
   RedisRateLimitStore,
-  createRateLimitStore,
   type RateLimitStore,
 } from '../../src/http/rate-limit-store.js';
+import { BatchingRateLimitStore } from '../../src/http/rate-limit-batching.js';
+import { createRateLimitStore } from '../../src/http/rate-limit.js';
 
 const WINDOW = 60_000;
 /** Start of a real, epoch-aligned 60 s window. */
@@ -150,7 +151,7 @@ describe('createRateLimitStore', () => {
       const db = await createTestDb('postgres');
       try {
         const { store: s, kind } = createRateLimitStore(undefined, { db: db.db });
-        assert.ok(s instanceof PostgresRateLimitStore);
+        assert.ok(s instanceof BatchingRateLimitStore && s.shared instanceof PostgresRateLimitStore);
         assert.equal(kind, 'postgres');
         await s.close();
       } finally {
@@ -164,8 +165,8 @@ describe('createRateLimitStore', () => {
     const { store: s, kind } = createRateLimitStore(REDIS_URL, { prefix });
     assert.equal(kind, 'redis');
     try {
-      assert.ok(s instanceof RedisRateLimitStore);
-      assert.equal(s.prefix, prefix);
+      assert.ok(s instanceof BatchingRateLimitStore && s.shared instanceof RedisRateLimitStore);
+      assert.equal(s.shared.prefix, prefix);
       assert.equal((await s.hit('factory', WINDOW, BASE)).count, 1);
     } finally {
       await s.close();

@@ -3,7 +3,7 @@
  * routes. No listening, no background jobs: those belong to main.ts.
  */
 import { createServer } from 'node:http';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import cors from '@fastify/cors';
 import { Type } from 'typebox';
 import { ConfigError, type Config } from './config.js';
@@ -23,6 +23,7 @@ import { registerRateLimit } from './http/rate-limit.js';
 import { purgeExpiredIdempotencyKeys, registerIdempotency } from './http/idempotency.js';
 import { registerInputGuards } from './http/input-guards.js';
 import type { RateLimitStore } from './http/rate-limit-store.js';
+import { hookWhen } from './http/hooks.js';
 import { PasswordHasher } from './modules/auth/passwords.js';
 import { TokenService } from './modules/auth/tokens.js';
 import { AuthService } from './modules/auth/service.js';
@@ -397,18 +398,20 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   // persisted value, which an advance through another instance may have moved.
   // Health checks and static pages read no time and must answer while the database is away.
   if (services.clock.clock.mode === 'manual') {
-    app.addHook('onRequest', async (req) => {
+    const readsTime = (req: FastifyRequest) => {
       const url = req.routeOptions.url ?? '';
-      if (
+      return !(
         url === '/healthz' ||
         url === '/readyz' ||
         url === '/metrics' ||
         url.startsWith('/docs') ||
         url.startsWith('/console')
-      )
-        return;
-      await services.clock.sync();
-    });
+      );
+    };
+    app.addHook(
+      'onRequest',
+      hookWhen(readsTime, () => services.clock.sync()),
+    );
   }
   // Order matters: identify -> count -> reject (unauthenticated calls are counted by client address) -> idempotency.
   registerAuthentication(app, identifier(services.auth, services.apiKeys));

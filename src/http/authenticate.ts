@@ -35,16 +35,18 @@ async function principalFrom(
 
 /** Runs first: identifies the caller, never rejects (so the rate limiter can count failures by IP). */
 export function registerAuthentication(app: FastifyInstance, identify: Identify): void {
-  app.addHook('onRequest', async (req) => {
-    if (isPublic(req)) return;
+  app.addHook('onRequest', (req, reply, done) => {
+    if (isPublic(req)) return done();
     const header = req.headers.authorization;
     if (!header) {
       req.authFailure = 'Missing credentials: send "Authorization: Bearer <token or API key>"';
-      return;
+      return done();
     }
-    const p = await principalFrom(header, identify);
-    if (typeof p === 'string') req.authFailure = p;
-    else req.principal = p;
+    principalFrom(header, identify).then((p) => {
+      if (typeof p === 'string') req.authFailure = p;
+      else req.principal = p;
+      done();
+    }, done);
   });
 }
 
@@ -72,10 +74,11 @@ export function registerAuthorization(
   app: FastifyInstance,
   metrics: MetricsAccess = { token: undefined, loopback: true },
 ): void {
-  app.addHook('onRequest', async (req) => {
-    if (isPublic(req)) return;
+  // Synchronous: a refusal is thrown, which the hook runner turns into the error answer.
+  app.addHook('onRequest', (req, reply, done) => {
+    if (isPublic(req)) return done();
     if (req.routeOptions.config.auth === 'metrics') {
-      if (metricsAllowed(req, metrics)) return;
+      if (metricsAllowed(req, metrics)) return done();
       const p = req.principal;
       if (!p)
         throw new AppError('unauthorized', 'Metrics need the metrics token or an administrator', undefined, {
@@ -83,7 +86,7 @@ export function registerAuthorization(
         });
       if (p.role !== 'admin' || p.scope !== 'read_write')
         throw forbidden("Metrics need the metrics token or an administrator's session or read_write key");
-      return;
+      return done();
     }
     const p = req.principal as (Principal & { suspended?: boolean }) | undefined;
     // RFC 6750: a 401 names the scheme the client should use.
@@ -101,5 +104,6 @@ export function registerAuthorization(
     if (req.routeOptions.config.sessionOnly && p.via !== 'session') {
       throw forbidden(`${req.method} ${route} needs a signed-in session; an API key cannot do this`);
     }
+    done();
   });
 }

@@ -25,6 +25,7 @@ import { realTimeMs } from '../clock.js';
 import { newId } from '../ids.js';
 import { bindToNextCommit } from '../db/commit-hook.js';
 import * as store from './idempotency-repository.js';
+import { hookWhen, onSendWhen } from './hooks.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000;
 const WAIT_FOR_FIRST_MS = 15_000;
@@ -88,99 +89,107 @@ async function recordAnswer(
 export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock): void {
   // preValidation: every request that got past authentication, scope and body parsing claims the key,
   // so a body that fails validation is answered (and replayed) like any other failure.
-  app.addHook('preValidation', async (req, reply) => {
-    if (!req.routeOptions.config.idempotent || !req.principal) return;
-    const raw = req.headers['idempotency-key'];
-    if (raw === undefined) return;
-    const key = Array.isArray(raw) ? raw[0]! : raw;
-    if (key.length < 1 || key.length > 255) {
-      throw new AppError('validation_error', 'Idempotency-Key must be 1 to 255 characters', [
-        { field: 'header.idempotency-key', message: 'must be 1 to 255 characters' },
-      ]);
-    }
-    const userId = req.principal.userId;
-    const keys = derive(userId, key);
-    const hash = requestFingerprint(req, keys.mac);
-    const deadline = Date.now() + WAIT_FOR_FIRST_MS;
-    for (;;) {
-      const now = clock.now();
-      // Records older than 24 h are forgotten (all of this user's, so none lingers), then the key is claimed afresh.
-      await store.forgetUsersOld(db, userId, new Date(now.getTime() - IDEMPOTENCY_TTL_MS));
-      const owner = newId();
-      const ref = { userId, lookup: keys.lookup, owner };
-      const claimed = await store.claim(db, ref, hash, now, realTimeMs() + IDEMPOTENCY_LEASE_MS);
-      const own = () => {
-        const idem = { userId, lookup: keys.lookup, enc: keys.enc, owner };
-        req.idempotency = idem;
-        // The change this request makes and its answer commit together (see onSend for answers without a change).
-        bindToNextCommit(async (tx, result) => {
-          const body = reply.serialize(result);
-          if (
-            !(await recordAnswer(
-              tx,
-              idem,
-              reply.statusCode,
-              typeof body === 'string' ? body : Buffer.from(body as ArrayBuffer).toString('utf8'),
-            ))
-          ) {
-            throw new AppError(
-              'conflict',
-              "This request took too long and a retry with the same Idempotency-Key took it over; its answer is the retry's",
-            );
-          }
-        });
-      };
-      if (claimed) return own();
-      const stored = await store.find(db, userId, keys.lookup);
-      if (!stored) continue; // released by a failed first request: claim again
-      if (stored.request_hash !== hash) {
-        throw new AppError(
-          'idempotency_mismatch',
-          'This Idempotency-Key was already used with a different request body; use a new key for a new request',
-        );
+  const claims = (req: FastifyRequest) =>
+    req.routeOptions.config.idempotent === true && !!req.principal && req.headers['idempotency-key'] !== undefined;
+  app.addHook(
+    'preValidation',
+    hookWhen(claims, async (req, reply) => {
+      const raw = req.headers['idempotency-key']!;
+      const key = Array.isArray(raw) ? raw[0]! : raw;
+      if (key.length < 1 || key.length > 255) {
+        throw new AppError('validation_error', 'Idempotency-Key must be 1 to 255 characters', [
+          { field: 'header.idempotency-key', message: 'must be 1 to 255 characters' },
+        ]);
       }
-      if (stored.state === 'done') {
-        const body = stored.response_body ? open(keys.enc, stored.response_body) : '';
-        reply.header('Idempotent-Replayed', 'true');
-        reply.code(stored.response_status!);
-        if (body !== '') reply.type('application/json; charset=utf-8');
-        return reply.send(body);
+      const userId = req.principal!.userId;
+      const keys = derive(userId, key);
+      const hash = requestFingerprint(req, keys.mac);
+      const deadline = Date.now() + WAIT_FOR_FIRST_MS;
+      for (;;) {
+        const now = clock.now();
+        // Records older than 24 h are forgotten (all of this user's, so none lingers), then the key is claimed afresh.
+        await store.forgetUsersOld(db, userId, new Date(now.getTime() - IDEMPOTENCY_TTL_MS));
+        const owner = newId();
+        const ref = { userId, lookup: keys.lookup, owner };
+        const claimed = await store.claim(db, ref, hash, now, realTimeMs() + IDEMPOTENCY_LEASE_MS);
+        const own = () => {
+          const idem = { userId, lookup: keys.lookup, enc: keys.enc, owner };
+          req.idempotency = idem;
+          // The change this request makes and its answer commit together (see onSend for answers without a change).
+          bindToNextCommit(async (tx, result) => {
+            const body = reply.serialize(result);
+            if (
+              !(await recordAnswer(
+                tx,
+                idem,
+                reply.statusCode,
+                typeof body === 'string' ? body : Buffer.from(body as ArrayBuffer).toString('utf8'),
+              ))
+            ) {
+              throw new AppError(
+                'conflict',
+                "This request took too long and a retry with the same Idempotency-Key took it over; its answer is the retry's",
+              );
+            }
+          });
+        };
+        if (claimed) return own();
+        const stored = await store.find(db, userId, keys.lookup);
+        if (!stored) continue; // released by a failed first request: claim again
+        if (stored.request_hash !== hash) {
+          throw new AppError(
+            'idempotency_mismatch',
+            'This Idempotency-Key was already used with a different request body; use a new key for a new request',
+          );
+        }
+        if (stored.state === 'done') {
+          const body = stored.response_body ? open(keys.enc, stored.response_body) : '';
+          reply.header('Idempotent-Replayed', 'true');
+          reply.code(stored.response_status!);
+          if (body !== '') reply.type('application/json; charset=utf-8');
+          return reply.send(body);
+        }
+        // A pending key whose owner's lease ran out: the owner died before its change committed (a change
+        // commits with its answer, so there is none), and this retry takes the key over.
+        if (stored.lease_until_ms === null || Number(stored.lease_until_ms) < realTimeMs()) {
+          if (await store.takeOver(db, ref, realTimeMs() + IDEMPOTENCY_LEASE_MS, stored.owner)) return own();
+          continue;
+        }
+        if (Date.now() > deadline) {
+          throw new AppError('conflict', 'A request with this Idempotency-Key is still being processed; retry shortly');
+        }
+        await new Promise((r) => setTimeout(r, 25));
       }
-      // A pending key whose owner's lease ran out: the owner died before its change committed (a change
-      // commits with its answer, so there is none), and this retry takes the key over.
-      if (stored.lease_until_ms === null || Number(stored.lease_until_ms) < realTimeMs()) {
-        if (await store.takeOver(db, ref, realTimeMs() + IDEMPOTENCY_LEASE_MS, stored.owner)) return own();
-        continue;
-      }
-      if (Date.now() > deadline) {
-        throw new AppError('conflict', 'A request with this Idempotency-Key is still being processed; retry shortly');
-      }
-      await new Promise((r) => setTimeout(r, 25));
-    }
-  });
+    }),
+  );
 
-  app.addHook('onSend', async (req, reply, payload) => {
-    const idem = req.idempotency;
-    if (!idem) return payload;
-    req.idempotency = undefined;
-    const body =
-      payload == null
-        ? ''
-        : typeof payload === 'string'
-          ? payload
-          : Buffer.isBuffer(payload)
-            ? payload.toString('utf8')
-            : undefined;
-    if (reply.statusCode >= 500 || body === undefined) {
-      // Not a definitive answer (or a stream we cannot keep): release the key so the client can retry.
-      await store.release(db, idem);
-      return payload;
-    }
-    // Answers without a change (a refusal) are recorded here; one with a change was recorded in its
-    // transaction already, and is written again with the very bytes sent.
-    await recordAnswer(db, idem, reply.statusCode, body);
-    return payload;
-  });
+  app.addHook(
+    'onSend',
+    onSendWhen(
+      (req) => req.idempotency !== undefined,
+      async (req, reply, payload) => {
+        const idem = req.idempotency!;
+        req.idempotency = undefined;
+        const body =
+          payload == null
+            ? ''
+            : typeof payload === 'string'
+              ? payload
+              : Buffer.isBuffer(payload)
+                ? payload.toString('utf8')
+                : undefined;
+        if (reply.statusCode >= 500 || body === undefined) {
+          // Not a definitive answer (or a stream we cannot keep): release the key so the client can retry.
+          await store.release(db, idem);
+          return payload;
+        }
+        // Answers without a change (a refusal) are recorded here; one with a change was recorded in its
+        // transaction already, and is written again with the very bytes sent.
+        await recordAnswer(db, idem, reply.statusCode, body);
+        return payload;
+      },
+    ),
+  );
 }
 
 /** Forgets every stored response older than 24 h (a background job; requests also purge their own user's). */

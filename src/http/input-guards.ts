@@ -56,7 +56,8 @@ export function depthOf(value: unknown, limit = Infinity): number {
 }
 
 export function registerInputGuards(app: FastifyInstance): void {
-  app.addHook('preValidation', async (req) => {
+  // Synchronous: a refusal is thrown, which the hook runner turns into the error answer.
+  app.addHook('preValidation', (req, reply, done) => {
     for (const [where, value] of [
       ['path', req.params],
       ['query', req.query],
@@ -68,5 +69,6 @@ export function registerInputGuards(app: FastifyInstance): void {
     if (req.body !== undefined && depthOf(req.body, MAX_DEPTH) > MAX_DEPTH) {
       throw validation('body', `nests deeper than ${MAX_DEPTH} levels`);
     }
+    done();
   });
 }

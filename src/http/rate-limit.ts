@@ -19,6 +19,7 @@ import {
   type RateLimitStore,
 } from './rate-limit-store.js';
 import { BatchingRateLimitStore } from './rate-limit-batching.js';
+import { hookWhen, onSendWhen } from './hooks.js';
 
 const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
   login: 'login',
@@ -79,26 +80,34 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
   const bucketOf = (req: FastifyRequest): RateBucket | false =>
     req.routeOptions.url ? (req.routeOptions.config.rateLimit ?? 'default') : false;
 
-  app.addHook('onRequest', async (req, reply) => {
-    const bucket = bucketOf(req);
-    if (bucket === false || bucket === 'login') return;
-    const subject = req.principal ? `u:${req.principal.userId}` : `ip:${req.ip}`;
-    await consume(req, reply, bucket, subject);
-  });
+  app.addHook(
+    'onRequest',
+    hookWhen(
+      (req) => {
+        const bucket = bucketOf(req);
+        return bucket !== false && bucket !== 'login';
+      },
+      (req, reply) =>
+        consume(req, reply, bucketOf(req) as RateBucket, req.principal ? `u:${req.principal.userId}` : `ip:${req.ip}`),
+    ),
+  );
 
   // Login is limited per email, which needs the parsed body: counted
   // before validation, so that an invalid body is counted (and answered with
   // the headers) like any other attempt. Without an email, per client IP.
-  app.addHook('preValidation', async (req, reply) => {
-    if (bucketOf(req) !== 'login') return;
-    const email = (req.body as { email?: unknown } | null | undefined)?.email;
-    const subject = typeof email === 'string' && email.trim() !== '' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
-    await consume(req, reply, 'login', subject);
-    // Guessing across many emails: limited per client address, and in all (each attempt costs a
-    // password hash). These do not replace the per-email headers; past them the answer is 429 too.
-    await extra(req, reply, `login-ip:${req.ip}`, limits.loginPerIp, 'logins from this address');
-    await extra(req, reply, 'login-all', limits.loginGlobal, 'logins to this service');
-  });
+  const isLogin = (req: FastifyRequest) => bucketOf(req) === 'login';
+  app.addHook(
+    'preValidation',
+    hookWhen(isLogin, async (req, reply) => {
+      const email = (req.body as { email?: unknown } | null | undefined)?.email;
+      const subject = typeof email === 'string' && email.trim() !== '' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
+      await consume(req, reply, 'login', subject);
+      // Guessing across many emails: limited per client address, and in all (each attempt costs a
+      // password hash). These do not replace the per-email headers; past them the answer is 429 too.
+      await extra(req, reply, `login-ip:${req.ip}`, limits.loginPerIp, 'logins from this address');
+      await extra(req, reply, 'login-all', limits.loginGlobal, 'logins to this service');
+    }),
+  );
 
   async function extra(
     req: FastifyRequest,
@@ -130,12 +139,16 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
   // A login whose body could not even be read (malformed JSON, too large, wrong
   // media type) never reached preValidation: count it per IP so that its
   // response carries the headers too (every response of a limited route does).
-  app.addHook('onSend', async (req, reply, payload) => {
-    if (!req.rateLimitCounted && bucketOf(req) === 'login') {
-      await consume(req, reply, 'login', `ip:${req.ip}`, false);
-    }
-    return payload;
-  });
+  app.addHook(
+    'onSend',
+    onSendWhen(
+      (req) => !req.rateLimitCounted && isLogin(req),
+      async (req, reply, payload) => {
+        await consume(req, reply, 'login', `ip:${req.ip}`, false);
+        return payload;
+      },
+    ),
+  );
 }
 
 export type RateLimitStoreKind = 'redis' | 'postgres' | 'memory';

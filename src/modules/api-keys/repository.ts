@@ -1,18 +1,13 @@
 /** The only SQL of API keys. */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 import type { Scope } from '../../http/scopes.js';
 import type { Role } from '../auth/repository.js';
 
-export interface ApiKeyRow {
-  id: string;
-  user_id: number;
-  name: string;
-  scope: Scope;
-  prefix: string;
-  created_at: Date;
-  expires_at: Date | null;
-  last_used_at: Date | null;
-}
+export type ApiKeyRow = Pick<
+  Row<'api_keys'>,
+  'id' | 'user_id' | 'name' | 'scope' | 'prefix' | 'created_at' | 'expires_at' | 'last_used_at'
+>;
 
 const COLS = 'id, user_id, name, scope, prefix, created_at, expires_at, last_used_at';
 

@@ -1,49 +1,16 @@
 /** The only SQL of accounts, sessions, challenges and recovery codes. */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
 import { normalizeEmail, type Role } from '../../accounts.js';
 
 export { normalizeEmail, type Role };
 
-export interface UserRow {
-  id: number;
-  email: string;
-  email_normalized: string;
-  name: string | null;
-  password_hash: string;
-  role: Role;
-  suspended: boolean;
-  max_vms: number | null;
-  max_gpus: number | null;
-  /** The credit balance in micro-units; written only by the billing ledger. */
-  balance_micros: number;
-  totp_secret: string | null;
-  totp_pending_secret: string | null;
-  totp_enabled: boolean;
-  totp_last_step: number | null;
-  totp_failures: number;
-  totp_locked_until: Date | null;
-  created_at: Date;
-  updated_at: Date;
-}
+export type UserRow = Omit<Row<'users'>, 'low_balance_pending'>;
 
-export interface RefreshRow {
-  id: string;
-  user_id: number;
-  family_id: string;
-  created_at: Date;
-  expires_at: Date;
-  rotated_at: Date | null;
-  revoked_at: Date | null;
-}
+export type RefreshRow = Omit<Row<'refresh_tokens'>, 'token_hash'>;
 
-export interface ChallengeRow {
-  id: string;
-  user_id: number;
-  expires_at: Date;
-  attempts: number;
-  used_at: Date | null;
-}
+export type ChallengeRow = Pick<Row<'auth_challenges'>, 'id' | 'user_id' | 'expires_at' | 'attempts' | 'used_at'>;
 
 /** PostgreSQL text cannot hold U+0000: a lookup by such a string fails the query (a 500), yet can match nothing. */
 const holdsNul = (s: string) => s.includes('\u0000');

@@ -5,6 +5,7 @@
  * (docs/billing.md#lock-order); meter.ts runs these in that order.
  */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
 /** The VM columns metering reads, with where its billing stands (its vm_meters row: none before its first start). */
 export interface MeteredVm {
@@ -26,10 +27,7 @@ export interface MeteredVm {
 export type MeteredVmRow = Omit<MeteredVm, 'billed_until' | 'network_bytes_billed'>;
 
 /** Where a VM's billing stands: its vm_meters row. */
-export interface MeterRow {
-  billed_until: Date;
-  network_bytes_billed: number;
-}
+export type MeterRow = Pick<Row<'vm_meters'>, 'billed_until' | 'network_bytes_billed'>;
 
 /** A charge that took a balance from above zero to zero or below. */
 export interface Crossing {

@@ -4,22 +4,14 @@
  * current spend, and the ledger check's queries (docs/billing.md#ledger-check).
  */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
 export const TRANSACTION_TYPES = ['credit', 'charge', 'deposit', 'refund', 'adjustment'] as const;
 export type TransactionType = (typeof TRANSACTION_TYPES)[number];
 
-export interface TransactionRow {
-  id: string;
-  seq: number;
-  user_id: number;
-  type: TransactionType;
-  amount_micros: number;
-  balance_after_micros: number;
-  description: string;
+export type TransactionRow = Omit<Row<'transactions'>, 'breakdown'> & {
   breakdown: Record<string, unknown>;
-  vm_id: string | null;
-  created_at: Date;
-}
+};
 
 /** A transactions row to write (its balance_after already known). */
 export interface NewTransaction {
@@ -34,26 +26,26 @@ export interface NewTransaction {
   created_at: Date;
 }
 
-export interface BalanceRow {
-  balance_micros: number;
-}
+export type BalanceRow = Pick<Row<'users'>, 'balance_micros'>;
 
 /** A usage log with its VM's vmid and GPU type (usage report). */
-export interface UsageLogRow {
-  id: string;
-  vm_id: string;
+export type UsageLogRow = Pick<
+  Row<'usage_logs'>,
+  | 'id'
+  | 'vm_id'
+  | 'period_end'
+  | 'gpu_ms'
+  | 'gpu_count'
+  | 'storage_gb'
+  | 'network_bytes'
+  | 'gpu_cost_micros'
+  | 'storage_cost_micros'
+  | 'network_cost_micros'
+  | 'total_cost_micros'
+> & {
   vmid: number;
   gpu_type: string;
-  period_end: Date;
-  gpu_ms: number;
-  gpu_count: number;
-  storage_gb: number;
-  network_bytes: number;
-  gpu_cost_micros: number;
-  storage_cost_micros: number;
-  network_cost_micros: number;
-  total_cost_micros: number;
-}
+};
 
 /** A VM's rates, as current spend reads them. */
 export interface SpendVmRow {

@@ -5,6 +5,7 @@
  * with GET /events (docs/events.md).
  */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 import { validation } from '../../errors.js';
 import { newOrderedId } from '../../ids.js';
 
@@ -48,15 +49,9 @@ export function assertKnownTypes(
     );
 }
 
-export interface EventRow {
-  id: string;
-  seq: number;
-  type: string;
-  user_id: number | null;
-  vm_id: string | null;
+export type EventRow = Omit<Row<'events'>, 'data'> & {
   data: Record<string, unknown>;
-  created_at: Date;
-}
+};
 
 /**
  * Writes one event; `userId` null for the operator's (node) events. Call inside the change's transaction.

@@ -1,5 +1,6 @@
 /** The only SQL of nodes and prices, and the one place a node's GPUs are counted. */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 import { PREEMPTIBLE } from '../vms/lifecycle.js';
 
 export const GPU_TYPES = ['5090', '4090', 'pro6000'] as const;
@@ -7,46 +8,40 @@ export type GpuType = (typeof GPU_TYPES)[number];
 export const NODE_STATUSES = ['active', 'draining', 'offline'] as const;
 export type NodeStatus = (typeof NODE_STATUSES)[number];
 
-export interface PricingRow {
-  gpu_type: GpuType;
-  gpu_ram_mb: number;
-  gpu_price_hourly_micros: number;
-  interruptible_rate_micros: number;
-  storage_price_gb_hourly_micros: number;
-  reserved_discount_1mo_bp: number;
-  reserved_discount_3mo_bp: number;
-  reserved_discount_6mo_bp: number;
-  updated_at: Date;
-}
+export type PricingRow = Row<'gpu_pricing'>;
 
-export interface NodeRow {
-  node: string;
+export type NodeRow = Pick<
+  Row<'nodes'>,
+  | 'node'
+  | 'gpu_count'
+  | 'gpu_ram_mb'
+  | 'ram_gb'
+  | 'cpu_cores'
+  | 'cpu_model'
+  | 'pcie_gen'
+  | 'max_storage_gb'
+  | 'location'
+  | 'cluster_name'
+  | 'status'
+  | 'created_at'
+  | 'updated_at'
+> & {
   gpu_type: GpuType;
-  gpu_count: number;
-  gpu_ram_mb: number;
-  ram_gb: number;
-  cpu_cores: number;
-  cpu_model: string;
-  pcie_gen: string;
-  max_storage_gb: number;
-  location: string;
-  cluster_name: string;
-  status: NodeStatus;
-  created_at: Date;
-  updated_at: Date;
-}
+};
 
 /** The host-agent columns of a node (null for a simulated node). */
-export interface NodeAgentRow {
-  agent_url: string | null;
-  agent_token_sealed: string | null;
-  agent_status: 'online' | 'offline' | null;
-  agent_seen_at: Date | null;
-  agent_checked_at: Date | null;
-  agent_misses: number;
+export type NodeAgentRow = Pick<
+  Row<'nodes'>,
+  | 'agent_url'
+  | 'agent_token_sealed'
+  | 'agent_status'
+  | 'agent_seen_at'
+  | 'agent_checked_at'
+  | 'agent_misses'
+  | 'agent_offline_from'
+> & {
   agent_info: AgentInfo | null;
-  agent_offline_from: 'active' | 'draining' | null;
-}
+};
 
 /** What an agent reports about its host. */
 export interface AgentInfo {

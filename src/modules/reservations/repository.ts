@@ -1,28 +1,10 @@
 /** The only SQL of reservations. */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
 export type ReservationStatus = 'active' | 'completed' | 'cancelled' | 'converted_to_on_demand';
 
-export interface ReservationRow {
-  id: string;
-  seq: number;
-  user_id: number;
-  vm_id: string;
-  gpu_type: string;
-  gpu_count: number;
-  storage_gb: number;
-  reservation_months: number;
-  discount_bp: number;
-  deposit_micros: number;
-  remaining_micros: number;
-  status: ReservationStatus;
-  created_at: Date;
-  end_at: Date;
-  cancelled_at: Date | null;
-  cancellation_fee_micros: number;
-  refund_micros: number;
-  ended_at: Date | null;
-}
+export type ReservationRow = Row<'reservations'>;
 
 export async function insertReservation(
   q: Queryable,

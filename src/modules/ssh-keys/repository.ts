@@ -1,15 +1,8 @@
 /** The only SQL of SSH keys. */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
-export interface SshKeyRow {
-  id: string;
-  user_id: number;
-  label: string;
-  key_type: string;
-  fingerprint: string;
-  public_key: string;
-  created_at: Date;
-}
+export type SshKeyRow = Omit<Row<'ssh_keys'>, 'seq'>;
 
 export async function lockUser(q: Queryable, userId: number): Promise<void> {
   await q.query('SELECT id FROM users WHERE id = $1 FOR UPDATE', [userId]);

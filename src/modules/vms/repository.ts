@@ -1,68 +1,14 @@
 /** The only SQL of VMs and interruption records. */
 import type { Queryable } from '../../db/db.js';
-import type { HvAction } from '../../hypervisor/driver.js';
-import type { RentalType, VmStatus } from './lifecycle.js';
+import type { Row } from '../../db/rows.js';
+import type { VmStatus } from './lifecycle.js';
 
-export interface VmRow {
-  id: string;
-  vmid: number;
-  user_id: number;
-  node: string;
-  instance_label: string | null;
-  gpu_type: string;
-  gpu_count: number;
-  storage_gb: number;
-  ram_gb: number;
-  cpu_cores: number;
-  cpu_model: string | null;
-  pcie_gen: string | null;
-  template_vmid: number;
-  ip_address: string | null;
-  status: VmStatus;
+export type VmRow = Omit<Row<'vms'>, 'network_bytes_total' | 'offline_from' | 'gpu_devices'> & {
   offline_from: VmStatus | null;
-  holds_gpus: boolean;
-  rental_type: RentalType;
-  reservation_id: string | null;
-  auto_restart: boolean | null;
-  gpu_hourly_rate_micros: number;
-  storage_hourly_rate_micros: number;
-  auth_method: 'ssh_key' | 'password';
-  ssh_key_id: string | null;
-  ssh_public_key: string | null;
-  provision_secret: string | null;
-  provisioned: boolean;
-  hv_ref: string | null;
-  created_at: Date;
-  started_at: Date | null;
-  stopped_at: Date | null;
-  destroyed_at: Date | null;
-  first_started_at: Date | null;
-  next_action_at: Date | null;
-  claim_token: string | null;
-  claimed_until: Date | null;
-  attempts: number;
-  hv_action: HvAction | null;
-  last_error: string | null;
-  cpu_percent: number;
-  ram_percent: number;
-  seq: number;
-  /** How to reach the VM over SSH, when its host's agent said (null on simulated nodes). */
-  ssh_host: string | null;
-  ssh_port: number | null;
-  ssh_user: string | null;
-  /** Host PCI devices passed through to the VM (agent nodes). */
   gpu_devices: string[] | null;
-}
+};
 
-export interface InterruptionRow {
-  id: string;
-  interruptible_vm_id: string;
-  preempted_by_vm_id: string;
-  preempted_at: Date;
-  restored_at: Date | null;
-  downtime_seconds: number | null;
-  status: 'interrupted' | 'restored' | 'abandoned';
-}
+export type InterruptionRow = Omit<Row<'interruptions'>, 'seq'>;
 
 export type NewVm = Pick<
   VmRow,

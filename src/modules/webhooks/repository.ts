@@ -3,22 +3,9 @@
  * recordEvent).
  */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
-export interface WebhookRow {
-  id: string;
-  user_id: number;
-  url: string;
-  event_types: string[] | null;
-  description: string;
-  enabled: boolean;
-  disabled_reason: string | null;
-  secret: string;
-  previous_secret: string | null;
-  previous_secret_until: Date | null;
-  failing_since: Date | null;
-  created_at: Date;
-  updated_at: Date;
-}
+export type WebhookRow = Row<'webhooks'>;
 
 const COLS =
   'id, user_id, url, event_types, description, enabled, disabled_reason, secret, previous_secret, previous_secret_until, failing_since, created_at, updated_at';
@@ -210,18 +197,10 @@ export async function finishDelivery(
   );
 }
 
-export interface AttemptRow {
-  id: string;
-  event_id: string;
+export type AttemptRow = Omit<Row<'webhook_attempts'>, 'webhook_id'> & {
   event_type: string;
-  attempt: number;
-  attempted_at: Date;
-  status_code: number | null;
-  error: string | null;
-  duration_ms: number;
-  outcome: 'succeeded' | 'retrying' | 'given_up';
   next_attempt_at: Date | null;
-}
+};
 
 export async function insertAttempt(
   q: Queryable,

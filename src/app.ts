@@ -50,7 +50,7 @@ import type { HypervisorDriver } from './hypervisor/driver.js';
 import { simulatorRoutes } from './hypervisor/routes.js';
 import { Reconciler } from './jobs/reconciler.js';
 import { JobMetrics } from './jobs/metrics.js';
-import { nextDue } from './jobs/due.js';
+import { earliest } from './jobs/due.js';
 import { AgentMonitor, agentInfoOf } from './jobs/agent-monitor.js';
 import { AgentClient } from './hypervisor/agent-client.js';
 import { AgentDriver, PerNodeDriver } from './hypervisor/agent.js';
@@ -227,7 +227,11 @@ export function createServices(deps: AppDeps): Services {
     async (nowMs) => {
       // Traffic counters first: unbilled traffic counts towards a balance reaching zero.
       await meter.sampleTraffic(new Date(nowMs), (node, vms) => driver.trafficBytes(node, vms), { all: true });
-      return nextDue(deps.db, await meter.nextLowBalanceBoundary(nowMs));
+      return earliest([
+        await vms.nextActionDue(),
+        await reservations.nextEndDue(),
+        await meter.nextLowBalanceBoundary(nowMs),
+      ]);
     },
   );
   deps.clock.limitAdvance((toMs) => meter.refuseLargeAdvance(toMs));

@@ -5,6 +5,7 @@
  * The provisioning delay is applied by the reconciler on the service clock.
  */
 import type { Db } from '../db/db.js';
+import * as repo from './simulator-repository.js';
 import {
   DriverError,
   type HvAction,
@@ -30,37 +31,15 @@ export class SimulatorDriver implements HypervisorDriver {
 
   /** Arms `count` failures of `action` on a node, or on one VM when vmId is given. */
   async injectFault(target: { node: string; vmId?: string }, action: HvAction, count: number): Promise<void> {
-    const key = target.vmId ? `vm:${target.vmId}` : target.node;
-    await this.db.query(
-      `INSERT INTO sim_faults (target, action, remaining) VALUES ($1, $2, $3)
-       ON CONFLICT (target, action) DO UPDATE SET remaining = EXCLUDED.remaining`,
-      [key, action, count],
-    );
+    await repo.armFault(this.db, target.vmId ? `vm:${target.vmId}` : target.node, action, count);
   }
 
   async addTraffic(vmId: string, bytes: number): Promise<void> {
-    await this.db.query(
-      'INSERT INTO sim_traffic (vm_id, bytes) VALUES ($1, $2) ON CONFLICT (vm_id) DO UPDATE SET bytes = sim_traffic.bytes + EXCLUDED.bytes',
-      [vmId, bytes],
-    );
-  }
-
-  /** Consumes one armed fault for this VM or its node, if any. */
-  private async fails(action: HvAction, vm: { id: string; node: string }): Promise<boolean> {
-    const r = await this.db.query(
-      `UPDATE sim_faults SET remaining = remaining - 1
-        WHERE (target, action) = (
-          SELECT target, action FROM sim_faults
-           WHERE action = $1 AND remaining > 0 AND target IN ($2, $3)
-           ORDER BY target LIKE 'vm:%' DESC LIMIT 1 FOR UPDATE)
-        RETURNING target`,
-      [action, `vm:${vm.id}`, vm.node],
-    );
-    return r.rowCount === 1;
+    await repo.addTraffic(this.db, vmId, bytes);
   }
 
   private async call(action: HvAction, vm: { id: string; node: string }): Promise<void> {
-    const fail = await this.fails(action, vm);
+    const fail = await repo.takeFault(this.db, action, vm.id, vm.node);
     this.calls.push({ action, vmId: vm.id, node: vm.node, ok: !fail });
     if (fail) throw new DriverError(action, `simulated ${action} failure on ${vm.node}`);
   }
@@ -85,14 +64,13 @@ export class SimulatorDriver implements HypervisorDriver {
 
   async destroy(vm: VmRef): Promise<void> {
     await this.call('destroy', vm);
-    await this.db.query('DELETE FROM sim_traffic WHERE vm_id = $1', [vm.id]);
+    await repo.forgetTraffic(this.db, vm.id);
   }
 
   async trafficBytes(_node: string, vms: readonly VmRef[]): Promise<Map<string, number>> {
-    const r = await this.db.query<{ vm_id: string; bytes: number }>(
-      'SELECT vm_id, bytes FROM sim_traffic WHERE vm_id = ANY($1::uuid[])',
-      [vms.map((vm) => vm.id)],
+    return repo.trafficOf(
+      this.db,
+      vms.map((vm) => vm.id),
     );
-    return new Map(r.rows.map((row) => [row.vm_id, row.bytes]));
   }
 }

@@ -117,3 +117,9 @@ export async function unbalancedReservations(q: Queryable) {
     )
   ).rows;
 }
+
+/** When the earliest active reservation ends, or null. */
+export async function nextEndAt(q: Queryable): Promise<Date | null> {
+  const r = await q.query<{ at: Date | null }>(`SELECT min(end_at) AS at FROM reservations WHERE status = 'active'`);
+  return r.rows[0]!.at;
+}

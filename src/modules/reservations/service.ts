@@ -208,6 +208,11 @@ export class ReservationService {
     return r;
   }
 
+  /** When the earliest active reservation ends (ms), or null: the manual clock stops there. */
+  async nextEndDue(): Promise<number | null> {
+    return (await repo.nextEndAt(this.db))?.getTime() ?? null;
+  }
+
   async list(userId: number, limit: number, offset: number): Promise<{ items: ReservationRecord[]; total: number }> {
     const r = await repo.listReservations(this.db, userId, limit, offset);
     return { items: r.rows.map(toReservationRecord), total: r.total };

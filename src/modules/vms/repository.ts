@@ -278,3 +278,11 @@ export async function listInterruptions(q: Queryable, vmId: string, limit: numbe
   );
   return { rows: rows.rows, total: total.rows[0]!.n };
 }
+
+/** When the earliest pending hypervisor action is due (VMs of offline nodes wait for their node), or null. */
+export async function nextActionAt(q: Queryable): Promise<Date | null> {
+  const r = await q.query<{ at: Date | null }>(
+    `SELECT min(next_action_at) AS at FROM vms WHERE hv_action IS NOT NULL AND status <> 'offline'`,
+  );
+  return r.rows[0]!.at;
+}

@@ -122,6 +122,11 @@ export class VmService {
 
   // ---- create (see docs/vms.md#the-order-of-the-checks; create.ts) ----
 
+  /** When the earliest pending hypervisor action comes due (ms), or null: the manual clock stops there. */
+  async nextActionDue(): Promise<number | null> {
+    return (await repo.nextActionAt(this.db))?.getTime() ?? null;
+  }
+
   async create(userId: number, input: CreateVmInput): Promise<VmRecord> {
     return createVm(
       {

@@ -5,7 +5,7 @@
  */
 import type { Db } from './db/db.js';
 import type { Services } from './app.js';
-import * as ledger from './modules/billing/ledger.js';
+import * as seeds from './seed-repository.js';
 
 export interface DemoLogin {
   email: string;
@@ -95,34 +95,15 @@ const DEMO_NODES = [
  * start.
  */
 export async function seedDemo(db: Db, services: Services): Promise<DemoLogin> {
-  const done = await db.query(`SELECT 1 FROM seeds WHERE name = 'demo'`);
-  if (done.rows.length > 0) return DEMO_LOGIN;
+  if (await seeds.isSeeded(db, 'demo')) return DEMO_LOGIN;
   await services.inventory.ensureDefaultPricing();
   for (const n of DEMO_NODES) {
-    const exists = await db.query('SELECT 1 FROM nodes WHERE node = $1', [n.node]);
-    if (exists.rows.length === 0) {
-      await services.inventory.createNode({ ...n }).catch((err: unknown) => {
-        if ((err as { code?: string }).code !== 'conflict') throw err; // created concurrently
-      });
-    }
+    await services.inventory.createNode({ ...n }).catch((err: unknown) => {
+      if ((err as { code?: string }).code !== 'conflict') throw err; // made by an earlier start, or concurrently
+    });
   }
   const { user } = await services.auth.ensureUser(DEMO_LOGIN.email, DEMO_LOGIN.password, 'user', 'Demo User');
-  await db.transaction(async (tx) => {
-    await ledger.lockBalance(tx, user.id);
-    const credited = await tx.query(
-      `SELECT 1 FROM transactions WHERE user_id = $1 AND type = 'credit' AND description = 'Demo credit'`,
-      [user.id],
-    );
-    if (credited.rows.length === 0) {
-      await ledger.post(tx, {
-        userId: user.id,
-        type: 'credit',
-        amountMicros: DEMO_CREDIT_MICROS,
-        description: 'Demo credit',
-        now: services.clock.now(),
-      });
-    }
-    await tx.query(`INSERT INTO seeds (name) VALUES ('demo') ON CONFLICT (name) DO NOTHING`);
-  });
+  await services.billing.creditOnce(user.id, DEMO_CREDIT_MICROS, 'Demo credit');
+  await seeds.markSeeded(db, 'demo');
   return DEMO_LOGIN;
 }

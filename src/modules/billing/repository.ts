@@ -140,6 +140,15 @@ export async function insertTransaction(q: Queryable, t: NewTransaction): Promis
 }
 
 /** The balance, locking the user's row for the rest of the transaction; undefined for an unknown user. */
+/** Whether the user has a credit with this description (a one-time credit, such as the demo's). */
+export async function hasCredit(q: Queryable, userId: number, description: string): Promise<boolean> {
+  const r = await q.query(`SELECT 1 FROM transactions WHERE user_id = $1 AND type = 'credit' AND description = $2`, [
+    userId,
+    description,
+  ]);
+  return r.rows.length > 0;
+}
+
 export async function lockBalanceRow(q: Queryable, userId: number): Promise<BalanceRow | undefined> {
   return (await q.query<BalanceRow>('SELECT balance_micros FROM users WHERE id = $1 FOR UPDATE', [userId])).rows[0];
 }

@@ -44,6 +44,19 @@ export class BillingService {
     private readonly clock: Clock,
   ) {}
 
+  /**
+   * A credit the user gets once: none is posted when one with this description exists.
+   * Returns whether this call posted it.
+   */
+  async creditOnce(userId: number, micros: number, description: string): Promise<boolean> {
+    return this.db.transaction(async (tx) => {
+      await ledger.lockBalance(tx, userId);
+      if (await repo.hasCredit(tx, userId, description)) return false;
+      await ledger.post(tx, { userId, type: 'credit', amountMicros: micros, description, now: this.clock.now() });
+      return true;
+    });
+  }
+
   async balance(userId: number): Promise<{ balance: number; currency: string }> {
     return { balance: toAmount(await ledger.balance(this.db, userId)), currency: CURRENCY };
   }

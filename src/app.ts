@@ -103,7 +103,6 @@ export function createServices(deps: AppDeps): Services {
   const passwords = new PasswordHasher(deps.config.passwordHashConcurrency, undefined, deps.config.passwordHashCost);
   const tokens = new TokenService(deps.jwtSecret, clock);
   const sshKeys = new SshKeyService(deps.db, clock);
-  const adminUsers = new AdminUserService(deps.db, clock);
   const auth = new AuthService(
     deps.db,
     clock,
@@ -112,6 +111,7 @@ export function createServices(deps: AppDeps): Services {
     deriveKey(deps.jwtSecret, 'totp-secret'),
     deps.config.sessionMaxDays * 86_400_000,
   );
+  const adminUsers = new AdminUserService(deps.db, clock, auth);
   const apiKeys = new ApiKeyService(deps.db, clock);
   const inventory = new InventoryService(deps.db, clock, deps.jwtSecret, (endpoint) =>
     new AgentClient(endpoint, 3_000)

@@ -3,9 +3,8 @@ import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { invalidState, notFound } from '../../errors.js';
 import { toAmount } from '../../money.js';
-import * as users from '../auth/repository.js';
-import type { Role, UserRow } from '../auth/repository.js';
-import { toUserRecord, type UserRecord } from '../auth/service.js';
+import type { UserRow } from '../auth/repository.js';
+import { toUserRecord, type AccountPatch, type AuthService, type UserRecord } from '../auth/service.js';
 
 export interface AdminUserRecord extends UserRecord {
   /** Credit balance in the major unit. */
@@ -16,12 +15,7 @@ export interface AdminUserRecord extends UserRecord {
   updated_at: string;
 }
 
-export interface UserPatch {
-  role?: Role;
-  suspended?: boolean;
-  max_vms?: number | null;
-  max_gpus?: number | null;
-}
+export type UserPatch = AccountPatch;
 
 /** Called inside the suspension's transaction (the VM module stops the user's VMs here). */
 export type SuspensionHook = (tx: import('../../db/db.js').Queryable, userId: number, now: Date) => Promise<void>;
@@ -42,6 +36,7 @@ export class AdminUserService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
+    private readonly accounts: AuthService,
   ) {}
 
   onSuspend(hook: SuspensionHook): void {
@@ -58,25 +53,25 @@ export class AdminUserService {
     limit: number;
     offset: number;
   }): Promise<{ items: AdminUserRecord[]; total: number }> {
-    const r = await users.listUsers(this.db, f);
+    const r = await this.accounts.listAccounts(f);
     return { items: r.rows.map(toAdminRecord), total: r.total };
   }
 
   async get(id: number): Promise<AdminUserRecord> {
-    const u = await users.findUserById(this.db, id);
+    const u = await this.accounts.accountRow(this.db, id);
     if (!u) throw notFound('User');
     return toAdminRecord(u);
   }
 
   async patch(actorId: number, id: number, patch: UserPatch): Promise<AdminUserRecord> {
     const record = await this.db.transaction(async (tx) => {
-      const before = await users.findUserById(tx, id, true);
+      const before = await this.accounts.accountRow(tx, id, true);
       if (!before) throw notFound('User');
       if (id === actorId && (patch.suspended === true || patch.role === 'user')) {
         throw invalidState('Administrators cannot suspend or demote themselves; ask another administrator');
       }
       const now = this.clock.now();
-      const after = (await users.updateUserAdmin(tx, id, patch, now))!;
+      const after = (await this.accounts.changeAccount(tx, id, patch, now))!;
       if (after.suspended && !before.suspended) {
         for (const hook of this.suspensionHooks) await hook(tx, id, now);
       }

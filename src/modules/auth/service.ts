@@ -52,6 +52,14 @@ export interface ChallengeResponse {
   expires_in: number;
 }
 
+/** What an operator may change of an account. */
+export interface AccountPatch {
+  role?: Role;
+  suspended?: boolean;
+  max_vms?: number | null;
+  max_gpus?: number | null;
+}
+
 export const toUserRecord = (u: UserRow): UserRecord => ({
   id: u.id,
   email: u.email,
@@ -258,6 +266,27 @@ export class AuthService {
       await repo.revokeFamily(tx, row.family_id, userId, this.clock.now(), 'logout');
     });
     this.forgetUser(userId);
+  }
+
+  // ---- the operator's view of accounts (modules/admin): the users table is written here only ----
+
+  /** Accounts, newest first; `email` filters by substring. */
+  async listAccounts(f: {
+    email?: string;
+    limit: number;
+    offset: number;
+  }): Promise<{ rows: UserRow[]; total: number }> {
+    return repo.listUsers(this.db, f);
+  }
+
+  /** An account's row (locked for the rest of `q`'s transaction with `forUpdate`), or undefined. */
+  async accountRow(q: Queryable, id: number, forUpdate = false): Promise<UserRow | undefined> {
+    return repo.findUserById(q, id, forUpdate);
+  }
+
+  /** Changes an account's role, suspension or limits inside the caller's transaction. */
+  async changeAccount(q: Queryable, id: number, patch: AccountPatch, now: Date): Promise<UserRow | undefined> {
+    return repo.updateUserAdmin(q, id, patch, now);
   }
 
   async account(userId: number): Promise<UserRecord> {

@@ -17,6 +17,7 @@
  */
 import { Redis } from 'ioredis';
 import type { Db } from '../db/db.js';
+import type { Row } from '../db/rows.js';
 
 export interface RateLimitHit {
   /** Hits counted on the key in the current window, including this one (>= 1). */
@@ -272,7 +273,7 @@ export class PostgresRateLimitStore implements RateLimitStore {
         .query('DELETE FROM rate_limit_hits WHERE window_end < $1', [nowMs - EXPIRY_SLACK_MS])
         .catch(() => undefined);
     }
-    const r = await this.db.query<{ count: number }>(
+    const r = await this.db.query<Pick<Row<'rate_limit_hits'>, 'count'>>(
       `INSERT INTO rate_limit_hits (key, window_start, window_end, count) VALUES ($1, $2, $3, $4)
        ON CONFLICT (key, window_start) DO UPDATE SET count = rate_limit_hits.count + EXCLUDED.count
        RETURNING count`,

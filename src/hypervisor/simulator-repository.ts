@@ -1,5 +1,6 @@
 /** The only SQL of the simulated hypervisor: its armed faults and its VMs' traffic counters. */
 import type { Queryable } from '../db/db.js';
+import type { Row } from '../db/rows.js';
 import type { HvAction } from './driver.js';
 
 /** Arms `count` failures of `action` on a target (a node name, or `vm:<id>`), replacing any armed before. */
@@ -38,7 +39,7 @@ export async function forgetTraffic(q: Queryable, vmId: string): Promise<void> {
 
 /** The traffic counters of these VMs (a VM that made none is absent). */
 export async function trafficOf(q: Queryable, vmIds: readonly string[]): Promise<Map<string, number>> {
-  const r = await q.query<{ vm_id: string; bytes: number }>(
+  const r = await q.query<Pick<Row<'sim_traffic'>, 'vm_id' | 'bytes'>>(
     'SELECT vm_id, bytes FROM sim_traffic WHERE vm_id = ANY($1::uuid[])',
     [vmIds],
   );

@@ -51,7 +51,7 @@ export async function listKeys(q: Queryable, userId: number, limit: number, offs
  * active key of the user).
  */
 export async function revokeKey(q: Queryable, userId: number, id: string, now: Date): Promise<string[]> {
-  const r = await q.query<{ id: string }>(
+  const r = await q.query<Pick<Row<'api_keys'>, 'id'>>(
     `WITH RECURSIVE lineage AS (
        SELECT id FROM api_keys WHERE id = $1 AND user_id = $2 AND revoked_at IS NULL
        UNION

@@ -283,13 +283,13 @@ export async function clearLowBalance(q: Queryable, userId: number): Promise<voi
 
 /** Users a charge left at or below zero, by id. */
 export async function lowBalanceUsers(q: Queryable): Promise<{ id: number }[]> {
-  return (await q.query<{ id: number }>('SELECT id FROM users WHERE low_balance_pending ORDER BY id')).rows;
+  return (await q.query<Pick<Row<'users'>, 'id'>>('SELECT id FROM users WHERE low_balance_pending ORDER BY id')).rows;
 }
 
 /** Where the oldest open period begins, if it began before `lastBoundary` (something is due). */
 export async function oldestDueMeter(q: Queryable, lastBoundary: Date): Promise<{ billed_until: Date } | undefined> {
   return (
-    await q.query<{ billed_until: Date }>(
+    await q.query<Pick<Row<'vm_meters'>, 'billed_until'>>(
       'SELECT billed_until FROM vm_meters WHERE billed_until < $1 ORDER BY billed_until LIMIT 1',
       [lastBoundary],
     )

@@ -3,6 +3,7 @@
  * (docs/configuration.md#the-manual-clock).
  */
 import type { Queryable } from '../../db/db.js';
+import type { Row } from '../../db/rows.js';
 
 /** Writes the manual clock's first time, unless it has run before. */
 export async function initClock(q: Queryable, startMs: number): Promise<void> {
@@ -11,7 +12,7 @@ export async function initClock(q: Queryable, startMs: number): Promise<void> {
 
 /** The persisted time (undefined when the row is missing). */
 export async function storedNowMs(q: Queryable): Promise<number | undefined> {
-  const r = await q.query<{ now_ms: number }>('SELECT now_ms FROM service_clock WHERE id = 1');
+  const r = await q.query<Pick<Row<'service_clock'>, 'now_ms'>>('SELECT now_ms FROM service_clock WHERE id = 1');
   const v = Number(r.rows[0]?.now_ms);
   return Number.isFinite(v) ? v : undefined;
 }
@@ -21,7 +22,7 @@ export async function storedNowMs(q: Queryable): Promise<number | undefined> {
  * that advances from several instances add up and the clock never goes back. Returns the new time.
  */
 export async function moveClock(q: Queryable, fromMs: number, deltaMs: number): Promise<number | undefined> {
-  const r = await q.query<{ now_ms: number }>(
+  const r = await q.query<Pick<Row<'service_clock'>, 'now_ms'>>(
     'UPDATE service_clock SET now_ms = GREATEST(now_ms, $1) + $2 WHERE id = 1 RETURNING now_ms',
     [fromMs, deltaMs],
   );

@@ -101,7 +101,7 @@ const COLUMNS = 'id, seq, type, user_id, vm_id, data, created_at';
 
 /** The position of event `id` among the reader's events; undefined when it is not one of them. */
 export async function positionOf(q: Queryable, reader: EventReader, id: string): Promise<number | undefined> {
-  const r = await q.query<{ seq: number }>(`SELECT seq FROM events WHERE id = $3 AND ${visible}`, [
+  const r = await q.query<Pick<Row<'events'>, 'seq'>>(`SELECT seq FROM events WHERE id = $3 AND ${visible}`, [
     reader.userId,
     reader.operator,
     id,
@@ -133,7 +133,10 @@ export async function newestPositions(
   const r = await q.query<{ max: number | null }>('SELECT max(seq)::int8 AS max FROM events');
   const newest = Number(r.rows[0]?.max ?? 0);
   const low = Math.max(0, newest - window);
-  const present = await q.query<{ seq: number }>('SELECT seq FROM events WHERE seq > $1 AND seq <= $2', [low, newest]);
+  const present = await q.query<Pick<Row<'events'>, 'seq'>>('SELECT seq FROM events WHERE seq > $1 AND seq <= $2', [
+    low,
+    newest,
+  ]);
   return { newest, low, present: new Set(present.rows.map((x) => Number(x.seq))) };
 }
 

@@ -257,7 +257,7 @@ export async function agentOf(
   node: string,
 ): Promise<{ agent_url: string | null; agent_token_sealed: string | null } | undefined> {
   return (
-    await q.query<{ agent_url: string | null; agent_token_sealed: string | null }>(
+    await q.query<Pick<Row<'nodes'>, 'agent_url' | 'agent_token_sealed'>>(
       'SELECT agent_url, agent_token_sealed FROM nodes WHERE node = $1',
       [node],
     )

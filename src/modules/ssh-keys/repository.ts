@@ -24,9 +24,9 @@ export async function findByFingerprint(
 }
 
 export async function listLabels(q: Queryable, userId: number): Promise<string[]> {
-  return (await q.query<{ label: string }>('SELECT label FROM ssh_keys WHERE user_id = $1', [userId])).rows.map(
-    (r) => r.label,
-  );
+  return (
+    await q.query<Pick<Row<'ssh_keys'>, 'label'>>('SELECT label FROM ssh_keys WHERE user_id = $1', [userId])
+  ).rows.map((r) => r.label);
 }
 
 export async function insertKey(
@@ -65,7 +65,7 @@ export async function deleteKey(
   userId: number,
   id: string,
 ): Promise<{ id: string; label: string; fingerprint: string } | undefined> {
-  const r = await q.query<{ id: string; label: string; fingerprint: string }>(
+  const r = await q.query<Pick<Row<'ssh_keys'>, 'id' | 'label' | 'fingerprint'>>(
     'DELETE FROM ssh_keys WHERE id = $1 AND user_id = $2 RETURNING id, label, fingerprint',
     [id, userId],
   );

@@ -139,10 +139,9 @@ export async function userLimits(
   userId: number,
 ): Promise<{ max_vms: number | null; max_gpus: number | null } | undefined> {
   return (
-    await q.query<{ max_vms: number | null; max_gpus: number | null }>(
-      'SELECT max_vms, max_gpus FROM users WHERE id = $1',
-      [userId],
-    )
+    await q.query<Pick<Row<'users'>, 'max_vms' | 'max_gpus'>>('SELECT max_vms, max_gpus FROM users WHERE id = $1', [
+      userId,
+    ])
   ).rows[0];
 }
 
@@ -175,8 +174,8 @@ export async function vmsOnNode(q: Queryable, node: string, statuses: readonly s
 /** Whether the VM's owner is suspended (their VMs must not come up). */
 export async function ownerSuspended(q: Queryable, userId: number): Promise<boolean> {
   return (
-    (await q.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId])).rows[0]?.suspended ??
-    false
+    (await q.query<Pick<Row<'users'>, 'suspended'>>('SELECT suspended FROM users WHERE id = $1', [userId])).rows[0]
+      ?.suspended ?? false
   );
 }
 

@@ -17,7 +17,7 @@ export async function lockOwner(q: Queryable, userId: number): Promise<void> {
 
 export async function countOf(q: Queryable, userId: number): Promise<number> {
   return Number(
-    (await q.query<{ n: string }>('SELECT count(*) AS n FROM webhooks WHERE user_id = $1', [userId])).rows[0]!.n,
+    (await q.query<{ n: number }>('SELECT count(*) AS n FROM webhooks WHERE user_id = $1', [userId])).rows[0]!.n,
   );
 }
 
@@ -173,7 +173,7 @@ export async function holdClaim(
   eventId: string,
   token: string,
 ): Promise<{ attempts: number } | undefined> {
-  const r = await q.query<{ attempts: number }>(
+  const r = await q.query<Pick<Row<'webhook_deliveries'>, 'attempts'>>(
     `SELECT attempts FROM webhook_deliveries WHERE webhook_id = $1 AND event_id = $2 AND lease_token = $3 AND state = 'pending' FOR UPDATE`,
     [webhookId, eventId, token],
   );
@@ -241,7 +241,7 @@ export async function listAttempts(
       LIMIT $2 OFFSET $3`,
     [webhookId, limit, offset],
   );
-  const total = await q.query<{ n: string }>('SELECT count(*) AS n FROM webhook_attempts WHERE webhook_id = $1', [
+  const total = await q.query<{ n: number }>('SELECT count(*) AS n FROM webhook_attempts WHERE webhook_id = $1', [
     webhookId,
   ]);
   return { rows: rows.rows, total: Number(total.rows[0]!.n) };

@@ -1,16 +1,9 @@
 /** The only SQL of idempotency keys (docs/errors.md#idempotency-keys): claims, answers, takeovers and their expiry. */
 import type { Queryable } from '../db/db.js';
+import type { Row } from '../db/rows.js';
 
 /** A key's row as a retry reads it. */
-export interface StoredKey {
-  request_hash: string;
-  state: 'pending' | 'done';
-  response_status: number | null;
-  response_body: string | null;
-  created_at: Date;
-  owner: string | null;
-  lease_until_ms: number | null;
-}
+export type StoredKey = Omit<Row<'idempotency_keys'>, 'user_id' | 'idem_key'>;
 
 /** Which key, of whom, held by which request. */
 export interface KeyRef {

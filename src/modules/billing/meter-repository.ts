@@ -8,20 +8,22 @@ import type { Queryable } from '../../db/db.js';
 import type { Row } from '../../db/rows.js';
 
 /** The VM columns metering reads, with where its billing stands (its vm_meters row: none before its first start). */
-export interface MeteredVm {
-  id: string;
-  vmid: number;
-  user_id: number;
-  status: string;
-  gpu_count: number;
-  storage_gb: number;
-  gpu_hourly_rate_micros: number;
-  storage_hourly_rate_micros: number;
-  reservation_id: string | null;
+export type MeteredVm = Pick<
+  Row<'vms'>,
+  | 'id'
+  | 'vmid'
+  | 'user_id'
+  | 'status'
+  | 'gpu_count'
+  | 'storage_gb'
+  | 'gpu_hourly_rate_micros'
+  | 'storage_hourly_rate_micros'
+  | 'reservation_id'
+  | 'network_bytes_total'
+> & {
   billed_until: Date | null;
-  network_bytes_total: number;
   network_bytes_billed: number;
-}
+};
 
 /** A VM's row, as metering reads it (without its meter). */
 export type MeteredVmRow = Omit<MeteredVm, 'billed_until' | 'network_bytes_billed'>;
@@ -76,10 +78,7 @@ export interface PeriodColumns {
 }
 
 /** An active reservation a VM draws on, and when its term ends. */
-export interface ReservationTermRow {
-  id: string;
-  end_at: Date;
-}
+export type ReservationTermRow = Pick<Row<'reservations'>, 'id' | 'end_at'>;
 
 /** How many VMs accrue, and where the oldest billing stands (null when none does). */
 export interface MeterSummaryRow {
@@ -97,13 +96,7 @@ export interface AccrualRow {
 }
 
 /** A VM whose traffic counter is read before its period closes. */
-export interface TrafficVmRow {
-  id: string;
-  vmid: number;
-  node: string;
-  hv_ref: string | null;
-  network_bytes_total: number;
-}
+export type TrafficVmRow = Pick<Row<'vms'>, 'id' | 'vmid' | 'node' | 'hv_ref' | 'network_bytes_total'>;
 
 /** The VM's row, locked (the first lock of a close from a VM). */
 export async function lockMeteredVm(q: Queryable, vmId: string): Promise<MeteredVmRow | undefined> {

@@ -5,7 +5,7 @@
  */
 import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { collectAfterCommit, runBeforeCommit } from './commit-hook.js';
 
@@ -141,13 +141,14 @@ export class PgliteDb implements Db {
   static async open(dataDir?: string, snapshot?: Blob): Promise<PgliteDb> {
     if (dataDir) mkdirSync(dataDir, { recursive: true });
     const options = { dataDir, parsers: { [INT8]: parseInt8 }, loadDataDir: snapshot, postgresqlconf: EMBEDDED_CONF };
-    const fresh = dataDir !== undefined && !snapshot && !existsSync(join(dataDir, 'PG_VERSION'));
+    const fresh = dataDir !== undefined && !existsSync(join(dataDir, 'PG_VERSION'));
     let db = await PGlite.create(options);
     if (fresh) {
-      // Creating the cluster (initdb) grows the WebAssembly heap to several hundred MB, and a heap
-      // never shrinks: start over on the files it wrote, so a new service idles as small as an old one.
+      // Creating the cluster (initdb), or unpacking a template into it, grows the WebAssembly heap by
+      // hundreds of MB, and a heap never shrinks: start over on the files written, so a new service
+      // idles as small as an old one.
       await db.close();
-      db = await PGlite.create(options);
+      db = await PGlite.create({ ...options, loadDataDir: undefined });
     }
     return new PgliteDb(db);
   }
@@ -189,7 +190,23 @@ export class PgliteDb implements Db {
   }
 }
 
-export async function openDb(opts: { databaseUrl?: string; dataDir?: string }): Promise<Db> {
+/** `template`: gives a packed, migrated data directory to start a new one from (read only when one is new). */
+export async function openDb(opts: {
+  databaseUrl?: string;
+  dataDir?: string;
+  template?: () => Blob | undefined;
+}): Promise<Db> {
   if (opts.databaseUrl) return new PostgresDb(opts.databaseUrl);
-  return PgliteDb.open(opts.dataDir);
+  const { dataDir } = opts;
+  // A new data directory starts from the template when there is one (db/template.ts).
+  const template = dataDir && !existsSync(join(dataDir, 'PG_VERSION')) ? opts.template?.() : undefined;
+  if (dataDir && template) {
+    try {
+      return await PgliteDb.open(dataDir, template);
+    } catch {
+      // A template this PGlite cannot load: what it unpacked goes, and initdb makes the directory.
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+  return PgliteDb.open(dataDir);
 }

@@ -14,7 +14,7 @@ import type { AgentInfo } from '../modules/inventory/repository.js';
 import type { InventoryService } from '../modules/inventory/service.js';
 import type { VmService } from '../modules/vms/service.js';
 import { Loop } from './loop.js';
-import type { JobMetrics } from './metrics.js';
+import { JobMetrics } from './metrics.js';
 
 export function agentInfoOf(host: AgentHostInfo): AgentInfo {
   return {
@@ -38,7 +38,7 @@ export class AgentMonitor {
     private readonly vms: VmService,
     private readonly heartbeatS: number,
     private readonly log?: FastifyBaseLogger,
-    private readonly metrics?: JobMetrics,
+    private readonly metrics: JobMetrics = new JobMetrics(),
   ) {}
 
   /** Checks every agent due for a heartbeat now; returns how many were checked. */
@@ -58,7 +58,7 @@ export class AgentMonitor {
     try {
       host = await new AgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000)).host();
     } catch (err) {
-      this.metrics?.agentMisses.inc({ node });
+      this.metrics.agentMisses.inc({ node });
       const { misses, tookOffline } = await this.inventory.agentMissed(node);
       this.log?.warn(
         { node, misses, err: err instanceof Error ? err.message : String(err) },

@@ -1,6 +1,6 @@
 /** A background loop of the worker (see docs/architecture.md, "Background loops"). */
 import type { FastifyBaseLogger } from 'fastify';
-import type { JobMetrics } from './metrics.js';
+import { JobMetrics } from './metrics.js';
 
 /**
  * One background loop: a pass every `everyMs` of real time, one pass at a
@@ -16,7 +16,7 @@ export class Loop {
     private readonly everyMs: number,
     private readonly run: () => Promise<unknown>,
     private readonly log?: FastifyBaseLogger,
-    private readonly metrics?: JobMetrics,
+    private readonly metrics: JobMetrics = new JobMetrics(),
   ) {}
 
   start(): void {
@@ -31,7 +31,8 @@ export class Loop {
 
   private tick(): void {
     if (this.pass || !this.timer) return;
-    this.pass = (this.metrics ? this.metrics.pass(this.name, this.run) : this.run())
+    this.pass = this.metrics
+      .pass(this.name, this.run)
       .then(() => undefined)
       .catch((err: unknown) => this.log?.error({ err, job: this.name }, 'background job failed'))
       .finally(() => {

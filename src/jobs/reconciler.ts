@@ -12,7 +12,7 @@ import { newId } from '../ids.js';
 import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
 import { Loop } from './loop.js';
-import type { JobMetrics } from './metrics.js';
+import { JobMetrics } from './metrics.js';
 
 /** How long a claim holds before another instance may retry (real time, whatever the service clock does). */
 export const CLAIM_LEASE_MS = 5 * 60 * 1000;
@@ -43,7 +43,7 @@ export class Reconciler {
     private readonly driver: HypervisorDriver,
     private readonly vms: VmService,
     private readonly log?: FastifyBaseLogger,
-    private readonly metrics?: JobMetrics,
+    private readonly metrics: JobMetrics = new JobMetrics(),
   ) {}
 
   addJob(job: DueJob): void {
@@ -63,7 +63,7 @@ export class Reconciler {
     let work = 0;
     for (const job of this.jobs) {
       const run = () => job.run(this.clock.now());
-      work += await (this.metrics ? this.metrics.pass(job.name, run) : run());
+      work += await this.metrics.pass(job.name, run);
     }
     return work + (await this.runActions(wait));
   }
@@ -131,11 +131,11 @@ export class Reconciler {
     }
     try {
       await this.vms.completeAction(vm.id, token, action, outcome);
-      this.metrics?.hypervisorActions.inc({ action, outcome: outcome.ok ? 'ok' : 'failed' });
+      this.metrics.hypervisorActions.inc({ action, outcome: outcome.ok ? 'ok' : 'failed' });
     } catch (err) {
       // The claim's lease runs out and the action is retried: every driver call is safe to repeat.
       this.log?.error({ vm: vm.id, node: vm.node, action, err }, 'could not record a hypervisor action');
-      this.metrics?.hypervisorActions.inc({ action, outcome: 'unrecorded' });
+      this.metrics.hypervisorActions.inc({ action, outcome: 'unrecorded' });
       throw err;
     }
   }
@@ -181,7 +181,8 @@ export class Reconciler {
     }
     this.looping = true;
     const passes = () => this.runPasses(5);
-    (this.metrics ? this.metrics.pass('hypervisor-actions', passes) : passes())
+    this.metrics
+      .pass('hypervisor-actions', passes)
       .catch((err) => this.log?.error({ err, job: 'hypervisor-actions' }, 'reconciler pass failed'))
       .finally(() => {
         this.looping = false;

@@ -9,7 +9,7 @@ import { newId, randomToken, sha256Hex } from '../../ids.js';
 import { SCOPE_RANK, type Scope } from '../../http/scopes.js';
 import type { Principal } from '../../http/principal.js';
 import * as repo from './repository.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import type { ApiKeyRow } from './repository.js';
 import { CredentialCache } from '../../credential-cache.js';
 

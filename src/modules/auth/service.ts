@@ -11,7 +11,7 @@ import { newId, randomBytes, randomToken, sha256Hex } from '../../ids.js';
 import type { PasswordHasher } from './passwords.js';
 import type { TokenService } from './tokens.js';
 import * as repo from './repository.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import { CredentialCache } from '../../credential-cache.js';
 import type { Role, UserRow } from './repository.js';
 import { generateRecoveryCodes, generateTotpSecret, normalizeRecoveryCode, otpauthUrl, verifyTotp } from './totp.js';

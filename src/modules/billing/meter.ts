@@ -15,7 +15,7 @@ import { AppError } from '../../errors.js';
 import * as ledger from './ledger.js';
 import * as repo from './meter-repository.js';
 import type { MeteredVm, TrafficVmRow } from './meter-repository.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 
 export type { MeteredVm } from './meter-repository.js';
 

@@ -6,7 +6,7 @@ import { formatAmount, toAmount, toMicros } from '../../money.js';
 import { CURRENCY } from '../inventory/service.js';
 import * as ledger from './ledger.js';
 import * as repo from './repository.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import type { TransactionRow } from './ledger.js';
 
 export interface TransactionRecord {

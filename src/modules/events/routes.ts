@@ -9,15 +9,8 @@ import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { AppError, validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
-import {
-  assertKnownTypes,
-  EVENT_TYPES,
-  eventRecord,
-  listEvents,
-  positionOf,
-  type EventReader,
-  type EventRow,
-} from './repository.js';
+import { listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
+import { assertKnownTypes, EVENT_TYPES, eventRecord } from './service.js';
 import { EventHub } from './hub.js';
 import type { Principal } from '../../http/principal.js';
 import { UUID_RE } from '../../ids.js';

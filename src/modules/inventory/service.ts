@@ -11,7 +11,7 @@ import type { AgentInfo, FullNodeRow, GpuType, GpuUsage, NodeRow, NodeStatus, Pr
 import { deriveKey, open, seal } from '../../crypto.js';
 import { performance } from 'node:perf_hooks';
 import { afterCommit } from '../../db/commit-hook.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 
 export const CURRENCY = 'USD';
 /** An offer's total price is for the whole node offer with the minimum disk a VM may have. */

@@ -11,7 +11,7 @@ import { AppError, invalidState, notFound } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
 import { bpToPercent, discounted, formatAmount, mulDiv, toAmount } from '../../money.js';
 import * as ledger from '../billing/ledger.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import type { Meter } from '../billing/meter.js';
 import type { InventoryService } from '../inventory/service.js';
 import type { PricingRow } from '../inventory/repository.js';

@@ -10,7 +10,7 @@ import { AppError, notFound, validation } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { parseSshPublicKey, SshKeyParseError } from './fingerprint.js';
 import * as repo from './repository.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import type { SshKeyRow } from './repository.js';
 
 export const MAX_SSH_KEYS = 5;

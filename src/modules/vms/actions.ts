@@ -10,7 +10,7 @@ import { AppError, invalidState, validation } from '../../errors.js';
 import { formatAmount } from '../../money.js';
 import * as ledger from '../billing/ledger.js';
 import type { InventoryService } from '../inventory/service.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 import { LABEL_RE, LABEL_RULE, mustFind } from './records.js';

@@ -7,7 +7,7 @@ import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import * as ledger from '../billing/ledger.js';
 import type { InventoryService } from '../inventory/service.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import * as repo from './repository.js';
 import { committedHourly } from './rates.js';
 import { freeGpus } from './placement.js';

@@ -13,7 +13,7 @@ import * as ledger from '../billing/ledger.js';
 import type { InventoryService } from '../inventory/service.js';
 import type { SshKeyService } from '../ssh-keys/service.js';
 import { quote, type Months, type ReservationService } from '../reservations/service.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import type { RentalType } from './lifecycle.js';
 import * as repo from './repository.js';
 import type { VmRow } from './repository.js';

@@ -6,7 +6,7 @@
  */
 import type { Queryable } from '../../db/db.js';
 import { newId } from '../../ids.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 import type { ApplyTransition } from './transitions.js';

@@ -5,7 +5,7 @@
  */
 import type { Queryable } from '../../db/db.js';
 import { invalidState } from '../../errors.js';
-import { recordEvent } from '../events/repository.js';
+import { recordEvent } from '../events/service.js';
 import { transition, type VmEvent } from './lifecycle.js';
 import * as repo from './repository.js';
 import type { VmRow } from './repository.js';

@@ -18,7 +18,7 @@ import type { Principal } from '../../http/principal.js';
 import { Loop } from '../../jobs/loop.js';
 import type { JobMetrics } from '../../jobs/metrics.js';
 import { afterCommit } from '../../db/commit-hook.js';
-import { assertKnownTypes, EVENT_TYPES, eventRecord, recordEvent } from '../events/repository.js';
+import { assertKnownTypes, EVENT_TYPES, eventRecord, recordEvent } from '../events/service.js';
 import * as repo from './repository.js';
 import { hostProblem, postJson, urlFormProblem } from './outbound.js';
 import { newSecret, signedHeaders } from './signing.js';

@@ -23,3 +23,21 @@ test('nothing in http/ or hypervisor/ imports from modules/', () => {
   }
   assert.deepEqual(offenders, []);
 });
+
+test("a module uses another module's service, never its repository (types aside)", () => {
+  // The one exception: the ledger check (billing) audits reservation balances with the reservations' own query.
+  const allowed = new Set(['billing/ledger-check.ts -> ../reservations/repository.js']);
+  const offenders: string[] = [];
+  const modules = join(SRC, 'modules');
+  for (const f of readdirSync(modules, { recursive: true }) as string[]) {
+    if (!f.endsWith('.ts')) continue;
+    const own = f.split(/[\\/]/)[0]!;
+    const text = readFileSync(join(modules, f), 'utf8');
+    for (const m of text.matchAll(/^import\s+(type\s+)?[^;]*?from\s+'(\.\.\/([\w-]+)\/[\w-]*repository\.js)'/gms)) {
+      if (m[1] || m[3] === own) continue;
+      const edge = `${f.replace(/\\/g, '/')} -> ${m[2]}`;
+      if (!allowed.has(edge)) offenders.push(edge);
+    }
+  }
+  assert.deepEqual(offenders, []);
+});

@@ -42,13 +42,20 @@ export interface BatchingOptions {
   flushEveryMs?: number;
   /** A key read longer ago than this is counted in the shared store again (default 1000 ms). */
   freshForMs?: number;
+  /** How often a flush also drops the counters of ended windows (default 1000 ms). */
+  sweepEveryMs?: number;
 }
 
 export class BatchingRateLimitStore implements RateLimitStore {
   /** Key -> its counter in the latest window this instance has seen. */
   private readonly entries = new Map<string, Entry>();
+  /** Keys with local hits not yet sent: a flush visits these, not every key. */
+  private readonly dirty = new Set<string>();
+  /** Real time at which the next flush also drops the counters of ended windows. */
+  private nextSweepMs = 0;
   private readonly flushEveryMs: number;
   private readonly freshForMs: number;
+  private readonly sweepEveryMs: number;
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private closed = false;
@@ -59,6 +66,7 @@ export class BatchingRateLimitStore implements RateLimitStore {
   ) {
     this.flushEveryMs = opts.flushEveryMs ?? 100;
     this.freshForMs = opts.freshForMs ?? 1000;
+    this.sweepEveryMs = opts.sweepEveryMs ?? 1000;
   }
 
   async hit(key: string, windowMs: number, nowMs: number, opts: HitOptions = {}): Promise<RateLimitHit> {
@@ -77,12 +85,13 @@ export class BatchingRateLimitStore implements RateLimitStore {
       entry.base + entry.inflight + entry.pending + 1 < opts.localBelow
     ) {
       entry.pending += 1;
-      this.startTimer();
+      this.dirty.add(key);
       return { count: entry.base + entry.inflight + entry.pending, resetMs };
     }
     if (entry === undefined) {
       entry = { windowMs, windowStart, windowEnd, base: 0, pending: 0, inflight: 0, syncedAt: -Infinity };
       this.entries.set(key, entry);
+      this.startTimer(); // which also drops the entry once its window has ended
     }
     // Counted in the shared store, together with this key's local hits not yet sent.
     const n = entry.pending + 1;
@@ -95,6 +104,7 @@ export class BatchingRateLimitStore implements RateLimitStore {
       return hit;
     } catch (err) {
       entry.pending += n - 1; // this hit fails open; the earlier local ones are sent again
+      if (entry.pending > 0) this.dirty.add(key);
       throw err;
     } finally {
       entry.inflight -= n;
@@ -117,13 +127,9 @@ export class BatchingRateLimitStore implements RateLimitStore {
   private async sendPending(): Promise<void> {
     const now = realTimeMs();
     const sends: Promise<void>[] = [];
-    for (const [key, entry] of this.entries) {
-      if (entry.windowEnd <= now) {
-        // Hits of an ended window no longer limit anything.
-        if (entry.inflight === 0) this.entries.delete(key);
-        continue;
-      }
-      if (entry.pending === 0) continue;
+    for (const key of this.dirty) {
+      const entry = this.entries.get(key);
+      if (entry === undefined || entry.pending === 0 || entry.windowEnd <= now) continue;
       const n = entry.pending;
       entry.pending = 0;
       entry.inflight += n;
@@ -138,11 +144,20 @@ export class BatchingRateLimitStore implements RateLimitStore {
             // Kept for the next flush; the shared store's own error is logged by the requests that reach it.
             entry.inflight -= n;
             entry.pending += n;
+            this.dirty.add(key);
           },
         ),
       );
     }
-    if (this.entries.size === 0) this.stopTimer();
+    this.dirty.clear();
+    if (now >= this.nextSweepMs) {
+      // Hits of an ended window no longer limit anything: their counters go, about once a second.
+      this.nextSweepMs = now + this.sweepEveryMs;
+      for (const [key, entry] of this.entries) {
+        if (entry.windowEnd <= now && entry.inflight === 0) this.entries.delete(key);
+      }
+      if (this.entries.size === 0) this.stopTimer();
+    }
     await Promise.all(sends);
   }
 

@@ -132,6 +132,17 @@ describe('BatchingRateLimitStore', () => {
     await store.close();
   });
 
+  test('keys seen once (each hit counted in the shared store) are dropped when their window ends', async () => {
+    const shared = new SharedMemory();
+    const store = new BatchingRateLimitStore(shared, { flushEveryMs: 10, sweepEveryMs: 20 });
+    const windowMs = 50;
+    for (let i = 0; i < 100; i++) await store.hit(`ip-${i}`, windowMs, Date.now());
+    assert.ok(store.size() > 0);
+    for (let i = 0; i < 100 && store.size() > 0; i++) await sleep(10);
+    assert.equal(store.size(), 0, 'no counter outlives its window');
+    await store.close();
+  });
+
   test('a failing shared store: the hit rejects and the local hits it carried are sent later', async () => {
     const shared = new SharedMemory();
     let failing = false;

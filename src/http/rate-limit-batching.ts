@@ -93,17 +93,27 @@ export class BatchingRateLimitStore implements RateLimitStore {
       this.entries.set(key, entry);
       this.startTimer(); // which also drops the entry once its window has ended
     }
-    // Counted in the shared store, together with this key's local hits not yet sent.
-    const n = entry.pending + 1;
+    // Counted in the shared store, together with this key's local hits not yet sent. If that fails, this
+    // hit is let through uncounted (the caller fails open) and the earlier local ones are sent again.
+    entry.pending += 1;
+    return this.send(key, entry, nowMs, 1);
+  }
+
+  /**
+   * Sends the entry's local hits to the shared store at `nowMs`; its count and read time follow the
+   * answer. On failure, all but `dropOnFailure` of them wait for the next flush.
+   */
+  private async send(key: string, entry: Entry, nowMs: number, dropOnFailure: number): Promise<RateLimitHit> {
+    const n = entry.pending;
     entry.pending = 0;
     entry.inflight += n;
     try {
-      const hit = await this.shared.add(key, windowMs, nowMs, n);
+      const hit = await this.shared.add(key, entry.windowMs, nowMs, n);
       entry.base = Math.max(entry.base, hit.count);
       entry.syncedAt = nowMs;
       return hit;
     } catch (err) {
-      entry.pending += n - 1; // this hit fails open; the earlier local ones are sent again
+      entry.pending += n - dropOnFailure;
       if (entry.pending > 0) this.dirty.add(key);
       throw err;
     } finally {
@@ -127,29 +137,19 @@ export class BatchingRateLimitStore implements RateLimitStore {
   private async sendPending(): Promise<void> {
     const now = realTimeMs();
     const sends: Promise<void>[] = [];
-    for (const key of this.dirty) {
+    const keys = [...this.dirty];
+    this.dirty.clear();
+    for (const key of keys) {
       const entry = this.entries.get(key);
       if (entry === undefined || entry.pending === 0 || entry.windowEnd <= now) continue;
-      const n = entry.pending;
-      entry.pending = 0;
-      entry.inflight += n;
+      // A failure keeps the hits for the next flush; the shared store's error is logged by the requests that reach it.
       sends.push(
-        this.shared.add(key, entry.windowMs, Math.max(now, entry.windowStart), n).then(
-          (hit) => {
-            entry.base = Math.max(entry.base, hit.count);
-            entry.syncedAt = realTimeMs();
-            entry.inflight -= n;
-          },
-          () => {
-            // Kept for the next flush; the shared store's own error is logged by the requests that reach it.
-            entry.inflight -= n;
-            entry.pending += n;
-            this.dirty.add(key);
-          },
+        this.send(key, entry, Math.max(now, entry.windowStart), 0).then(
+          () => undefined,
+          () => undefined,
         ),
       );
     }
-    this.dirty.clear();
     if (now >= this.nextSweepMs) {
       // Hits of an ended window no longer limit anything: their counters go, about once a second.
       this.nextSweepMs = now + this.sweepEveryMs;

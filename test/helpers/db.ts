@@ -4,11 +4,12 @@
  * its own in-memory database (PGlite), migrated, and removed afterwards.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PgliteDb, PostgresDb, type Db } from '../../src/db/db.js';
 import { loadMigrations, migrate } from '../../src/db/migrate.js';
+import { packTemplate } from '../../src/db/template.js';
 
 export type DbKind = 'pglite' | 'postgres';
 export const DB_KINDS: DbKind[] = process.env.DATABASE_URL ? ['pglite', 'postgres'] : ['pglite'];
@@ -62,14 +63,6 @@ async function pgliteSnapshot(): Promise<Blob> {
     .digest('hex')
     .slice(0, 16);
   const file = join(tmpdir(), `gpucloud-pglite-${key}.tar`);
-  if (!existsSync(file)) {
-    const db = await PgliteDb.open();
-    await migrate(db);
-    const dump = await db.pg.dumpDataDir('none');
-    await db.close();
-    const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
-    writeFileSync(tmp, Buffer.from(await dump.arrayBuffer()));
-    renameSync(tmp, file);
-  }
+  if (!existsSync(file)) await packTemplate(file, 'none');
   return new Blob([readFileSync(file)]);
 }

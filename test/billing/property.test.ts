@@ -45,6 +45,7 @@ import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
 import { holdsGpus, type RentalType, type VmStatus } from '../../src/modules/vms/lifecycle.js';
 import { quote } from '../../src/modules/reservations/service.js';
+import { ERROR_CODES as CODES } from '../helpers/expected.js';
 
 const SEED = Number(process.env.PROPERTY_SEED ?? 4_2026_1122);
 const RUNS = Number(process.env.PROPERTY_RUNS ?? 24);
@@ -62,26 +63,6 @@ function replayCommand(seed: number, path: string | null | undefined): string {
 }
 const MAX_STEPS = 15;
 const DAY_S = 86_400;
-
-/** The closed list of error codes an error response may carry. */
-const CODES = new Set([
-  'insufficient_balance',
-  'gpu_unavailable',
-  'invalid_state',
-  'not_found',
-  'rate_limited',
-  'validation_error',
-  'malformed_json',
-  'payload_too_large',
-  'unsupported_media_type',
-  'invalid_code',
-  'unauthorized',
-  'forbidden',
-  'limit_exceeded',
-  'conflict',
-  'idempotency_mismatch',
-  'internal',
-]);
 
 /** The inventory of every run: small nodes so that GPUs run out and preemption happens. */
 const NODES = [

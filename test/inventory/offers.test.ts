@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
 import { createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import { SHIPPED_PRICES as DEFAULTS } from '../helpers/expected.js';
 
 const OFFER_KEYS = [
   'available_interruptible',
@@ -45,35 +46,6 @@ const PRICING_TYPE_KEYS = [
   'storage_price_gb_hourly',
   'total_gpus',
 ];
-const DEFAULTS = {
-  '5090': {
-    gpu_ram_mb: 32_768,
-    gpu_price_hourly: 0.69,
-    interruptible_rate: 0.35,
-    storage_price_gb_hourly: 0.0002,
-    reserved_discount_1mo: 10,
-    reserved_discount_3mo: 20,
-    reserved_discount_6mo: 30,
-  },
-  '4090': {
-    gpu_ram_mb: 24_576,
-    gpu_price_hourly: 0.44,
-    interruptible_rate: 0.22,
-    storage_price_gb_hourly: 0.0002,
-    reserved_discount_1mo: 10,
-    reserved_discount_3mo: 20,
-    reserved_discount_6mo: 30,
-  },
-  pro6000: {
-    gpu_ram_mb: 98_304,
-    gpu_price_hourly: 1.69,
-    interruptible_rate: 0.85,
-    storage_price_gb_hourly: 0.0002,
-    reserved_discount_1mo: 10,
-    reserved_discount_3mo: 20,
-    reserved_discount_6mo: 30,
-  },
-} as const;
 
 interface Offer {
   node: string;

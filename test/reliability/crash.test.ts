@@ -61,6 +61,7 @@ import {
   type ScratchDb,
 } from './crash-harness.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
+import { ERROR_CODES as CODES } from '../helpers/expected.js';
 
 const CRASHES = Number(process.env.CRASH_COUNT ?? 50);
 const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -83,25 +84,6 @@ const ANSWER_BOUND_MS = 60_000;
 const TTL_MARGIN_MS = 20 * HOUR_MS;
 const REPLAY_WINDOW_MS = 16 * HOUR_MS;
 const MAX_LIVE_VMS = 6;
-
-const CODES = new Set([
-  'insufficient_balance',
-  'gpu_unavailable',
-  'invalid_state',
-  'not_found',
-  'rate_limited',
-  'validation_error',
-  'malformed_json',
-  'payload_too_large',
-  'unsupported_media_type',
-  'invalid_code',
-  'unauthorized',
-  'forbidden',
-  'limit_exceeded',
-  'conflict',
-  'idempotency_mismatch',
-  'internal',
-]);
 
 type Kind = 'create' | 'destroy' | 'stop' | 'start' | 'credit' | 'cancel' | 'advance';
 

@@ -7,31 +7,8 @@ import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type Res } from '../helpers/app.js';
 import { createApiKey, createUser, type TestUser } from '../helpers/factories.js';
-
-/** The shipped defaults this file's arithmetic is worked out from (checked against GET /admin/pricing first). */
-const DEFAULTS = {
-  '5090': {
-    gpu_price_hourly: 0.69,
-    storage_price_gb_hourly: 0.0002,
-    reserved_discount_1mo: 10,
-    reserved_discount_3mo: 20,
-    reserved_discount_6mo: 30,
-  },
-  '4090': {
-    gpu_price_hourly: 0.44,
-    storage_price_gb_hourly: 0.0002,
-    reserved_discount_1mo: 10,
-    reserved_discount_3mo: 20,
-    reserved_discount_6mo: 30,
-  },
-  pro6000: {
-    gpu_price_hourly: 1.69,
-    storage_price_gb_hourly: 0.0002,
-    reserved_discount_1mo: 10,
-    reserved_discount_3mo: 20,
-    reserved_discount_6mo: 30,
-  },
-};
+// The shipped defaults this file's arithmetic is worked out from (checked against GET /admin/pricing first).
+import { SHIPPED_PRICES as DEFAULTS } from '../helpers/expected.js';
 
 interface Case {
   body: Record<string, unknown>;

@@ -9,7 +9,7 @@
  * of its own. Used by bench/http.ts and bench/startup.ts, not run on its own.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createScratchDatabase } from '../scripts/scratch-db.js';
 import { rateLimitVariables, startChildServer, type ChildServer } from '../scripts/soak/server.js';
@@ -87,7 +87,21 @@ function forward(line: string): void {
 }
 
 /**
- * Starts `node REPO/dist/main.js serve` (PORT 0: any free port) and resolves
+ * Node's arguments for the service as `npm start` runs it in `repo`: the words of
+ * its start script after `node` (`--v8-pool-size=2 dist/main.js serve`), so the
+ * bench measures the flags the checkout ships, not a command of its own.
+ */
+export function startArgs(repo: string): string[] {
+  const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as { scripts?: { start?: string } };
+  const words = (pkg.scripts?.start ?? '').trim().split(/\s+/);
+  if (words[0] !== 'node' || !words.includes('dist/main.js')) {
+    throw new Error(`${repo}/package.json: the start script is not "node ... dist/main.js serve"`);
+  }
+  return words.slice(1);
+}
+
+/**
+ * Starts the service as `npm start` does (startArgs) (PORT 0: any free port) and resolves
  * when it prints its `API: http://...` line; stopped with the scope, or
  * earlier with stop().
  */
@@ -101,7 +115,7 @@ export async function startService(
   const main = join(repo, 'dist', 'main.js');
   if (!existsSync(main)) throw new Error(`${main} does not exist: run npm run build in ${repo} first`);
   const server: ChildServer = await startChildServer(serviceEnv(db, admin, port), START_TIMEOUT_MS, forward, {
-    args: [main, 'serve'],
+    args: startArgs(repo),
     cwd: repo,
   });
   const stop = scope.defer(() => server.stop());

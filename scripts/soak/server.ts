@@ -23,7 +23,7 @@ export interface ChildServer {
  * or GPUCLOUD_* of the caller cannot leak in). The server runs in the child
  * process itself (tsx is a loader), so the child's pid is the server's.
  * `command` starts something else that prints the same banner line (the
- * bench starts `node DIR/dist/main.js serve` and its baseline servers).
+ * bench starts the service as `npm start` does, and its baseline servers).
  */
 export async function startChildServer(
   env: Record<string, string>,

@@ -6,7 +6,16 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,22 +23,61 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const MAIN = join(ROOT, 'src/main.ts');
 
-/** Builds (or reuses) the test guest image; returns its path. */
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * Builds (or reuses) the test guest image; returns its path. Test files run in
+ * parallel processes, and two builds at once would download into the same
+ * package cache: one process builds while the others wait for its lock file (a
+ * lock whose process is gone is taken over).
+ */
 export function testImage(): string {
   const h = createHash('sha256');
   h.update(readFileSync(join(ROOT, 'scripts/test-image.mjs')));
   const assets = join(ROOT, 'scripts/test-image');
   if (existsSync(assets)) for (const f of readdirSync(assets).sort()) h.update(f).update(readFileSync(join(assets, f)));
   const out = join(tmpdir(), `gpucloud-test-image-${h.digest('hex').slice(0, 16)}.qcow2`);
-  if (existsSync(out)) return out;
-  const tmp = `${out}.${process.pid}.tmp.qcow2`;
-  const r = spawnSync(process.execPath, [join(ROOT, 'scripts/test-image.mjs'), tmp], {
-    encoding: 'utf8',
-    timeout: 300_000,
-  });
-  if (r.status !== 0) throw new Error(`npm run test-image failed:\n${r.stdout}\n${r.stderr}`);
-  renameSync(tmp, out);
-  return out;
+  const lock = `${out}.lock`;
+  const deadline = Date.now() + 600_000;
+  for (;;) {
+    if (existsSync(out)) return out;
+    try {
+      writeFileSync(lock, String(process.pid), { flag: 'wx' });
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      let holder = 0;
+      try {
+        holder = Number(readFileSync(lock, 'utf8'));
+      } catch {
+        continue; // released in between
+      }
+      // An empty file is a lock being written: its holder is alive.
+      if (holder > 0 && !alive(holder)) rmSync(lock, { force: true });
+      else if (Date.now() > deadline) throw new Error(`the test image is still being built by process ${holder}`);
+      else Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 500);
+    }
+  }
+  try {
+    if (existsSync(out)) return out;
+    const tmp = `${out}.${process.pid}.tmp.qcow2`;
+    const r = spawnSync(process.execPath, [join(ROOT, 'scripts/test-image.mjs'), tmp], {
+      encoding: 'utf8',
+      timeout: 300_000,
+    });
+    if (r.status !== 0) throw new Error(`npm run test-image failed:\n${r.stdout}\n${r.stderr}`);
+    renameSync(tmp, out);
+    return out;
+  } finally {
+    rmSync(lock, { force: true });
+  }
 }
 
 export { freePort } from '../helpers/ports.js';

@@ -5,9 +5,10 @@
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { describeEachDb, TEST_CLOCK_START, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb, TEST_CLOCK_START, type Res } from '../helpers/app.js';
+import { api, type Api, type ErrorBody, type RequestBody } from '../helpers/api.js';
 import { createTestDb } from '../helpers/db.js';
-import { createApiKey, createUser, uniqueEmail, type TestUser } from '../helpers/factories.js';
+import { createApiKey, createUser, tokensOf, uniqueEmail, type TestUser } from '../helpers/factories.js';
 import { ClockService } from '../../src/modules/clock/service.js';
 import { AppError } from '../../src/errors.js';
 
@@ -26,13 +27,25 @@ const ADMIN_USER_FIELDS = [
 ];
 const MAX_ADVANCE_S = 10 * 366 * 86_400;
 
+type UserPatch = RequestBody<'/admin/users/{user_id}', 'patch'>;
+
+/**
+ * The error body of an answer of t().req. Used only for requests the typed client cannot send: a path whose
+ * {user_id} is deliberately not a user id ('abc', '1e3', '%20'...), where api() takes a number (and would encode
+ * '%20'). t().req has already checked that every error answer has this shape.
+ */
+const errorOf = (r: Res): ErrorBody => r.body as ErrorBody;
+
 describeEachDb('admin API', (t) => {
   let admin: TestUser;
   let user: TestUser;
+  /** Typed clients for the administrator (made in before()) and without credentials. */
+  let asAdmin: Api;
+  const anon = () => api(t());
+  const ofUser = (id: number) => ({ params: { user_id: id } });
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
   const clockNow = async (): Promise<number> => {
-    const r = await req('GET', '/admin/clock', { token: admin.token });
+    const r = await asAdmin.get('/admin/clock');
     assert.equal(r.status, 200, r.text);
     return Date.parse(r.body.now);
   };
@@ -40,11 +53,12 @@ describeEachDb('admin API', (t) => {
   before(async () => {
     admin = await createUser(t(), { admin: true });
     user = await createUser(t());
+    asAdmin = api(t(), admin.token);
   });
 
   describe('service clock (manual clock, advance, persistence)', () => {
     test('GET /admin/clock returns the manual clock, started at GPUCLOUD_CLOCK_START', async () => {
-      const r = await req('GET', '/admin/clock', { token: admin.token });
+      const r = await asAdmin.get('/admin/clock');
       assert.equal(r.status, 200);
       assert.deepEqual(Object.keys(r.body), ['now']);
       assert.equal(r.body.now, new Date(Date.parse(TEST_CLOCK_START)).toISOString(), 'nothing has advanced it yet');
@@ -88,11 +102,12 @@ describeEachDb('admin API', (t) => {
     test('POST /admin/clock/advance moves it by exactly the given seconds', async () => {
       const start = await clockNow();
       // (Access tokens live 3600 s of service time: this file keeps its advances well below that.)
-      const r = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 1800 } });
+      const r = await asAdmin.post('/admin/clock/advance', { body: { seconds: 1800 } });
       assert.equal(r.status, 200, r.text);
       assert.equal(Date.parse(r.body.now), start + 1_800_000);
       assert.equal(await clockNow(), start + 1_800_000);
-      const one = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 1 } });
+      const one = await asAdmin.post('/admin/clock/advance', { body: { seconds: 1 } });
+      assert.equal(one.status, 200, one.text);
       assert.equal(Date.parse(one.body.now), start + 1_801_000);
       // Services see the same time
       assert.equal(t().services.clock.now().getTime(), start + 1_801_000);
@@ -112,29 +127,31 @@ describeEachDb('admin API', (t) => {
         { seconds: MAX_ADVANCE_S + 1 },
       ];
       for (const body of bad) {
-        const r = await req('POST', '/admin/clock/advance', { token: admin.token, body });
+        const r = await asAdmin.post('/admin/clock/advance', { rawBody: body });
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
-        assert.ok(r.body.errors[0].field.startsWith('body'), r.text);
+        assert.ok(r.body.errors?.[0]?.field.startsWith('body'), r.text);
       }
-      const none = await req('POST', '/admin/clock/advance', { token: admin.token });
+      const none = await asAdmin.post('/admin/clock/advance', { rawBody: undefined });
       assert.equal(none.status, 422, none.text);
       assert.equal(await clockNow(), before, 'nothing moved');
     });
 
     test('the clock is admin only', async () => {
       const before = await clockNow();
-      assert.equal((await req('GET', '/admin/clock')).status, 401);
-      assert.equal((await req('GET', '/admin/clock', { token: user.token })).status, 403);
-      const r = await req('POST', '/admin/clock/advance', { token: user.token, body: { seconds: 60 } });
+      const asUser = api(t(), user.token);
+      assert.equal((await anon().get('/admin/clock')).status, 401);
+      assert.equal((await asUser.get('/admin/clock')).status, 403);
+      const r = await asUser.post('/admin/clock/advance', { body: { seconds: 60 } });
       assert.equal(r.status, 403);
       assert.equal(r.body.code, 'forbidden');
-      assert.equal((await req('POST', '/admin/clock/advance', { body: { seconds: 60 } })).status, 401);
+      assert.equal((await anon().post('/admin/clock/advance', { body: { seconds: 60 } })).status, 401);
       assert.equal(await clockNow(), before);
     });
 
     test('the manual clock persists: a new ClockService on the same database continues from it', async () => {
-      const r = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 600 } });
+      const r = await asAdmin.post('/admin/clock/advance', { body: { seconds: 600 } });
+      assert.equal(r.status, 200, r.text);
       const now = Date.parse(r.body.now);
       const restarted = await ClockService.create(t().db, 'manual');
       assert.equal(restarted.now().getTime(), now);
@@ -189,43 +206,45 @@ describeEachDb('admin API', (t) => {
       assert.equal((await a.sync()).getTime(), start + 110_000);
       assert.equal(a.now().getTime(), start + 110_000);
       // and so does an advance through the app
-      const r = await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 1 } });
+      const r = await asAdmin.post('/admin/clock/advance', { body: { seconds: 1 } });
+      assert.equal(r.status, 200, r.text);
       assert.equal(Date.parse(r.body.now), start + 111_000);
     });
   });
 
   describe('access (administrators only)', () => {
-    const routes: [string, string, unknown?][] = [
-      ['GET', '/admin/users'],
-      ['GET', '/admin/users/1'],
-      ['PATCH', '/admin/users/1', { max_vms: 3 }],
-      ['GET', '/admin/clock'],
-      ['POST', '/admin/clock/advance', { seconds: 1 }],
-    ];
+    const routes = [
+      ['GET /admin/users', (c: Api) => c.get('/admin/users')],
+      ['GET /admin/users/1', (c: Api) => c.get('/admin/users/{user_id}', ofUser(1))],
+      ['PATCH /admin/users/1', (c: Api) => c.patch('/admin/users/{user_id}', { ...ofUser(1), body: { max_vms: 3 } })],
+      ['GET /admin/clock', (c: Api) => c.get('/admin/clock')],
+      ['POST /admin/clock/advance', (c: Api) => c.post('/admin/clock/advance', { body: { seconds: 1 } })],
+    ] as const;
 
     test('/admin/* is 401 without credentials and 403 for a normal user, even with a read_write key', async () => {
       const key = await createApiKey(t(), user.token, 'read_write');
-      for (const [method, url, body] of routes) {
-        const anon = await req(method, url, { body });
-        assert.equal(anon.status, 401, `${method} ${url}`);
-        assert.equal(anon.body.code, 'unauthorized');
+      for (const [what, call] of routes) {
+        const unauthenticated = await call(anon());
+        assert.equal(unauthenticated.status, 401, what);
+        assert.equal(unauthenticated.body.code, 'unauthorized');
         for (const token of [user.token, key]) {
-          const r = await req(method, url, { token, body });
-          assert.equal(r.status, 403, `${method} ${url}: ${r.text}`);
+          const r = await call(api(t(), token));
+          assert.equal(r.status, 403, `${what}: ${r.text}`);
           assert.equal(r.body.code, 'forbidden');
           assert.match(r.body.detail, /admin/i);
         }
       }
-      const me = await req('GET', `/admin/users/${user.id}`, { token: admin.token });
+      const me = await asAdmin.get('/admin/users/{user_id}', ofUser(user.id));
+      assert.equal(me.status, 200, me.text);
       assert.equal(me.body.max_vms, null, 'the forbidden PATCH changed nothing');
     });
 
     test('an admin may use a read_write API key; a read_only key of an admin is refused', async () => {
       const rw = await createApiKey(t(), admin.token, 'read_write');
-      const ok = await req('GET', '/admin/users', { token: rw });
+      const ok = await api(t(), rw).get('/admin/users');
       assert.equal(ok.status, 200);
       const ro = await createApiKey(t(), admin.token, 'read_only');
-      const r = await req('GET', '/admin/users', { token: ro });
+      const r = await api(t(), ro).get('/admin/users');
       assert.equal(r.status, 403);
     });
   });
@@ -247,86 +266,91 @@ describeEachDb('admin API', (t) => {
     });
 
     test('GET /admin/users lists every account, newest first, with X-Total-Count and no secrets', async () => {
-      const r = await req('GET', '/admin/users', { token: admin.token, query: { limit: 100 } });
+      const r = await asAdmin.get('/admin/users', { query: { limit: 100 } });
       assert.equal(r.status, 200);
       assert.ok(Array.isArray(r.body));
       const total = Number(r.headers['x-total-count']);
       assert.equal(total, r.body.length);
       assert.ok(total >= 9);
-      const ids = r.body.map((u: { id: number }) => u.id);
+      const ids = r.body.map((u) => u.id);
       assert.deepEqual(
         ids,
-        [...ids].sort((a: number, b: number) => b - a),
+        [...ids].sort((a, b) => b - a),
         'newest first',
       );
       for (const u of r.body) assert.deepEqual(Object.keys(u).sort(), ADMIN_USER_FIELDS);
-      const a = r.body.find((u: { id: number }) => u.id === admin.id);
+      const a = r.body.find((u) => u.id === admin.id);
+      assert.ok(a, 'the admin is listed');
       assert.equal(a.role, 'admin');
       assert.equal(a.suspended, false);
     });
 
     test('the email filter is a case-insensitive substring', async () => {
-      const r = await req('GET', '/admin/users', {
-        token: admin.token,
+      const r = await asAdmin.get('/admin/users', {
         query: { email: `FILTER.${tag.toUpperCase()}` },
       });
       assert.equal(r.status, 200);
       assert.equal(r.headers['x-total-count'], '3');
       assert.deepEqual(
-        r.body.map((u: { email: string }) => u.email.toLowerCase()),
+        r.body.map((u) => u.email.toLowerCase()),
         [`filter.${tag}.three@example.com`, `filter.${tag}.two@example.com`, `filter.${tag}.one@example.com`],
       );
-      const domain = await req('GET', '/admin/users', { token: admin.token, query: { email: `${tag}.one@EXAMPLE` } });
+      const domain = await asAdmin.get('/admin/users', { query: { email: `${tag}.one@EXAMPLE` } });
+      assert.equal(domain.status, 200, domain.text);
       assert.deepEqual(
-        domain.body.map((u: { id: number }) => u.id),
+        domain.body.map((u) => u.id),
         [tagged[0]!.id],
       );
-      const none = await req('GET', '/admin/users', { token: admin.token, query: { email: `nobody-${tag}` } });
+      const none = await asAdmin.get('/admin/users', { query: { email: `nobody-${tag}` } });
       assert.deepEqual(none.body, []);
       assert.equal(none.headers['x-total-count'], '0');
     });
 
     test('% and _ in the filter are literal characters, not wildcards', async () => {
-      const pct = await req('GET', '/admin/users', { token: admin.token, query: { email: `pct%${tag}` } });
+      const pct = await asAdmin.get('/admin/users', { query: { email: `pct%${tag}` } });
+      assert.equal(pct.status, 200, pct.text);
       assert.deepEqual(
-        pct.body.map((u: { email: string }) => u.email),
+        pct.body.map((u) => u.email),
         [`pct%${tag}@example.com`],
       );
       assert.equal(pct.headers['x-total-count'], '1');
-      const und = await req('GET', '/admin/users', { token: admin.token, query: { email: `und_${tag}` } });
+      const und = await asAdmin.get('/admin/users', { query: { email: `und_${tag}` } });
+      assert.equal(und.status, 200, und.text);
       assert.deepEqual(
-        und.body.map((u: { email: string }) => u.email),
+        und.body.map((u) => u.email),
         [`und_${tag}@example.com`],
       );
-      const onlyPct = await req('GET', '/admin/users', { token: admin.token, query: { email: '%' } });
+      const onlyPct = await asAdmin.get('/admin/users', { query: { email: '%' } });
       assert.equal(onlyPct.headers['x-total-count'], '1', 'a bare % matches only addresses that contain one');
-      const backslash = await req('GET', '/admin/users', { token: admin.token, query: { email: '\\' } });
+      const backslash = await asAdmin.get('/admin/users', { query: { email: '\\' } });
       assert.equal(backslash.status, 200);
       assert.equal(backslash.headers['x-total-count'], '0');
     });
 
     test('limit and offset page through the filtered list; X-Total-Count stays the filtered total', async () => {
       const q = { email: `filter.${tag}` };
-      const p1 = await req('GET', '/admin/users', { token: admin.token, query: { ...q, limit: 2 } });
+      const p1 = await asAdmin.get('/admin/users', { query: { ...q, limit: 2 } });
+      assert.equal(p1.status, 200, p1.text);
       assert.deepEqual(
-        p1.body.map((u: { id: number }) => u.id),
+        p1.body.map((u) => u.id),
         [tagged[2]!.id, tagged[1]!.id],
       );
       assert.equal(p1.headers['x-total-count'], '3');
-      const p2 = await req('GET', '/admin/users', { token: admin.token, query: { ...q, limit: 2, offset: 2 } });
+      const p2 = await asAdmin.get('/admin/users', { query: { ...q, limit: 2, offset: 2 } });
+      assert.equal(p2.status, 200, p2.text);
       assert.deepEqual(
-        p2.body.map((u: { id: number }) => u.id),
+        p2.body.map((u) => u.id),
         [tagged[0]!.id],
       );
       assert.equal(p2.headers['x-total-count'], '3');
-      const unknownParam = await req('GET', '/admin/users', { token: admin.token, query: { role: 'admin' } });
+      const unknownParam = await asAdmin.get('/admin/users', { rawQuery: { role: 'admin' } });
       assert.equal(unknownParam.status, 422);
-      const longFilter = await req('GET', '/admin/users', { token: admin.token, query: { email: 'x'.repeat(300) } });
+      const longFilter = await asAdmin.get('/admin/users', { query: { email: 'x'.repeat(300) } });
       assert.equal(longFilter.status, 422);
     });
 
     test('GET /admin/users/{id}: the record, 404 when missing, 422 when not a positive integer', async () => {
-      const r = await req('GET', `/admin/users/${user.id}`, { token: admin.token });
+      const r = await asAdmin.get('/admin/users/{user_id}', ofUser(user.id));
       assert.equal(r.status, 200);
       assert.deepEqual(Object.keys(r.body).sort(), ADMIN_USER_FIELDS);
       assert.equal(r.body.id, user.id);
@@ -336,62 +360,67 @@ describeEachDb('admin API', (t) => {
       assert.equal(r.body.max_vms, null);
       assert.equal(r.body.max_gpus, null);
       assert.equal(r.body.balance, 0);
-      const credited = await req('POST', `/admin/users/${user.id}/credits`, {
-        token: admin.token,
+      const credited = await asAdmin.post('/admin/users/{user_id}/credits', {
+        ...ofUser(user.id),
         body: { amount: 12.345678, description: 'test' },
       });
       assert.equal(credited.status, 201, credited.text);
-      assert.equal((await req('GET', `/admin/users/${user.id}`, { token: admin.token })).body.balance, 12.345678);
-      const listed = await req('GET', '/admin/users', { token: admin.token, query: { email: user.email } });
-      assert.equal(listed.body[0].balance, 12.345678, 'the list shows balances too');
-      const missing = await req('GET', '/admin/users/987654321', { token: admin.token });
+      const after = await asAdmin.get('/admin/users/{user_id}', ofUser(user.id));
+      assert.equal(after.status, 200, after.text);
+      assert.equal(after.body.balance, 12.345678);
+      const listed = await asAdmin.get('/admin/users', { query: { email: user.email } });
+      assert.equal(listed.status, 200, listed.text);
+      assert.equal(listed.body[0]?.balance, 12.345678, 'the list shows balances too');
+      const missing = await asAdmin.get('/admin/users/{user_id}', ofUser(987654321));
       assert.equal(missing.status, 404);
       assert.equal(missing.body.code, 'not_found');
+      // Ids the typed client cannot send (its user_id is a number): through t().req.
       for (const id of ['abc', '1.5', '0', '-1', '99999999999999999999', '1e3', '%20']) {
-        const bad = await req('GET', `/admin/users/${id}`, { token: admin.token });
+        const bad = await t().req('GET', `/admin/users/${id}`, { token: admin.token });
         assert.equal(bad.status, 422, `${id}: ${bad.text}`);
-        assert.equal(bad.body.errors[0].field, 'path.user_id');
+        assert.equal(errorOf(bad).errors?.[0]?.field, 'path.user_id');
       }
     });
 
     test('PATCH sets limits and role, null restores the default limits, updated_at follows the clock', async () => {
       const target = await createUser(t());
-      await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 5 } });
+      await asAdmin.post('/admin/clock/advance', { body: { seconds: 5 } });
       const now = await clockNow();
-      const r = await req('PATCH', `/admin/users/${target.id}`, {
-        token: admin.token,
-        body: { max_vms: 20, max_gpus: 32 },
-      });
+      const patch = (body: UserPatch) => asAdmin.patch('/admin/users/{user_id}', { ...ofUser(target.id), body });
+      const r = await patch({ max_vms: 20, max_gpus: 32 });
       assert.equal(r.status, 200, r.text);
       assert.deepEqual([r.body.max_vms, r.body.max_gpus, r.body.role, r.body.suspended], [20, 32, 'user', false]);
       assert.equal(Date.parse(r.body.updated_at), now);
-      const zero = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { max_vms: 0 } });
+      const zero = await patch({ max_vms: 0 });
+      assert.equal(zero.status, 200, zero.text);
       assert.deepEqual([zero.body.max_vms, zero.body.max_gpus], [0, 32], 'only the given fields change');
-      const back = await req('PATCH', `/admin/users/${target.id}`, {
-        token: admin.token,
-        body: { max_vms: null, max_gpus: null },
-      });
+      const back = await patch({ max_vms: null, max_gpus: null });
+      assert.equal(back.status, 200, back.text);
       assert.deepEqual([back.body.max_vms, back.body.max_gpus], [null, null]);
-      const stored = await req('GET', `/admin/users/${target.id}`, { token: admin.token });
+      const stored = await asAdmin.get('/admin/users/{user_id}', ofUser(target.id));
+      assert.equal(stored.status, 200, stored.text);
       assert.deepEqual([stored.body.max_vms, stored.body.max_gpus], [null, null]);
 
       // Promotion takes effect on the user's next call, with the token it already holds.
-      assert.equal((await req('GET', '/admin/users', { token: target.token })).status, 403);
-      const up = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { role: 'admin' } });
+      const asTarget = api(t(), target.token);
+      assert.equal((await asTarget.get('/admin/users')).status, 403);
+      const up = await patch({ role: 'admin' });
+      assert.equal(up.status, 200, up.text);
       assert.equal(up.body.role, 'admin');
-      assert.equal((await req('GET', '/admin/users', { token: target.token })).status, 200);
-      const demoted = await req('PATCH', `/admin/users/${target.id}`, { token: admin.token, body: { role: 'user' } });
+      assert.equal((await asTarget.get('/admin/users')).status, 200);
+      const demoted = await patch({ role: 'user' });
+      assert.equal(demoted.status, 200, demoted.text);
       assert.equal(demoted.body.role, 'user');
-      assert.equal((await req('GET', '/admin/users', { token: target.token })).status, 403);
+      assert.equal((await asTarget.get('/admin/users')).status, 403);
       // another admin may demote an admin
       const admin2 = await createUser(t(), { admin: true });
-      const d2 = await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { role: 'user' } });
+      const d2 = await asAdmin.patch('/admin/users/{user_id}', { ...ofUser(admin2.id), body: { role: 'user' } });
       assert.equal(d2.status, 200);
       assert.equal(d2.body.role, 'user');
     });
 
     test('PATCH validation: empty body, unknown field or bad values are 422; a missing user is 404', async () => {
-      const url = `/admin/users/${user.id}`;
+      const at = ofUser(user.id);
       const cases: [unknown, string][] = [
         [{}, 'body'],
         [{ nickname: 'x' }, 'body.nickname'],
@@ -408,108 +437,120 @@ describeEachDb('admin API', (t) => {
         [[], 'body'],
       ];
       for (const [body, field] of cases) {
-        const r = await req('PATCH', url, { token: admin.token, body });
+        const r = await asAdmin.patch('/admin/users/{user_id}', { ...at, rawBody: body });
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
         assert.ok(
-          r.body.errors.some((e: { field: string }) => e.field === field),
+          r.body.errors?.some((e) => e.field === field),
           `${JSON.stringify(body)}: ${JSON.stringify(r.body.errors)}`,
         );
       }
-      const none = await req('PATCH', url, { token: admin.token });
+      const none = await asAdmin.patch('/admin/users/{user_id}', { ...at, rawBody: undefined });
       assert.equal(none.status, 422);
-      const still = await req('GET', url, { token: admin.token });
+      const still = await asAdmin.get('/admin/users/{user_id}', at);
+      assert.equal(still.status, 200, still.text);
       assert.deepEqual(
         [still.body.role, still.body.suspended, still.body.max_vms, still.body.max_gpus],
         ['user', false, null, null],
       );
-      const missing = await req('PATCH', '/admin/users/987654321', { token: admin.token, body: { max_vms: 1 } });
+      const missing = await asAdmin.patch('/admin/users/{user_id}', { ...ofUser(987654321), body: { max_vms: 1 } });
       assert.equal(missing.status, 404);
       assert.equal(missing.body.code, 'not_found');
-      const badId = await req('PATCH', '/admin/users/abc', { token: admin.token, body: { max_vms: 1 } });
+      // An id the typed client cannot send (its user_id is a number): through t().req.
+      const badId = await t().req('PATCH', '/admin/users/abc', { token: admin.token, body: { max_vms: 1 } });
       assert.equal(badId.status, 422);
     });
 
     test('an admin cannot suspend or demote themself (400 invalid_state), by session or by key', async () => {
-      const url = `/admin/users/${admin.id}`;
+      const at = ofUser(admin.id);
       const key = await createApiKey(t(), admin.token, 'read_write');
+      const bodies: UserPatch[] = [
+        { suspended: true },
+        { role: 'user' },
+        { role: 'user', suspended: true },
+        { suspended: true, max_vms: 3 },
+      ];
       for (const token of [admin.token, key]) {
-        for (const body of [
-          { suspended: true },
-          { role: 'user' },
-          { role: 'user', suspended: true },
-          { suspended: true, max_vms: 3 },
-        ]) {
-          const r = await req('PATCH', url, { token, body });
+        for (const body of bodies) {
+          const r = await api(t(), token).patch('/admin/users/{user_id}', { ...at, body });
           assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
           assert.equal(r.body.code, 'invalid_state');
         }
       }
-      const self = await req('GET', url, { token: admin.token });
+      const self = await asAdmin.get('/admin/users/{user_id}', at);
+      assert.equal(self.status, 200, self.text);
       assert.deepEqual(
         [self.body.role, self.body.suspended, self.body.max_vms],
         ['admin', false, null],
         'nothing changed',
       );
       // harmless changes to oneself are fine
-      const ok = await req('PATCH', url, {
-        token: admin.token,
+      const ok = await asAdmin.patch('/admin/users/{user_id}', {
+        ...at,
         body: { role: 'admin', suspended: false, max_vms: 50 },
       });
       assert.equal(ok.status, 200, ok.text);
       assert.equal(ok.body.max_vms, 50);
-      await req('PATCH', url, { token: admin.token, body: { max_vms: null } });
+      await asAdmin.patch('/admin/users/{user_id}', { ...at, body: { max_vms: null } });
     });
 
     test('a suspended user gets 403 on every call, by session, key, login or refresh; unsuspending restores access', async () => {
       const s = await createUser(t());
       const key = await createApiKey(t(), s.token, 'read_write');
       const roKey = await createApiKey(t(), s.token, 'read_only');
-      const sus = await req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: true } });
+      const suspend = (suspended: boolean) =>
+        asAdmin.patch('/admin/users/{user_id}', { ...ofUser(s.id), body: { suspended } });
+      const sus = await suspend(true);
       assert.equal(sus.status, 200, sus.text);
       assert.equal(sus.body.suspended, true);
 
-      const calls: [string, string, string, unknown?][] = [
-        ['GET', '/account', s.token],
-        ['GET', '/account', key],
-        ['GET', '/account', roKey],
-        ['GET', '/api-keys', key],
-        ['POST', '/api-keys', s.token, { name: 'nope' }],
-        ['DELETE', '/api-keys/00000000-0000-4000-8000-000000000000', key],
-        ['POST', '/auth/2fa/setup', s.token],
-        ['POST', '/auth/logout', s.token, { refresh_token: s.refresh }],
-        ['GET', '/admin/users', s.token],
-      ];
-      for (const [method, url, token, body] of calls) {
-        const r = await req(method, url, { token, body });
-        assert.equal(r.status, 403, `${method} ${url}: ${r.text}`);
+      const keyId = { params: { key_id: '00000000-0000-4000-8000-000000000000' } };
+      const calls = [
+        ['GET /account', s.token, (c: Api) => c.get('/account')],
+        ['GET /account', key, (c: Api) => c.get('/account')],
+        ['GET /account', roKey, (c: Api) => c.get('/account')],
+        ['GET /api-keys', key, (c: Api) => c.get('/api-keys')],
+        ['POST /api-keys', s.token, (c: Api) => c.post('/api-keys', { body: { name: 'nope' } })],
+        [
+          'DELETE /api-keys/00000000-0000-4000-8000-000000000000',
+          key,
+          (c: Api) => c.delete('/api-keys/{key_id}', keyId),
+        ],
+        ['POST /auth/2fa/setup', s.token, (c: Api) => c.post('/auth/2fa/setup')],
+        ['POST /auth/logout', s.token, (c: Api) => c.post('/auth/logout', { body: { refresh_token: s.refresh } })],
+        ['GET /admin/users', s.token, (c: Api) => c.get('/admin/users')],
+      ] as const;
+      for (const [what, token, call] of calls) {
+        const r = await call(api(t(), token));
+        assert.equal(r.status, 403, `${what}: ${r.text}`);
         assert.equal(r.body.code, 'forbidden');
         assert.match(r.body.detail, /suspended/i);
       }
-      const login = await req('POST', '/auth/login', { body: { email: s.email, password: s.password } });
+      const login = await anon().post('/auth/login', { body: { email: s.email, password: s.password } });
       assert.equal(login.status, 403, login.text);
       assert.match(login.body.detail, /suspended/i);
-      const wrong = await req('POST', '/auth/login', { body: { email: s.email, password: 'not-the-password' } });
+      const wrong = await anon().post('/auth/login', { body: { email: s.email, password: 'not-the-password' } });
       assert.equal(wrong.status, 403, 'a wrong password gets the same answer: no oracle for the right one');
       assert.equal(wrong.body.detail, login.body.detail);
-      const refresh = await req('POST', '/auth/refresh', { body: { refresh_token: s.refresh } });
+      const refresh = await anon().post('/auth/refresh', { body: { refresh_token: s.refresh } });
       assert.equal(refresh.status, 403, refresh.text);
 
       // suspending twice is harmless
-      const again = await req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: true } });
+      const again = await suspend(true);
       assert.equal(again.status, 200);
-      const listed = await req('GET', '/admin/users', { token: admin.token, query: { email: s.email } });
-      assert.equal(listed.body[0].suspended, true);
+      const listed = await asAdmin.get('/admin/users', { query: { email: s.email } });
+      assert.equal(listed.status, 200, listed.text);
+      assert.equal(listed.body[0]?.suspended, true);
 
-      const un = await req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: false } });
+      const un = await suspend(false);
       assert.equal(un.status, 200);
       assert.equal(un.body.suspended, false);
-      assert.equal((await req('GET', '/account', { token: s.token })).status, 200);
-      assert.equal((await req('GET', '/account', { token: key })).status, 200);
-      assert.equal((await req('GET', '/account', { token: roKey })).status, 200);
-      const relog = await req('POST', '/auth/login', { body: { email: s.email, password: s.password } });
+      assert.equal((await api(t(), s.token).get('/account')).status, 200);
+      assert.equal((await api(t(), key).get('/account')).status, 200);
+      assert.equal((await api(t(), roKey).get('/account')).status, 200);
+      const relog = await anon().post('/auth/login', { body: { email: s.email, password: s.password } });
       assert.equal(relog.status, 200);
-      t().forbidSecret(relog.body.refresh_token);
-      const refreshed = await req('POST', '/auth/refresh', { body: { refresh_token: s.refresh } });
+      t().forbidSecret(tokensOf(relog.body).refresh_token);
+      const refreshed = await anon().post('/auth/refresh', { body: { refresh_token: s.refresh } });
       assert.equal(refreshed.status, 200, refreshed.text);
       t().forbidSecret(refreshed.body.refresh_token);
     });
@@ -517,13 +558,18 @@ describeEachDb('admin API', (t) => {
     test('a suspended admin loses the admin API too', async () => {
       const admin2 = await createUser(t(), { admin: true });
       assert.equal(
-        (await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { suspended: true } })).status,
+        (await asAdmin.patch('/admin/users/{user_id}', { ...ofUser(admin2.id), body: { suspended: true } })).status,
         200,
       );
-      const r = await req('PATCH', `/admin/users/${admin.id}`, { token: admin2.token, body: { suspended: true } });
+      const r = await api(t(), admin2.token).patch('/admin/users/{user_id}', {
+        ...ofUser(admin.id),
+        body: { suspended: true },
+      });
       assert.equal(r.status, 403);
-      assert.equal((await req('GET', `/admin/users/${admin.id}`, { token: admin.token })).body.suspended, false);
-      await req('PATCH', `/admin/users/${admin2.id}`, { token: admin.token, body: { suspended: false } });
+      const self = await asAdmin.get('/admin/users/{user_id}', ofUser(admin.id));
+      assert.equal(self.status, 200, self.text);
+      assert.equal(self.body.suspended, false);
+      await asAdmin.patch('/admin/users/{user_id}', { ...ofUser(admin2.id), body: { suspended: false } });
     });
 
     test('suspension hooks run once, inside the suspension transaction', async () => {
@@ -539,37 +585,42 @@ describeEachDb('admin API', (t) => {
         calls.push(userId);
         if (userId === b.id) throw new Error('could not stop the VMs');
       });
-      const ok = await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { suspended: true } });
+      const patchA = (body: UserPatch) => asAdmin.patch('/admin/users/{user_id}', { ...ofUser(a.id), body });
+      const ok = await patchA({ suspended: true });
       assert.equal(ok.status, 200);
-      await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { suspended: true } });
-      await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { max_vms: 1 } });
-      await req('PATCH', `/admin/users/${a.id}`, { token: admin.token, body: { suspended: false } });
+      await patchA({ suspended: true });
+      await patchA({ max_vms: 1 });
+      await patchA({ suspended: false });
       assert.deepEqual(calls, [a.id], 'only on the change from active to suspended');
 
       // A failing hook rolls the suspension back.
-      const failed = await req('PATCH', `/admin/users/${b.id}`, { token: admin.token, body: { suspended: true } });
+      const failed = await asAdmin.patch('/admin/users/{user_id}', { ...ofUser(b.id), body: { suspended: true } });
       assert.equal(failed.status, 500);
       assert.equal(failed.body.code, 'internal');
-      const bNow = await req('GET', `/admin/users/${b.id}`, { token: admin.token });
+      const bNow = await asAdmin.get('/admin/users/{user_id}', ofUser(b.id));
+      assert.equal(bNow.status, 200, bNow.text);
       assert.equal(bNow.body.suspended, false);
-      assert.equal((await req('GET', '/account', { token: b.token })).status, 200);
+      assert.equal((await api(t(), b.token).get('/account')).status, 200);
     });
 
     test('a new user registered through the API appears with role user and default limits', async () => {
       const email = uniqueEmail('fresh');
-      const reg = await req('POST', '/auth/register', {
+      const reg = await anon().post('/auth/register', {
         body: { email, password: 'a-long-password-fresh', name: 'Fresh' },
       });
       assert.equal(reg.status, 201);
-      const r = await req('GET', '/admin/users', { token: admin.token, query: { email } });
+      const r = await asAdmin.get('/admin/users', { query: { email } });
+      assert.equal(r.status, 200, r.text);
       assert.equal(r.body.length, 1);
+      const u = r.body[0];
+      assert.ok(u);
       assert.deepEqual(
         {
-          role: r.body[0].role,
-          suspended: r.body[0].suspended,
-          max_vms: r.body[0].max_vms,
-          max_gpus: r.body[0].max_gpus,
-          name: r.body[0].name,
+          role: u.role,
+          suspended: u.suspended,
+          max_vms: u.max_vms,
+          max_gpus: u.max_gpus,
+          name: u.name,
         },
         { role: 'user', suspended: false, max_vms: null, max_gpus: null, name: 'Fresh' },
       );
@@ -578,7 +629,7 @@ describeEachDb('admin API', (t) => {
 
   describe('ledger check', () => {
     test('GET /admin/ledger-check: ok on a sound ledger; a balance moved outside the ledger is named; admins only', async () => {
-      const sound = await req('GET', '/admin/ledger-check', { token: admin.token });
+      const sound = await asAdmin.get('/admin/ledger-check');
       assert.equal(sound.status, 200, sound.text);
       assert.equal(sound.body.ok, true, JSON.stringify(sound.body.problems));
       assert.deepEqual(sound.body.problems, []);
@@ -587,21 +638,24 @@ describeEachDb('admin API', (t) => {
       const victim = await createUser(t());
       await t().db.query('UPDATE users SET balance_micros = balance_micros + 1000000 WHERE id = $1', [victim.id]);
       try {
-        const broken = await req('GET', '/admin/ledger-check', { token: admin.token });
+        const broken = await asAdmin.get('/admin/ledger-check');
+        assert.equal(broken.status, 200, broken.text);
         assert.equal(broken.body.ok, false);
-        const mine = broken.body.problems.filter((p: { user_id: number }) => p.user_id === victim.id);
+        const mine = broken.body.problems.filter((p) => p.user_id === victim.id);
         assert.equal(mine.length, 1);
-        assert.equal(mine[0].kind, 'balance');
-        assert.equal(mine[0].email, victim.email);
-        assert.match(mine[0].detail, /balance 1 but transactions sum to 0/);
+        const problem = mine[0];
+        assert.ok(problem);
+        assert.equal(problem.kind, 'balance');
+        assert.equal(problem.email, victim.email);
+        assert.match(problem.detail, /balance 1 but transactions sum to 0/);
       } finally {
         await t().db.query('UPDATE users SET balance_micros = balance_micros - 1000000 WHERE id = $1', [victim.id]);
       }
 
-      assert.equal((await req('GET', '/admin/ledger-check')).status, 401);
-      assert.equal((await req('GET', '/admin/ledger-check', { token: user.token })).status, 403);
+      assert.equal((await anon().get('/admin/ledger-check')).status, 401);
+      assert.equal((await api(t(), user.token).get('/admin/ledger-check')).status, 403);
       const key = await createApiKey(t(), user.token, 'read_write');
-      assert.equal((await req('GET', '/admin/ledger-check', { token: key })).status, 403);
+      assert.equal((await api(t(), key).get('/admin/ledger-check')).status, 403);
     });
   });
 });

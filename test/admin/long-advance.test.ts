@@ -9,6 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { alignToHour, createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
@@ -29,9 +30,13 @@ async function setup(t: TestApp, creditAmount: number) {
   return { adminKey, u, key, node };
 }
 
-async function launch(t: TestApp, key: string, node: string, over: Record<string, unknown> = {}): Promise<string> {
-  const r = await t.req('POST', '/vms', {
-    token: key,
+async function launch(
+  t: TestApp,
+  key: string,
+  node: string,
+  over: Partial<RequestBody<'/vms', 'post'>> = {},
+): Promise<string> {
+  const r = await api(t, key).post('/vms', {
     body: {
       node,
       gpu_type: '4090',
@@ -80,7 +85,8 @@ describeEachDb(
         logs.map((l) => l.gpu_ms > 0),
         logs.map((_, i) => i < 67),
       );
-      const vmRow = await t().req('GET', `/vms/${vm}`, { token: key });
+      const vmRow = await api(t(), key).get('/vms/{vm_id}', { params: { vm_id: vm } });
+      assert.equal(vmRow.status, 200, vmRow.text);
       assert.equal(vmRow.body.status, 'stopped');
       const stop = await t().db.query<{ stopped_at: Date }>('SELECT stopped_at FROM vms WHERE id = $1', [vm]);
       assert.equal(
@@ -137,20 +143,19 @@ describeEachDb(
       const { periods } = await t().services.meter.periodsUpTo(before + 400 * H * 1000);
       assert.ok(periods > ADVANCE_PERIOD_BUDGET);
 
-      const r = await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 400 * H } });
+      const asAdmin = api(t(), adminKey);
+      const r = await asAdmin.post('/admin/clock/advance', { body: { seconds: 400 * H } });
       assert.equal(r.status, 400, r.text);
       assert.equal(r.body.code, 'limit_exceeded');
       const maxS = Number(/at most (\d+) seconds/.exec(r.body.detail)?.[1]);
       assert.ok(maxS >= H && maxS < 400 * H, r.body.detail);
       assert.equal(t().clock.nowMs(), before);
-      assert.equal(
-        (await t().req('GET', '/admin/clock', { token: adminKey })).body.now,
-        new Date(before).toISOString(),
-      );
+      const clock = await asAdmin.get('/admin/clock');
+      assert.equal(clock.status, 200, clock.text);
+      assert.equal(clock.body.now, new Date(before).toISOString());
 
       // What the answer says is accepted.
-      const ok = await t().req('POST', '/admin/clock/advance', {
-        token: adminKey,
+      const ok = await asAdmin.post('/admin/clock/advance', {
         body: { seconds: Math.min(maxS, 2 * H) },
       });
       assert.equal(ok.status, 200, ok.text);

@@ -8,32 +8,34 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
-import { describeEachDb } from '../helpers/app.js';
+import { describeEachDb, request, type TestApp } from '../helpers/app.js';
+import { api } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 
 const H = 3600;
 
 describeEachDb('the manual clock across instances', (t) => {
-  const inject = async (app: FastifyInstance, method: string, url: string, token: string, body?: unknown) => {
-    const r = await app.inject({
-      method: method as 'POST',
-      url,
-      headers: { authorization: `Bearer ${token}` },
-      payload: body as object,
-    });
-    return { status: r.statusCode, body: r.body ? JSON.parse(r.body) : undefined, text: r.body };
-  };
+  /**
+   * The test app with its requests sent to `app`, another instance on the same database, so that the typed client
+   * (helpers/api.ts) can address it: `api(via(b), token)`. The requests are what app.inject was given before (the
+   * bearer token, a JSON body); the answers get the checks of every t().req answer.
+   */
+  const via = (app: FastifyInstance): TestApp => ({
+    ...t(),
+    app,
+    req: (method, url, opts) => request(app, new Set(), method, url, opts),
+  });
 
   test('an instance that did not advance stamps the advanced time', async () => {
     const admin = await createUser(t(), { admin: true });
     const adminKey = await createApiKey(t(), admin.token, 'read_write');
     const b = await t().another();
-    const moved = await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 5 * H } });
+    const moved = await api(t(), adminKey).post('/admin/clock/advance', { body: { seconds: 5 * H } });
     assert.equal(moved.status, 200, moved.text);
     // An access token from before the advance has expired for B as well: one clock judges it.
-    assert.equal((await inject(b, 'GET', '/account', admin.token)).status, 401);
-    const key = await inject(b, 'POST', '/api-keys', adminKey, { name: 'through b', scope: 'read_only' });
+    assert.equal((await api(via(b), admin.token).get('/account')).status, 401);
+    const key = await api(via(b), adminKey).post('/api-keys', { body: { name: 'through b', scope: 'read_only' } });
     assert.equal(key.status, 201, key.text);
     t().forbidSecret(key.body.key);
     assert.equal(key.body.created_at, moved.body.now, 'B stamps the time A advanced to');
@@ -47,12 +49,15 @@ describeEachDb('the manual clock across instances', (t) => {
     const key = await createApiKey(t(), user.token, 'read_write');
     const { node } = await createNode(t(), admin.token);
     const b = await t().another();
+    const asAdmin = api(t(), adminKey);
+    const asAdminOnB = api(via(b), adminKey);
     // Start at a boundary so the periods are whole hours.
-    const now = Date.parse((await t().req('GET', '/admin/clock', { token: adminKey })).body.now);
+    const clock = await asAdmin.get('/admin/clock');
+    assert.equal(clock.status, 200, clock.text);
+    const now = Date.parse(clock.body.now);
     const toHour = Math.ceil(now / (H * 1000)) * H - now / 1000;
-    if (toHour > 0) await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: toHour } });
-    const c = await t().req('POST', '/vms', {
-      token: key,
+    if (toHour > 0) await asAdmin.post('/admin/clock/advance', { body: { seconds: toHour } });
+    const c = await api(t(), key).post('/vms', {
       body: {
         node,
         gpu_type: '4090',
@@ -65,19 +70,23 @@ describeEachDb('the manual clock across instances', (t) => {
     });
     assert.equal(c.status, 201, c.text);
     await t().services.clock.advance(0); // provisioned and running (0 s in tests)
-    const start = Date.parse((await t().req('GET', `/vms/${c.body.id}`, { token: key })).body.started_at);
+    const vm = await api(t(), key).get('/vms/{vm_id}', { params: { vm_id: c.body.id } });
+    assert.equal(vm.status, 200, vm.text);
+    assert.ok(vm.body.started_at, 'running');
+    const start = Date.parse(vm.body.started_at);
 
     const results = await Promise.all([
-      t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 2 * H } }),
-      inject(b, 'POST', '/admin/clock/advance', adminKey, { seconds: 2 * H }),
-      inject(b, 'POST', '/admin/clock/advance', adminKey, { seconds: H }),
+      asAdmin.post('/admin/clock/advance', { body: { seconds: 2 * H } }),
+      asAdminOnB.post('/admin/clock/advance', { body: { seconds: 2 * H } }),
+      asAdminOnB.post('/admin/clock/advance', { body: { seconds: H } }),
     ]);
     for (const r of results) assert.equal(r.status, 200, r.text);
-    const ends = results.map((r) => Date.parse(r.body.now)).sort((x, y) => x - y);
+    // (every answer is a 200, checked just above: NaN is never taken)
+    const ends = results.map((r) => (r.status === 200 ? Date.parse(r.body.now) : NaN)).sort((x, y) => x - y);
     assert.equal(ends[2]! - start, 5 * H * 1000, 'the clock moved by the sum of the three advances');
     assert.equal(new Set(ends).size, 3, 'each advance ended at its own moment: they took turns');
 
-    const gone = await inject(b, 'DELETE', `/vms/${c.body.id}`, key);
+    const gone = await api(via(b), key).delete('/vms/{vm_id}', { params: { vm_id: c.body.id } });
     assert.equal(gone.status, 200, gone.text);
     const logs = await t().db.query<{ period_start: Date; period_end: Date; gpu_ms: number }>(
       'SELECT period_start, period_end, gpu_ms FROM usage_logs WHERE vm_id = $1 ORDER BY period_start',

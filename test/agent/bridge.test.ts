@@ -14,6 +14,7 @@ import { randomInt } from 'node:crypto';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { api } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
 import { advance, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { genisoimage, qemu, qemuImg } from './qemu-helpers.js';
@@ -119,23 +120,23 @@ describe('bridge networking with counted traffic (a network namespace as the hos
   test('SSH through the forwarded port, traffic counted on the tap and billed as network_bytes, nothing left after destroy', async () => {
     const keyFile = join(dir, 'id');
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', keyFile]);
-    assert.equal(
-      (
-        await t.req('POST', '/ssh-keys', {
-          token: renter.token,
-          body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') },
-        })
-      ).status,
-      201,
-    );
-    const c = await t.req('POST', '/vms', {
-      token: renter.token,
+    const client = api(t, renter.token);
+    const uploaded = await client.post('/ssh-keys', {
+      body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') },
+    });
+    assert.equal(uploaded.status, 201, uploaded.text);
+    const c = await client.post('/vms', {
       body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
     });
     assert.equal(c.status, 201, c.text);
     await advance(t, admin.token, 5);
-    assert.equal((await t.req('GET', `/vms/${c.body.id}`, { token: renter.token })).body.status, 'running');
-    const info = (await t.req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token })).body.ssh;
+    const vm = await client.get('/vms/{vm_id}', { params: { vm_id: c.body.id } });
+    assert.equal(vm.status, 200, vm.text);
+    assert.equal(vm.body.status, 'running');
+    const access = await client.get('/vms/{vm_id}/access-info', { params: { vm_id: c.body.id } });
+    assert.equal(access.status, 200, access.text);
+    const info = access.body.ssh;
+    assert.ok(info, 'a key-authenticated VM has SSH access');
     assert.equal(info.command, `ssh -p 22000 root@${agentIp}`);
     const addr = ssh(info.command, 'ip -4 -o addr show dev eth0', { key: keyFile });
     assert.equal(addr.status, 0, addr.stderr);
@@ -180,7 +181,7 @@ describe('bridge networking with counted traffic (a network namespace as the hos
     assert.ok(bytes >= payload.length, `network_bytes_total ${bytes} counts the 8 MiB sent`);
     assert.ok(bytes < payload.length * 1.3, `and not much more: ${bytes}`);
 
-    assert.equal((await t.req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+    assert.equal((await client.delete('/vms/{vm_id}', { params: { vm_id: c.body.id } })).status, 200);
     await advance(t, admin.token, 1);
     assert.notEqual(inNs('ip', 'link', 'show', tap).status, 0, 'the tap is gone');
     const rules = inNs('nft', 'list', 'table', 'ip', 'gpucloud');

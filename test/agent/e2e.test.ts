@@ -16,6 +16,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { api } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
 import { advance, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { qemu, qemuImg, genisoimage } from './qemu-helpers.js';
@@ -46,7 +47,28 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
   let node: string;
   let keyFile: string;
 
-  const vm = async (id: string) => (await t.req('GET', `/vms/${id}`, { token: renter.token })).body;
+  const renterApi = () => api(t, renter.token);
+  const vm = async (id: string) => {
+    const r = await renterApi().get('/vms/{vm_id}', { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+    return r.body;
+  };
+  /** A lifecycle command that must be accepted. */
+  const command = async (action: 'start' | 'stop', id: string) => {
+    const r = await renterApi().post(`/vms/{vm_id}/${action}`, { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+  };
+  const destroy = async (id: string) => {
+    const r = await renterApi().delete('/vms/{vm_id}', { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+  };
+  /** The SSH access of a VM (every VM here has it). */
+  const sshInfo = async (id: string) => {
+    const r = await renterApi().get('/vms/{vm_id}/access-info', { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.body.ssh, r.text);
+    return r.body.ssh;
+  };
   const vmDirs = () => (existsSync(join(dataDir, 'vms')) ? readdirSync(join(dataDir, 'vms')) : []);
   /** Heartbeats until `check` holds (real time: the agent notices, then the control plane asks). */
   const until = async (what: string, check: () => Promise<boolean>, seconds = 30) => {
@@ -121,19 +143,16 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
 
   test('an SSH-key VM: create, running once SSH answers, ssh in, stop, start, agent restart, crash, destroy', async () => {
     const pub = readFileSync(`${keyFile}.pub`, 'utf8');
-    const key = await t.req('POST', '/ssh-keys', { token: renter.token, body: { ssh_public_key: pub } });
+    const key = await renterApi().post('/ssh-keys', { body: { ssh_public_key: pub } });
     assert.equal(key.status, 201, key.text);
-    const c = await t.req('POST', '/vms', {
-      token: renter.token,
+    const c = await renterApi().post('/vms', {
       body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
     });
     assert.equal(c.status, 201, c.text);
     await advance(t, admin.token, 5);
     assert.equal((await vm(c.body.id)).status, 'running', 'running once the guest answers on SSH');
 
-    const access = await t.req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token });
-    assert.equal(access.status, 200, access.text);
-    const info = access.body.ssh;
+    const info = await sshInfo(c.body.id);
     assert.equal(info.host, '127.0.0.1');
     assert.equal(info.username, 'root');
     assert.equal(info.command, `ssh -p ${info.port} root@127.0.0.1`);
@@ -142,12 +161,12 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal(out.stdout.trim(), `hello from gpucloud-${c.body.vmid}`);
 
     // Stop: an ACPI power-down; QEMU ends.
-    assert.equal((await t.req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
+    await command('stop', c.body.id);
     await advance(t, admin.token, 1);
     assert.equal((await vm(c.body.id)).status, 'stopped');
     assert.deepEqual(qemuPidsUnder(dataDir), [], 'no QEMU process after a stop');
 
-    assert.equal((await t.req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
+    await command('start', c.body.id);
     await advance(t, admin.token, 1);
     assert.equal((await vm(c.body.id)).status, 'running');
     assert.equal(ssh(info.command, 'true', { key: keyFile }).status, 0, 'the same port after a restart');
@@ -160,19 +179,20 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal(ssh(info.command, 'true', { key: keyFile }).status, 0, 'the guest answers while no agent runs');
     agent = await startAgentProcess(agentArgs);
     assert.match(agent.output(), /re-attached to a running VM/);
-    await until(
-      'the node is online again',
-      async () => (await t.req('GET', `/admin/nodes/${node}`, { token: admin.token })).body.agent_status === 'online',
-    );
+    await until('the node is online again', async () => {
+      const n = await api(t, admin.token).get('/admin/nodes/{node}', { params: { node } });
+      assert.equal(n.status, 200, n.text);
+      return n.body.agent_status === 'online';
+    });
     assert.equal((await vm(c.body.id)).status, 'running');
     assert.deepEqual(qemuPidsUnder(dataDir), [pid], 'the same QEMU process');
-    assert.equal((await t.req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
+    await command('stop', c.body.id);
     await advance(t, admin.token, 1);
     assert.equal((await vm(c.body.id)).status, 'stopped', 'the new agent stops it');
     assert.deepEqual(qemuPidsUnder(dataDir), []);
 
     // QEMU killed from outside: noticed within a heartbeat, the VM is stopped.
-    assert.equal((await t.req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
+    await command('start', c.body.id);
     await advance(t, admin.token, 1);
     assert.equal((await vm(c.body.id)).status, 'running');
     const [again] = qemuPidsUnder(dataDir);
@@ -189,7 +209,7 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
 
     // Destroy: no process, no file of the VM left on the host.
     assert.equal(vmDirs().length, 1);
-    assert.equal((await t.req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+    await destroy(c.body.id);
     await advance(t, admin.token, 1);
     assert.equal((await vm(c.body.id)).status, 'destroyed');
     assert.deepEqual(vmDirs(), [], 'the disk and seed are gone');
@@ -198,8 +218,7 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
 
   test('a password VM logs in with its password, and not with another', async () => {
     const password = 'correct horse battery staple';
-    const c = await t.req('POST', '/vms', {
-      token: renter.token,
+    const c = await renterApi().post('/vms', {
       body: {
         node,
         gpu_type: '4090',
@@ -214,7 +233,7 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     t.forbidSecret(password);
     await advance(t, admin.token, 5);
     assert.equal((await vm(c.body.id)).status, 'running');
-    const info = (await t.req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token })).body.ssh;
+    const info = await sshInfo(c.body.id);
     const ok = ssh(info.command, 'id -un', { password, dir });
     assert.equal(ok.status, 0, ok.stderr);
     assert.equal(ok.stdout.trim(), 'root');
@@ -226,7 +245,7 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
       if (!statSync(join(vmDir, f)).isFile()) continue; // the QMP socket
       assert.ok(!readFileSync(join(vmDir, f)).includes(password), `${f} holds the password`);
     }
-    assert.equal((await t.req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+    await destroy(c.body.id);
     await advance(t, admin.token, 1);
     assert.deepEqual(vmDirs(), []);
   });

@@ -5,8 +5,9 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
-import { describeEachDb, type Res, type TestApp } from '../helpers/app.js';
-import { createApiKey, createUser, uniqueEmail } from '../helpers/factories.js';
+import { describeEachDb, type TestApp } from '../helpers/app.js';
+import { api, type ErrorBody, type Reply, type RequestBody } from '../helpers/api.js';
+import { createApiKey, createUser, tokensOf, uniqueEmail } from '../helpers/factories.js';
 import { DUMMY_HASH, PasswordHasher } from '../../src/modules/auth/passwords.js';
 import { AppError } from '../../src/errors.js';
 
@@ -14,15 +15,19 @@ const USER_KEYS = ['created_at', 'email', 'id', 'name', 'role', 'two_factor_enab
 const TOKEN_KEYS = ['access_token', 'expires_in', 'refresh_token', 'token_type'];
 const PASSWORD = 'correct horse battery';
 
-function assertError(r: Res, status: number, code: string): void {
+type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 410 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
+/** Any answer of the client: an error status is an ErrorBody on every route. */
+type Answer = Reply<ErrorStatus, ErrorBody> | Reply<200 | 201 | 204, unknown>;
+
+function assertError<S extends ErrorStatus>(r: Answer, status: S, code: string): asserts r is Reply<S, ErrorBody> {
   assert.equal(r.status, status, r.text);
   assert.equal(r.body.code, code, r.text);
 }
 
-function assertValidation(r: Res, field: string): void {
+function assertValidation(r: Answer, field: string): asserts r is Reply<422, ErrorBody> {
   assertError(r, 422, 'validation_error');
   assert.ok(Array.isArray(r.body.errors), r.text);
-  const fields = r.body.errors.map((e: { field: string }) => e.field);
+  const fields = r.body.errors.map((e) => e.field);
   assert.ok(fields.includes(field), `expected an error for ${field}, got ${JSON.stringify(r.body.errors)}`);
   for (const e of r.body.errors) {
     assert.equal(typeof e.field, 'string');
@@ -63,8 +68,11 @@ async function countPasswordWork(
 }
 
 describeEachDb('accounts', (t) => {
-  const register = (body: unknown) => t().req('POST', '/auth/register', { body });
-  const login = (email: string, password: string) => t().req('POST', '/auth/login', { body: { email, password } });
+  const register = (body: RequestBody<'/auth/register', 'post'>) => api(t()).post('/auth/register', { body });
+  /** Deliberately invalid bodies, sent as given. */
+  const registerRaw = (body: unknown) => api(t()).post('/auth/register', { rawBody: body });
+  const login = (email: string, password: string) => api(t()).post('/auth/login', { body: { email, password } });
+  const account = (token?: string) => api(t(), token).get('/account');
 
   // ---- register ----
 
@@ -110,57 +118,60 @@ describeEachDb('accounts', (t) => {
   });
 
   test('register: every validation rule is a 422 naming the field', async () => {
-    assertValidation(await register({ password: PASSWORD }), 'body.email');
-    assertValidation(await register({ email: uniqueEmail() }), 'body.password');
-    const both = await register({});
+    assertValidation(await registerRaw({ password: PASSWORD }), 'body.email');
+    assertValidation(await registerRaw({ email: uniqueEmail() }), 'body.password');
+    const both = await registerRaw({});
     assertValidation(both, 'body.email');
     assertValidation(both, 'body.password');
     for (const bad of ['not-an-email', 'a@', '@example.com', 'a b@example.com', '', 'ada@example.com\n']) {
-      assertValidation(await register({ email: bad, password: PASSWORD }), 'body.email');
+      assertValidation(await registerRaw({ email: bad, password: PASSWORD }), 'body.email');
     }
-    assertValidation(await register({ email: 'x'.repeat(250) + '@example.com', password: PASSWORD }), 'body.email');
-    assertValidation(await register({ email: 42, password: PASSWORD }), 'body.email');
+    assertValidation(await registerRaw({ email: 'x'.repeat(250) + '@example.com', password: PASSWORD }), 'body.email');
+    assertValidation(await registerRaw({ email: 42, password: PASSWORD }), 'body.email');
     // Password: at least 12 characters (11 refused, 12 accepted).
-    assertValidation(await register({ email: uniqueEmail(), password: 'elevenchars' }), 'body.password');
-    assertValidation(await register({ email: uniqueEmail(), password: '' }), 'body.password');
-    assertValidation(await register({ email: uniqueEmail(), password: 123456789012 }), 'body.password');
+    assertValidation(await registerRaw({ email: uniqueEmail(), password: 'elevenchars' }), 'body.password');
+    assertValidation(await registerRaw({ email: uniqueEmail(), password: '' }), 'body.password');
+    assertValidation(await registerRaw({ email: uniqueEmail(), password: 123456789012 }), 'body.password');
     const twelve = await register({ email: uniqueEmail(), password: 'twelve-chars' });
     assert.equal(twelve.status, 201, twelve.text);
     // Unknown fields are rejected, not ignored (no self-made admins).
-    const role = await register({ email: uniqueEmail(), password: PASSWORD, role: 'admin' });
+    const role = await registerRaw({ email: uniqueEmail(), password: PASSWORD, role: 'admin' });
     assertValidation(role, 'body.role');
     assertValidation(
-      await register({ email: uniqueEmail(), password: PASSWORD, two_factor_enabled: true }),
+      await registerRaw({ email: uniqueEmail(), password: PASSWORD, two_factor_enabled: true }),
       'body.two_factor_enabled',
     );
-    assertValidation(await register({ email: uniqueEmail(), password: PASSWORD, name: 'n'.repeat(101) }), 'body.name');
-    assertValidation(await register({ email: uniqueEmail(), password: PASSWORD, name: 7 }), 'body.name');
+    assertValidation(
+      await registerRaw({ email: uniqueEmail(), password: PASSWORD, name: 'n'.repeat(101) }),
+      'body.name',
+    );
+    assertValidation(await registerRaw({ email: uniqueEmail(), password: PASSWORD, name: 7 }), 'body.name');
     // The body itself must be an object.
-    assertError(await register([{ email: uniqueEmail(), password: PASSWORD }]), 422, 'validation_error');
+    assertError(await registerRaw([{ email: uniqueEmail(), password: PASSWORD }]), 422, 'validation_error');
   });
 
   test('register: a validation failure creates nothing', async () => {
     const email = uniqueEmail('noop');
     assertValidation(await register({ email, password: 'short' }), 'body.password');
-    assertValidation(await register({ email, password: PASSWORD, extra: 1 }), 'body.extra');
+    assertValidation(await registerRaw({ email, password: PASSWORD, extra: 1 }), 'body.extra');
     const ok = await register({ email, password: PASSWORD });
     assert.equal(ok.status, 201, ok.text);
   });
 
   test('register: malformed JSON 400, wrong media type 415, oversized 413; all no-store', async () => {
-    const bad = await t().req('POST', '/auth/register', {
-      body: '{"email": "a@b.c", ',
+    const bad = await api(t()).post('/auth/register', {
+      rawBody: '{"email": "a@b.c", ',
       headers: { 'content-type': 'application/json' },
     });
     assertError(bad, 400, 'malformed_json');
     assert.equal(bad.headers['cache-control'], 'no-store');
-    const text = await t().req('POST', '/auth/register', {
-      body: 'email=a@b.c',
+    const text = await api(t()).post('/auth/register', {
+      rawBody: 'email=a@b.c',
       headers: { 'content-type': 'text/plain' },
     });
     assertError(text, 415, 'unsupported_media_type');
-    const form = await t().req('POST', '/auth/register', {
-      body: 'email=a%40b.c&password=xxxxxxxxxxxxxx',
+    const form = await api(t()).post('/auth/register', {
+      rawBody: 'email=a%40b.c&password=xxxxxxxxxxxxxx',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
     });
     assertError(form, 415, 'unsupported_media_type');
@@ -211,7 +222,7 @@ describeEachDb('accounts', (t) => {
     ]);
     const statuses = rs.map((r) => r.status).sort();
     assert.deepEqual(statuses, [201, 400, 400], rs.map((r) => r.text).join('\n'));
-    for (const r of rs.filter((x) => x.status === 400)) assert.equal(r.body.code, 'conflict');
+    for (const r of rs) if (r.status === 400) assert.equal(r.body.code, 'conflict');
   });
 
   test('register: the email keeps its case for display; login works with any case', async () => {
@@ -230,25 +241,27 @@ describeEachDb('accounts', (t) => {
   test('login: token response shape and a working access token', async () => {
     const email = uniqueEmail('login');
     const reg = await register({ email, password: PASSWORD });
+    assert.equal(reg.status, 201, reg.text);
     const r = await login(email, PASSWORD);
     assert.equal(r.status, 200, r.text);
     assert.deepEqual(Object.keys(r.body).sort(), TOKEN_KEYS);
-    assert.equal(r.body.token_type, 'bearer');
-    assert.equal(r.body.expires_in, 3600);
+    const tokens = tokensOf(r.body);
+    assert.equal(tokens.token_type, 'bearer');
+    assert.equal(tokens.expires_in, 3600);
     assert.equal(r.headers['cache-control'], 'no-store');
-    assert.equal(typeof r.body.refresh_token, 'string');
-    assert.ok(r.body.refresh_token.length >= 32);
-    assert.ok(!r.body.refresh_token.includes('.'), 'the refresh token is opaque, not a JWT');
+    assert.equal(typeof tokens.refresh_token, 'string');
+    assert.ok(tokens.refresh_token.length >= 32);
+    assert.ok(!tokens.refresh_token.includes('.'), 'the refresh token is opaque, not a JWT');
     // The access token is a JWT, HS256, with sub/iat/exp/jti, valid 3600 s.
-    const header = decodeProtectedHeader(r.body.access_token);
+    const header = decodeProtectedHeader(tokens.access_token);
     assert.equal(header.alg, 'HS256');
-    const claims = decodeJwt(r.body.access_token);
+    const claims = decodeJwt(tokens.access_token);
     assert.equal(claims.sub, String(reg.body.id));
     assert.equal(claims.iat, Math.floor(t().clock.nowMs() / 1000));
     assert.equal(claims.exp, claims.iat! + 3600);
     assert.equal(typeof claims.jti, 'string');
     assert.ok(claims.jti!.length > 0);
-    const me = await t().req('GET', '/account', { token: r.body.access_token });
+    const me = await account(tokens.access_token);
     assert.equal(me.status, 200, me.text);
     assert.deepEqual(me.body, reg.body);
   });
@@ -259,9 +272,10 @@ describeEachDb('accounts', (t) => {
     const b = await login(u.email, u.password);
     assert.equal(a.status, 200);
     assert.equal(b.status, 200);
-    assert.notEqual(a.body.refresh_token, b.body.refresh_token);
-    assert.notEqual(a.body.access_token, b.body.access_token);
-    assert.notEqual(decodeJwt(a.body.access_token).jti, decodeJwt(b.body.access_token).jti);
+    const [ta, tb] = [tokensOf(a.body), tokensOf(b.body)];
+    assert.notEqual(ta.refresh_token, tb.refresh_token);
+    assert.notEqual(ta.access_token, tb.access_token);
+    assert.notEqual(decodeJwt(ta.access_token).jti, decodeJwt(tb.access_token).jti);
   });
 
   test('login: wrong password and unknown email are the same 401', async () => {
@@ -269,14 +283,16 @@ describeEachDb('accounts', (t) => {
     const wrong = await login(u.email, u.password + 'x');
     const unknown = await login(uniqueEmail('nobody'), u.password);
     const caseWrong = await login(u.email, u.password.toUpperCase());
-    for (const r of [wrong, unknown, caseWrong]) {
+    const checked = (r: Answer) => {
       assertError(r, 401, 'unauthorized');
       assert.equal(r.headers['cache-control'], 'no-store');
       assert.deepEqual(Object.keys(r.body).sort(), ['code', 'detail']);
-    }
-    assert.equal(wrong.body.detail, unknown.body.detail);
-    assert.equal(wrong.body.detail, caseWrong.body.detail);
-    assert.doesNotMatch(unknown.body.detail, /not found|no such|unknown|exist/i);
+      return r.body;
+    };
+    const [w, un, cw] = [checked(wrong), checked(unknown), checked(caseWrong)];
+    assert.equal(w.detail, un.detail);
+    assert.equal(w.detail, cw.detail);
+    assert.doesNotMatch(un.detail, /not found|no such|unknown|exist/i);
   });
 
   test('login: an unknown email costs one password verification, like a known one, and no hashing (no timing tell)', async () => {
@@ -321,15 +337,13 @@ describeEachDb('accounts', (t) => {
   });
 
   test('login: validation and edge inputs', async () => {
-    assertValidation(await t().req('POST', '/auth/login', { body: { email: uniqueEmail() } }), 'body.password');
-    assertValidation(await t().req('POST', '/auth/login', { body: { password: PASSWORD } }), 'body.email');
-    assertValidation(await t().req('POST', '/auth/login', { body: { email: '', password: PASSWORD } }), 'body.email');
+    const anon = api(t());
+    assertValidation(await anon.post('/auth/login', { rawBody: { email: uniqueEmail() } }), 'body.password');
+    assertValidation(await anon.post('/auth/login', { rawBody: { password: PASSWORD } }), 'body.email');
+    assertValidation(await anon.post('/auth/login', { body: { email: '', password: PASSWORD } }), 'body.email');
+    assertValidation(await anon.post('/auth/login', { body: { email: uniqueEmail(), password: '' } }), 'body.password');
     assertValidation(
-      await t().req('POST', '/auth/login', { body: { email: uniqueEmail(), password: '' } }),
-      'body.password',
-    );
-    assertValidation(
-      await t().req('POST', '/auth/login', { body: { email: uniqueEmail(), password: PASSWORD, totp: '123456' } }),
+      await anon.post('/auth/login', { rawBody: { email: uniqueEmail(), password: PASSWORD, totp: '123456' } }),
       'body.totp',
     );
     // Odd but well-formed strings are just wrong credentials: never a 500.
@@ -350,7 +364,8 @@ describeEachDb('accounts', (t) => {
   test('login: a suspended user gets the same 403 whatever the password (no oracle for a right one)', async () => {
     const admin = await createUser(t(), { admin: true });
     const u = await createUser(t());
-    const patch = await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: true } });
+    const a = api(t(), admin.token);
+    const patch = await a.patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { suspended: true } });
     assert.equal(patch.status, 200, patch.text);
     assert.equal(patch.body.suspended, true);
     const r = await login(u.email, u.password);
@@ -362,28 +377,26 @@ describeEachDb('accounts', (t) => {
     assertError(wrong, 403, 'forbidden');
     assert.equal(wrong.body.detail, r.body.detail);
     // The tokens it already holds are refused too (a suspended account gets 403 on every call), as is refreshing them.
-    const me = await t().req('GET', '/account', { token: u.token });
+    const me = await account(u.token);
     assertError(me, 403, 'forbidden');
-    assertError(await t().req('POST', '/auth/refresh', { body: { refresh_token: u.refresh } }), 403, 'forbidden');
+    assertError(await api(t()).post('/auth/refresh', { body: { refresh_token: u.refresh } }), 403, 'forbidden');
     // Lifting the suspension lets the user in again.
-    const lift = await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: false } });
+    const lift = await a.patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { suspended: false } });
     assert.equal(lift.status, 200, lift.text);
     assert.equal((await login(u.email, u.password)).status, 200);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200);
+    assert.equal((await account(u.token)).status, 200);
   });
 
   test('admin user search with a NUL character is 422 instead of failing', async () => {
     const admin = await createUser(t(), { admin: true });
-    const r = await t().req('GET', '/admin/users', { token: admin.token, query: { email: 'a\u0000b' } });
+    const a = api(t(), admin.token);
+    const r = await a.get('/admin/users', { query: { email: 'a\u0000b' } });
     assert.equal(r.status, 422, r.text);
-    assert.equal(r.body.errors[0].field, 'query.email');
-    const found = await t().req('GET', '/admin/users', {
-      token: admin.token,
-      query: { email: admin.email.toUpperCase() },
-    });
+    assert.equal(r.body.errors?.[0]?.field, 'query.email');
+    const found = await a.get('/admin/users', { query: { email: admin.email.toUpperCase() } });
     assert.equal(found.status, 200, found.text);
     assert.deepEqual(
-      found.body.map((u: { id: number }) => u.id),
+      found.body.map((u) => u.id),
       [admin.id],
     );
   });
@@ -391,14 +404,17 @@ describeEachDb('accounts', (t) => {
   test('login: a non-admin cannot suspend anyone', async () => {
     const u = await createUser(t());
     const other = await createUser(t());
-    const r = await t().req('PATCH', `/admin/users/${other.id}`, { token: u.token, body: { suspended: true } });
+    const r = await api(t(), u.token).patch('/admin/users/{user_id}', {
+      params: { user_id: other.id },
+      body: { suspended: true },
+    });
     assertError(r, 403, 'forbidden');
     assert.equal((await login(other.email, other.password)).status, 200);
   });
 
   test('admin role comes from ensureUser (environment bootstrap or CLI) and shows in the record', async () => {
     const admin = await createUser(t(), { admin: true });
-    const me = await t().req('GET', '/account', { token: admin.token });
+    const me = await account(admin.token);
     assert.equal(me.status, 200, me.text);
     assert.equal(me.body.role, 'admin');
     // ensureUser on an existing account resets its password and role.
@@ -421,7 +437,8 @@ describeEachDb('accounts', (t) => {
     for (const r of results) assert.equal(r.user.role, 'admin');
     const l = await login(email, 'bootstrap-password-1');
     assert.equal(l.status, 200, l.text);
-    const me = await t().req('GET', '/account', { token: l.body.access_token });
+    const me = await account(tokensOf(l.body).access_token);
+    assert.equal(me.status, 200, me.text);
     assert.equal(me.body.role, 'admin');
     assert.equal(me.body.id, results[0]!.user.id);
   });
@@ -431,27 +448,30 @@ describeEachDb('accounts', (t) => {
   test("GET /account: the caller's record, no-store, 401 without credentials", async () => {
     const email = uniqueEmail('acct');
     const reg = await register({ email, password: PASSWORD, name: 'Acct' });
+    assert.equal(reg.status, 201, reg.text);
     const l = await login(email, PASSWORD);
-    const me = await t().req('GET', '/account', { token: l.body.access_token });
+    assert.equal(l.status, 200, l.text);
+    const me = await account(tokensOf(l.body).access_token);
     assert.equal(me.status, 200, me.text);
     assert.deepEqual(Object.keys(me.body).sort(), USER_KEYS);
     assert.deepEqual(me.body, reg.body);
     assert.equal(me.headers['cache-control'], 'no-store');
-    const anon = await t().req('GET', '/account');
+    const anon = await account();
     assertError(anon, 401, 'unauthorized');
     assert.equal(anon.headers['cache-control'], 'no-store');
     // Another user's token sees only that user.
     const other = await createUser(t());
-    const theirs = await t().req('GET', '/account', { token: other.token });
+    const theirs = await account(other.token);
+    assert.equal(theirs.status, 200, theirs.text);
     assert.equal(theirs.body.id, other.id);
     assert.notEqual(theirs.body.id, reg.body.id);
   });
 
   test('GET /account works with an API key of every scope', async () => {
     const u = await createUser(t());
-    for (const scope of ['read_write', 'read_only', 'billing_only']) {
+    for (const scope of ['read_write', 'read_only', 'billing_only'] as const) {
       const key = await createApiKey(t(), u.token, scope, `k-${scope}`);
-      const me = await t().req('GET', '/account', { token: key });
+      const me = await account(key);
       assert.equal(me.status, 200, `${scope}: ${me.text}`);
       assert.equal(me.body.id, u.id);
       assert.equal(me.headers['cache-control'], 'no-store');
@@ -465,14 +485,14 @@ describeEachDb('accounts', (t) => {
     const key = await createApiKey(t(), u.token, 'read_only', 'spy');
     const counts = await countPasswordWork(t(), async () => {
       for (let i = 0; i < 3; i++) {
-        assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200);
-        assert.equal((await t().req('GET', '/account', { token: key })).status, 200);
+        assert.equal((await account(u.token)).status, 200);
+        assert.equal((await account(key)).status, 200);
       }
       // Failed credentials do not fall back to password checks either.
-      assertError(await t().req('GET', '/account', { token: u.token + 'x' }), 401, 'unauthorized');
-      assertError(await t().req('GET', '/account', { token: key + 'x' }), 401, 'unauthorized');
+      assertError(await account(u.token + 'x'), 401, 'unauthorized');
+      assertError(await account(key + 'x'), 401, 'unauthorized');
       // Nor does refreshing a session.
-      assert.equal((await t().req('POST', '/auth/refresh', { body: { refresh_token: u.refresh } })).status, 200);
+      assert.equal((await api(t()).post('/auth/refresh', { body: { refresh_token: u.refresh } })).status, 200);
     });
     assert.deepEqual(counts, { hash: 0, verify: 0, verifyDummy: 0 });
     // The spy itself works: a login does verify.
@@ -484,18 +504,19 @@ describeEachDb('accounts', (t) => {
 
   test('Cache-Control: no-store on every auth and account response', async () => {
     const u = await createUser(t());
+    const anon = api(t());
     const responses = [
-      await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } }),
-      await t().req('POST', '/auth/login', { body: { email: u.email } }),
-      await t().req('POST', '/auth/refresh', { body: { refresh_token: 'nope' } }),
-      await t().req('POST', '/auth/refresh', { body: { refresh_token: u.refresh } }),
-      await t().req('POST', '/auth/2fa/verify', { body: { challenge_token: 'nope', code: '123456' } }),
-      await t().req('POST', '/auth/2fa/setup', {}),
-      await t().req('GET', '/account', { token: 'garbage' }),
+      await anon.post('/auth/login', { body: { email: u.email, password: u.password } }),
+      await anon.post('/auth/login', { rawBody: { email: u.email } }),
+      await anon.post('/auth/refresh', { body: { refresh_token: 'nope' } }),
+      await anon.post('/auth/refresh', { body: { refresh_token: u.refresh } }),
+      await anon.post('/auth/2fa/verify', { body: { challenge_token: 'nope', code: '123456' } }),
+      await anon.post('/auth/2fa/setup'),
+      await account('garbage'),
     ];
     for (const r of responses) assert.equal(r.headers['cache-control'], 'no-store', r.text);
     // Public, cacheable routes are not marked.
-    const health = await t().req('GET', '/healthz');
+    const health = await anon.get('/healthz');
     assert.notEqual(health.headers['cache-control'], 'no-store');
   });
 });

@@ -7,12 +7,18 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { SignJWT, decodeJwt, decodeProtectedHeader, type JWTPayload } from 'jose';
-import { describeEachDb, JWT_SECRET, request, type Res } from '../helpers/app.js';
-import { createUser, type TestUser } from '../helpers/factories.js';
+import { describeEachDb, JWT_SECRET, request } from '../helpers/app.js';
+import { api, type ErrorBody, type Reply } from '../helpers/api.js';
+import { createUser, tokensOf, type TestUser } from '../helpers/factories.js';
 
 const DAY = 86_400;
 
-function assertUnauthorized(r: Res, what = ''): void {
+type Status =
+  200 | 201 | 204 | 400 | 401 | 403 | 404 | 405 | 409 | 410 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
+/** Any answer of the client: a 401 is an ErrorBody on every route. */
+type Answer = Reply<401, ErrorBody> | Reply<Exclude<Status, 401>, unknown>;
+
+function assertUnauthorized(r: Answer, what = ''): asserts r is Reply<401, ErrorBody> {
   assert.equal(r.status, 401, `${what}: ${r.text}`);
   assert.equal(r.body.code, 'unauthorized', `${what}: ${r.text}`);
   assert.equal(r.headers['cache-control'], 'no-store', what);
@@ -25,15 +31,15 @@ async function sign(claims: JWTPayload, alg = 'HS256', secret = JWT_SECRET): Pro
 }
 
 describeEachDb('sessions', (t) => {
-  const account = (token: string) => t().req('GET', '/account', { token });
-  const refresh = (refresh_token: string) => t().req('POST', '/auth/refresh', { body: { refresh_token } });
+  const account = (token: string) => api(t(), token).get('/account');
+  const refresh = (refresh_token: string) => api(t()).post('/auth/refresh', { body: { refresh_token } });
   const logout = (token: string, refresh_token: string) =>
-    t().req('POST', '/auth/logout', { token, body: { refresh_token } });
+    api(t(), token).post('/auth/logout', { body: { refresh_token } });
   const advance = (s: number) => t().services.clock.advance(s);
   async function login(u: TestUser): Promise<{ access_token: string; refresh_token: string }> {
-    const r = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+    const r = await api(t()).post('/auth/login', { body: { email: u.email, password: u.password } });
     assert.equal(r.status, 200, r.text);
-    return r.body;
+    return tokensOf(r.body);
   }
   async function ok(token: string, userId: number, what = ''): Promise<void> {
     const r = await account(token);
@@ -160,13 +166,13 @@ describeEachDb('sessions', (t) => {
     await t().db.query('DELETE FROM users WHERE id = $1', [u.id]);
     assertUnauthorized(await account(u.token), 'deleted user');
     assertUnauthorized(await refresh(u.refresh), 'deleted user refresh');
-    const l = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+    const l = await api(t()).post('/auth/login', { body: { email: u.email, password: u.password } });
     assertUnauthorized(l, 'deleted user login');
   });
 
   test('Authorization header: missing or garbled is 401 unauthorized', async () => {
     const u = await createUser(t());
-    const none = await t().req('GET', '/account');
+    const none = await api(t()).get('/account');
     assertUnauthorized(none, 'missing');
     assert.match(none.body.detail, /Bearer/);
     const garbled = [
@@ -183,7 +189,7 @@ describeEachDb('sessions', (t) => {
     ];
     for (const authorization of garbled) {
       assertUnauthorized(
-        await t().req('GET', '/account', { headers: { authorization } }),
+        await api(t()).get('/account', { headers: { authorization } }),
         JSON.stringify(authorization.slice(0, 30)),
       );
     }
@@ -194,7 +200,7 @@ describeEachDb('sessions', (t) => {
       `Bearer   ${u.token}`,
       `Bearer ${u.token} `,
     ]) {
-      const r = await t().req('GET', '/account', { headers: { authorization } });
+      const r = await api(t()).get('/account', { headers: { authorization } });
       assert.equal(r.status, 200, `${JSON.stringify(authorization.slice(0, 12))}: ${r.text}`);
     }
   });
@@ -311,7 +317,7 @@ describeEachDb('sessions', (t) => {
       { refresh_token: u.refresh, extra: 1 },
       { refresh_token: 'x'.repeat(513) },
     ]) {
-      const r = await t().req('POST', '/auth/refresh', { body });
+      const r = await api(t()).post('/auth/refresh', { rawBody: body });
       assert.equal(r.status, 422, `${JSON.stringify(body).slice(0, 40)}: ${r.text}`);
       assert.equal(r.body.code, 'validation_error');
     }
@@ -328,7 +334,7 @@ describeEachDb('sessions', (t) => {
       assert.ok(okCount <= 1, `${okCount} of ${n} concurrent refreshes succeeded`);
       for (const r of rs) assert.ok(r.status === 200 || r.status === 401, `unexpected ${r.status}: ${r.text}`);
       // Whatever the interleaving, at most one live refresh token came out of it.
-      const issued = rs.filter((r) => r.status === 200).map((r) => r.body.refresh_token as string);
+      const issued = rs.flatMap((r) => (r.status === 200 ? [r.body.refresh_token] : []));
       const live = (await Promise.all(issued.map((tok) => refresh(tok)))).filter((r) => r.status === 200);
       assert.ok(live.length <= 1);
     }
@@ -405,9 +411,9 @@ describeEachDb('sessions', (t) => {
     const v2 = await refresh(victim.refresh);
     assert.equal(v2.status, 200, v2.text);
     // Logout needs a bearer (it is not one of the public endpoints).
-    assertUnauthorized(await t().req('POST', '/auth/logout', { body: { refresh_token: u.refresh } }), 'no bearer');
+    assertUnauthorized(await api(t()).post('/auth/logout', { body: { refresh_token: u.refresh } }), 'no bearer');
     for (const body of [{}, { refresh_token: '' }, { refresh_token: u.refresh, all: true }]) {
-      const r = await t().req('POST', '/auth/logout', { token: u.token, body });
+      const r = await api(t(), u.token).post('/auth/logout', { rawBody: body });
       assert.equal(r.status, 422, r.text);
       assert.equal(r.body.code, 'validation_error');
     }

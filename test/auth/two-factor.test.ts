@@ -7,15 +7,25 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes as nodeRandomBytes } from 'node:crypto';
-import { describeEachDb, type Res } from '../helpers/app.js';
-import { createUser, type TestUser } from '../helpers/factories.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type ErrorBody, type Op, type Reply, type ReplyOf } from '../helpers/api.js';
+import { challengeOf, createUser, tokensOf, type TestUser, type TokenPair } from '../helpers/factories.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import { setRandomSourceForTests } from '../../src/ids.js';
 import { Secret, TOTP, URI } from 'otpauth';
 
 const TOKEN_KEYS = ['access_token', 'expires_in', 'refresh_token', 'token_type'];
 
-function assertError(r: Res, status: number, code: string, what = ''): void {
+type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 410 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
+/** Any answer of the client: an error status is an ErrorBody on every route. */
+type Answer = Reply<ErrorStatus, ErrorBody> | Reply<200 | 201 | 204, unknown>;
+
+function assertError<S extends ErrorStatus>(
+  r: Answer,
+  status: S,
+  code: string,
+  what = '',
+): asserts r is Reply<S, ErrorBody> {
   assert.equal(r.status, status, `${what}: ${r.text}`);
   assert.equal(r.body.code, code, `${what}: ${r.text}`);
 }
@@ -41,18 +51,20 @@ describeEachDb('two-factor', (t) => {
     return [-1, 0, 1].some((o) => code(secret, o) === c) ? undefined : c;
   }
 
-  const setup = (token: string) => t().req('POST', '/auth/2fa/setup', { token });
-  const enable = (token: string, c: string) => t().req('POST', '/auth/2fa/enable', { token, body: { code: c } });
-  const disable = (token: string, c: string) => t().req('POST', '/auth/2fa/disable', { token, body: { code: c } });
+  const account = (token: string) => api(t(), token).get('/account');
+  const setup = (token: string) => api(t(), token).post('/auth/2fa/setup');
+  const enable = (token: string, c: string) => api(t(), token).post('/auth/2fa/enable', { body: { code: c } });
+  const disable = (token: string, c: string) => api(t(), token).post('/auth/2fa/disable', { body: { code: c } });
   const verify = (challenge_token: string, c: string) =>
-    t().req('POST', '/auth/2fa/verify', { body: { challenge_token, code: c } });
-  const login = (u: TestUser) => t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+    api(t()).post('/auth/2fa/verify', { body: { challenge_token, code: c } });
+  const login = (u: TestUser) => api(t()).post('/auth/login', { body: { email: u.email, password: u.password } });
 
   async function challenge(u: TestUser): Promise<string> {
     const r = await login(u);
     assert.equal(r.status, 200, r.text);
-    assert.equal(r.body.two_factor_required, true, r.text);
-    return r.body.challenge_token;
+    const ch = challengeOf(r.body);
+    assert.equal(ch.two_factor_required, true, r.text);
+    return ch.challenge_token;
   }
 
   /** setup + enable; leaves the clock one step past the step the enable code used. */
@@ -67,15 +79,22 @@ describeEachDb('two-factor', (t) => {
     return { secret: s.body.secret, recovery: e.body.recovery_codes };
   }
 
-  async function assertTokens(r: Res, userId: number, what = ''): Promise<void> {
+  /** Asserts `r` is a token pair of `userId` (a verify, or a login without a second factor); returns it. */
+  async function assertTokens(
+    r: ReplyOf<Op<'/auth/2fa/verify', 'post'>> | ReplyOf<Op<'/auth/login', 'post'>>,
+    userId: number,
+    what = '',
+  ): Promise<TokenPair> {
     assert.equal(r.status, 200, `${what}: ${r.text}`);
     assert.deepEqual(Object.keys(r.body).sort(), TOKEN_KEYS);
-    assert.equal(r.body.token_type, 'bearer');
-    assert.equal(r.body.expires_in, 3600);
+    const tokens = tokensOf(r.body);
+    assert.equal(tokens.token_type, 'bearer');
+    assert.equal(tokens.expires_in, 3600);
     assert.equal(r.headers['cache-control'], 'no-store');
-    const me = await t().req('GET', '/account', { token: r.body.access_token });
+    const me = await account(tokens.access_token);
     assert.equal(me.status, 200, me.text);
     assert.equal(me.body.id, userId);
+    return tokens;
   }
 
   // ---- setup and enable ----
@@ -99,7 +118,8 @@ describeEachDb('two-factor', (t) => {
     assert.equal(url.searchParams.get('digits'), '6');
     assert.equal(url.searchParams.get('period'), '30');
     // Not enabled until confirmed with a code.
-    const me = await t().req('GET', '/account', { token: u.token });
+    const me = await account(u.token);
+    assert.equal(me.status, 200, me.text);
     assert.equal(me.body.two_factor_enabled, false);
     const l = await login(u);
     await assertTokens(l, u.id, 'login before enable');
@@ -119,42 +139,34 @@ describeEachDb('two-factor', (t) => {
   test('enable: wrong code 400 invalid_code, right code gives 10 recovery codes', async () => {
     const u = await createUser(t());
     const s = await setup(u.token);
-    const secret = s.body.secret as string;
+    assert.equal(s.status, 200, s.text);
+    const secret = s.body.secret;
     t().forbidSecret(secret);
     for (const bad of [wrongCode(secret), 'abcdef', '12345', '1234567', '000000x']) {
       const r = await enable(u.token, bad);
       assertError(r, 400, 'invalid_code', bad);
       assert.equal(r.headers['cache-control'], 'no-store');
     }
-    assertError(await t().req('POST', '/auth/2fa/enable', { token: u.token, body: {} }), 422, 'validation_error');
-    assertError(
-      await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: '' } }),
-      422,
-      'validation_error',
-    );
-    assertError(
-      await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: 123456 } }),
-      422,
-      'validation_error',
-    );
-    assertError(
-      await t().req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code(secret), secret } }),
-      422,
-      'validation_error',
-    );
+    const c = api(t(), u.token);
+    assertError(await c.post('/auth/2fa/enable', { rawBody: {} }), 422, 'validation_error');
+    assertError(await c.post('/auth/2fa/enable', { body: { code: '' } }), 422, 'validation_error');
+    assertError(await c.post('/auth/2fa/enable', { rawBody: { code: 123456 } }), 422, 'validation_error');
+    assertError(await c.post('/auth/2fa/enable', { rawBody: { code: code(secret), secret } }), 422, 'validation_error');
     // The failures above did not enable anything.
-    assert.equal((await t().req('GET', '/account', { token: u.token })).body.two_factor_enabled, false);
+    const before = await account(u.token);
+    assert.equal(before.status, 200, before.text);
+    assert.equal(before.body.two_factor_enabled, false);
     const e = await enable(u.token, code(secret));
     assert.equal(e.status, 200, e.text);
     assert.deepEqual(Object.keys(e.body).sort(), ['message', 'recovery_codes']);
     assert.equal(typeof e.body.message, 'string');
     assert.equal(e.headers['cache-control'], 'no-store');
-    const codes = e.body.recovery_codes as string[];
+    const codes = e.body.recovery_codes;
     for (const c of codes) t().forbidSecret(c);
     assert.equal(codes.length, 10);
     assert.equal(new Set(codes).size, 10);
     for (const c of codes) assert.match(c, /^[a-z2-7]{4}-[a-z2-7]{4}-[a-z2-7]{4}$/);
-    const me = await t().req('GET', '/account', { token: u.token });
+    const me = await account(u.token);
     assert.equal(me.status, 200);
     assert.equal(me.body.two_factor_enabled, true);
     // The session that enabled 2FA keeps working.
@@ -174,37 +186,28 @@ describeEachDb('two-factor', (t) => {
 
   test('setup takes no body: none, null or {} are fine, any field is 422 (unknown fields are refused)', async () => {
     const u = await createUser(t());
+    const c = api(t(), u.token);
+    // setup has no request body in the schema: these are sent as given.
     for (const body of [undefined, {}, null]) {
-      const r = await t().req('POST', '/auth/2fa/setup', { token: u.token, body });
+      const r = await c.post('/auth/2fa/setup', { rawBody: body });
       assert.equal(r.status, 200, `${JSON.stringify(body)}: ${r.text}`);
       t().forbidSecret(r.body.secret);
     }
-    const extra = await t().req('POST', '/auth/2fa/setup', {
-      token: u.token,
-      body: { secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP' },
+    const extra = await c.post('/auth/2fa/setup', {
+      rawBody: { secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP' },
     });
     assertError(extra, 422, 'validation_error', 'field');
     assert.deepEqual(
-      extra.body.errors.map((e: { field: string }) => e.field),
+      extra.body.errors?.map((e) => e.field),
       ['body.secret'],
     );
-    assertError(
-      await t().req('POST', '/auth/2fa/setup', { token: u.token, body: [1] }),
-      422,
-      'validation_error',
-      'array',
-    );
-    assertError(
-      await t().req('POST', '/auth/2fa/setup', { token: u.token, body: '"x"' }),
-      422,
-      'validation_error',
-      'string',
-    );
+    assertError(await c.post('/auth/2fa/setup', { rawBody: [1] }), 422, 'validation_error', 'array');
+    assertError(await c.post('/auth/2fa/setup', { rawBody: '"x"' }), 422, 'validation_error', 'string');
   });
 
   test('the 2FA management endpoints need a bearer; verify does not', async () => {
-    for (const path of ['/auth/2fa/setup', '/auth/2fa/enable', '/auth/2fa/disable']) {
-      const r = await t().req('POST', path, { body: path.endsWith('setup') ? undefined : { code: '123456' } });
+    for (const path of ['/auth/2fa/setup', '/auth/2fa/enable', '/auth/2fa/disable'] as const) {
+      const r = await api(t()).post(path, { rawBody: path.endsWith('setup') ? undefined : { code: '123456' } });
       assertError(r, 401, 'unauthorized', path);
     }
     const v = await verify('no-such-challenge', '123456');
@@ -219,28 +222,29 @@ describeEachDb('two-factor', (t) => {
     const l = await login(u);
     assert.equal(l.status, 200, l.text);
     assert.deepEqual(Object.keys(l.body).sort(), ['challenge_token', 'expires_in', 'two_factor_required']);
-    assert.equal(l.body.two_factor_required, true);
-    assert.equal(l.body.expires_in, 300);
-    assert.equal(typeof l.body.challenge_token, 'string');
-    assert.ok(l.body.challenge_token.length >= 32);
+    const ch = challengeOf(l.body);
+    assert.equal(ch.two_factor_required, true);
+    assert.equal(ch.expires_in, 300);
+    assert.equal(typeof ch.challenge_token, 'string');
+    assert.ok(ch.challenge_token.length >= 32);
     assert.equal(l.headers['cache-control'], 'no-store');
     assert.ok(!('access_token' in l.body) && !('refresh_token' in l.body));
     // A wrong password is still just a wrong password.
     assertError(
-      await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password + 'x' } }),
+      await api(t()).post('/auth/login', { body: { email: u.email, password: u.password + 'x' } }),
       401,
       'unauthorized',
     );
     // The challenge token is not a bearer credential.
-    assertError(await t().req('GET', '/account', { token: l.body.challenge_token }), 401, 'unauthorized');
-    const v = await verify(l.body.challenge_token, code(secret));
-    await assertTokens(v, u.id, 'verify');
+    assertError(await account(ch.challenge_token), 401, 'unauthorized');
+    const v = await verify(ch.challenge_token, code(secret));
+    const vt = await assertTokens(v, u.id, 'verify');
     // The tokens behave like any session: refresh works.
-    const r = await t().req('POST', '/auth/refresh', { body: { refresh_token: v.body.refresh_token } });
+    const r = await api(t()).post('/auth/refresh', { body: { refresh_token: vt.refresh_token } });
     assert.equal(r.status, 200, r.text);
     // A challenge is single-use, even with another valid code later.
     await advance(30);
-    assertError(await verify(l.body.challenge_token, code(secret)), 401, 'unauthorized', 'challenge reuse');
+    assertError(await verify(ch.challenge_token, code(secret)), 401, 'unauthorized', 'challenge reuse');
   });
 
   test('a TOTP code is accepted at most once', async () => {
@@ -259,6 +263,7 @@ describeEachDb('two-factor', (t) => {
   test('the code used to enable 2FA cannot log in', async () => {
     const u = await createUser(t());
     const s = await setup(u.token);
+    assert.equal(s.status, 200, s.text);
     t().forbidSecret(s.body.secret);
     const c = code(s.body.secret);
     assert.equal((await enable(u.token, c)).status, 200);
@@ -343,7 +348,7 @@ describeEachDb('two-factor', (t) => {
       { challenge_token: '', code: '123456' },
       { challenge_token: real, code: '123456', remember: true },
     ]) {
-      const r = await t().req('POST', '/auth/2fa/verify', { body });
+      const r = await api(t()).post('/auth/2fa/verify', { rawBody: body });
       assertError(r, 422, 'validation_error', JSON.stringify(body).slice(0, 40));
     }
     // None of the validation failures counted against the real challenge.
@@ -388,7 +393,10 @@ describeEachDb('two-factor', (t) => {
     const u = await createUser(t());
     const { secret } = await enable2fa(u);
     const ch = await challenge(u);
-    const p = await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: true } });
+    const p = await api(t(), admin.token).patch('/admin/users/{user_id}', {
+      params: { user_id: u.id },
+      body: { suspended: true },
+    });
     assert.equal(p.status, 200, p.text);
     assertError(await verify(ch, code(secret)), 403, 'forbidden', 'suspended');
   });
@@ -405,13 +413,17 @@ describeEachDb('two-factor', (t) => {
       assertError(r, 400, 'invalid_code', bad);
       assert.equal(r.headers['cache-control'], 'no-store');
     }
-    assertError(await t().req('POST', '/auth/2fa/disable', { token: u.token, body: {} }), 422, 'validation_error');
+    assertError(await api(t(), u.token).post('/auth/2fa/disable', { rawBody: {} }), 422, 'validation_error');
     // Still on after the failures.
-    assert.equal((await t().req('GET', '/account', { token: u.token })).body.two_factor_enabled, true);
+    const still = await account(u.token);
+    assert.equal(still.status, 200, still.text);
+    assert.equal(still.body.two_factor_enabled, true);
     const d = await disable(u.token, code(secret));
     assert.equal(d.status, 200, d.text);
     assert.deepEqual(Object.keys(d.body), ['message']);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).body.two_factor_enabled, false);
+    const off = await account(u.token);
+    assert.equal(off.status, 200, off.text);
+    assert.equal(off.body.two_factor_enabled, false);
     // Login is back to a plain token pair.
     await assertTokens(await login(u), u.id, 'login after disable');
     // Enabling again gives a new secret and new recovery codes; the old ones are gone.
@@ -441,7 +453,9 @@ describeEachDb('two-factor', (t) => {
     assertError(await disable(u.token, recovery[0]!), 400, 'invalid_code', 'spent recovery code');
     const d = await disable(u.token, recovery[1]!);
     assert.equal(d.status, 200, d.text);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).body.two_factor_enabled, false);
+    const off = await account(u.token);
+    assert.equal(off.status, 200, off.text);
+    assert.equal(off.body.two_factor_enabled, false);
   });
 
   test('no response ever shows the TOTP secret after setup', async () => {
@@ -450,18 +464,20 @@ describeEachDb('two-factor', (t) => {
     const { secret } = await enable2fa(u); // registers the secret: every response below is checked for it
     const l = await verify(await challenge(u), code(secret));
     assert.equal(l.status, 200);
+    const a = api(t(), admin.token);
     for (const r of [
-      await t().req('GET', '/account', { token: l.body.access_token }),
-      await t().req('GET', `/admin/users/${u.id}`, { token: admin.token }),
-      await t().req('GET', '/admin/users', { token: admin.token, query: { email: u.email } }),
-      await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_vms: 3 } }),
+      await account(l.body.access_token),
+      await a.get('/admin/users/{user_id}', { params: { user_id: u.id } }),
+      await a.get('/admin/users', { query: { email: u.email } }),
+      await a.patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { max_vms: 3 } }),
       await setup(l.body.access_token),
       await disable(l.body.access_token, wrongCode(secret)),
     ]) {
       assert.ok(r.status < 500, r.text);
       assert.ok(!r.text.toUpperCase().includes(secret));
     }
-    const adminView = await t().req('GET', `/admin/users/${u.id}`, { token: admin.token });
+    const adminView = await a.get('/admin/users/{user_id}', { params: { user_id: u.id } });
+    assert.equal(adminView.status, 200, adminView.text);
     assert.equal(adminView.body.two_factor_enabled, true);
   });
 
@@ -488,7 +504,7 @@ describeEachDb('two-factor', (t) => {
       }
       return nodeRandomBytes(n);
     });
-    let s: Res;
+    let s: Awaited<ReturnType<typeof setup>>;
     try {
       s = await setup(u.token);
     } finally {
@@ -496,7 +512,7 @@ describeEachDb('two-factor', (t) => {
     }
     assert.equal(s.status, 200, s.text);
     assert.ok(handed);
-    const secret = s.body.secret as string;
+    const secret = s.body.secret;
     t().forbidSecret(secret);
     assert.equal(secret, 'GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ');
     // otpauth reads the provisioning URL back as the same TOTP.

@@ -15,8 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
+import type { VmSpec } from '../helpers/world.js';
 import { ledgerCheck, type LedgerProblem } from '../../src/modules/billing/ledger-check.js';
 import { PgliteDb } from '../../src/db/db.js';
 
@@ -26,14 +28,11 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
   let u2: { id: number; email: string; key: string };
   let reservationId: string;
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const ok = (r: Res, status = 200) => {
-    assert.equal(r.status, status, r.text);
-    return r.body;
+  const advance = async (seconds: number) => {
+    const r = await api(t(), adminKey).post('/admin/clock/advance', { body: { seconds } });
+    assert.equal(r.status, 200, r.text);
   };
-  const advance = async (seconds: number) =>
-    ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
-  const sql = (text: string, params: unknown[] = []) => t().db.query(text, params);
+  const sql = <T = Record<string, unknown>>(text: string, params: unknown[] = []) => t().db.query<T>(text, params);
   /** Corrupts, checks that exactly the expected account is named, and puts things back. */
   const expectNamed = async (
     kind: LedgerProblem['kind'],
@@ -79,32 +78,49 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
     await credit(t(), adminKey, u1.id, 5000);
     await credit(t(), adminKey, u2.id, 2);
     await credit(t(), adminKey, u1.id, -0.123457);
-    const vm = (body: Record<string, unknown>, key = u1.key) =>
-      req('POST', '/vms', {
-        token: key,
+    /** Creates a VM (201 asserted) and returns its record. */
+    const vm = async (body: VmSpec, key = u1.key) => {
+      const r = await api(t(), key).post('/vms', {
         body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...body },
       });
-    const r1 = ok(await vm({ rental_type: 'reserved', reservation_months: 1 }), 201);
+      assert.equal(r.status, 201, r.text);
+      return r.body;
+    };
+    const r1 = await vm({ rental_type: 'reserved', reservation_months: 1 });
+    assert.ok(r1.reservation_id, 'a reserved VM names its reservation');
     reservationId = r1.reservation_id;
-    ok(await vm({}), 201);
-    ok(await vm({}, u2.key), 201);
-    ok(await req('POST', '/admin/simulator/faults', { token: adminKey, body: { node: failing, action: 'provision' } }));
-    ok(await vm({ node: failing, rental_type: 'reserved', reservation_months: 3, storage_gb: 60 }), 201);
+    await vm({});
+    await vm({}, u2.key);
+    const fault = await api(t(), adminKey).post('/admin/simulator/faults', {
+      body: { node: failing, action: 'provision' },
+    });
+    assert.equal(fault.status, 200, fault.text);
+    await vm({ node: failing, rental_type: 'reserved', reservation_months: 3, storage_gb: 60 });
     await advance(5 * 3600 + 123);
-    const r2 = ok(await vm({ rental_type: 'reserved', reservation_months: 6, gpu_count: 2 }), 201);
+    const r2 = await vm({ rental_type: 'reserved', reservation_months: 6, gpu_count: 2 });
+    assert.ok(r2.reservation_id, 'a reserved VM names its reservation');
     await advance(1800);
-    ok(await req('DELETE', `/reservations/${r2.reservation_id}`, { token: u1.key }));
-    ok(await req('DELETE', `/vms/${r1.id}`, { token: u1.key }));
+    const u1c = api(t(), u1.key);
+    const cancelled = await u1c.delete('/reservations/{reservation_id}', {
+      params: { reservation_id: r2.reservation_id },
+    });
+    assert.equal(cancelled.status, 200, cancelled.text);
+    const destroyed = await u1c.delete('/vms/{vm_id}', { params: { vm_id: r1.id } });
+    assert.equal(destroyed.status, 200, destroyed.text);
     await advance(3 * 3600 + 7);
   });
 
   test('sound after deposits, draws, charges, refunds and a low-balance stop', async () => {
-    const types = (await sql('SELECT DISTINCT type FROM transactions')).rows.map((r: any) => r.type).sort();
+    const types = (await sql<{ type: string }>('SELECT DISTINCT type FROM transactions')).rows
+      .map((r) => r.type)
+      .sort();
     assert.deepEqual(types, ['adjustment', 'charge', 'credit', 'deposit', 'refund']);
-    const drawn = await sql('SELECT count(*)::int AS n FROM usage_logs WHERE from_reservation_micros > 0');
-    assert.ok((drawn.rows[0] as any).n > 0, 'some usage was drawn from a reservation');
-    const low = await sql(`SELECT balance_micros FROM users WHERE id = $1`, [u2.id]);
-    assert.ok((low.rows[0] as any).balance_micros <= 0, 'u2 ran out of credit');
+    const drawn = await sql<{ n: number }>(
+      'SELECT count(*)::int AS n FROM usage_logs WHERE from_reservation_micros > 0',
+    );
+    assert.ok(drawn.rows[0]!.n > 0, 'some usage was drawn from a reservation');
+    const low = await sql<{ balance_micros: number }>(`SELECT balance_micros FROM users WHERE id = $1`, [u2.id]);
+    assert.ok(low.rows[0]!.balance_micros <= 0, 'u2 ran out of credit');
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
 

@@ -6,41 +6,41 @@
  */
 import { afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
-import { createApiKey, createUser, type TestUser } from '../helpers/factories.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type BodyFor, type RequestBody } from '../helpers/api.js';
+import { createApiKey, createUser, tokensOf, type TestUser } from '../helpers/factories.js';
 import * as ledger from '../../src/modules/billing/ledger.js';
 import { DEMO_LOGIN, seedDemo } from '../../src/seed.js';
 
 const TX_KEYS = ['amount', 'balance_after', 'breakdown', 'created_at', 'description', 'id', 'type'];
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-interface Tx {
-  id: string;
-  type: string;
-  amount: number;
-  balance_after: number;
-  description: string;
-  breakdown: Record<string, unknown>;
-  created_at: string;
-}
+type Tx = BodyFor<'/billing/transactions', 'get', 200>[number];
+type Grant = RequestBody<'/admin/users/{user_id}/credits', 'post'>;
 
 describeEachDb('credit ledger', (t) => {
   let admin: TestUser;
   let user: TestUser;
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const grant = (userId: number, body: unknown, headers?: Record<string, string>) =>
-    req('POST', `/admin/users/${userId}/credits`, { token: admin.token, body, ...(headers ? { headers } : {}) });
+  const grant = (userId: number, body: Grant, headers?: Record<string, string>) =>
+    api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+      params: { user_id: userId },
+      body,
+      ...(headers ? { headers } : {}),
+    });
+  /** A deliberately invalid body, sent as given. */
+  const grantRaw = (userId: number, body: unknown) =>
+    api(t(), admin.token).post('/admin/users/{user_id}/credits', { params: { user_id: userId }, rawBody: body });
   const balanceOf = async (u: TestUser): Promise<number> => {
-    const r = await req('GET', '/billing/balance', { token: u.token });
+    const r = await api(t(), u.token).get('/billing/balance');
     assert.equal(r.status, 200, r.text);
     return r.body.balance;
   };
   const txsOf = async (
     u: TestUser,
-    query: Record<string, string | number> = {},
+    query: { limit?: number; offset?: number } = {},
   ): Promise<{ items: Tx[]; total: number }> => {
-    const r = await req('GET', '/billing/transactions', { token: u.token, query });
+    const r = await api(t(), u.token).get('/billing/transactions', { query });
     assert.equal(r.status, 200, r.text);
     return { items: r.body, total: Number(r.headers['x-total-count']) };
   };
@@ -104,6 +104,7 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(r2.status, 201, r2.text);
       assert.ok(r2.body.description.length > 0);
       const r3 = await grant(u.id, { amount: 1, description: '   ' });
+      assert.equal(r3.status, 201, r3.text);
       assert.ok(r3.body.description.trim().length > 0, 'a blank description gets the default');
       assert.equal(r3.body.balance_after, 27.5);
     });
@@ -121,10 +122,15 @@ describeEachDb('credit ledger', (t) => {
       assert.equal(below.status, 201, below.text);
       assert.equal(below.body.type, 'adjustment');
       assert.equal(below.body.balance_after, -3.25);
-      assert.deepEqual(await req('GET', '/billing/balance', { token: u.token }).then((x) => x.body), {
-        balance: -3.25,
-        currency: 'USD',
-      });
+      assert.deepEqual(
+        await api(t(), u.token)
+          .get('/billing/balance')
+          .then((x) => x.body),
+        {
+          balance: -3.25,
+          currency: 'USD',
+        },
+      );
       const list = await txsOf(u);
       assert.deepEqual(
         list.items.map((x) => [x.type, x.amount, x.balance_after]),
@@ -159,16 +165,16 @@ describeEachDb('credit ledger', (t) => {
         [{ amount: 5, description: 7 }, 'body.description'],
       ];
       for (const [body, field] of cases) {
-        const r = await grant(u.id, body);
+        const r = await grantRaw(u.id, body);
         assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
         assert.ok(
-          r.body.errors.some((e: { field: string }) => e.field === field),
+          r.body.errors?.some((e) => e.field === field),
           `${JSON.stringify(body)}: ${r.text}`,
         );
         assert.equal(r.headers['cache-control'], 'no-store');
       }
-      const none = await req('POST', `/admin/users/${u.id}/credits`, { token: admin.token });
+      const none = await grantRaw(u.id, undefined); // no body at all
       assert.equal(none.status, 422);
       assert.equal(await balanceOf(u), 5);
       assert.equal((await txsOf(u)).total, 1);
@@ -185,19 +191,19 @@ describeEachDb('credit ledger', (t) => {
       const missing = await grant(987_654_321, { amount: 5 });
       assert.equal(missing.status, 404, missing.text);
       assert.equal(missing.body.code, 'not_found');
+      // Untyped: user_id is a number in the OpenAPI document, and these ids are deliberately not numbers (or, like
+      // '1e3', not sent as a number would be).
       for (const id of ['0', '-1', 'abc', '1.5', '1e3']) {
-        const r = await req('POST', `/admin/users/${id}/credits`, { token: admin.token, body: { amount: 5 } });
+        const r = await t().req('POST', `/admin/users/${id}/credits`, { token: admin.token, body: { amount: 5 } });
         assert.equal(r.status, 422, `${id}: ${r.text}`);
       }
-      const self = await req('POST', `/admin/users/${user.id}/credits`, { token: user.token, body: { amount: 5 } });
+      const credits = { params: { user_id: user.id }, body: { amount: 5 } };
+      const self = await api(t(), user.token).post('/admin/users/{user_id}/credits', credits);
       assert.equal(self.status, 403, self.text);
       assert.equal(self.body.code, 'forbidden');
       const key = await createApiKey(t(), user.token, 'read_write');
-      assert.equal(
-        (await req('POST', `/admin/users/${user.id}/credits`, { token: key, body: { amount: 5 } })).status,
-        403,
-      );
-      const anon = await req('POST', `/admin/users/${user.id}/credits`, { body: { amount: 5 } });
+      assert.equal((await api(t(), key).post('/admin/users/{user_id}/credits', credits)).status, 403);
+      const anon = await api(t()).post('/admin/users/{user_id}/credits', credits);
       assert.equal(anon.status, 401);
       assert.equal(anon.body.code, 'unauthorized');
       assert.equal(await balanceOf(user), before);
@@ -218,7 +224,10 @@ describeEachDb('credit ledger', (t) => {
       const many = await Promise.all(
         Array.from({ length: 5 }, () => grant(u.id, { amount: 12.34, description: 'Top-up' }, key)),
       );
-      for (const r of many) assert.deepEqual([r.status, r.body.id], [201, first.body.id]);
+      for (const r of many) {
+        assert.equal(r.status, 201, r.text);
+        assert.equal(r.body.id, first.body.id);
+      }
       assert.equal(await balanceOf(u), 12.34);
       assert.equal((await txsOf(u)).total, 1);
       const other = await grant(u.id, { amount: 99, description: 'Top-up' }, key);
@@ -242,7 +251,11 @@ describeEachDb('credit ledger', (t) => {
       const race = await Promise.all(
         Array.from({ length: 6 }, () => grant(u.id, { amount: 1 }, { 'Idempotency-Key': `race-${u.id}` })),
       );
-      assert.equal(new Set(race.map((r) => r.body.id)).size, 1, race.map((r) => r.text).join('\n'));
+      assert.equal(
+        new Set(race.map((r) => (r.status === 201 ? r.body.id : undefined))).size,
+        1,
+        race.map((r) => r.text).join('\n'),
+      );
       assert.equal(await balanceOf(u), 25.68);
     });
   });
@@ -250,21 +263,21 @@ describeEachDb('credit ledger', (t) => {
   describe('balance and transactions', () => {
     test('GET /billing/balance is {balance, currency: "USD"}, per user, no-store; 401 without a token', async () => {
       const u = await createUser(t());
-      const r = await req('GET', '/billing/balance', { token: u.token });
+      const r = await api(t(), u.token).get('/billing/balance');
       assert.equal(r.status, 200, r.text);
       assert.deepEqual(r.body, { balance: 0, currency: 'USD' });
       assert.equal(r.headers['cache-control'], 'no-store');
       await grant(u.id, { amount: 42.000001 });
-      assert.deepEqual((await req('GET', '/billing/balance', { token: u.token })).body, {
+      assert.deepEqual((await api(t(), u.token).get('/billing/balance')).body, {
         balance: 42.000001,
         currency: 'USD',
       });
       const bo = await createApiKey(t(), u.token, 'billing_only');
-      assert.deepEqual((await req('GET', '/billing/balance', { token: bo })).body, {
+      assert.deepEqual((await api(t(), bo).get('/billing/balance')).body, {
         balance: 42.000001,
         currency: 'USD',
       });
-      const anon = await req('GET', '/billing/balance');
+      const anon = await api(t()).get('/billing/balance');
       assert.equal(anon.status, 401);
       assert.equal(anon.headers['cache-control'], 'no-store');
     });
@@ -273,6 +286,7 @@ describeEachDb('credit ledger', (t) => {
       const u = await createUser(t());
       await grant(u.id, { amount: 0.1 });
       const r = await grant(u.id, { amount: 0.2 });
+      assert.equal(r.status, 201, r.text);
       assert.equal(r.body.balance_after, 0.3);
       assert.equal(await balanceOf(u), 0.3);
       assert.equal(await dbBalance(u.id), 300_000);
@@ -281,6 +295,7 @@ describeEachDb('credit ledger', (t) => {
       await grant(u.id, { amount: -0.300006 });
       assert.equal(await balanceOf(u), 0.000001);
       const r2 = await grant(u.id, { amount: 1234567.891011 });
+      assert.equal(r2.status, 201, r2.text);
       assert.equal(r2.body.amount, 1234567.891011);
       assert.equal(r2.body.balance_after, 1234567.891012);
       const list = await txsOf(u, { limit: 3 });
@@ -303,13 +318,13 @@ describeEachDb('credit ledger', (t) => {
         expected.push([a, running / 1e6]);
       }
       expected.reverse();
-      const def = await req('GET', '/billing/transactions', { token: u.token });
+      const def = await api(t(), u.token).get('/billing/transactions');
       assert.equal(def.status, 200, def.text);
       assert.equal(def.headers['cache-control'], 'no-store');
       assert.equal(def.headers['x-total-count'], '120');
       assert.equal(def.body.length, 50, 'default limit 50');
       assert.deepEqual(
-        def.body.map((x: Tx) => [x.amount, x.balance_after]),
+        def.body.map((x) => [x.amount, x.balance_after]),
         expected.slice(0, 50),
       );
       for (const x of def.body) {
@@ -344,7 +359,7 @@ describeEachDb('credit ledger', (t) => {
         { count: 5 },
         { limit: '1e2' },
       ] as Array<Record<string, string | number>>) {
-        const r = await req('GET', '/billing/transactions', { token: u.token, query });
+        const r = await api(t(), u.token).get('/billing/transactions', { rawQuery: query });
         assert.equal(r.status, 422, `${JSON.stringify(query)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
         assert.equal(r.headers['cache-control'], 'no-store');
@@ -352,16 +367,19 @@ describeEachDb('credit ledger', (t) => {
       // Another user sees only theirs
       const v = await createUser(t());
       assert.deepEqual(await txsOf(v), { items: [], total: 0 });
-      assert.equal((await req('GET', '/billing/transactions')).status, 401);
+      assert.equal((await api(t()).get('/billing/transactions')).status, 401);
     });
 
     test('50 concurrent credits to one user all land', async () => {
       const u = await createUser(t());
       const rs = await Promise.all(Array.from({ length: 50 }, () => grant(u.id, { amount: 1.111111 })));
-      for (const r of rs) assert.equal(r.status, 201, r.text);
+      const made = rs.map((r) => {
+        assert.equal(r.status, 201, r.text);
+        return r.body;
+      });
       assert.equal(await balanceOf(u), 55.55555);
       // Each credit saw its own balance: 1 x .. 50 x the amount, once each
-      const afters = rs.map((r) => Math.round(r.body.balance_after * 1e6)).sort((a, b) => a - b);
+      const afters = made.map((x) => Math.round(x.balance_after * 1e6)).sort((a, b) => a - b);
       assert.deepEqual(
         afters,
         Array.from({ length: 50 }, (_, i) => (i + 1) * 1_111_111),
@@ -468,16 +486,17 @@ describeEachDb('credit ledger', (t) => {
       for (const gpuType of ['5090', '4090', 'pro6000'])
         assert.ok(types.filter((x) => x === gpuType).length >= 1, `a ${gpuType} node`);
       // Offered to everyone
-      const offers = await req('GET', '/search', { query: { limit: 100 } });
+      const offers = await api(t()).get('/search', { query: { limit: 100 } });
+      assert.equal(offers.status, 200, offers.text);
       for (const n of nodes.rows)
         assert.ok(
-          offers.body.some((o: { node: string }) => o.node === n.node),
+          offers.body.some((o) => o.node === n.node),
           `${n.node} offered`,
         );
 
-      const login = await req('POST', '/auth/login', { body: DEMO_LOGIN });
+      const login = await api(t()).post('/auth/login', { body: DEMO_LOGIN });
       assert.equal(login.status, 200, login.text);
-      const demo = { token: login.body.access_token } as TestUser;
+      const demo = { token: tokensOf(login.body).access_token } as TestUser;
       const txs = await txsOf(demo);
       assert.equal(txs.total, 1);
       assert.equal(txs.items[0]!.type, 'credit');

@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { alignToHour, createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 
@@ -27,8 +28,18 @@ async function setup(t: TestApp, creditAmount = 100) {
 const advance = (t: TestApp, s: number) => t.services.clock.advance(s);
 
 async function vmStatus(t: TestApp, key: string, id: string): Promise<string> {
-  return (await t.req('GET', `/vms/${id}`, { token: key })).body.status;
+  const r = await api(t, key).get('/vms/{vm_id}', { params: { vm_id: id } });
+  assert.equal(r.status, 200, r.text);
+  return r.body.status;
 }
+
+async function balanceOf(t: TestApp, key: string): Promise<number> {
+  const r = await api(t, key).get('/billing/balance');
+  assert.equal(r.status, 200, r.text);
+  return r.body.balance;
+}
+
+const createVm = (t: TestApp, key: string, body: RequestBody<'/vms', 'post'>) => api(t, key).post('/vms', { body });
 
 async function sumSql(t: TestApp, sql: string, params: unknown[]): Promise<number> {
   return Number((await t.db.query<{ s: number | null }>(sql, params)).rows[0]!.s ?? 0);
@@ -38,10 +49,7 @@ describeEachDb('metering', (t) => {
   test('37 min running, 2 h stopped, 5 h running: billed to the micro-unit, per period', async () => {
     const { key, u, node } = await setup(t());
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101 },
-    });
+    const c = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 101 });
     assert.equal(c.status, 201, c.text);
     // 1 x 4090 at 0.44/h + 100 GB at 0.0002/GB-h = 0.44 + 0.02: GPU rate + storage rate
     assert.equal(c.body.gpu_hourly_rate, 0.44);
@@ -51,15 +59,15 @@ describeEachDb('metering', (t) => {
     assert.equal(await vmStatus(t(), key, c.body.id), 'running');
 
     await advance(t(), 37 * 60);
-    assert.equal((await t().req('POST', `/vms/${c.body.id}/stop`, { token: key })).status, 200);
+    assert.equal((await api(t(), key).post('/vms/{vm_id}/stop', { params: { vm_id: c.body.id } })).status, 200);
     await advance(t(), 0);
     assert.equal(await vmStatus(t(), key, c.body.id), 'stopped');
     await advance(t(), 2 * H);
-    assert.equal((await t().req('POST', `/vms/${c.body.id}/start`, { token: key })).status, 200);
+    assert.equal((await api(t(), key).post('/vms/{vm_id}/start', { params: { vm_id: c.body.id } })).status, 200);
     await advance(t(), 0);
     assert.equal(await vmStatus(t(), key, c.body.id), 'running');
     await advance(t(), 5 * H);
-    assert.equal((await t().req('POST', `/vms/${c.body.id}/stop`, { token: key })).status, 200);
+    assert.equal((await api(t(), key).post('/vms/{vm_id}/stop', { params: { vm_id: c.body.id } })).status, 200);
     await advance(t(), 0);
 
     // Periods (micro-units), each part rounded half-up, the total their sum:
@@ -87,21 +95,22 @@ describeEachDb('metering', (t) => {
       [u.id],
     );
     assert.equal(charged, total);
-    assert.equal((await t().req('GET', '/billing/balance', { token: key })).body.balance, 100 - 2.623666);
+    assert.equal(await balanceOf(t(), key), 100 - 2.623666);
 
     const day = new Date(t().clock.nowMs()).toISOString().slice(0, 10);
     const first = new Date(t().clock.nowMs() - 8 * H * 1000).toISOString().slice(0, 10);
-    const report = await t().req('GET', '/billing/usage', { token: key, query: { start_date: first, end_date: day } });
+    const report = await api(t(), key).get('/billing/usage', { query: { start_date: first, end_date: day } });
     assert.equal(report.status, 200, report.text);
     assert.equal(report.body.total_cost, 2.623666);
     assert.equal(report.body.logs.length, 10);
     // GPU time: 37 min + 5 h = 5.616667 h
     assert.equal(report.body.vm_breakdown.length, 1);
-    assert.equal(report.body.vm_breakdown[0].vmid, c.body.vmid);
-    assert.equal(report.body.vm_breakdown[0].cost, 2.623666);
-    assert.equal(report.body.vm_breakdown[0].hours, 5.616667);
+    assert.equal(report.body.vm_breakdown[0]!.vmid, c.body.vmid);
+    assert.equal(report.body.vm_breakdown[0]!.cost, 2.623666);
+    assert.equal(report.body.vm_breakdown[0]!.hours, 5.616667);
     assert.equal(report.body.total_hours, 5.616667);
-    const log = report.body.logs.find((l: { total_cost: number }) => l.total_cost === 0.46);
+    const log = report.body.logs.find((l) => l.total_cost === 0.46);
+    assert.ok(log, 'a full hour running');
     assert.deepEqual(
       {
         gpu_seconds: log.gpu_seconds,
@@ -118,9 +127,13 @@ describeEachDb('metering', (t) => {
   test('a day and a month of an interruptible 2-GPU VM: the exact sum of hourly periods', async () => {
     const { key, u, node } = await setup(t(), 1000);
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' },
+    const c = await createVm(t(), key, {
+      node,
+      gpu_type: '4090',
+      gpu_count: 2,
+      storage_gb: 50,
+      template_vmid: 100,
+      rental_type: 'interruptible',
     });
     assert.equal(c.status, 201, c.text);
     // 2 x 0.22 + 50 x 0.0002 = 0.45 per hour
@@ -141,34 +154,27 @@ describeEachDb('metering', (t) => {
       ]),
       30 * 24 * 450_000,
     );
-    assert.equal((await t().req('GET', '/billing/balance', { token: key })).body.balance, 1000 - 324);
+    assert.equal(await balanceOf(t(), key), 1000 - 324);
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
 
   test('a VM that never ran costs nothing; destroy ends billing at that instant', async () => {
     const { key, u, node, adminKey } = await setup(t());
-    const f = await t().req('POST', '/admin/simulator/faults', {
-      token: adminKey,
-      body: { node, action: 'provision' },
-    });
+    const f = await api(t(), adminKey).post('/admin/simulator/faults', { body: { node, action: 'provision' } });
     assert.equal(f.status, 200, f.text);
-    const c = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-    });
+    const c = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+    assert.equal(c.status, 201, c.text);
     await advance(t(), 0);
     assert.equal(await vmStatus(t(), key, c.body.id), 'failed');
     await advance(t(), 3 * H);
     assert.equal(await sumSql(t(), 'SELECT count(*) AS s FROM usage_logs WHERE vm_id = $1', [c.body.id]), 0);
 
     await alignToHour(t());
-    const d = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-    });
+    const d = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+    assert.equal(d.status, 201, d.text);
     await advance(t(), 0);
     await advance(t(), 90 * 60);
-    assert.equal((await t().req('DELETE', `/vms/${d.body.id}`, { token: key })).status, 200);
+    assert.equal((await api(t(), key).delete('/vms/{vm_id}', { params: { vm_id: d.body.id } })).status, 200);
     await advance(t(), 5 * H);
     // [H0,H1] full hour 0.45 ... (0.44 + 50 x 0.0002 = 0.45), [H1, H1+30m] 0.225; nothing after destroy
     const logs = await t().db.query<{ total_cost_micros: number }>(
@@ -189,18 +195,14 @@ describeEachDb('metering', (t) => {
 
   test('current spend: running at the full rate, stopped at the storage rate', async () => {
     const { key, node } = await setup(t());
-    const a = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100 },
-    });
-    const b = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 2, storage_gb: 200, template_vmid: 100 },
-    });
+    const a = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 100, template_vmid: 100 });
+    const b = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 2, storage_gb: 200, template_vmid: 100 });
+    assert.equal(a.status, 201, a.text);
+    assert.equal(b.status, 201, b.text);
     await advance(t(), 1);
-    await t().req('POST', `/vms/${b.body.id}/stop`, { token: key });
+    await api(t(), key).post('/vms/{vm_id}/stop', { params: { vm_id: b.body.id } });
     await advance(t(), 1);
-    const s = await t().req('GET', '/billing/current-spend', { token: key });
+    const s = await api(t(), key).get('/billing/current-spend');
     assert.equal(s.status, 200, s.text);
     // a: 0.44 + 0.02 running; b stopped: storage 200 x 0.0002 = 0.04
     assert.equal(s.body.total_per_hour, 0.5);
@@ -208,10 +210,10 @@ describeEachDb('metering', (t) => {
     assert.equal(s.body.total_per_day, 12);
     assert.equal(s.body.total_per_month, 365);
     assert.equal(s.body.running_vms, 1);
-    const byId = Object.fromEntries(s.body.vms.map((v: { vm_id: string }) => [v.vm_id, v]));
-    assert.equal(byId[a.body.id].total_cost_per_hour, 0.46);
-    assert.equal(byId[b.body.id].gpu_cost_per_hour, 0);
-    assert.equal(byId[b.body.id].storage_cost_per_hour, 0.04);
+    const byId = Object.fromEntries(s.body.vms.map((v) => [v.vm_id, v]));
+    assert.equal(byId[a.body.id]?.total_cost_per_hour, 0.46);
+    assert.equal(byId[b.body.id]?.gpu_cost_per_hour, 0);
+    assert.equal(byId[b.body.id]?.storage_cost_per_hour, 0.04);
     assert.equal(s.headers['cache-control'], 'no-store');
   });
 
@@ -225,10 +227,10 @@ describeEachDb('metering', (t) => {
       { foo: 'x' },
     ];
     for (const q of bad) {
-      const r = await t().req('GET', '/billing/usage', { token: key, query: q });
+      const r = await api(t(), key).get('/billing/usage', { rawQuery: q });
       assert.equal(r.status, 422, JSON.stringify(q) + r.text);
     }
-    const r = await t().req('GET', '/billing/usage', { token: key });
+    const r = await api(t(), key).get('/billing/usage');
     assert.equal(r.status, 200);
     const end = new Date(t().clock.nowMs()).toISOString().slice(0, 10);
     assert.equal(r.body.period_end, end);
@@ -241,10 +243,8 @@ describeEachDb('metering', (t) => {
     // This app runs with the default price 0: traffic is recorded but costs nothing.
     const { key, node } = await setup(t());
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-    });
+    const c = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+    assert.equal(c.status, 201, c.text);
     await advance(t(), 0);
     await t().services.simulator.addTraffic(c.body.id, 3_000_000_000);
     await advance(t(), H);
@@ -263,13 +263,14 @@ describeEachDb('metering', (t) => {
     const { key, u, node } = await setup(t(), 1);
     await alignToHour(t());
     // 1 x 4090 + 50 GB = 0.45/h; with 1.00 of credit the check passes (needs 0.45); a second VM needs 0.90 total
-    const a = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-    });
-    const b = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, rental_type: 'interruptible' },
+    const a = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+    const b = await createVm(t(), key, {
+      node,
+      gpu_type: '4090',
+      gpu_count: 1,
+      storage_gb: 50,
+      template_vmid: 100,
+      rental_type: 'interruptible',
     });
     assert.equal(a.status, 201, a.text);
     assert.equal(b.status, 201, b.text);
@@ -284,11 +285,11 @@ describeEachDb('metering', (t) => {
       [u.id],
     );
     assert.equal(ev.rows.length, 1);
-    const bal = (await t().req('GET', '/billing/balance', { token: key })).body.balance;
+    const bal = await balanceOf(t(), key);
     assert.equal(bal, -0.36); // 1 - 0.68 - 0.68
     // Storage keeps accruing, VMs are not destroyed.
     await advance(t(), H);
-    assert.equal((await t().req('GET', '/billing/balance', { token: key })).body.balance, -0.38); // 2 x 50 GB of storage
+    assert.equal(await balanceOf(t(), key), -0.38); // 2 x 50 GB of storage
     assert.equal(await vmStatus(t(), key, a.body.id), 'stopped');
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
@@ -296,10 +297,8 @@ describeEachDb('metering', (t) => {
   test('a crash between the usage log and its transaction leaves no half-charge', async () => {
     const { key, u, node } = await setup(t());
     await alignToHour(t());
-    const c = await t().req('POST', '/vms', {
-      token: key,
-      body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-    });
+    const c = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
+    assert.equal(c.status, 201, c.text);
     await advance(t(), 0);
     // The ledger write fails once, after the usage log row was written in the same transaction.
     await t().db.exec(`
@@ -342,10 +341,7 @@ describeEachDb('metering', (t) => {
     await alignToHour(t());
     const vms = [];
     for (let i = 0; i < 3; i++) {
-      const c = await t().req('POST', '/vms', {
-        token: key,
-        body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-      });
+      const c = await createVm(t(), key, { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
       assert.equal(c.status, 201, c.text);
       vms.push(c.body.id);
     }

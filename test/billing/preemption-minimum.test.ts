@@ -7,7 +7,8 @@
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeEachDb, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import {
   advance,
   createApiKey,
@@ -25,18 +26,31 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
   let griefer: TestUser;
   let node: string;
 
-  const create = async (u: TestUser, rental: string, gpus = 1): Promise<Res> => {
-    const r = await t().req('POST', '/vms', {
-      token: u.token,
+  type VmBody = RequestBody<'/vms', 'post'>;
+  // Clients are made per call: the third test swaps every user's token for an API key.
+  const create = async (u: TestUser, rental: NonNullable<VmBody['rental_type']>, gpus: VmBody['gpu_count'] = 1) => {
+    const r = await api(t(), u.token).post('/vms', {
       body: { node, gpu_type: '4090', gpu_count: gpus, storage_gb: 50, template_vmid: 100, rental_type: rental },
     });
     assert.equal(r.status, 201, r.text);
     return r;
   };
-  const balance = async (u: TestUser) =>
-    (await t().req('GET', '/billing/balance', { token: u.token })).body.balance as number;
-  const statusOf = async (u: TestUser, id: string) =>
-    (await t().req('GET', `/vms/${id}`, { token: u.token })).body.status as string;
+  const balance = async (u: TestUser): Promise<number> => {
+    const r = await api(t(), u.token).get('/billing/balance');
+    assert.equal(r.status, 200, r.text);
+    return r.body.balance;
+  };
+  const statusOf = async (u: TestUser, id: string): Promise<string> => {
+    const r = await api(t(), u.token).get('/vms/{vm_id}', { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+    return r.body.status;
+  };
+  const destroy = (u: TestUser, id: string) => api(t(), u.token).delete('/vms/{vm_id}', { params: { vm_id: id } });
+  const transactions = async (u: TestUser) => {
+    const r = await api(t(), u.token).get('/billing/transactions');
+    assert.equal(r.status, 200, r.text);
+    return r.body;
+  };
 
   before(async () => {
     admin = await createUser(t(), { admin: true });
@@ -59,7 +73,7 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
       const od = await create(griefer, 'on_demand', 2); // takes both GPUs: both spot VMs are interrupted
       perRound = od.body.hourly_rate;
       for (const id of spots) assert.equal(await statusOf(victim, id), 'interrupted');
-      assert.equal((await t().req('DELETE', `/vms/${od.body.id}`, { token: griefer.token })).status, 200);
+      assert.equal((await destroy(griefer, od.body.id)).status, 200);
       await advance(t(), admin.token, 5); // the spot VMs come back
       for (const id of spots) assert.equal(await statusOf(victim, id), 'running');
     }
@@ -69,18 +83,18 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
       Math.round(3 * perRound * 1e6),
       'three rounds cost three hours of the VM (the billing period is one hour)',
     );
-    const tx = await t().req('GET', '/billing/transactions', { token: griefer.token });
-    const minimums = tx.body.filter((x: { description: string }) => /Minimum charge/.test(x.description));
+    const tx = await transactions(griefer);
+    const minimums = tx.filter((x) => /Minimum charge/.test(x.description));
     assert.equal(minimums.length, 3);
     assert.deepEqual(await ledgerCheck(t().db), []);
-    for (const id of spots) await t().req('DELETE', `/vms/${id}`, { token: victim.token });
+    for (const id of spots) await destroy(victim, id);
     await advance(t(), admin.token, 1);
   });
 
   test('a VM that interrupted no one costs nothing if destroyed before it runs', async () => {
     const start = await balance(griefer);
     const od = await create(griefer, 'on_demand', 2);
-    assert.equal((await t().req('DELETE', `/vms/${od.body.id}`, { token: griefer.token })).status, 200);
+    assert.equal((await destroy(griefer, od.body.id)).status, 200);
     await advance(t(), admin.token, 1);
     assert.equal(await balance(griefer), start);
   });
@@ -94,12 +108,9 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
     const od = await create(griefer, 'on_demand', 2);
     assert.equal(await statusOf(victim, spot), 'interrupted');
     await advance(t(), admin.token, 2 * 3600);
-    assert.equal((await t().req('DELETE', `/vms/${od.body.id}`, { token: griefer.token })).status, 200);
+    assert.equal((await destroy(griefer, od.body.id)).status, 200);
     await advance(t(), admin.token, 1);
-    const tx = (await t().req('GET', '/billing/transactions', { token: griefer.token })).body as {
-      description: string;
-      created_at: string;
-    }[];
+    const tx = await transactions(griefer);
     assert.equal(
       tx.filter(
         (x) => /Minimum charge/.test(x.description) && Date.parse(x.created_at) > Date.parse(od.body.created_at),
@@ -107,7 +118,7 @@ describeEachDb('the minimum charge of a VM that interrupted others', (t) => {
       0,
     );
     assert.ok(start - (await balance(griefer)) > od.body.hourly_rate, 'it paid its usage');
-    await t().req('DELETE', `/vms/${spot}`, { token: victim.token });
+    await destroy(victim, spot);
     await advance(t(), admin.token, 1);
     assert.deepEqual(await ledgerCheck(t().db), []);
   });

@@ -39,7 +39,8 @@ import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { describeEachDb, TEST_CLOCK_START, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb, TEST_CLOCK_START, type TestApp } from '../helpers/app.js';
+import { api, type ErrorBody, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
@@ -167,6 +168,18 @@ const EXAMPLE: [number[], Cmd[]] = [
   ],
 ];
 
+type GpuType = RequestBody<'/vms', 'post'>['gpu_type'];
+
+/** The error code of an answer's body, if it has one (t().req asserts that every error answer has one). */
+function codeOf(body: unknown): unknown {
+  return typeof body === 'object' && body !== null && 'code' in body ? body.code : undefined;
+}
+
+/** Narrows an answer to its error statuses (400 and up), whose bodies api() types ErrorBody. */
+function isError<R extends { status: number; body: unknown }>(r: R): r is Extract<R, { body: ErrorBody }> {
+  return r.status >= 400;
+}
+
 interface Account {
   id: number;
   email: string;
@@ -198,17 +211,17 @@ describeEachDb(
       const poor = await createUser(t());
       await credit(t(), adminKey, poor.id, 3);
       assert.equal(
-        (await t().req('POST', '/ssh-keys', { token: poor.token, body: { ssh_public_key: sshKeyLine } })).status,
+        (await api(t(), poor.token).post('/ssh-keys', { body: { ssh_public_key: sshKeyLine } })).status,
         201,
       );
       const poorKey = await createApiKey(t(), poor.token, 'read_write');
       const rich = await createUser(t());
       await credit(t(), adminKey, rich.id, 1000);
       assert.equal(
-        (await t().req('POST', '/ssh-keys', { token: rich.token, body: { ssh_public_key: sshKeyLine } })).status,
+        (await api(t(), rich.token).post('/ssh-keys', { body: { ssh_public_key: sshKeyLine } })).status,
         201,
       );
-      const body = (rental: string) => ({
+      const body = (rental: RentalType): RequestBody<'/vms', 'post'> => ({
         node,
         gpu_type: '4090',
         gpu_count: 1,
@@ -218,27 +231,30 @@ describeEachDb(
       });
       const spots: string[] = [];
       for (let i = 0; i < 2; i++) {
-        const r = await t().req('POST', '/vms', { token: poorKey, body: body('interruptible') });
+        const r = await api(t(), poorKey).post('/vms', { body: body('interruptible') });
         assert.equal(r.status, 201, r.text);
         spots.push(r.body.id);
       }
-      const od = await t().req('POST', '/vms', { token: rich.token, body: body('on_demand') }); // preempts one of them
+      const od = await api(t(), rich.token).post('/vms', { body: body('on_demand') }); // preempts one of them
       assert.equal(od.status, 201, od.text);
       // A day at 0.23/h is more than the 3 of credit: the period close leaves the balance below zero.
-      assert.equal(
-        (await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: DAY_S } })).status,
-        200,
-      );
-      const balance = (await t().req('GET', '/billing/balance', { token: poorKey })).body.balance;
+      assert.equal((await api(t(), adminKey).post('/admin/clock/advance', { body: { seconds: DAY_S } })).status, 200);
+      const bal = await api(t(), poorKey).get('/billing/balance');
+      assert.equal(bal.status, 200, bal.text);
+      const balance = bal.body.balance;
       assert.ok(balance <= 0, `balance ${balance}`);
-      const statuses = [];
-      for (const id of spots) statuses.push((await t().req('GET', `/vms/${id}`, { token: poorKey })).body.status);
+      const statuses: string[] = [];
+      for (const id of spots) {
+        const vm = await api(t(), poorKey).get('/vms/{vm_id}', { params: { vm_id: id } });
+        assert.equal(vm.status, 200, vm.text);
+        statuses.push(vm.body.status);
+      }
       assert.ok(
         !statuses.includes('running') && !statuses.includes('starting'),
         `no VM of a broke user runs: ${statuses}`,
       );
-      for (const id of spots) await t().req('DELETE', `/vms/${id}`, { token: poorKey });
-      await t().req('DELETE', `/vms/${od.body.id}`, { token: rich.token });
+      for (const id of spots) await api(t(), poorKey).delete('/vms/{vm_id}', { params: { vm_id: id } });
+      await api(t(), rich.token).delete('/vms/{vm_id}', { params: { vm_id: od.body.id } });
     });
 
     test(`ledger, balances, capacity and reservations hold after every step (${RUNS} runs, seed ${SEED})`, async () => {
@@ -250,21 +266,36 @@ describeEachDb(
 
       /**
        * Every API call of the property goes through here: never a 5xx, and errors carry a code from the closed list.
+       * `checked` is the test app with its request helper wrapped, so that the typed client api(checked, ...) sends
+       * every call through these checks with the method and URL it sends.
        */
-      const call = async (method: string, url: string, opts?: ReqOpts): Promise<Res> => {
-        const r = await t().req(method, url, opts);
-        const what = `${method} ${url.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, ':id').replace(/^\/admin\/nodes\/.+$/, '/admin/nodes/:node')}`;
-        trace.push(`  ${what} -> ${r.status}${r.status >= 400 ? ` ${r.body?.code}` : ''}`);
-        assert.ok(r.status < 500, `${what} answered ${r.status}: ${r.text}`);
-        if (r.status >= 400)
-          assert.ok(CODES.has(r.body.code), `${what}: code ${r.body.code} is not in the closed list of error codes`);
-        const key = `${what} ${r.status}`;
-        statuses.set(key, (statuses.get(key) ?? 0) + 1);
-        return r;
+      const checked: TestApp = {
+        ...t(),
+        req: async (method, url, opts) => {
+          const r = await t().req(method, url, opts);
+          const what = `${method} ${url.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/g, ':id').replace(/^\/admin\/nodes\/.+$/, '/admin/nodes/:node')}`;
+          const code = codeOf(r.body);
+          trace.push(`  ${what} -> ${r.status}${r.status >= 400 ? ` ${code}` : ''}`);
+          assert.ok(r.status < 500, `${what} answered ${r.status}: ${r.text}`);
+          if (r.status >= 400)
+            assert.ok(
+              typeof code === 'string' && CODES.has(code),
+              `${what}: code ${code} is not in the closed list of error codes`,
+            );
+          const key = `${what} ${r.status}`;
+          statuses.set(key, (statuses.get(key) ?? 0) + 1);
+          return r;
+        },
       };
-      const now = async () => Date.parse((await call('GET', '/admin/clock', { token: adminKey })).body.now);
+      /** A typed client whose calls go through the checks above. */
+      const call = (key: string) => api(checked, key);
+      const now = async () => {
+        const r = await call(adminKey).get('/admin/clock');
+        assert.equal(r.status, 200, r.text);
+        return Date.parse(r.body.now);
+      };
       const advance = async (seconds: number) => {
-        const r = await call('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } });
+        const r = await call(adminKey).post('/admin/clock/advance', { body: { seconds } });
         assert.equal(r.status, 200, r.text);
       };
 
@@ -310,14 +341,12 @@ describeEachDb(
             `user ${id}: balance moved by exactly this step's transactions`,
           );
         }
-        const apiBalances = await Promise.all(accounts.map((a) => call('GET', '/billing/balance', { token: a.key })));
-        accounts.forEach((a, i) =>
-          assert.equal(
-            Math.round(apiBalances[i]!.body.balance * 1e6),
-            after.get(a.id),
-            'GET /billing/balance is the ledger balance',
-          ),
-        );
+        const apiBalances = await Promise.all(accounts.map((a) => call(a.key).get('/billing/balance')));
+        accounts.forEach((a, i) => {
+          const r = apiBalances[i]!;
+          assert.equal(r.status, 200, r.text);
+          assert.equal(Math.round(r.body.balance * 1e6), after.get(a.id), 'GET /billing/balance is the ledger balance');
+        });
         // 4. Capacity: held GPUs within each node; holds_gpus as the status and rental type say (holdsGpus).
         const over = await db.query(
           `SELECT n.node, n.gpu_count, COALESCE(SUM(v.gpu_count) FILTER (WHERE v.holds_gpus), 0)::int8 AS held
@@ -343,9 +372,12 @@ describeEachDb(
             `VM ${v.id} (${v.rental_type}, ${v.status}): holds_gpus`,
           );
         }
-        const infos = await Promise.all(nodes.map((n) => call('GET', `/admin/nodes/${n.node}`, { token: adminKey })));
+        const infos = await Promise.all(
+          nodes.map((n) => call(adminKey).get('/admin/nodes/{node}', { params: { node: n.node } })),
+        );
         nodes.forEach((n, i) => {
           const info = infos[i]!;
+          assert.equal(info.status, 200, info.text);
           assert.ok(
             info.body.gpus_allocated <= n.gpu_count && info.body.gpus_free >= 0,
             `node ${n.node}: ${info.text}`,
@@ -534,7 +566,7 @@ describeEachDb(
         for (const amount of creditsOf) {
           const u = await createUser(t());
           await credit(t(), adminKey, u.id, amount);
-          const key = await call('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: sshKeyLine } });
+          const key = await call(u.token).post('/ssh-keys', { body: { ssh_public_key: sshKeyLine } });
           assert.equal(key.status, 201, key.text);
           accounts.push({
             id: u.id,
@@ -544,7 +576,7 @@ describeEachDb(
             reservations: [],
           });
         }
-        const nodes: { node: string; gpu_count: number; gpu_type: string }[] = [];
+        const nodes: { node: string; gpu_count: number; gpu_type: GpuType }[] = [];
         for (const n of NODES) nodes.push({ ...n, node: (await createNode(t(), adminKey, { ...n })).node });
         timing.setup += Date.now() - t0;
         try {
@@ -572,22 +604,22 @@ describeEachDb(
         } finally {
           // Leave nothing accruing for the next run (its advances would step through this run's periods).
           for (const a of accounts) {
-            for (const id of a.vms) await t().req('DELETE', `/vms/${id}`, { token: a.key });
+            for (const id of a.vms) await api(t(), a.key).delete('/vms/{vm_id}', { params: { vm_id: id } });
           }
-          await t().req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 1 } });
+          await api(t(), adminKey).post('/admin/clock/advance', { body: { seconds: 1 } });
         }
       }
 
       async function perform(
         c: Cmd,
         accounts: Account[],
-        nodes: { node: string; gpu_count: number; gpu_type: string }[],
+        nodes: { node: string; gpu_count: number; gpu_type: GpuType }[],
       ): Promise<void> {
         switch (c.k) {
           case 'create': {
             const a = accounts[c.u]!;
             const n = nodes[c.n]!;
-            const body: Record<string, unknown> = {
+            const body: RequestBody<'/vms', 'post'> = {
               node: n.node,
               gpu_type: n.gpu_type,
               gpu_count: c.gpus,
@@ -596,7 +628,7 @@ describeEachDb(
               rental_type: c.rental,
             };
             if (c.rental === 'reserved') body.reservation_months = c.months;
-            const r = await call('POST', '/vms', { token: a.key, body });
+            const r = await call(a.key).post('/vms', { body });
             if (r.status === 201) {
               a.vms.push(r.body.id);
               if (r.body.reservation_id) a.reservations.push(r.body.reservation_id);
@@ -626,12 +658,15 @@ describeEachDb(
             const owner = accounts.find((a) => a.vms.includes(id)) ?? accounts[c.u]!;
             const stranger = c.i % 7 === 6 && owner !== accounts[c.u];
             const actor = stranger ? accounts[c.u]! : owner;
+            const vm = { params: { vm_id: id } };
             const r =
               c.k === 'destroy'
-                ? await call('DELETE', `/vms/${id}`, { token: actor.key })
-                : await call('POST', `/vms/${id}/${c.k}`, { token: actor.key });
+                ? await call(actor.key).delete('/vms/{vm_id}', vm)
+                : c.k === 'stop'
+                  ? await call(actor.key).post('/vms/{vm_id}/stop', vm)
+                  : await call(actor.key).post('/vms/{vm_id}/start', vm);
             if (stranger) assert.equal(r.status, 404, `another user's VM is 404, like a missing one: ${r.text}`);
-            if (r.status >= 400)
+            if (isError(r))
               assert.ok(
                 ['invalid_state', 'not_found', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code),
                 r.text,
@@ -650,10 +685,10 @@ describeEachDb(
             const id = pick(running, c.i);
             if (!id) return advance(c.s);
             const owner = accounts.find((a) => a.vms.includes(id))!;
-            await call('POST', `/vms/${id}/stop`, { token: owner.key });
+            await call(owner.key).post('/vms/{vm_id}/stop', { params: { vm_id: id } });
             await advance(c.s);
-            const r = await call('POST', `/vms/${id}/start`, { token: owner.key });
-            if (r.status >= 400)
+            const r = await call(owner.key).post('/vms/{vm_id}/start', { params: { vm_id: id } });
+            if (isError(r))
               assert.ok(['invalid_state', 'gpu_unavailable', 'insufficient_balance'].includes(r.body.code), r.text);
             return;
           }
@@ -662,8 +697,7 @@ describeEachDb(
             const n = nodes[c.n]!;
             const filler = accounts[(c.u + 1) % accounts.length]!;
             for (let i = 0; i < n.gpu_count; i++) {
-              const r = await call('POST', '/vms', {
-                token: filler.key,
+              const r = await call(filler.key).post('/vms', {
                 body: {
                   node: n.node,
                   gpu_type: n.gpu_type,
@@ -677,8 +711,7 @@ describeEachDb(
               filler.vms.push(r.body.id);
             }
             const a = accounts[c.u]!;
-            const r = await call('POST', '/vms', {
-              token: a.key,
+            const r = await call(a.key).post('/vms', {
               body: { node: n.node, gpu_type: n.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 },
             });
             if (r.status === 201) a.vms.push(r.body.id);
@@ -695,7 +728,9 @@ describeEachDb(
             const id = (c.i % 5 === 4 ? pick(all, c.i) : (pick(active, c.i) ?? pick(all, c.i))) ?? randomUUID();
             const owner = accounts.find((a) => a.reservations.includes(id)) ?? accounts[c.u]!;
             const stranger = c.i % 7 === 6 && owner !== accounts[c.u];
-            const r = await call('DELETE', `/reservations/${id}`, { token: stranger ? accounts[c.u]!.key : owner.key });
+            const r = await call(stranger ? accounts[c.u]!.key : owner.key).delete('/reservations/{reservation_id}', {
+              params: { reservation_id: id },
+            });
             if (stranger)
               assert.equal(r.status, 404, `another user's reservation is 404, like a missing one: ${r.text}`);
             if (r.status === 200) assert.equal(r.body.status, 'cancelled');
@@ -703,8 +738,7 @@ describeEachDb(
             return;
           }
           case 'fault': {
-            const r = await call('POST', '/admin/simulator/faults', {
-              token: adminKey,
+            const r = await call(adminKey).post('/admin/simulator/faults', {
               body: { node: nodes[c.n]!.node, action: c.action },
             });
             assert.equal(r.status, 200, r.text);
@@ -712,8 +746,8 @@ describeEachDb(
           }
           case 'node': {
             // A node going offline takes its VMs with it; coming back restores them.
-            const r = await call('PATCH', `/admin/nodes/${nodes[c.n]!.node}`, {
-              token: adminKey,
+            const r = await call(adminKey).patch('/admin/nodes/{node}', {
+              params: { node: nodes[c.n]!.node },
               body: { status: c.status },
             });
             assert.equal(r.status, 200, r.text);

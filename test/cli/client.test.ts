@@ -14,7 +14,8 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
+import { api } from '../helpers/api.js';
+import { createNode, createUser, credit, tokensOf, type TestUser } from '../helpers/factories.js';
 import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import { runCli } from '../../src/cli/index.js';
@@ -107,10 +108,18 @@ describe('gpucloud client commands', () => {
     const u = await createUser(t);
     if (balance) {
       // A fresh admin token: other tests move the manual clock past its expiry.
-      const login = await t.req('POST', '/auth/login', { body: { email: admin.email, password: admin.password } });
-      await credit(t, login.body.access_token, u.id, balance);
+      const login = await api(t).post('/auth/login', { body: { email: admin.email, password: admin.password } });
+      assert.equal(login.status, 200, login.text);
+      await credit(t, tokensOf(login.body).access_token, u.id, balance);
     }
     return u;
+  }
+
+  /** The VM as the API shows it to u. */
+  async function vmOf(u: TestUser, id: string) {
+    const r = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+    return r.body;
   }
 
   /**
@@ -118,13 +127,14 @@ describe('gpucloud client commands', () => {
    */
   async function loggedIn(u: TestUser): Promise<string> {
     const home = freshHome();
-    const login = await t.req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+    const login = await api(t).post('/auth/login', { body: { email: u.email, password: u.password } });
     assert.equal(login.status, 200, login.text);
+    const tokens = tokensOf(login.body);
     writeConfig(configPath({ XDG_CONFIG_HOME: home }), {
       api_url: baseUrl,
       email: u.email,
-      access_token: login.body.access_token,
-      refresh_token: login.body.refresh_token,
+      access_token: tokens.access_token,
+      refresh_token: tokens.refresh_token,
     });
     return home;
   }
@@ -221,7 +231,10 @@ describe('gpucloud client commands', () => {
 
     const ssh = await cli(home, ['vm', 'ssh', String(vm.vmid), '--dry-run']);
     ok(ssh);
-    const info = (await t.req('GET', `/vms/${vm.id}/access-info`, { token: u.token })).body;
+    const access = await api(t, u.token).get('/vms/{vm_id}/access-info', { params: { vm_id: vm.id } });
+    assert.equal(access.status, 200, access.text);
+    const info = access.body;
+    assert.ok(info.ssh, access.text);
     assert.equal(ssh.stdout.trim(), `ssh -p ${info.ssh.port} ${info.ssh.username}@${info.ssh.host}`);
     // A key by its short option, and what follows -- (options included) is ssh's.
     const sshArgs = await cli(home, [
@@ -244,10 +257,10 @@ describe('gpucloud client commands', () => {
     // destroy asks; "n" on stdin aborts, --yes does not ask.
     const no = await cli(home, ['vm', 'destroy', String(vm.vmid)], { input: 'n\n' });
     assert.equal(no.code, 1);
-    assert.equal((await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body.status, 'running');
+    assert.equal((await vmOf(u, vm.id)).status, 'running');
     const destroyed = json(await cli(home, ['vm', 'destroy', String(vm.vmid), '--yes', '--json']));
     assert.equal(typeof destroyed.message, 'string');
-    assert.notEqual((await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body.status, 'running');
+    assert.notEqual((await vmOf(u, vm.id)).status, 'running');
 
     const out = await cli(home, ['logout']);
     ok(out);
@@ -352,7 +365,9 @@ describe('gpucloud client commands', () => {
     const waited = json(await cli(home, ['vm', 'wait', vm.id, '--json']));
     assert.equal(waited.status, 'running');
     const bal = json(await cli(home, ['billing', 'balance', '--json']));
-    assert.deepEqual(bal, (await t.req('GET', '/billing/balance', { token: u.token })).body);
+    const balance = await api(t, u.token).get('/billing/balance');
+    assert.equal(balance.status, 200, balance.text);
+    assert.deepEqual(bal, balance.body);
     const tx = json(await cli(home, ['billing', 'transactions', '--json']));
     assert.ok(Array.isArray(tx) && tx.length >= 1);
     json(await cli(home, ['vm', 'destroy', vm.id, '--yes', '--json']));
@@ -362,7 +377,7 @@ describe('gpucloud client commands', () => {
     const u = await newUser(0);
     const home = await loggedIn(u);
     const missing = '00000000-0000-4000-8000-000000000000';
-    const direct = await t.req('GET', `/vms/${missing}`, { token: u.token });
+    const direct = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: missing } });
     assert.equal(direct.status, 404);
     const r = await cli(home, ['vm', 'show', missing]);
     assert.equal(r.code, 1);
@@ -504,10 +519,11 @@ describe('gpucloud client commands', () => {
 
   test('2FA login with the code by flag and on stdin', async () => {
     const u = await newUser(0);
-    const setup = await t.req('POST', '/auth/2fa/setup', { token: u.token });
-    const secret: string = setup.body.secret;
+    const setup = await api(t, u.token).post('/auth/2fa/setup');
+    assert.equal(setup.status, 200, setup.text);
+    const secret = setup.body.secret;
     const code = () => totpAt(secret, stepAt(t.clock.nowMs()));
-    assert.equal((await t.req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code() } })).status, 200);
+    assert.equal((await api(t, u.token).post('/auth/2fa/enable', { body: { code: code() } })).status, 200);
     await t.services.clock.advance(30);
 
     const h1 = freshHome();
@@ -565,7 +581,9 @@ describe('gpucloud client commands', () => {
   test('pricing, reservations quote, admin commands', async () => {
     const home = await loggedIn(admin);
     const pricing = json(await cli(home, ['pricing', '--json']));
-    assert.deepEqual(pricing, (await t.req('GET', '/pricing')).body);
+    const shipped = await api(t).get('/pricing');
+    assert.equal(shipped.status, 200, shipped.text);
+    assert.deepEqual(pricing, shipped.body);
     const quote = json(await cli(home, ['reservations', 'quote', '--gpu', '4090', '--months', '3', '--json']));
     assert.equal(quote.reservation_months, 3);
     const nodes = json(await cli(home, ['admin', 'nodes', '--json']));
@@ -605,7 +623,7 @@ describe('gpucloud client commands', () => {
     assert.equal(vm.rental_type, 'interruptible');
     ok(await cli(home, ['vm', 'label', String(vm.vmid), 'renamed']));
     ok(await cli(home, ['vm', 'auto-restart', vm.id, 'on']));
-    let now = (await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body;
+    let now = await vmOf(u, vm.id);
     assert.equal(now.instance_label, 'renamed');
     assert.equal(now.auto_restart, true);
     assert.deepEqual(json(await cli(home, ['vm', 'interruptions', vm.id, '--json'])), []);
@@ -621,7 +639,7 @@ describe('gpucloud client commands', () => {
     // Without --yes and without an answer on stdin: bad usage, nothing destroyed.
     const noAnswer = await cli(home, ['vm', 'destroy', vm.id]);
     assert.equal(noAnswer.code, 2, noAnswer.stderr);
-    now = (await t.req('GET', `/vms/${vm.id}`, { token: u.token })).body;
+    now = await vmOf(u, vm.id);
     assert.notEqual(now.status, 'destroyed');
     ok(await cli(home, ['vm', 'destroy', vm.id], { input: 'y\n' }));
   });
@@ -644,7 +662,9 @@ describe('gpucloud client commands', () => {
     const declined = await cli(home, args, { input: 'n\n' });
     assert.equal(declined.code, 1);
     assert.match(declined.stderr, /Deposit now:\s+\$\d/);
-    assert.deepEqual((await t.req('GET', '/vms', { token: u.token })).body, []);
+    const none = await api(t, u.token).get('/vms');
+    assert.equal(none.status, 200, none.text);
+    assert.deepEqual(none.body, []);
     const vm = json(await cli(home, [...args, '--yes', '--json']));
     assert.equal(vm.rental_type, 'reserved');
     const reservations = json(await cli(home, ['reservations', 'list', '--json']));
@@ -713,7 +733,7 @@ describe('gpucloud client commands', () => {
     let out = '';
     child.stdout.on('data', (d) => (out += d));
     try {
-      assert.equal((await t.req('POST', `/vms/${vm.id}/stop`, { token: u.token })).status, 200);
+      assert.equal((await api(t, u.token).post('/vms/{vm_id}/stop', { params: { vm_id: vm.id } })).status, 200);
       await t.services.clock.advance(0);
       const deadline = Date.now() + 30_000;
       while (!out.includes('"to":"stopped"') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -738,7 +758,7 @@ describe('gpucloud client commands', () => {
     const home = await loggedIn(u);
     const saved = JSON.parse(readFileSync(join(home, 'gpucloud', 'config.json'), 'utf8'));
     ok(await cli(home, ['logout']));
-    const refresh = await t.req('POST', '/auth/refresh', { body: { refresh_token: saved.refresh_token } });
+    const refresh = await api(t).post('/auth/refresh', { body: { refresh_token: saved.refresh_token } });
     assert.equal(refresh.status, 401);
   });
 });

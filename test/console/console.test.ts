@@ -10,7 +10,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { createNode, createUser, credit, uniqueEmail, type TestUser } from '../helpers/factories.js';
+import { api } from '../helpers/api.js';
+import { createNode, createUser, credit, tokensOf, uniqueEmail, type TestUser } from '../helpers/factories.js';
 import { browserSkipReason, buildConsole, launchChromium } from '../helpers/browser.js';
 import { generateKey } from '../ssh-keys/keygen.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
@@ -57,14 +58,14 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
   }
 
   async function adminToken(): Promise<string> {
-    const r = await t.req('POST', '/auth/login', { body: { email: admin.email, password: admin.password } });
+    const r = await api(t).post('/auth/login', { body: { email: admin.email, password: admin.password } });
     assert.equal(r.status, 200, r.text);
-    return r.body.access_token;
+    return tokensOf(r.body).access_token;
   }
 
   /** Moves the manual clock (jobs that came due run: provisioning, stopping, destroying). */
   async function advance(seconds: number): Promise<void> {
-    const r = await t.req('POST', '/admin/clock/advance', { token: await adminToken(), body: { seconds } });
+    const r = await api(t, await adminToken()).post('/admin/clock/advance', { body: { seconds } });
     assert.equal(r.status, 200, r.text);
   }
 
@@ -121,7 +122,7 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     );
 
     // The account really exists.
-    const login = await t.req('POST', '/auth/login', { body: { email, password: PASSWORD } });
+    const login = await api(t).post('/auth/login', { body: { email, password: PASSWORD } });
     assert.equal(login.status, 200);
 
     await page.getByRole('button', { name: 'Sign out' }).click();
@@ -173,17 +174,17 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     }
     // Had a tab presented a refresh token the other had already rotated, the whole session would be revoked.
     const stored = JSON.parse((await first.evaluate(() => localStorage.getItem('gpucloud.session')))!);
-    const refreshed = await t.req('POST', '/auth/refresh', { body: { refresh_token: stored.refreshToken } });
+    const refreshed = await api(t).post('/auth/refresh', { body: { refresh_token: stored.refreshToken } });
     assert.equal(refreshed.status, 200, `the session is alive: ${refreshed.text}`);
   });
 
   test('sign in with two-factor authentication: the Code step', async () => {
     const u = await registerApi();
-    const setup = await t.req('POST', '/auth/2fa/setup', { token: u.token });
+    const setup = await api(t, u.token).post('/auth/2fa/setup');
     assert.equal(setup.status, 200, setup.text);
-    const secret: string = setup.body.secret;
+    const secret = setup.body.secret;
     const code = () => totpAt(secret, stepAt(t.clock.now().getTime()));
-    const enable = await t.req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code() } });
+    const enable = await api(t, u.token).post('/auth/2fa/enable', { body: { code: code() } });
     assert.equal(enable.status, 200, enable.text);
     await advance(60); // a code is good once: the next step's code for the sign-in
 
@@ -210,9 +211,10 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await page.getByLabel('Label').fill('laptop');
     await page.getByRole('button', { name: 'Add key' }).dblclick();
     await page.getByText(key.fingerprint).waitFor();
-    const keys = await t.req('GET', '/ssh-keys', { token: u.token });
+    const keys = await api(t, u.token).get('/ssh-keys');
+    assert.equal(keys.status, 200, keys.text);
     assert.equal(keys.body.length, 1, 'a double click submits once');
-    assert.equal(keys.body[0].fingerprint, key.fingerprint);
+    assert.equal(keys.body[0]!.fingerprint, key.fingerprint);
 
     await page.getByLabel('Public key').fill('ssh-ed25519 not-a-key');
     await page.getByRole('button', { name: 'Add key' }).click();
@@ -222,7 +224,8 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
   test('rent from an offer to running, see the SSH command, destroy after confirming', async () => {
     const u = await registerApi();
     await credit(t, await adminToken(), u.id, 500);
-    await t.req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: generateKey('ed25519').line } });
+    const sshKey = await api(t, u.token).post('/ssh-keys', { body: { ssh_public_key: generateKey('ed25519').line } });
+    assert.equal(sshKey.status, 201, sshKey.text);
     const page = await newPage();
     await signIn(page, u.email);
     await page.getByRole('link', { name: 'Offers', exact: true }).click();
@@ -231,7 +234,7 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await page.getByRole('button', { name: 'Launch' }).click();
     await page.waitForURL(/\/console\/vms\/[0-9a-f-]{36}$/);
     const vmId = page.url().split('/').pop()!;
-    const vm = await t.req('GET', `/vms/${vmId}`, { token: u.token });
+    const vm = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: vmId } });
     assert.equal(vm.status, 200, 'the page shows the VM just created');
     assert.equal(vm.body.node, node);
 
@@ -252,7 +255,8 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
       async () => (await page.getByText('destroyed', { exact: true }).count()) > 0,
       'the VM to show destroyed',
     );
-    const gone = await t.req('GET', `/vms/${vmId}`, { token: u.token });
+    const gone = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: vmId } });
+    assert.equal(gone.status, 200, gone.text);
     assert.equal(gone.body.status, 'destroyed');
 
     // The VMs page lists it by id with its status as the API spells it.
@@ -266,7 +270,8 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
 
   test('a launch without credit shows the API message (insufficient balance)', async () => {
     const u = await registerApi();
-    await t.req('POST', '/ssh-keys', { token: u.token, body: { ssh_public_key: generateKey('ed25519').line } });
+    const sshKey = await api(t, u.token).post('/ssh-keys', { body: { ssh_public_key: generateKey('ed25519').line } });
+    assert.equal(sshKey.status, 201, sshKey.text);
     const page = await newPage();
     await signIn(page, u.email);
     await page.goto(`/console/offers/${node}/launch`);
@@ -276,7 +281,9 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
       .filter({ hasText: /balance|credit/i })
       .first()
       .waitFor();
-    assert.equal((await t.req('GET', '/vms', { token: u.token })).body.length, 0);
+    const vms = await api(t, u.token).get('/vms');
+    assert.equal(vms.status, 200, vms.text);
+    assert.equal(vms.body.length, 0);
   });
 
   test('create an API key: the secret is shown once, and works', async () => {
@@ -305,10 +312,9 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await field.fill('3.21');
     await page.getByRole('row').filter({ has: field }).getByRole('button', { name: 'Save' }).click();
     await advanceUntil(async () => {
-      const r = await t.req('GET', '/pricing');
-      return r.body.gpu_types.some(
-        (g: { gpu_type: string; gpu_price_hourly: number }) => g.gpu_type === '5090' && g.gpu_price_hourly === 3.21,
-      );
+      const r = await api(t).get('/pricing');
+      assert.equal(r.status, 200, r.text);
+      return r.body.gpu_types.some((g) => g.gpu_type === '5090' && g.gpu_price_hourly === 3.21);
     }, 'the new price');
     const customer = await registerApi();
     const shopper = await newPage();

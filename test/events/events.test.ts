@@ -6,15 +6,26 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
-import { createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import {
+  challengeOf,
+  createApiKey,
+  createNode,
+  createUser,
+  credit,
+  tokensOf,
+  uploadSshKey,
+  type TestUser,
+} from '../helpers/factories.js';
+import { api, type BodyFor, type RequestBody } from '../helpers/api.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 
 const H = 3600;
 const VM_PASSWORD = 'a-vm-password-1234';
-type Ev = { id: string; type: string; created_at: string; vm_id: string | null; data: Record<string, unknown> };
+type Ev = BodyFor<'/events', 'get', 200>[number];
+type EventQuery = Record<string, string | number | string[]>;
 
-async function events(t: TestApp, token: string, query = ''): Promise<Ev[]> {
-  const r = await t.req('GET', `/events${query}`, { token });
+async function events(t: TestApp, token: string, query: EventQuery = {}): Promise<Ev[]> {
+  const r = await api(t, token).get('/events', { rawQuery: query });
   assert.equal(r.status, 200, r.text);
   return r.body;
 }
@@ -23,7 +34,7 @@ async function events(t: TestApp, token: string, query = ''): Promise<Ev[]> {
 async function allEvents(t: TestApp, token: string, after?: string, limit = 200): Promise<Ev[]> {
   const out: Ev[] = [];
   for (let cursor = after; ;) {
-    const page = await events(t, token, `?limit=${limit}${cursor ? `&after=${cursor}` : ''}`);
+    const page = await events(t, token, { limit, ...(cursor ? { after: cursor } : {}) });
     out.push(...page);
     if (page.length < limit) return out;
     cursor = page[page.length - 1]!.id;
@@ -35,9 +46,8 @@ const statusChanges = (evs: Ev[], vmId: string) =>
     .filter((e) => e.type === 'vm.status_changed' && e.vm_id === vmId)
     .map((e) => `${e.data.from}>${e.data.to}:${e.data.reason}`);
 
-async function launch(t: TestApp, key: string, node: string, over: Record<string, unknown> = {}) {
-  const r = await t.req('POST', '/vms', {
-    token: key,
+async function launch(t: TestApp, key: string, node: string, over: Partial<RequestBody<'/vms', 'post'>> = {}) {
+  const r = await api(t, key).post('/vms', {
     body: {
       node,
       gpu_type: '4090',
@@ -50,7 +60,7 @@ async function launch(t: TestApp, key: string, node: string, over: Record<string
     },
   });
   assert.equal(r.status, 201, r.text);
-  return r.body as { id: string; vmid: number; reservation_id: string | null };
+  return r.body;
 }
 
 describeEachDb('events', (t) => {
@@ -65,25 +75,24 @@ describeEachDb('events', (t) => {
     admin = await createUser(t(), { admin: true });
     adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin');
     u = await createUser(t());
-    const login = await t().req('POST', '/auth/login', {
+    const login = await api(t()).post('/auth/login', {
       body: { email: u.email, password: u.password },
       headers: { 'user-agent': 'events-test/1.0' },
     });
     assert.equal(login.status, 200);
     key = await createApiKey(t(), u.token, 'read_write', 'main');
-    const child = await t().req('POST', '/api-keys', { token: key, body: { name: 'child', scope: 'read_only' } });
+    const child = await api(t(), key).post('/api-keys', { body: { name: 'child', scope: 'read_only' } });
     assert.equal(child.status, 201);
-    const parent = await t().req('POST', '/api-keys', {
-      token: u.token,
-      body: { name: 'parent', scope: 'read_write' },
-    });
-    const grandchild = await t().req('POST', '/api-keys', {
-      token: parent.body.key,
+    const parent = await api(t(), u.token).post('/api-keys', { body: { name: 'parent', scope: 'read_write' } });
+    assert.equal(parent.status, 201, parent.text);
+    const grandchild = await api(t(), parent.body.key).post('/api-keys', {
       body: { name: 'grandchild', scope: 'read_only' },
     });
-    assert.equal((await t().req('DELETE', `/api-keys/${parent.body.id}`, { token: u.token })).status, 204);
+    assert.equal(grandchild.status, 201, grandchild.text);
+    const revokedParent = await api(t(), u.token).delete('/api-keys/{key_id}', { params: { key_id: parent.body.id } });
+    assert.equal(revokedParent.status, 204);
     const sshId = await uploadSshKey(t(), key);
-    assert.equal((await t().req('DELETE', `/ssh-keys/${sshId}`, { token: key })).status, 204);
+    assert.equal((await api(t(), key).delete('/ssh-keys/{key_id}', { params: { key_id: sshId } })).status, 204);
     await credit(t(), adminKey, u.id, 500);
 
     const evs = await allEvents(t(), key);
@@ -135,9 +144,9 @@ describeEachDb('events', (t) => {
     // `a` took 4 GPUs that were free: spot keeps running. A second on-demand VM preempts it.
     const b = await launch(t(), key, node);
     await advance(0);
-    assert.equal((await t().req('POST', `/vms/${a.id}/stop`, { token: key })).status, 200);
+    assert.equal((await api(t(), key).post('/vms/{vm_id}/stop', { params: { vm_id: a.id } })).status, 200);
     await advance(60); // a stopped on-demand VM frees its GPUs: spot restarts
-    assert.equal((await t().req('DELETE', `/vms/${b.id}`, { token: key })).status, 200);
+    assert.equal((await api(t(), key).delete('/vms/{vm_id}', { params: { vm_id: b.id } })).status, 200);
     const evs = await allEvents(t(), key, since);
 
     assert.deepEqual(
@@ -179,27 +188,32 @@ describeEachDb('events', (t) => {
     assert.ok(seen.indexOf('vm.interrupted') < seen.indexOf('vm.restarted'));
 
     // Filters: one VM, some types (repeated or comma-separated), a page size.
-    const onlyA = await events(t(), key, `?vm_id=${a.id}&limit=200`);
+    const onlyA = await events(t(), key, { vm_id: a.id, limit: 200 });
     assert.ok(onlyA.length >= 5 && onlyA.every((e) => e.vm_id === a.id));
-    const typed = await events(t(), key, `?after=${since}&type=vm.created,vm.destroyed&type=vm.restarted`);
+    const typed = await events(t(), key, { after: since, type: ['vm.created,vm.destroyed', 'vm.restarted'] });
     assert.deepEqual(
       typed.map((e) => e.type),
       ['vm.created', 'vm.created', 'vm.created', 'vm.restarted', 'vm.destroyed'],
     );
-    const two = await events(t(), key, `?after=${since}&limit=2`);
+    const two = await events(t(), key, { after: since, limit: 2 });
     assert.deepEqual(
       two.map((e) => e.id),
       evs.slice(0, 2).map((e) => e.id),
     );
-    assert.deepEqual(await events(t(), key, `?after=${evs.at(-1)!.id}`), [], 'nothing after the last one');
-    for (const vm of [spot, a]) assert.equal((await t().req('DELETE', `/vms/${vm.id}`, { token: key })).status, 200);
+    assert.deepEqual(await events(t(), key, { after: evs.at(-1)!.id }), [], 'nothing after the last one');
+    for (const vm of [spot, a]) {
+      assert.equal((await api(t(), key).delete('/vms/{vm_id}', { params: { vm_id: vm.id } })).status, 200);
+    }
   });
 
   test('money: low balance stops VMs with that reason; reservations are created, cancelled, used up and expire', async () => {
     const since = (await allEvents(t(), key)).at(-1)!.id;
     const r1 = await launch(t(), key, node, { gpu_count: 1, rental_type: 'reserved', reservation_months: 1 });
     await advance(0);
-    assert.equal((await t().req('DELETE', `/reservations/${r1.reservation_id}`, { token: key })).status, 200);
+    const cancel = await api(t(), key).delete('/reservations/{reservation_id}', {
+      params: { reservation_id: r1.reservation_id! },
+    });
+    assert.equal(cancel.status, 200, cancel.text);
     const r2 = await launch(t(), key, node, { gpu_count: 1, rental_type: 'reserved', reservation_months: 1 });
     await advance(0);
     // What is left of the deposit covers only part of the next hour.
@@ -234,31 +248,30 @@ describeEachDb('events', (t) => {
     );
     const last = evs.at(-1)!.id;
     await credit(t(), adminKey, u.id, -1);
-    assert.deepEqual(await events(t(), key, `?after=${last}`), [], 'an adjustment down is not a credit');
+    assert.deepEqual(await events(t(), key, { after: last }), [], 'an adjustment down is not a credit');
   });
 
   test('two-factor changes and a two-factor login are recorded', async () => {
     const since = (await allEvents(t(), key)).at(-1)!.id;
     const code = (secret: string) => totpAt(secret, stepAt(t().clock.nowMs()));
-    const fresh = (await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } })).body
-      .access_token;
-    const s = await t().req('POST', '/auth/2fa/setup', { token: fresh });
-    assert.equal(
-      (await t().req('POST', '/auth/2fa/enable', { token: fresh, body: { code: code(s.body.secret) } })).status,
-      200,
-    );
+    const anon = api(t());
+    const login = await anon.post('/auth/login', { body: { email: u.email, password: u.password } });
+    assert.equal(login.status, 200, login.text);
+    const fresh = api(t(), tokensOf(login.body).access_token);
+    const s = await fresh.post('/auth/2fa/setup');
+    assert.equal(s.status, 200, s.text);
+    const secret = s.body.secret;
+    assert.equal((await fresh.post('/auth/2fa/enable', { body: { code: code(secret) } })).status, 200);
     await advance(31);
-    const ch = await t().req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
-    const v = await t().req('POST', '/auth/2fa/verify', {
-      body: { challenge_token: ch.body.challenge_token, code: code(s.body.secret) },
+    const ch = await anon.post('/auth/login', { body: { email: u.email, password: u.password } });
+    assert.equal(ch.status, 200, ch.text);
+    const v = await anon.post('/auth/2fa/verify', {
+      body: { challenge_token: challengeOf(ch.body).challenge_token, code: code(secret) },
     });
     assert.equal(v.status, 200, v.text);
     await advance(31);
-    assert.equal(
-      (await t().req('POST', '/auth/2fa/disable', { token: v.body.access_token, body: { code: code(s.body.secret) } }))
-        .status,
-      200,
-    );
+    const disable = await api(t(), v.body.access_token).post('/auth/2fa/disable', { body: { code: code(secret) } });
+    assert.equal(disable.status, 200);
     const evs = await allEvents(t(), key, since);
     assert.deepEqual(
       evs.map((e) => [e.type, e.data.second_factor]),
@@ -273,12 +286,13 @@ describeEachDb('events', (t) => {
 
   test('operators see their nodes go offline and come back; customers do not', async () => {
     const since = (await allEvents(t(), adminKey)).at(-1)?.id;
+    const ops = api(t(), adminKey);
     assert.equal(
-      (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status,
+      (await ops.patch('/admin/nodes/{node}', { params: { node }, body: { status: 'offline' } })).status,
       200,
     );
     assert.equal(
-      (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'active' } })).status,
+      (await ops.patch('/admin/nodes/{node}', { params: { node }, body: { status: 'active' } })).status,
       200,
     );
     const evs = (await allEvents(t(), adminKey, since)).filter((e) => e.type.startsWith('node.'));
@@ -294,32 +308,32 @@ describeEachDb('events', (t) => {
       [],
     );
     // A customer cannot use an operator event as a cursor either.
-    const r = await t().req('GET', `/events?after=${evs[0]!.id}`, { token: key });
+    const r = await api(t(), key).get('/events', { query: { after: evs[0]!.id } });
     assert.equal(r.status, 422);
   });
 
   test('bad input and scopes', async () => {
-    const bad = async (query: string, field: string) => {
-      const r = await t().req('GET', `/events${query}`, { token: key });
-      assert.equal(r.status, 422, `${query}: ${r.text}`);
+    const bad = async (query: EventQuery, field: string) => {
+      const r = await api(t(), key).get('/events', { rawQuery: query });
+      assert.equal(r.status, 422, `${JSON.stringify(query)}: ${r.text}`);
       assert.equal(r.body.code, 'validation_error');
       assert.ok(
-        r.body.errors.some((e: { field: string }) => e.field.includes(field)),
+        r.body.errors?.some((e) => e.field.includes(field)),
         r.text,
       );
     };
-    await bad('?type=vm.nope', 'type');
-    await bad('?type=vm.created,,nope', 'type');
-    await bad('?after=not-a-uuid', 'after');
-    await bad('?after=00000000-0000-4000-8000-000000000000', 'after');
-    await bad('?limit=0', 'limit');
-    await bad('?limit=201', 'limit');
-    await bad('?vm_id=42', 'vm_id');
-    await bad('?colour=red', 'colour');
-    assert.equal((await t().req('GET', '/events')).status, 401);
+    await bad({ type: 'vm.nope' }, 'type');
+    await bad({ type: 'vm.created,,nope' }, 'type');
+    await bad({ after: 'not-a-uuid' }, 'after');
+    await bad({ after: '00000000-0000-4000-8000-000000000000' }, 'after');
+    await bad({ limit: 0 }, 'limit');
+    await bad({ limit: 201 }, 'limit');
+    await bad({ vm_id: 42 }, 'vm_id');
+    await bad({ colour: 'red' }, 'colour');
+    assert.equal((await api(t()).get('/events')).status, 401);
     const ro = await createApiKey(t(), key, 'read_only', 'ro');
-    assert.equal((await t().req('GET', '/events', { token: ro })).status, 200);
+    assert.equal((await api(t(), ro).get('/events')).status, 200);
     const billing = await createApiKey(t(), key, 'billing_only', 'b');
-    assert.equal((await t().req('GET', '/events', { token: billing })).status, 403);
+    assert.equal((await api(t(), billing).get('/events')).status, 403);
   });
 });

@@ -76,7 +76,8 @@ export type BodyFor<P extends PathsFor<M>, M extends Method, S extends number> =
   { status: S }
 >['body'];
 
-type RawQuery = Record<string, string | number | boolean>;
+/** Sent as given; an array value repeats the parameter (`type=a&type=b`). */
+type RawQuery = Record<string, string | number | boolean | readonly (string | number | boolean)[]>;
 
 interface CommonOpts {
   /** Sends this credential instead of the client's (a session token or an API key). */

@@ -27,7 +27,7 @@ export interface TestAppOptions {
 
 export interface Res {
   status: number;
-  body: any;
+  body: unknown;
   headers: Record<string, string | string[] | number | undefined>;
   text: string;
 }
@@ -38,7 +38,8 @@ export interface ReqOpts {
   remoteAddress?: string;
   body?: unknown;
   headers?: Record<string, string>;
-  query?: Record<string, string | number | boolean>;
+  /** An array value repeats the parameter (`type=a&type=b`). */
+  query?: Record<string, string | number | boolean | readonly (string | number | boolean)[]>;
 }
 
 export interface TestApp {
@@ -175,7 +176,9 @@ export async function request(
     payload = typeof o.body === 'string' ? o.body : JSON.stringify(o.body);
     headers['content-type'] ??= 'application/json';
   }
-  const query = o.query ? Object.fromEntries(Object.entries(o.query).map(([k, v]) => [k, String(v)])) : undefined;
+  const query = o.query
+    ? Object.fromEntries(Object.entries(o.query).map(([k, v]) => [k, Array.isArray(v) ? v.map(String) : String(v)]))
+    : undefined;
   const res = await app.inject({
     method: method as 'GET',
     url,

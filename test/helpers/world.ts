@@ -122,7 +122,7 @@ export async function world<const O extends WorldOptions = {}>(t: TestApp, opts?
   for (const scope of scopes) keys[scope] = await createApiKey(t, user.token, scope, scope);
   w.keys = keys;
   const nodes: NodeRecord[] = [];
-  for (const spec of nodeSpecs) nodes.push((await createNode(t, admin!.token, spec)) as unknown as NodeRecord);
+  for (const spec of nodeSpecs) nodes.push(await createNode(t, admin!.token, spec));
   w.nodes = nodes;
   if (nodes[0]) w.node = nodes[0];
 

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { CredentialCache } from '../../src/credential-cache.js';
 import { describeEachDb, request } from '../helpers/app.js';
+import { api } from '../helpers/api.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
 import { within } from '../helpers/wait.js';
 
@@ -83,13 +84,17 @@ describeEachDb('remembered credentials across instances', (t) => {
     const u = await createUser(t());
     const key = await createApiKey(t(), u.token, 'read_only');
     const b = await t().another();
+    const c = api(t(), u.token);
     // Both instances have seen the key (and remember it).
-    assert.equal((await t().req('GET', '/account', { token: key })).status, 200);
+    assert.equal((await c.as(key).get('/account')).status, 200);
     assert.equal((await on(b, 'GET', '/account', { token: key })).status, 200);
-    const list = await t().req('GET', '/api-keys', { token: u.token });
-    const revoked = await t().req('DELETE', `/api-keys/${list.body[0].id}`, { token: u.token });
+    const list = await c.get('/api-keys');
+    assert.equal(list.status, 200, list.text);
+    const first = list.body[0];
+    assert.ok(first, 'the key is listed');
+    const revoked = await c.delete('/api-keys/{key_id}', { params: { key_id: first.id } });
     assert.equal(revoked.status, 204, revoked.text);
-    assert.equal((await t().req('GET', '/account', { token: key })).status, 401, 'at once where it was revoked');
+    assert.equal((await c.as(key).get('/account')).status, 401, 'at once where it was revoked');
     const ms = await within(
       1500,
       async () => (await on(b, 'GET', '/account', { token: key })).status === 401,
@@ -102,25 +107,27 @@ describeEachDb('remembered credentials across instances', (t) => {
     const admin = await createUser(t(), { admin: true });
     const u = await createUser(t());
     const b = await t().another();
+    const c = api(t(), u.token);
+    const a = api(t(), admin.token);
     assert.equal((await on(b, 'GET', '/account', { token: u.token })).status, 200);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200);
-    const s = await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: true } });
+    assert.equal((await c.get('/account')).status, 200);
+    const s = await a.patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { suspended: true } });
     assert.equal(s.status, 200, s.text);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 403, 'suspended at once here');
+    assert.equal((await c.get('/account')).status, 403, 'suspended at once here');
     await within(
       1500,
       async () => (await on(b, 'GET', '/account', { token: u.token })).status === 403,
       'suspended on the other instance',
     );
     assert.equal(
-      (await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { suspended: false } })).status,
+      (await a.patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { suspended: false } })).status,
       200,
     );
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200, 'back at once');
+    assert.equal((await c.get('/account')).status, 200, 'back at once');
 
-    const out = await t().req('POST', '/auth/logout', { token: u.token, body: { refresh_token: u.refresh } });
+    const out = await c.post('/auth/logout', { body: { refresh_token: u.refresh } });
     assert.equal(out.status, 204, out.text);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 401, 'logged out at once here');
+    assert.equal((await c.get('/account')).status, 401, 'logged out at once here');
     await within(
       1500,
       async () => (await on(b, 'GET', '/account', { token: u.token })).status === 401,

@@ -9,24 +9,41 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { describeEachDb, type Res } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
 
 after(cleanupKeys);
 
+/** Asserts that `b` answered as `a` did; narrows `b` to the status of `a`. */
+function same<A extends Res, B extends Res>(a: A, b: B, what = 'replay'): asserts b is B & { status: A['status'] } {
+  assert.equal(b.status, a.status, `${what}: status`);
+  assert.deepEqual(b.body, a.body, `${what}: body`);
+  assert.equal(b.headers['content-type'], a.headers['content-type'], `${what}: content type`);
+}
+
+/** The error code of an answer whose status the test does not check, if its body has one. */
+function codeOf(r: Res): unknown {
+  const b = r.body;
+  return b !== null && typeof b === 'object' && 'code' in b ? b.code : undefined;
+}
+
 describeEachDb('idempotency', (t) => {
-  const post = (url: string, token: string, body: unknown, idem?: string) =>
-    t().req('POST', url, { token, body, headers: idem === undefined ? {} : { 'idempotency-key': idem } });
+  const idemHeaders = (idem?: string): Record<string, string> =>
+    idem === undefined ? {} : { 'idempotency-key': idem };
+  /** POST /ssh-keys with `token`, and the Idempotency-Key `idem` if given. */
+  const sshKey = (token: string, body: RequestBody<'/ssh-keys', 'post'>, idem?: string) =>
+    api(t(), token).post('/ssh-keys', { body, headers: idemHeaders(idem) });
+  /** POST /ssh-keys with a body that is not valid. */
+  const sshKeyRaw = (token: string, rawBody: unknown, idem?: string) =>
+    api(t(), token).post('/ssh-keys', { rawBody, headers: idemHeaders(idem) });
+  /** POST /api-keys with `token`, and the Idempotency-Key `idem` if given. */
+  const apiKey = (token: string, body: RequestBody<'/api-keys', 'post'>, idem?: string) =>
+    api(t(), token).post('/api-keys', { body, headers: idemHeaders(idem) });
 
   async function count(table: 'ssh_keys' | 'api_keys', userId: number): Promise<number> {
     return (await t().db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM ${table} WHERE user_id = $1`, [userId]))
       .rows[0]!.n;
   }
-
-  const same = (a: Res, b: Res, what = 'replay') => {
-    assert.equal(b.status, a.status, `${what}: status`);
-    assert.deepEqual(b.body, a.body, `${what}: body`);
-    assert.equal(b.headers['content-type'], a.headers['content-type'], `${what}: content type`);
-  };
 
   /** Every text column of every table of the test database, for secrets at rest. */
   async function databaseText(): Promise<string> {
@@ -47,17 +64,17 @@ describeEachDb('idempotency', (t) => {
     const k = generateKey();
     t().forbidSecret(k.data);
     const idem = randomUUID();
-    const first = await post('/ssh-keys', u.token, { ssh_public_key: k.line, label: 'laptop' }, idem);
+    const first = await sshKey(u.token, { ssh_public_key: k.line, label: 'laptop' }, idem);
     assert.equal(first.status, 201, first.text);
     await t().services.clock.advance(5);
-    const second = await post('/ssh-keys', u.token, { ssh_public_key: k.line, label: 'laptop' }, idem);
+    const second = await sshKey(u.token, { ssh_public_key: k.line, label: 'laptop' }, idem);
     same(first, second);
     // Key order in the body does not matter: it is the same body.
-    const third = await post('/ssh-keys', u.token, { label: 'laptop', ssh_public_key: k.line }, idem);
+    const third = await sshKey(u.token, { label: 'laptop', ssh_public_key: k.line }, idem);
     same(first, third, 'reordered body');
     assert.equal(await count('ssh_keys', u.id), 1);
     // Without the header the request acts again (and is a duplicate now).
-    const plain = await post('/ssh-keys', u.token, { ssh_public_key: k.line, label: 'laptop' });
+    const plain = await sshKey(u.token, { ssh_public_key: k.line, label: 'laptop' });
     assert.equal(plain.status, 400);
     assert.equal(plain.body.code, 'conflict');
   });
@@ -65,15 +82,15 @@ describeEachDb('idempotency', (t) => {
   test('POST /api-keys: the replay returns the same key, one row; the key is nowhere in the database in clear', async () => {
     const u = await createUser(t());
     const idem = `create-ci-key-${randomUUID()}`;
-    const first = await post('/api-keys', u.token, { name: 'ci', scope: 'read_only' }, idem);
+    const first = await apiKey(u.token, { name: 'ci', scope: 'read_only' }, idem);
     assert.equal(first.status, 201, first.text);
-    const second = await post('/api-keys', u.token, { name: 'ci', scope: 'read_only' }, idem);
+    const second = await apiKey(u.token, { name: 'ci', scope: 'read_only' }, idem);
     same(first, second);
     assert.equal(second.body.key, first.body.key);
     assert.equal(second.body.id, first.body.id);
     assert.equal(second.headers['cache-control'], 'no-store');
     assert.equal(await count('api_keys', u.id), 1);
-    assert.equal((await t().req('GET', '/account', { token: first.body.key })).status, 200, 'the replayed key works');
+    assert.equal((await api(t(), first.body.key).get('/account')).status, 200, 'the replayed key works');
 
     // An API key is only ever stored hashed: not in api_keys, and not in the stored idempotent response either.
     const text = await databaseText();
@@ -83,54 +100,56 @@ describeEachDb('idempotency', (t) => {
       'the secret part of the key is stored in clear',
     );
     t().forbidSecret(first.body.key);
-    const list = await t().req('GET', '/api-keys', { token: u.token });
+    const list = await api(t(), u.token).get('/api-keys');
+    assert.equal(list.status, 200, list.text);
     assert.equal(list.body.length, 1);
   });
 
   test('same key with another body -> 422 idempotency_mismatch, nothing created', async () => {
     const u = await createUser(t());
     const idem = randomUUID();
-    const first = await post('/api-keys', u.token, { name: 'one' }, idem);
+    const first = await apiKey(u.token, { name: 'one' }, idem);
     assert.equal(first.status, 201);
-    for (const body of [{ name: 'two' }, { name: 'one', scope: 'read_write' }, { name: 'one', scope: 'read_only' }]) {
-      const r = await post('/api-keys', u.token, body, idem);
+    const bodies: RequestBody<'/api-keys', 'post'>[] = [
+      { name: 'two' },
+      { name: 'one', scope: 'read_write' },
+      { name: 'one', scope: 'read_only' },
+    ];
+    for (const body of bodies) {
+      const r = await apiKey(u.token, body, idem);
       assert.equal(r.status, 422, `${JSON.stringify(body)}: ${r.text}`);
       assert.equal(r.body.code, 'idempotency_mismatch');
     }
     // The same key on another endpoint is another request too.
     const k = generateKey();
     t().forbidSecret(k.data);
-    const ssh = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem);
+    const ssh = await sshKey(u.token, { ssh_public_key: k.line }, idem);
     assert.equal(ssh.status, 422, ssh.text);
     assert.equal(ssh.body.code, 'idempotency_mismatch');
     assert.equal(await count('api_keys', u.id), 1);
     assert.equal(await count('ssh_keys', u.id), 0);
     // And the original still replays.
-    same(first, await post('/api-keys', u.token, { name: 'one' }, idem));
+    same(first, await apiKey(u.token, { name: 'one' }, idem));
     t().forbidSecret(first.body.key);
   });
 
   test('Idempotency-Key: up to 255 characters; longer or empty -> 422', async () => {
     const u = await createUser(t());
-    const long = await post('/api-keys', u.token, { name: 'x' }, 'k'.repeat(256));
+    const long = await apiKey(u.token, { name: 'x' }, 'k'.repeat(256));
     assert.equal(long.status, 422, long.text);
     assert.equal(long.body.code, 'validation_error');
-    assert.match(long.body.errors[0].field, /idempotency-key/i);
-    const empty = await post('/api-keys', u.token, { name: 'x' }, '');
+    assert.match(String(long.body.errors?.[0]?.field), /idempotency-key/i);
+    const empty = await apiKey(u.token, { name: 'x' }, '');
     assert.equal(empty.status, 422, empty.text);
     assert.equal(await count('api_keys', u.id), 0);
     const max = 'K'.repeat(255);
-    const ok = await post('/api-keys', u.token, { name: 'x' }, max);
+    const ok = await apiKey(u.token, { name: 'x' }, max);
     assert.equal(ok.status, 201, ok.text);
-    same(ok, await post('/api-keys', u.token, { name: 'x' }, max));
+    same(ok, await apiKey(u.token, { name: 'x' }, max));
     t().forbidSecret(ok.body.key);
     // Any characters a header can carry.
     const odd = 'ünïcödé? key / with spaces & symbols {}[]"\'';
-    const oddRes = await t().req('POST', '/api-keys', {
-      token: u.token,
-      body: { name: 'odd' },
-      headers: { 'idempotency-key': Buffer.from(odd, 'utf8').toString('latin1') },
-    });
+    const oddRes = await apiKey(u.token, { name: 'odd' }, Buffer.from(odd, 'utf8').toString('latin1'));
     assert.equal(oddRes.status, 201, oddRes.text);
     t().forbidSecret(oddRes.body.key);
     assert.equal(await count('api_keys', u.id), 2);
@@ -139,41 +158,44 @@ describeEachDb('idempotency', (t) => {
   test('a failed request is replayed as the same failure (422 invalid key text, 400 limit)', async () => {
     const u = await createUser(t());
     const idem = randomUUID();
-    const bad = await post('/ssh-keys', u.token, { ssh_public_key: 'ssh-ed25519 not-a-key' }, idem);
+    const bad = await sshKey(u.token, { ssh_public_key: 'ssh-ed25519 not-a-key' }, idem);
     assert.equal(bad.status, 422, bad.text);
-    assert.equal(bad.body.errors[0].field, 'body.ssh_public_key');
-    same(bad, await post('/ssh-keys', u.token, { ssh_public_key: 'ssh-ed25519 not-a-key' }, idem));
+    assert.equal(bad.body.errors?.[0]?.field, 'body.ssh_public_key');
+    same(bad, await sshKey(u.token, { ssh_public_key: 'ssh-ed25519 not-a-key' }, idem));
     // The key is spent on that request: a corrected body needs a new key.
     const k = generateKey();
     t().forbidSecret(k.data);
-    const fixed = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem);
+    const fixed = await sshKey(u.token, { ssh_public_key: k.line }, idem);
     assert.equal(fixed.status, 422);
     assert.equal(fixed.body.code, 'idempotency_mismatch');
 
     // So is a body that fails schema validation.
     const idemSchema = randomUUID();
-    const noKey = await post('/ssh-keys', u.token, { label: 'no key given' }, idemSchema);
+    const noKey = await sshKeyRaw(u.token, { label: 'no key given' }, idemSchema);
     assert.equal(noKey.status, 422);
-    assert.equal(noKey.body.errors[0].field, 'body.ssh_public_key');
-    same(noKey, await post('/ssh-keys', u.token, { label: 'no key given' }, idemSchema));
-    const corrected = await post('/ssh-keys', u.token, { label: 'no key given', ssh_public_key: k.line }, idemSchema);
-    assert.equal(corrected.body.code, 'idempotency_mismatch');
+    assert.equal(noKey.body.errors?.[0]?.field, 'body.ssh_public_key');
+    same(noKey, await sshKeyRaw(u.token, { label: 'no key given' }, idemSchema));
+    const corrected = await sshKey(u.token, { label: 'no key given', ssh_public_key: k.line }, idemSchema);
+    assert.equal(codeOf(corrected), 'idempotency_mismatch');
 
     // A 400 is stored too: replayed even after the cause went away.
     for (let i = 0; i < 5; i++) {
       const g = generateKey();
       t().forbidSecret(g.data);
-      assert.equal((await post('/ssh-keys', u.token, { ssh_public_key: g.line })).status, 201);
+      assert.equal((await sshKey(u.token, { ssh_public_key: g.line })).status, 201);
     }
     const sixth = generateKey();
     t().forbidSecret(sixth.data);
     const idem2 = randomUUID();
-    const full = await post('/ssh-keys', u.token, { ssh_public_key: sixth.line }, idem2);
+    const full = await sshKey(u.token, { ssh_public_key: sixth.line }, idem2);
     assert.equal(full.status, 400);
     assert.equal(full.body.code, 'limit_exceeded');
-    const list = await t().req('GET', '/ssh-keys', { token: u.token });
-    assert.equal((await t().req('DELETE', `/ssh-keys/${list.body[0].id}`, { token: u.token })).status, 204);
-    same(full, await post('/ssh-keys', u.token, { ssh_public_key: sixth.line }, idem2), 'replayed 400');
+    const list = await api(t(), u.token).get('/ssh-keys');
+    assert.equal(list.status, 200, list.text);
+    const oldest = list.body[0];
+    assert.ok(oldest, 'a key is listed');
+    assert.equal((await api(t(), u.token).delete('/ssh-keys/{key_id}', { params: { key_id: oldest.id } })).status, 204);
+    same(full, await sshKey(u.token, { ssh_public_key: sixth.line }, idem2), 'replayed 400');
     assert.equal(await count('ssh_keys', u.id), 4, 'not acted upon again');
   });
 
@@ -185,33 +207,35 @@ describeEachDb('idempotency', (t) => {
     const kb = generateKey();
     t().forbidSecret(ka.data);
     t().forbidSecret(kb.data);
-    const ra = await post('/ssh-keys', a.token, { ssh_public_key: ka.line }, idem);
-    const rb = await post('/ssh-keys', b.token, { ssh_public_key: kb.line }, idem);
+    const ra = await sshKey(a.token, { ssh_public_key: ka.line }, idem);
+    const rb = await sshKey(b.token, { ssh_public_key: kb.line }, idem);
     assert.equal(ra.status, 201);
     assert.equal(rb.status, 201, rb.text);
     assert.notEqual(ra.body.id, rb.body.id);
     assert.equal(rb.body.fingerprint, kb.fingerprint);
     // Even with the very same body, B's request is B's own.
-    const same1 = await post('/api-keys', a.token, { name: 'n' }, 'shared-2');
-    const same2 = await post('/api-keys', b.token, { name: 'n' }, 'shared-2');
-    t().forbidSecret(same1.body.key);
-    t().forbidSecret(same2.body.key);
+    const same1 = await apiKey(a.token, { name: 'n' }, 'shared-2');
+    const same2 = await apiKey(b.token, { name: 'n' }, 'shared-2');
     assert.equal(same1.status, 201);
     assert.equal(same2.status, 201);
+    t().forbidSecret(same1.body.key);
+    t().forbidSecret(same2.body.key);
     assert.notEqual(same1.body.id, same2.body.id);
     assert.equal(await count('api_keys', a.id), 1);
     assert.equal(await count('api_keys', b.id), 1);
     // Another user cannot read A's stored response through the key either.
-    assert.equal((await t().req('GET', '/ssh-keys', { token: b.token })).body.length, 1);
+    const theirs = await api(t(), b.token).get('/ssh-keys');
+    assert.equal(theirs.status, 200, theirs.text);
+    assert.equal(theirs.body.length, 1);
   });
 
   test('the same key with an API key credential and with a session of the same user is one key', async () => {
     const u = await createUser(t());
     const rw = await createApiKey(t(), u.token, 'read_write');
     const idem = randomUUID();
-    const viaSession = await post('/api-keys', u.token, { name: 'x' }, idem);
+    const viaSession = await apiKey(u.token, { name: 'x' }, idem);
     assert.equal(viaSession.status, 201);
-    same(viaSession, await post('/api-keys', rw, { name: 'x' }, idem), 'replayed to the API key');
+    same(viaSession, await apiKey(rw, { name: 'x' }, idem), 'replayed to the API key');
     t().forbidSecret(viaSession.body.key);
     assert.equal(await count('api_keys', u.id), 2);
   });
@@ -224,36 +248,38 @@ describeEachDb('idempotency', (t) => {
     const k2 = generateKey();
     t().forbidSecret(k1.data);
     t().forbidSecret(k2.data);
-    const first = await post('/ssh-keys', rw, { ssh_public_key: k1.line }, idem);
+    const first = await sshKey(rw, { ssh_public_key: k1.line }, idem);
     assert.equal(first.status, 201);
-    const apiFirst = await post('/api-keys', rw, { name: 'daily' }, `${idem}-api`);
+    const apiFirst = await apiKey(rw, { name: 'daily' }, `${idem}-api`);
+    assert.equal(apiFirst.status, 201, apiFirst.text);
     t().forbidSecret(apiFirst.body.key);
 
     await t().services.clock.advance(86_399);
-    const stillMismatch = await post('/ssh-keys', rw, { ssh_public_key: k2.line }, idem);
-    assert.equal(stillMismatch.body.code, 'idempotency_mismatch', 'within 24 h the key is still taken');
+    const stillMismatch = await sshKey(rw, { ssh_public_key: k2.line }, idem);
+    assert.equal(codeOf(stillMismatch), 'idempotency_mismatch', 'within 24 h the key is still taken');
     await t().services.clock.advance(2);
 
-    const second = await post('/ssh-keys', rw, { ssh_public_key: k2.line }, idem);
+    const second = await sshKey(rw, { ssh_public_key: k2.line }, idem);
     assert.equal(second.status, 201, second.text);
     assert.equal(second.body.fingerprint, k2.fingerprint);
     assert.equal(await count('ssh_keys', u.id), 2);
     // The same body acts again too: a second API key.
-    const apiAgain = await post('/api-keys', rw, { name: 'daily' }, `${idem}-api`);
+    const apiAgain = await apiKey(rw, { name: 'daily' }, `${idem}-api`);
     assert.equal(apiAgain.status, 201);
     t().forbidSecret(apiAgain.body.key);
     assert.notEqual(apiAgain.body.id, apiFirst.body.id);
     assert.notEqual(apiAgain.body.key, apiFirst.body.key);
     assert.equal(await count('api_keys', u.id), 3);
     // ... and is itself replayed from now on.
-    same(second, await post('/ssh-keys', rw, { ssh_public_key: k2.line }, idem));
+    same(second, await sshKey(rw, { ssh_public_key: k2.line }, idem));
   });
 
   test('expired idempotency records are removed, not kept forever', async () => {
     const u = await createUser(t());
     const rw = await createApiKey(t(), u.token, 'read_write');
     for (let i = 0; i < 3; i++) {
-      const r = await post('/api-keys', rw, { name: `old-${i}` }, `old-${i}`);
+      const r = await apiKey(rw, { name: `old-${i}` }, `old-${i}`);
+      assert.equal(r.status, 201, r.text);
       t().forbidSecret(r.body.key);
     }
     const stored = async () =>
@@ -261,7 +287,8 @@ describeEachDb('idempotency', (t) => {
         .rows[0]!.n;
     assert.equal(await stored(), 3);
     await t().services.clock.advance(86_401);
-    const r = await post('/api-keys', rw, { name: 'new' }, 'new');
+    const r = await apiKey(rw, { name: 'new' }, 'new');
+    assert.equal(r.status, 201, r.text);
     t().forbidSecret(r.body.key);
     assert.equal(await stored(), 1, 'only the live record remains');
   });
@@ -271,21 +298,20 @@ describeEachDb('idempotency', (t) => {
     const k = generateKey();
     t().forbidSecret(k.data);
     const idem = randomUUID();
-    const ssh = await Promise.all(
-      Array.from({ length: 20 }, () => post('/ssh-keys', u.token, { ssh_public_key: k.line }, idem)),
-    );
-    assert.equal(ssh[0]!.status, 201, ssh[0]!.text);
-    for (const r of ssh) same(ssh[0]!, r, 'concurrent ssh-keys');
+    const ssh = await Promise.all(Array.from({ length: 20 }, () => sshKey(u.token, { ssh_public_key: k.line }, idem)));
+    const firstSsh = ssh[0]!;
+    assert.equal(firstSsh.status, 201, firstSsh.text);
+    for (const r of ssh) same(firstSsh, r, 'concurrent ssh-keys');
     assert.equal(await count('ssh_keys', u.id), 1);
 
     const idem2 = randomUUID();
-    const api = await Promise.all(
-      Array.from({ length: 20 }, () => post('/api-keys', u.token, { name: 'burst' }, idem2)),
-    );
-    assert.equal(api[0]!.status, 201, api[0]!.text);
-    for (const r of api) same(api[0]!, r, 'concurrent api-keys');
-    assert.equal(new Set(api.map((r) => r.body.key)).size, 1);
-    t().forbidSecret(api[0]!.body.key);
+    const keys = await Promise.all(Array.from({ length: 20 }, () => apiKey(u.token, { name: 'burst' }, idem2)));
+    const firstKey = keys[0]!;
+    assert.equal(firstKey.status, 201, firstKey.text);
+    for (const r of keys) same(firstKey, r, 'concurrent api-keys');
+    // Every one is a 201 (same() above): the key of each.
+    assert.equal(new Set(keys.map((r) => (r.status === 201 ? r.body.key : undefined))).size, 1);
+    t().forbidSecret(firstKey.body.key);
     assert.equal(await count('api_keys', u.id), 1);
   });
 
@@ -317,14 +343,15 @@ describeEachDb('idempotency', (t) => {
     const u = await createUser(t());
     const k = generateKey();
     t().forbidSecret(k.data);
-    const made = await post('/ssh-keys', u.token, { ssh_public_key: k.line }, 'x-1');
-    const del1 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, {
-      token: u.token,
+    const made = await sshKey(u.token, { ssh_public_key: k.line }, 'x-1');
+    assert.equal(made.status, 201, made.text);
+    const del1 = await api(t(), u.token).delete('/ssh-keys/{key_id}', {
+      params: { key_id: made.body.id },
       headers: { 'idempotency-key': 'x-2' },
     });
     assert.equal(del1.status, 204);
-    const del2 = await t().req('DELETE', `/ssh-keys/${made.body.id}`, {
-      token: u.token,
+    const del2 = await api(t(), u.token).delete('/ssh-keys/{key_id}', {
+      params: { key_id: made.body.id },
       headers: { 'idempotency-key': 'x-2' },
     });
     assert.equal(del2.status, 404, 'DELETE is not replayed');
@@ -334,9 +361,9 @@ describeEachDb('idempotency', (t) => {
     const u = await createUser(t());
     const ro = await createApiKey(t(), u.token, 'read_only');
     const idem = randomUUID();
-    assert.equal((await post('/api-keys', 'gpc_nope', { name: 'x' }, idem)).status, 401);
-    assert.equal((await post('/api-keys', ro, { name: 'x' }, idem)).status, 403);
-    const ok = await post('/api-keys', u.token, { name: 'x' }, idem);
+    assert.equal((await apiKey('gpc_nope', { name: 'x' }, idem)).status, 401);
+    assert.equal((await apiKey(ro, { name: 'x' }, idem)).status, 403);
+    const ok = await apiKey(u.token, { name: 'x' }, idem);
     assert.equal(ok.status, 201, ok.text);
     t().forbidSecret(ok.body.key);
   });
@@ -367,8 +394,8 @@ describeEachDb('idempotency across crashes', (t) => {
       return result;
     }) as typeof db.transaction;
     try {
-      const r = await t().req('POST', `/admin/users/${u.id}/credits`, {
-        token: admin.token,
+      const r = await api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+        params: { user_id: u.id },
         body: { amount: 5 },
         headers: { 'idempotency-key': 'crash-1' },
       });
@@ -377,22 +404,24 @@ describeEachDb('idempotency across crashes', (t) => {
     } finally {
       db.transaction = original;
     }
-    const replay = await t().req('POST', `/admin/users/${u.id}/credits`, {
-      token: admin.token,
+    const replay = await api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+      params: { user_id: u.id },
       body: { amount: 5 },
       headers: { 'idempotency-key': 'crash-1' },
     });
     assert.equal(replay.status, 201);
     assert.equal(replay.headers['idempotent-replayed'], 'true');
-    assert.equal((await t().req('GET', '/billing/balance', { token: u.token })).body.balance, 5, 'credited once');
+    const balance = await api(t(), u.token).get('/billing/balance');
+    assert.equal(balance.status, 200, balance.text);
+    assert.equal(balance.body.balance, 5, 'credited once');
   });
 
   test('a key left pending by a dead request is taken over once its lease ran out', async () => {
     const admin = await createUser(t(), { admin: true });
     const u = await createUser(t());
     const body = { amount: 7 };
-    const first = await t().req('POST', `/admin/users/${u.id}/credits`, {
-      token: admin.token,
+    const first = await api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+      params: { user_id: u.id },
       body,
       headers: { 'idempotency-key': 'crash-2' },
     });
@@ -404,24 +433,22 @@ describeEachDb('idempotency across crashes', (t) => {
     );
     await t().db.query(`DELETE FROM transactions WHERE user_id = $1`, [u.id]);
     await t().db.query(`UPDATE users SET balance_micros = 0 WHERE id = $1`, [u.id]);
-    const retry = await t().req('POST', `/admin/users/${u.id}/credits`, {
-      token: admin.token,
+    const retry = await api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+      params: { user_id: u.id },
       body,
       headers: { 'idempotency-key': 'crash-2' },
     });
     assert.equal(retry.status, 201, retry.text);
     assert.equal(retry.headers['idempotent-replayed'], undefined, 'executed, not replayed');
-    const again = await t().req('POST', `/admin/users/${u.id}/credits`, {
-      token: admin.token,
+    const again = await api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+      params: { user_id: u.id },
       body,
       headers: { 'idempotency-key': 'crash-2' },
     });
     assert.equal(again.headers['idempotent-replayed'], 'true');
-    assert.equal(
-      (await t().req('GET', '/billing/balance', { token: u.token })).body.balance,
-      7,
-      'applied exactly once',
-    );
+    const balance = await api(t(), u.token).get('/billing/balance');
+    assert.equal(balance.status, 200, balance.text);
+    assert.equal(balance.body.balance, 7, 'applied exactly once');
   });
 });
 

@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describeEachDb } from '../helpers/app.js';
+import { api } from '../helpers/api.js';
 import { createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import { cleanEnv, startInstance } from '../reliability/instances-cluster.js';
 
@@ -30,8 +31,9 @@ describeEachDb('background work metrics', (t) => {
     const u = await createUser(t());
     await credit(t(), admin.token, u.id, 100);
     await uploadSshKey(t(), u.token);
+    const c = api(t(), u.token);
     const metrics = async () => {
-      const r = await t().req('GET', '/metrics');
+      const r = await api(t()).get('/metrics');
       assert.equal(r.status, 200, r.text);
       return r.text;
     };
@@ -41,23 +43,23 @@ describeEachDb('background work metrics', (t) => {
     assert.match(before, /^# TYPE gpucloud_http_requests_total counter$/m, 'the HTTP metrics are still there');
 
     const create = () =>
-      t().req('POST', '/vms', {
-        token: u.token,
+      c.post('/vms', {
         body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
       });
     const ok = await create();
     assert.equal(ok.status, 201, ok.text);
     await t().services.clock.advance(1);
     // A provision the hypervisor refuses.
-    const fault = await t().req('POST', '/admin/simulator/faults', {
-      token: admin.token,
+    const fault = await api(t(), admin.token).post('/admin/simulator/faults', {
       body: { node, action: 'provision' },
     });
     assert.equal(fault.status, 200, fault.text);
     const bad = await create();
     assert.equal(bad.status, 201, bad.text);
     await t().services.clock.advance(1);
-    assert.equal((await t().req('GET', `/vms/${bad.body.id}`, { token: u.token })).body.status, 'failed');
+    const failed = await c.get('/vms/{vm_id}', { params: { vm_id: bad.body.id } });
+    assert.equal(failed.status, 200, failed.text);
+    assert.equal(failed.body.status, 'failed');
 
     const after = await metrics();
     const grew = (name: string, labels: Record<string, string>) =>

@@ -12,7 +12,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { assertNoSecrets, buildTestApp, type Res, type TestApp } from '../helpers/app.js';
-import { uniqueEmail } from '../helpers/factories.js';
+import { tokensOf, uniqueEmail } from '../helpers/factories.js';
+import { api, type ErrorBody } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
 
 const WINDOW_MS = 60_000;
@@ -41,7 +42,11 @@ interface CallOpts {
   ip?: string;
 }
 
-/** app.inject with a client address, plus the checks every response gets (error shape, API-Version, X-Request-Id). */
+/**
+ * app.inject on any instance (the typed client of helpers/api.ts only knows the test app, not a second instance made
+ * by t.another(), nor untyped routes such as /openapi.json or /docs), with a client address, plus the checks every
+ * response gets (error shape, API-Version, X-Request-Id).
+ */
 async function call(app: FastifyInstance, method: string, url: string, o: CallOpts = {}): Promise<Res> {
   const headers: Record<string, string> = {};
   if (o.token) headers.authorization = `Bearer ${o.token}`;
@@ -85,10 +90,13 @@ function limits(r: Res): { limit: number; remaining: number; reset: number } {
   return out;
 }
 
-function assertLimited(r: Res, limit: number): void {
+/** Asserts a 429 of the limit; narrows a typed answer to its 429 (whose body is ErrorBody). */
+function assertLimited<R extends Res>(r: R, limit: number): asserts r is R & { status: 429; body: ErrorBody } {
   assert.equal(r.status, 429, r.text);
-  assert.equal(r.body.code, 'rate_limited');
-  assert.match(r.body.detail, /rate limit/i);
+  // Every error answer has the ErrorBody shape: call() and t.req assert it.
+  const body = r.body as ErrorBody;
+  assert.equal(body.code, 'rate_limited');
+  assert.match(body.detail, /rate limit/i);
   const l = limits(r);
   assert.equal(l.limit, limit);
   assert.equal(l.remaining, 0);
@@ -129,21 +137,21 @@ for (const kind of DB_KINDS) {
       const ip = randomIp();
       await freshWindow();
       for (let i = 1; i <= LIMITS.loginIp; i++) {
-        const r = await call(app, 'POST', '/auth/login', {
+        const r = await api(t).post('/auth/login', {
           body: { email: uniqueEmail('spray'), password: 'a-guessed-password' },
-          ip,
+          remoteAddress: ip,
         });
         assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
       }
-      const over = await call(app, 'POST', '/auth/login', {
+      const over = await api(t).post('/auth/login', {
         body: { email: uniqueEmail('spray'), password: 'a-guessed-password' },
-        ip,
+        remoteAddress: ip,
       });
       assertLimited(over, LIMITS.loginIp);
       assert.match(over.body.detail, /from this address/);
-      const elsewhere = await call(app, 'POST', '/auth/login', {
+      const elsewhere = await api(t).post('/auth/login', {
         body: { email: uniqueEmail('spray'), password: 'a-guessed-password' },
-        ip: randomIp(),
+        remoteAddress: randomIp(),
       });
       assert.equal(elsewhere.status, 401, elsewhere.text);
     });
@@ -157,45 +165,58 @@ for (const kind of DB_KINDS) {
       for (let i = 1; i <= LIMITS.login; i++) {
         // wrong and right passwords count alike
         const password = i % 2 === 0 ? a.password : 'wrong-password-' + i;
-        const r = await call(app, 'POST', '/auth/login', { body: { email: a.email, password }, ip });
+        const r = await api(t).post('/auth/login', { body: { email: a.email, password }, remoteAddress: ip });
         assert.equal(r.status, i % 2 === 0 ? 200 : 401, r.text);
         const l = limits(r);
         assert.equal(l.limit, LIMITS.login);
         seen.push(l.remaining);
-        if (r.status === 200) t.forbidSecret(r.body.refresh_token);
+        if (r.status === 200) t.forbidSecret(tokensOf(r.body).refresh_token);
       }
       assert.deepEqual(seen, [4, 3, 2, 1, 0], 'X-RateLimit-Remaining counts down');
 
-      const sixth = await call(app, 'POST', '/auth/login', { body: { email: a.email, password: a.password }, ip });
+      const sixth = await api(t).post('/auth/login', {
+        body: { email: a.email, password: a.password },
+        remoteAddress: ip,
+      });
       assertLimited(sixth, LIMITS.login);
-      assert.equal(sixth.body.access_token, undefined, 'no tokens past the limit, even with the right password');
+      assert.equal(
+        (sixth.body as { access_token?: unknown }).access_token,
+        undefined,
+        'no tokens past the limit, even with the right password',
+      );
 
       // Per email, not per spelling and not per address.
-      const upper = await call(app, 'POST', '/auth/login', {
+      const upper = await api(t).post('/auth/login', {
         body: { email: `  ${a.email.toUpperCase()} `, password: a.password },
-        ip: randomIp(),
+        remoteAddress: randomIp(),
       });
       assertLimited(upper, LIMITS.login);
 
       // Another email from the same address still works, with its own counter.
-      const other = await call(app, 'POST', '/auth/login', { body: { email: b.email, password: b.password }, ip });
+      const other = await api(t).post('/auth/login', {
+        body: { email: b.email, password: b.password },
+        remoteAddress: ip,
+      });
       assert.equal(other.status, 200, other.text);
-      t.forbidSecret(other.body.refresh_token);
+      t.forbidSecret(tokensOf(other.body).refresh_token);
       assert.equal(limits(other).remaining, LIMITS.login - 1);
 
       // Unknown emails are limited the same way (no account enumeration by rate).
       const ghost = uniqueEmail('ghost');
       for (let i = 0; i < LIMITS.login; i++) {
-        const r = await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip });
+        const r = await api(t).post('/auth/login', {
+          body: { email: ghost, password: 'whatever-password' },
+          remoteAddress: ip,
+        });
         assert.equal(r.status, 401);
       }
       assertLimited(
-        await call(app, 'POST', '/auth/login', { body: { email: ghost, password: 'whatever-password' }, ip }),
+        await api(t).post('/auth/login', { body: { email: ghost, password: 'whatever-password' }, remoteAddress: ip }),
         LIMITS.login,
       );
 
       // Logins do not spend the address's budget for other /auth operations.
-      const refresh = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'nope' }, ip });
+      const refresh = await api(t).post('/auth/refresh', { body: { refresh_token: 'nope' }, remoteAddress: ip });
       assert.equal(refresh.status, 401);
       assert.deepEqual([limits(refresh).limit, limits(refresh).remaining], [LIMITS.auth, LIMITS.auth - 1]);
     });
@@ -204,35 +225,31 @@ for (const kind of DB_KINDS) {
       const c = await makeUser(t);
       const ip = randomIp();
       await freshWindow();
-      const noPassword = await call(app, 'POST', '/auth/login', { body: { email: c.email }, ip });
+      const noPassword = await api(t).post('/auth/login', { rawBody: { email: c.email }, remoteAddress: ip });
       assert.equal(noPassword.status, 422);
       assert.deepEqual([limits(noPassword).limit, limits(noPassword).remaining], [LIMITS.login, LIMITS.login - 1]);
-      const empty = await call(app, 'POST', '/auth/login', {
+      const empty = await api(t).post('/auth/login', {
         body: { email: c.email.toUpperCase(), password: '' },
-        ip: randomIp(),
+        remoteAddress: randomIp(),
       });
       assert.equal(empty.status, 422);
       assert.equal(limits(empty).remaining, LIMITS.login - 2, 'counted for the email, whatever the address');
 
       // Without a usable email: per address.
-      const res = await app.inject({
-        method: 'POST',
-        url: '/auth/login',
-        payload: '{"email":',
-        headers: { 'content-type': 'application/json' },
-        remoteAddress: ip,
-      });
-      assert.equal(res.statusCode, 400);
-      const malformed: Res = { status: 400, body: JSON.parse(res.body), headers: res.headers, text: res.body };
+      const malformed = await api(t).post('/auth/login', { rawBody: '{"email":', remoteAddress: ip });
+      assert.equal(malformed.status, 400);
       assert.equal(malformed.body.code, 'malformed_json');
       assert.deepEqual([limits(malformed).limit, limits(malformed).remaining], [LIMITS.login, LIMITS.login - 1]);
-      const noEmail = await call(app, 'POST', '/auth/login', { body: { password: 'x' }, ip });
+      const noEmail = await api(t).post('/auth/login', { rawBody: { password: 'x' }, remoteAddress: ip });
       assert.equal(noEmail.status, 422);
       assert.equal(limits(noEmail).remaining, LIMITS.login - 2);
 
-      const ok = await call(app, 'POST', '/auth/login', { body: { email: c.email, password: c.password }, ip });
+      const ok = await api(t).post('/auth/login', {
+        body: { email: c.email, password: c.password },
+        remoteAddress: ip,
+      });
       assert.equal(ok.status, 200);
-      t.forbidSecret(ok.body.refresh_token);
+      t.forbidSecret(tokensOf(ok.body).refresh_token);
       assert.equal(limits(ok).remaining, LIMITS.login - 3);
     });
 
@@ -240,25 +257,34 @@ for (const kind of DB_KINDS) {
       const ip = randomIp();
       await freshWindow();
       for (let i = 1; i <= LIMITS.auth; i++) {
-        const r = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: `bogus-${i}` }, ip });
+        const r = await api(t).post('/auth/refresh', { body: { refresh_token: `bogus-${i}` }, remoteAddress: ip });
         assert.equal(r.status, 401, r.text);
         assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.auth, LIMITS.auth - i]);
       }
-      assertLimited(await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'bogus' }, ip }), LIMITS.auth);
+      assertLimited(
+        await api(t).post('/auth/refresh', { body: { refresh_token: 'bogus' }, remoteAddress: ip }),
+        LIMITS.auth,
+      );
       // register shares the bucket, and is refused before anything is created
       const email = uniqueEmail('limited');
-      const reg = await call(app, 'POST', '/auth/register', { body: { email, password: 'a-long-password-x' }, ip });
-      assertLimited(reg, LIMITS.auth);
-      const login = await call(app, 'POST', '/auth/login', {
+      const reg = await api(t).post('/auth/register', {
         body: { email, password: 'a-long-password-x' },
-        ip: randomIp(),
+        remoteAddress: ip,
+      });
+      assertLimited(reg, LIMITS.auth);
+      const login = await api(t).post('/auth/login', {
+        body: { email, password: 'a-long-password-x' },
+        remoteAddress: randomIp(),
       });
       assert.equal(login.status, 401, 'the refused registration created no account');
       // even a malformed body is counted (the limit comes first)
-      const bad = await call(app, 'POST', '/auth/register', { body: { nope: 1 }, ip });
+      const bad = await api(t).post('/auth/register', { rawBody: { nope: 1 }, remoteAddress: ip });
       assert.equal(bad.status, 429);
       // another address is not affected
-      const elsewhere = await call(app, 'POST', '/auth/refresh', { body: { refresh_token: 'bogus' }, ip: randomIp() });
+      const elsewhere = await api(t).post('/auth/refresh', {
+        body: { refresh_token: 'bogus' },
+        remoteAddress: randomIp(),
+      });
       assert.equal(elsewhere.status, 401);
       assert.equal(limits(elsewhere).remaining, LIMITS.auth - 1);
     });
@@ -268,13 +294,13 @@ for (const kind of DB_KINDS) {
       await freshWindow();
       for (let i = 1; i <= LIMITS.auth; i++) {
         // from a different address each time: the user is the subject
-        const r = await call(app, 'POST', '/auth/2fa/setup', { token: u.token, ip: randomIp() });
+        const r = await api(t).post('/auth/2fa/setup', { token: u.token, remoteAddress: randomIp() });
         assert.equal(r.status, 200, r.text);
         t.forbidSecret(r.body.secret);
         assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.auth, LIMITS.auth - i]);
       }
-      assertLimited(await call(app, 'POST', '/auth/2fa/setup', { token: u.token, ip: randomIp() }), LIMITS.auth);
-      const me = await call(app, 'GET', '/account', { token: u.token });
+      assertLimited(await api(t).post('/auth/2fa/setup', { token: u.token, remoteAddress: randomIp() }), LIMITS.auth);
+      const me = await api(t).get('/account', { token: u.token });
       assert.equal(me.status, 200, 'the default bucket is separate');
       assert.deepEqual([limits(me).limit, limits(me).remaining], [LIMITS.default, LIMITS.default - 1]);
     });
@@ -290,7 +316,7 @@ for (const kind of DB_KINDS) {
       const other = await makeUser(t);
       // A node, credit and an SSH key: without the limit, the create below would succeed.
       const node = `rl-${randomBytes(3).toString('hex')}`;
-      const made = await call(app, 'POST', '/admin/nodes', {
+      const made = await api(t).post('/admin/nodes', {
         token: admin,
         body: {
           node,
@@ -308,7 +334,8 @@ for (const kind of DB_KINDS) {
       assert.equal(made.status, 201, made.text);
       assert.equal(
         (
-          await call(app, 'POST', `/admin/users/${u.id}/credits`, {
+          await api(t).post('/admin/users/{user_id}/credits', {
+            params: { user_id: u.id },
             token: admin,
             body: { amount: 100, description: 'rl' },
           })
@@ -318,7 +345,7 @@ for (const kind of DB_KINDS) {
       const { generateKey } = await import('../ssh-keys/keygen.js');
       assert.equal(
         (
-          await call(app, 'POST', '/ssh-keys', {
+          await api(t).post('/ssh-keys', {
             token: u.token,
             body: { ssh_public_key: generateKey('ed25519').line },
           })
@@ -330,26 +357,30 @@ for (const kind of DB_KINDS) {
       const missing = '00000000-0000-4000-8000-000000000000';
       // Every kind of VM mutation counts, whatever its answer (the limit comes first), from any address.
       const mutations = [
-        () => call(app, 'POST', `/vms/${missing}/stop`, { token: u.token, ip: randomIp() }),
-        () => call(app, 'POST', `/vms/${missing}/start`, { token: u.token, ip: randomIp() }),
-        () => call(app, 'DELETE', `/vms/${missing}`, { token: u.token, ip: randomIp() }),
         () =>
-          call(app, 'POST', `/vms/${missing}/set-label`, {
+          api(t).post('/vms/{vm_id}/stop', { params: { vm_id: missing }, token: u.token, remoteAddress: randomIp() }),
+        () =>
+          api(t).post('/vms/{vm_id}/start', { params: { vm_id: missing }, token: u.token, remoteAddress: randomIp() }),
+        () => api(t).delete('/vms/{vm_id}', { params: { vm_id: missing }, token: u.token, remoteAddress: randomIp() }),
+        () =>
+          api(t).post('/vms/{vm_id}/set-label', {
+            params: { vm_id: missing },
             token: u.token,
             body: { instance_label: 'x' },
-            ip: randomIp(),
+            remoteAddress: randomIp(),
           }),
         () =>
-          call(app, 'POST', `/vms/${missing}/set-auto-restart`, {
+          api(t).post('/vms/{vm_id}/set-auto-restart', {
+            params: { vm_id: missing },
             token: u.token,
             body: { auto_restart: true },
-            ip: randomIp(),
+            remoteAddress: randomIp(),
           }),
         () =>
-          call(app, 'POST', '/vms', {
+          api(t).post('/vms', {
             token: u.token,
             body: { node: 'no-such-node', gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-            ip: randomIp(),
+            remoteAddress: randomIp(),
           }),
       ];
       for (let i = 0; i < LIMITS.vm; i++) {
@@ -357,18 +388,19 @@ for (const kind of DB_KINDS) {
         assert.ok(r.status === 404 || r.status === 400, `mutation ${i}: ${r.status} ${r.text}`);
         assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.vm, LIMITS.vm - 1 - i]);
       }
-      const refused = await call(app, 'POST', '/vms', {
+      const refused = await api(t).post('/vms', {
         token: u.token,
         body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
       });
       assertLimited(refused, LIMITS.vm);
-      const list = await call(app, 'GET', '/vms', { token: u.token });
+      const list = await api(t).get('/vms', { token: u.token });
       assert.equal(list.status, 200, 'reads are not VM mutations');
       assert.deepEqual(list.body, [], 'the refused create made no VM');
       assert.equal(limits(list).limit, LIMITS.default);
-      const balance = await call(app, 'GET', '/billing/balance', { token: u.token });
+      const balance = await api(t).get('/billing/balance', { token: u.token });
+      assert.equal(balance.status, 200, balance.text);
       assert.equal(balance.body.balance, 100, 'and charged nothing');
-      const theirs = await call(app, 'POST', `/vms/${missing}/stop`, { token: other.token });
+      const theirs = await api(t).post('/vms/{vm_id}/stop', { params: { vm_id: missing }, token: other.token });
       assert.equal(theirs.status, 404, 'another user has a budget of their own');
       assert.equal(limits(theirs).remaining, LIMITS.vm - 1);
     });
@@ -377,20 +409,21 @@ for (const kind of DB_KINDS) {
       const v = await makeUser(t);
       const w = await makeUser(t);
       await freshWindow();
-      const key = await call(app, 'POST', '/api-keys', { token: v.token, body: { name: 'rl', scope: 'read_only' } });
+      const key = await api(t).post('/api-keys', { token: v.token, body: { name: 'rl', scope: 'read_only' } });
       assert.equal(key.status, 201, key.text);
-      t.forbidSecret(key.body.key);
+      const apiKey = key.body.key;
+      t.forbidSecret(apiKey);
       assert.equal(limits(key).remaining, LIMITS.default - 1);
       for (let i = 2; i <= LIMITS.default; i++) {
         // JWT and API key alternate, from changing addresses: one counter
-        const r = await call(app, 'GET', '/account', { token: i % 2 ? v.token : key.body.key, ip: randomIp() });
+        const r = await api(t).get('/account', { token: i % 2 ? v.token : apiKey, remoteAddress: randomIp() });
         assert.equal(r.status, 200, r.text);
         assert.equal(limits(r).remaining, LIMITS.default - i);
       }
-      assertLimited(await call(app, 'GET', '/account', { token: v.token }), LIMITS.default);
-      assertLimited(await call(app, 'GET', '/api-keys', { token: key.body.key, ip: randomIp() }), LIMITS.default);
+      assertLimited(await api(t).get('/account', { token: v.token }), LIMITS.default);
+      assertLimited(await api(t).get('/api-keys', { token: apiKey, remoteAddress: randomIp() }), LIMITS.default);
 
-      const other = await call(app, 'GET', '/account', { token: w.token });
+      const other = await api(t).get('/account', { token: w.token });
       assert.equal(other.status, 200);
       assert.equal(other.body.id, w.id);
       assert.equal(limits(other).remaining, LIMITS.default - 1);
@@ -401,7 +434,7 @@ for (const kind of DB_KINDS) {
       const u = await makeUser(t);
       await freshWindow();
       for (let i = 1; i <= LIMITS.default; i++) {
-        const r = await call(app, 'GET', '/account', { ip, token: i % 2 ? undefined : 'not-a-valid-token' });
+        const r = await api(t).get('/account', { remoteAddress: ip, token: i % 2 ? undefined : 'not-a-valid-token' });
         assert.equal(r.status, 401, r.text);
         assert.deepEqual(
           [limits(r).limit, limits(r).remaining],
@@ -410,15 +443,15 @@ for (const kind of DB_KINDS) {
         );
       }
       // Past the limit, the address gets 429 instead of 401, whatever it tries.
-      assertLimited(await call(app, 'GET', '/account', { ip }), LIMITS.default);
-      assertLimited(await call(app, 'GET', '/api-keys', { ip, token: 'Bearer-less-garbage' }), LIMITS.default);
-      assertLimited(await call(app, 'GET', '/account', { ip, token: 'gpc_not_a_real_key' }), LIMITS.default);
+      assertLimited(await api(t).get('/account', { remoteAddress: ip }), LIMITS.default);
+      assertLimited(await api(t).get('/api-keys', { remoteAddress: ip, token: 'Bearer-less-garbage' }), LIMITS.default);
+      assertLimited(await api(t).get('/account', { remoteAddress: ip, token: 'gpc_not_a_real_key' }), LIMITS.default);
       // A valid user at that address is counted as itself.
-      const mine = await call(app, 'GET', '/account', { ip, token: u.token });
+      const mine = await api(t).get('/account', { remoteAddress: ip, token: u.token });
       assert.equal(mine.status, 200);
       assert.equal(limits(mine).remaining, LIMITS.default - 1);
       // Another address still gets plain 401s.
-      const elsewhere = await call(app, 'GET', '/account', { ip: randomIp() });
+      const elsewhere = await api(t).get('/account', { remoteAddress: randomIp() });
       assert.equal(elsewhere.status, 401);
       assert.equal(limits(elsewhere).remaining, LIMITS.default - 1);
     });
@@ -437,7 +470,7 @@ for (const kind of DB_KINDS) {
       const docs = await call(app, 'GET', '/docs', { ip });
       assert.equal(docs.status, 200);
       // and they spent nothing of the address's budget
-      const r = await call(app, 'GET', '/account', { ip });
+      const r = await api(t).get('/account', { remoteAddress: ip });
       assert.equal(limits(r).remaining, LIMITS.default - 1);
     });
   });
@@ -512,15 +545,15 @@ describe('global login limit', () => {
   test('logins from many addresses together stop at GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL (each costs a password hash)', async () => {
     await freshWindow();
     for (let i = 1; i <= 6; i++) {
-      const r = await call(t.app, 'POST', '/auth/login', {
+      const r = await api(t).post('/auth/login', {
         body: { email: uniqueEmail('g'), password: 'a-guessed-password' },
-        ip: randomIp(),
+        remoteAddress: randomIp(),
       });
       assert.equal(r.status, 401, `attempt ${i}: ${r.text}`);
     }
-    const over = await call(t.app, 'POST', '/auth/login', {
+    const over = await api(t).post('/auth/login', {
       body: { email: uniqueEmail('g'), password: 'a-guessed-password' },
-      ip: randomIp(),
+      remoteAddress: randomIp(),
     });
     assertLimited(over, 6);
     assert.match(over.body.detail, /to this service/);

@@ -9,9 +9,11 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type Api, type RequestBody } from '../helpers/api.js';
 import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 import { FakeAgent } from '../helpers/fake-agent.js';
+import type { NodeSpec, Vm } from '../helpers/world.js';
 
 const TOKEN = 'agent-token-'.padEnd(40, 'a');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -22,10 +24,11 @@ describeEachDb(
     let admin: TestUser;
     let renter: TestUser;
     let agent: FakeAgent;
+    /** Typed clients for the administrator and the renter (made in before()). */
+    let asAdmin: Api;
+    let asRenter: Api;
 
-    const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-    const asAdmin = (method: string, url: string, body?: unknown) => req(method, url, { token: admin.token, body });
-    const node = async (over: Record<string, unknown> = {}) =>
+    const node = async (over: NodeSpec = {}) =>
       createNode(t(), admin.token, {
         agent_url: agent.url,
         agent_token: TOKEN,
@@ -34,7 +37,23 @@ describeEachDb(
         cpu_cores: 1,
         ...over,
       });
-    const vmOf = async (id: string) => (await req('GET', `/vms/${id}`, { token: renter.token })).body;
+    const vmOf = async (id: string): Promise<Vm> => {
+      const r = await asRenter.get('/vms/{vm_id}', { params: { vm_id: id } });
+      assert.equal(r.status, 200, r.text);
+      return r.body;
+    };
+    const nodeOf = async (name: string) => {
+      const r = await asAdmin.get('/admin/nodes/{node}', { params: { node: name } });
+      assert.equal(r.status, 200, r.text);
+      return r.body;
+    };
+    /** POST /vms as the renter; asserts the 201. */
+    const createVm = async (body: RequestBody<'/vms', 'post'>) => {
+      const r = await asRenter.post('/vms', { body });
+      assert.equal(r.status, 201, r.text);
+      return r;
+    };
+    const ofVm = (id: string) => ({ params: { vm_id: id } });
     /** One heartbeat round; the checks are claimed on real time, so wait out the interval first. */
     const heartbeat = async () => {
       await sleep(600);
@@ -44,6 +63,8 @@ describeEachDb(
     before(async () => {
       admin = await createUser(t(), { admin: true });
       renter = await createUser(t());
+      asAdmin = api(t(), admin.token);
+      asRenter = api(t(), renter.token);
       await credit(t(), admin.token, renter.id, 1000);
       await uploadSshKey(t(), renter.token);
       agent = new FakeAgent(TOKEN);
@@ -68,10 +89,11 @@ describeEachDb(
           { pci_address: '0000:01:00.0', model: 'NVIDIA GeForce RTX 4090', vfio: true, iommu_group: 12 },
         ]);
         assert.ok(!('agent_token' in n));
-        const again = await asAdmin('GET', `/admin/nodes/${n.node}`);
+        const again = await asAdmin.get('/admin/nodes/{node}', { params: { node: n.node } });
         assert.deepEqual(again.body, n);
-        const list = await asAdmin('GET', '/admin/nodes');
-        assert.ok(list.body.some((x: { node: string }) => x.node === n.node));
+        const list = await asAdmin.get('/admin/nodes');
+        assert.equal(list.status, 200, list.text);
+        assert.ok(list.body.some((x) => x.node === n.node));
       });
 
       test('an agent that does not answer: still 201, shown offline', async () => {
@@ -112,15 +134,19 @@ describeEachDb(
           [{ agent_url: '', agent_token: TOKEN }, 'body.agent_url'],
         ];
         for (const [over, field] of cases) {
-          const r = await asAdmin('POST', '/admin/nodes', { ...base, ...over });
+          const r = await asAdmin.post('/admin/nodes', { rawBody: { ...base, ...over } });
           assert.equal(r.status, 422, `${JSON.stringify(over)}: ${r.text}`);
           assert.equal(r.body.code, 'validation_error');
           assert.ok(
-            r.body.errors.some((e: { field: string }) => e.field === field),
+            r.body.errors?.some((e) => e.field === field),
             `${JSON.stringify(over)} -> ${field}: ${r.text}`,
           );
         }
-        assert.equal((await asAdmin('GET', '/admin/nodes/agent-bad')).status, 404, 'nothing was registered');
+        assert.equal(
+          (await asAdmin.get('/admin/nodes/{node}', { params: { node: 'agent-bad' } })).status,
+          404,
+          'nothing was registered',
+        );
       });
     });
 
@@ -132,8 +158,7 @@ describeEachDb(
             .filter((c) => c.path.startsWith('/v1/vms/'))
             .map((c) => `${c.method} ${c.path.replace(/[0-9a-f-]{36}/, ':id')}`);
         agent.calls.length = 0;
-        const c = await req('POST', '/vms', {
-          token: renter.token,
+        const c = await asRenter.post('/vms', {
           body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 60, template_vmid: 100 },
         });
         assert.equal(c.status, 201, c.text);
@@ -157,7 +182,7 @@ describeEachDb(
         );
         assert.deepEqual(calls().slice(0, 3), ['PUT /v1/vms/:id', 'POST /v1/vms/:id/start', 'GET /v1/vms/:id']);
         const port = agent.vms.get(c.body.id)!.port;
-        const access = await req('GET', `/vms/${c.body.id}/access-info`, { token: renter.token });
+        const access = await asRenter.get('/vms/{vm_id}/access-info', ofVm(c.body.id));
         assert.equal(access.status, 200, access.text);
         assert.deepEqual(access.body.ssh, {
           host: agent.publicHost,
@@ -165,16 +190,16 @@ describeEachDb(
           username: 'root',
           command: `ssh -p ${port} root@${agent.publicHost}`,
         });
-        const adminView = await asAdmin('GET', `/admin/vms?node=${n.node}`);
+        const adminView = await asAdmin.get('/admin/vms', { query: { node: n.node } });
         assert.equal(adminView.status, 200, adminView.text);
         assert.deepEqual(
-          adminView.body.map((v: { gpu_devices: string[] }) => v.gpu_devices),
+          adminView.body.map((v) => v.gpu_devices),
           [['0000:01:00.0']],
           'operators see which devices it got',
         );
 
         agent.calls.length = 0;
-        assert.equal((await req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
+        assert.equal((await asRenter.post('/vms/{vm_id}/stop', ofVm(c.body.id))).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'stopped');
         assert.deepEqual(
@@ -182,11 +207,11 @@ describeEachDb(
           { timeout_s: 60 },
           'ACPI power-down with the configured grace',
         );
-        assert.equal((await req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
+        assert.equal((await asRenter.post('/vms/{vm_id}/start', ofVm(c.body.id))).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         assert.equal(calls().filter((x) => x.startsWith('PUT')).length, 0, 'a built VM is not built again');
-        assert.equal((await req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+        assert.equal((await asRenter.delete('/vms/{vm_id}', ofVm(c.body.id))).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'destroyed');
         assert.ok(calls().includes('DELETE /v1/vms/:id'));
@@ -195,17 +220,18 @@ describeEachDb(
 
       test("a template the host lacks: the VM ends failed with the agent's reason", async () => {
         const n = await node();
-        const c = await req('POST', '/vms', {
-          token: renter.token,
+        const c = await asRenter.post('/vms', {
           body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 101 },
         });
         assert.equal(c.status, 201, c.text);
         await advance(t(), admin.token, 5);
         const vm = await vmOf(c.body.id);
         assert.equal(vm.status, 'failed');
-        const a = await asAdmin('GET', `/admin/vms?node=${n.node}&include_destroyed=true`);
-        const row = a.body.find((v: { id: string }) => v.id === c.body.id);
-        assert.match(row.last_error, /template 101 is not on this host/);
+        const a = await asAdmin.get('/admin/vms', { query: { node: n.node, include_destroyed: true } });
+        assert.equal(a.status, 200, a.text);
+        const row = a.body.find((v) => v.id === c.body.id);
+        assert.ok(row, `${c.body.id} is listed`);
+        assert.match(row.last_error ?? '', /template 101 is not on this host/);
         assert.equal(row.gpu_devices, null, 'nothing was built');
       });
 
@@ -213,15 +239,18 @@ describeEachDb(
         const sim = await createNode(t(), admin.token, { gpu_count: 1 });
         assert.equal(sim.agent_url, null);
         const before = agent.calls.length;
-        const c = await req('POST', '/vms', {
-          token: renter.token,
-          body: { node: sim.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+        const c = await createVm({
+          node: sim.node,
+          gpu_type: '4090',
+          gpu_count: 1,
+          storage_gb: 50,
+          template_vmid: 100,
         });
         await advance(t(), admin.token, 5);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         assert.equal(agent.calls.filter((x) => x.path.includes(c.body.id)).length, 0);
         assert.ok(agent.calls.length >= before);
-        await req('DELETE', `/vms/${c.body.id}`, { token: renter.token });
+        await asRenter.delete('/vms/{vm_id}', ofVm(c.body.id));
         await advance(t(), admin.token, 1);
       });
     });
@@ -230,13 +259,19 @@ describeEachDb(
       test('a boot still in progress on one node holds up neither a stop on another nor the next pass; one action per VM', async () => {
         const slow = await node();
         const sim = await createNode(t(), admin.token, { gpu_count: 1 });
-        const body = (n: string) => ({ node: n, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
-        const other = await req('POST', '/vms', { token: renter.token, body: body(sim.node) });
+        const body = (n: string): RequestBody<'/vms', 'post'> => ({
+          node: n,
+          gpu_type: '4090',
+          gpu_count: 1,
+          storage_gb: 50,
+          template_vmid: 100,
+        });
+        const other = await createVm(body(sim.node));
         await advance(t(), admin.token, 5);
         assert.equal((await vmOf(other.body.id)).status, 'running');
 
         agent.bootPolls = 1_000_000; // the guest "boots" until the test says otherwise
-        const booting = await req('POST', '/vms', { token: renter.token, body: body(slow.node) });
+        const booting = await createVm(body(slow.node));
         const reconciler = t().services.reconciler;
         try {
           await reconciler.runOnce(false); // provision
@@ -245,7 +280,7 @@ describeEachDb(
           await sleep(300);
           assert.equal((await vmOf(booting.body.id)).status, 'starting');
 
-          assert.equal((await req('POST', `/vms/${other.body.id}/stop`, { token: renter.token })).status, 200);
+          assert.equal((await asRenter.post('/vms/{vm_id}/stop', ofVm(other.body.id))).status, 200);
           assert.equal(await reconciler.runOnce(false), 1, 'the next pass takes the stop');
           for (let i = 0; i < 50 && (await vmOf(other.body.id)).status !== 'stopped'; i++) await sleep(100);
           assert.equal((await vmOf(other.body.id)).status, 'stopped', 'the stop finished while the boot goes on');
@@ -261,7 +296,7 @@ describeEachDb(
           await reconciler.drain();
         }
         assert.equal((await vmOf(booting.body.id)).status, 'running');
-        for (const id of [booting.body.id, other.body.id]) await req('DELETE', `/vms/${id}`, { token: renter.token });
+        for (const id of [booting.body.id, other.body.id]) await asRenter.delete('/vms/{vm_id}', ofVm(id));
         await advance(t(), admin.token, 1);
       });
     });
@@ -269,10 +304,7 @@ describeEachDb(
     describe('heartbeats', () => {
       test('three missed heartbeats take the node and its VMs offline; an answer brings them back as they were', async () => {
         const n = await node();
-        const c = await req('POST', '/vms', {
-          token: renter.token,
-          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-        });
+        const c = await createVm({ node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
         await advance(t(), admin.token, 5);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         const port = agent.port;
@@ -280,7 +312,7 @@ describeEachDb(
         try {
           for (let miss = 1; miss <= 3; miss++) {
             assert.ok((await heartbeat()) >= 1, 'the agent was due');
-            const now = (await asAdmin('GET', `/admin/nodes/${n.node}`)).body;
+            const now = await nodeOf(n.node);
             assert.equal(now.status, miss < 3 ? 'active' : 'offline', `after ${miss} miss(es)`);
             assert.equal(now.agent_status, miss < 3 ? 'online' : 'offline');
             assert.equal((await vmOf(c.body.id)).status, miss < 3 ? 'running' : 'offline');
@@ -289,7 +321,7 @@ describeEachDb(
           await agent.start(port);
         }
         await heartbeat();
-        const back = (await asAdmin('GET', `/admin/nodes/${n.node}`)).body;
+        const back = await nodeOf(n.node);
         assert.equal(back.status, 'active');
         assert.equal(back.agent_status, 'online');
         assert.equal((await vmOf(c.body.id)).status, 'running');
@@ -297,19 +329,20 @@ describeEachDb(
 
       test('a node an operator set offline stays offline when its agent answers', async () => {
         const n = await node();
-        assert.equal((await asAdmin('PATCH', `/admin/nodes/${n.node}`, { status: 'offline' })).status, 200);
+        assert.equal(
+          (await asAdmin.patch('/admin/nodes/{node}', { params: { node: n.node }, body: { status: 'offline' } }))
+            .status,
+          200,
+        );
         await heartbeat();
-        const after = (await asAdmin('GET', `/admin/nodes/${n.node}`)).body;
+        const after = await nodeOf(n.node);
         assert.equal(after.status, 'offline');
         assert.equal(after.agent_status, 'online');
       });
 
       test('a running VM whose guest powered off (or whose QEMU died) becomes stopped and its usage is closed', async () => {
         const n = await node();
-        const c = await req('POST', '/vms', {
-          token: renter.token,
-          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-        });
+        const c = await createVm({ node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
         await advance(t(), admin.token, 5);
         await advance(t(), admin.token, 600);
         assert.equal((await vmOf(c.body.id)).status, 'running');
@@ -340,7 +373,7 @@ describeEachDb(
         );
         assert.equal(traffic.rows[0]!.b, '1500');
         // The customer starts it again like any stopped VM.
-        assert.equal((await req('POST', `/vms/${c.body.id}/start`, { token: renter.token })).status, 200);
+        assert.equal((await asRenter.post('/vms/{vm_id}/start', ofVm(c.body.id))).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'running');
       });
@@ -349,40 +382,38 @@ describeEachDb(
     describe("changing a node's agent", () => {
       test('a node with VMs keeps its agent; a new token alone rotates it; without VMs it can leave its agent', async () => {
         const n = await node();
-        const c = await req('POST', '/vms', {
-          token: renter.token,
-          body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-        });
+        const c = await createVm({ node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 });
         await advance(t(), admin.token, 5);
-        const drop = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { agent_url: null });
+        const at = { params: { node: n.node } };
+        const drop = await asAdmin.patch('/admin/nodes/{node}', { ...at, body: { agent_url: null } });
         assert.equal(drop.status, 400, drop.text);
         assert.equal(drop.body.code, 'invalid_state');
         const newToken = 'rotated-token-'.padEnd(40, 'r');
         t().forbidSecret(newToken);
-        const rotated = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { agent_token: newToken });
+        const rotated = await asAdmin.patch('/admin/nodes/{node}', { ...at, body: { agent_token: newToken } });
         assert.equal(rotated.status, 200, rotated.text);
         assert.equal(rotated.body.agent_token_set, true);
         assert.equal(rotated.body.agent_url, agent.url);
         // The stand-in now takes only the new token; the control plane uses it.
         agent.token = newToken;
         try {
-          assert.equal((await req('POST', `/vms/${c.body.id}/stop`, { token: renter.token })).status, 200);
+          assert.equal((await asRenter.post('/vms/{vm_id}/stop', ofVm(c.body.id))).status, 200);
           await advance(t(), admin.token, 1);
           assert.equal((await vmOf(c.body.id)).status, 'stopped');
-          assert.equal((await req('DELETE', `/vms/${c.body.id}`, { token: renter.token })).status, 200);
+          assert.equal((await asRenter.delete('/vms/{vm_id}', ofVm(c.body.id))).status, 200);
           await advance(t(), admin.token, 1);
         } finally {
           agent.token = TOKEN;
         }
-        const left = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { agent_url: null });
+        const left = await asAdmin.patch('/admin/nodes/{node}', { ...at, body: { agent_url: null } });
         assert.equal(left.status, 200, left.text);
         assert.deepEqual(
           [left.body.agent_url, left.body.agent_token_set, left.body.agent_status, left.body.host_gpus],
           [null, false, null, null],
         );
-        const bad = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { agent_token: TOKEN });
+        const bad = await asAdmin.patch('/admin/nodes/{node}', { ...at, body: { agent_token: TOKEN } });
         assert.equal(bad.status, 422, 'a token needs a URL');
-        const noToken = await asAdmin('PATCH', `/admin/nodes/${n.node}`, { agent_url: agent.url });
+        const noToken = await asAdmin.patch('/admin/nodes/{node}', { ...at, body: { agent_url: agent.url } });
         assert.equal(noToken.status, 422, 'a node gaining an agent needs its token');
       });
     });

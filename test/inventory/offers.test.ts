@@ -6,9 +6,11 @@
 import { afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type Api, type BodyFor, type Op, type RequestBody } from '../helpers/api.js';
 import { createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 import { SHIPPED_PRICES as DEFAULTS } from '../helpers/expected.js';
+import type { NodeRecord, NodeSpec } from '../helpers/world.js';
 
 const OFFER_KEYS = [
   'available_interruptible',
@@ -47,57 +49,44 @@ const PRICING_TYPE_KEYS = [
   'total_gpus',
 ];
 
-interface Offer {
-  node: string;
-  gpu_type: string;
-  gpu_count: number;
-  total_gpu_ram_mb: number;
-  gpu_price_hourly: number;
-  total_price_hourly: number;
-  available_ondemand: boolean;
-  available_interruptible: boolean;
-  available_reserved: boolean;
-  [k: string]: unknown;
-}
-interface PricingType {
-  gpu_type: string;
-  total_gpus: number;
-  available_gpus: number;
-  [k: string]: unknown;
-}
+type Offer = BodyFor<'/search', 'get', 200>[number];
+type SearchQuery = NonNullable<Op<'/search', 'get'>['parameters']['query']>;
+type PricingType = BodyFor<'/pricing', 'get', 200>['gpu_types'][number];
+type VmBody = RequestBody<'/vms', 'post'>;
 
 const newLocation = () => `loc-${randomBytes(4).toString('hex')}`;
 
 describeEachDb('offers and public prices', (t) => {
   let admin: TestUser;
   let renter: TestUser;
+  /** Typed clients for the administrator and the renter (made in before()), and an anonymous one. */
+  let asAdmin: Api;
+  let asRenter: Api;
+  const anon = () => api(t());
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const search = async (query: Record<string, string | number> = {}): Promise<Offer[]> => {
-    const r = await req('GET', '/search', { query });
+  const search = async (query: SearchQuery = {}): Promise<Offer[]> => {
+    const r = await anon().get('/search', { query });
     assert.equal(r.status, 200, r.text);
     assert.equal(r.headers['x-total-count'] !== undefined, true, 'X-Total-Count');
     return r.body;
   };
   /** The one offer of a node (or undefined), searching its location. */
   const offerOf = async (
-    node: { node: string; location?: unknown },
-    query: Record<string, string | number> = {},
+    node: { node: string; location: string },
+    query: SearchQuery = {},
   ): Promise<Offer | undefined> => {
     const offers = await search({ location: String(node.location), ...query });
     const mine = offers.filter((o) => o.node === node.node);
     assert.ok(mine.length <= 1, 'one offer per node');
     return mine[0];
   };
-  const node = (location: string, over: Record<string, unknown> = {}) =>
-    createNode(t(), admin.token, { location, ...over });
+  const node = (location: string, over: NodeSpec = {}) => createNode(t(), admin.token, { location, ...over });
   const vm = async (
-    n: { node: string; gpu_type?: unknown },
-    gpuCount: number,
+    n: { node: string; gpu_type?: VmBody['gpu_type'] },
+    gpuCount: VmBody['gpu_count'],
     rental: 'on_demand' | 'interruptible' = 'on_demand',
   ) => {
-    const r = await req('POST', '/vms', {
-      token: renter.token,
+    const r = await asRenter.post('/vms', {
       body: {
         node: n.node,
         gpu_type: n.gpu_type ?? '4090',
@@ -108,19 +97,24 @@ describeEachDb('offers and public prices', (t) => {
       },
     });
     assert.equal(r.status, 201, r.text);
-    return r.body as { id: string; status: string };
+    return r.body;
   };
   const destroy = async (id: string) =>
-    assert.equal((await req('DELETE', `/vms/${id}`, { token: renter.token })).status, 200);
-  const patchNode = async (name: string, body: unknown) => {
-    const r = await req('PATCH', `/admin/nodes/${name}`, { token: admin.token, body });
+    assert.equal((await asRenter.delete('/vms/{vm_id}', { params: { vm_id: id } })).status, 200);
+  const patchNode = async (name: string, body: RequestBody<'/admin/nodes/{node}', 'patch'>) => {
+    const r = await asAdmin.patch('/admin/nodes/{node}', { params: { node: name }, body });
     assert.equal(r.status, 200, r.text);
   };
   const pricingOf = async (gpuType: string): Promise<PricingType> => {
-    const r = await req('GET', '/pricing');
+    const r = await anon().get('/pricing');
     assert.equal(r.status, 200, r.text);
-    return r.body.gpu_types.find((g: PricingType) => g.gpu_type === gpuType);
+    const g = r.body.gpu_types.find((x) => x.gpu_type === gpuType);
+    assert.ok(g, `${gpuType} is listed`);
+    return g;
   };
+  /** PUT /admin/pricing/{gpu_type} (its answer is checked only where the test did). */
+  const setPrices = (gpuType: string, body: RequestBody<'/admin/pricing/{gpu_type}', 'put'>) =>
+    asAdmin.put('/admin/pricing/{gpu_type}', { params: { gpu_type: gpuType }, body });
 
   // VMs are created (and may be metered) here too: the ledger stays balanced (every balance is the sum of its
   // transactions).
@@ -135,10 +129,12 @@ describeEachDb('offers and public prices', (t) => {
   before(async () => {
     admin = await createUser(t(), { admin: true });
     renter = await createUser(t());
+    asAdmin = api(t(), admin.token);
+    asRenter = api(t(), renter.token);
     await credit(t(), admin.token, renter.id, 100_000);
     await uploadSshKey(t(), renter.token);
-    const p = await req('PATCH', `/admin/users/${renter.id}`, {
-      token: admin.token,
+    const p = await asAdmin.patch('/admin/users/{user_id}', {
+      params: { user_id: renter.id },
       body: { max_vms: 1000, max_gpus: 10_000 },
     });
     assert.equal(p.status, 200, p.text);
@@ -178,18 +174,18 @@ describeEachDb('offers and public prices', (t) => {
         max_storage_gb: 16000,
         cluster_name: 'nyc-1',
       });
-      const r = await req('GET', '/search', { query: { location: loc } });
+      const r = await anon().get('/search', { query: { location: loc } });
       assert.equal(r.status, 200, r.text);
       assert.equal(r.headers['x-total-count'], '3');
       // A bad credential on a public route is ignored, not refused
-      assert.equal((await req('GET', '/search', { token: 'not-a-token', query: { location: loc } })).status, 200);
+      assert.equal((await api(t(), 'not-a-token').get('/search', { query: { location: loc } })).status, 200);
       assert.deepEqual(
-        r.body.map((o: Offer) => o.node),
+        r.body.map((o) => o.node),
         [a.node, b.node, c.node],
         'by price: 4090, 5090, pro6000',
       );
       for (const o of r.body) assert.deepEqual(Object.keys(o).sort(), OFFER_KEYS);
-      const base = (n: Record<string, unknown>) => ({
+      const base = (n: NodeRecord) => ({
         node: n.node,
         gpu_type: n.gpu_type,
         gpu_count: n.gpu_count,
@@ -237,18 +233,12 @@ describeEachDb('offers and public prices', (t) => {
       const n = await node(loc, { gpu_type: '5090', gpu_count: 7 });
       try {
         // 0.1 and 0.2 style prices whose float sums are inexact
-        const p = await req('PUT', '/admin/pricing/5090', {
-          token: admin.token,
-          body: { gpu_price_hourly: 0.1, storage_price_gb_hourly: 0.000007 },
-        });
+        const p = await setPrices('5090', { gpu_price_hourly: 0.1, storage_price_gb_hourly: 0.000007 });
         assert.equal(p.status, 200, p.text);
         let o = (await offerOf(n))!;
         assert.equal(o.storage_price_hourly, 0.000007);
         assert.equal(o.total_price_hourly, 0.70035); // 7 x 0.1 + 50 x 0.000007; in floats 0.7000000000000001 + 0.00035
-        await req('PUT', '/admin/pricing/5090', {
-          token: admin.token,
-          body: { gpu_price_hourly: 0.333333, storage_price_gb_hourly: 0.000001 },
-        });
+        await setPrices('5090', { gpu_price_hourly: 0.333333, storage_price_gb_hourly: 0.000001 });
         o = (await offerOf(n))!;
         assert.equal(o.total_price_hourly, 2.333381); // 7 x 0.333333 = 2.333331, + 0.00005
         const v = await vm(n, 4);
@@ -257,7 +247,7 @@ describeEachDb('offers and public prices', (t) => {
         assert.equal(o.total_price_hourly, 1.000049); // 0.999999 + 0.00005
         await destroy(v.id);
       } finally {
-        await req('PUT', '/admin/pricing/5090', { token: admin.token, body: DEFAULTS['5090'] });
+        await setPrices('5090', DEFAULTS['5090']);
       }
     });
 
@@ -270,7 +260,7 @@ describeEachDb('offers and public prices', (t) => {
         (await search({ location: loc })).map((x) => x.node),
         [a.node],
       );
-      for (const rental of ['on_demand', 'reserved', 'interruptible']) {
+      for (const rental of ['on_demand', 'reserved', 'interruptible'] as const) {
         assert.deepEqual(
           (await search({ location: loc, rental_type: rental })).map((x) => x.node),
           [a.node],
@@ -297,7 +287,7 @@ describeEachDb('offers and public prices', (t) => {
       o = (await offerOf(n))!;
       assert.equal(o.gpu_count, 2);
       const v3 = await vm(n, 2);
-      for (const rental of ['on_demand', 'reserved', 'interruptible']) {
+      for (const rental of ['on_demand', 'reserved', 'interruptible'] as const) {
         assert.equal(await offerOf(n, { rental_type: rental }), undefined, `${rental}: full`);
       }
       await destroy(v2.id);
@@ -343,7 +333,9 @@ describeEachDb('offers and public prices', (t) => {
 
       // An on-demand VM takes the interruptible VMs' GPUs; they are interrupted and hold none
       const od2 = await vm(n, 4);
-      assert.equal((await req('GET', `/vms/${spot.id}`, { token: renter.token })).body.status, 'interrupted');
+      const spotNow = await asRenter.get('/vms/{vm_id}', { params: { vm_id: spot.id } });
+      assert.equal(spotNow.status, 200, spotNow.text);
+      assert.equal(spotNow.body.status, 'interrupted');
       assert.equal(await offerOf(n), undefined, 'all 8 GPUs on-demand now');
       for (const v of [od, od2]) await destroy(v.id);
       for (const v of [spot, spot2]) await destroy(v.id);
@@ -387,11 +379,11 @@ describeEachDb('offers and public prices', (t) => {
       const a = await node(loc, { gpu_type: '4090', gpu_count: 2 }); // 0.44 / 0.22
       const b = await node(loc, { gpu_type: '5090', gpu_count: 2 }); // 0.69 / 0.35
       const c = await node(loc, { gpu_type: 'pro6000', gpu_count: 2 }); // 1.69 / 0.85
-      const names = async (q: Record<string, string | number>) =>
-        (await search({ location: loc, ...q })).map((o) => o.node);
+      // (a number in the query is sent as its decimal text, e.g. 0.439999 as '0.439999')
+      const names = async (q: SearchQuery) => (await search({ location: loc, ...q })).map((o) => o.node);
       assert.deepEqual(await names({ max_price: 0.44 }), [a.node]);
-      assert.deepEqual(await names({ max_price: '0.439999' }), []);
-      assert.deepEqual(await names({ max_price: '0.69' }), [a.node, b.node]);
+      assert.deepEqual(await names({ max_price: 0.439999 }), []);
+      assert.deepEqual(await names({ max_price: 0.69 }), [a.node, b.node]);
       assert.deepEqual(await names({ max_price: 1.69 }), [a.node, b.node, c.node]);
       assert.deepEqual(await names({ max_price: 100 }), [a.node, b.node, c.node]);
       assert.deepEqual(await names({ max_price: 0 }), []);
@@ -402,7 +394,7 @@ describeEachDb('offers and public prices', (t) => {
         'reserved compares gpu_price_hourly',
       );
       assert.deepEqual(await names({ max_price: 0.35, rental_type: 'interruptible' }), [a.node, b.node]);
-      assert.deepEqual(await names({ max_price: '0.349999', rental_type: 'interruptible' }), [a.node]);
+      assert.deepEqual(await names({ max_price: 0.349999, rental_type: 'interruptible' }), [a.node]);
       assert.deepEqual(await names({ max_price: 0.22, rental_type: 'interruptible' }), [a.node]);
       assert.deepEqual(await names({ max_price: 0.85, rental_type: 'interruptible' }), [a.node, b.node, c.node]);
       assert.deepEqual(await names({ max_price: 0.85, rental_type: 'on_demand' }), [a.node, b.node]);
@@ -430,25 +422,26 @@ describeEachDb('offers and public prices', (t) => {
         [{ gpu: '4090' }, 'query.gpu'],
       ];
       for (const [query, field] of cases) {
-        const r = await req('GET', '/search', { query });
+        const r = await anon().get('/search', { rawQuery: query });
         assert.equal(r.status, 422, `${JSON.stringify(query)}: ${r.text}`);
         assert.equal(r.body.code, 'validation_error');
         assert.ok(
-          r.body.errors.some((e: { field: string }) => e.field === field),
+          r.body.errors?.some((e) => e.field === field),
           `${JSON.stringify(query)}: ${r.text}`,
         );
       }
       // The edges that are allowed
-      for (const query of [
+      const edges: SearchQuery[] = [
         { min_gpus: 1 },
         { min_gpus: 64 },
         { max_price: 0 },
-        { max_price: '0.5' },
+        { max_price: 0.5 }, // sent as '0.5'
         { limit: 1 },
         { limit: 100 },
         { offset: 0 },
-      ] as Array<Record<string, string | number>>) {
-        assert.equal((await req('GET', '/search', { query })).status, 200, JSON.stringify(query));
+      ];
+      for (const query of edges) {
+        assert.equal((await anon().get('/search', { query })).status, 200, JSON.stringify(query));
       }
     });
 
@@ -461,36 +454,35 @@ describeEachDb('offers and public prices', (t) => {
       const m4 = await node(loc, { node: `m${tag}-4090`, gpu_type: '4090', gpu_count: 1 });
       const b6 = await node(loc, { node: `b${tag}-pro`, gpu_type: 'pro6000', gpu_count: 1 });
       const a4 = await node(loc, { node: `a${tag}-4090`, gpu_type: '4090', gpu_count: 1 });
-      const order = async (q: Record<string, string | number> = {}) =>
-        (await search({ location: loc, ...q })).map((o) => o.node);
+      const order = async (q: SearchQuery = {}) => (await search({ location: loc, ...q })).map((o) => o.node);
       assert.deepEqual(await order(), [a4.node, m4.node, z4.node, a5.node, b6.node]);
       // Sorted by the on-demand price whatever the rental type
       assert.deepEqual(await order({ rental_type: 'interruptible' }), [a4.node, m4.node, z4.node, a5.node, b6.node]);
       try {
-        const p = await req('PUT', '/admin/pricing/4090', { token: admin.token, body: { gpu_price_hourly: 2 } });
+        const p = await setPrices('4090', { gpu_price_hourly: 2 });
         assert.equal(p.status, 200, p.text);
         assert.deepEqual(await order(), [a5.node, b6.node, a4.node, m4.node, z4.node]);
-        await req('PUT', '/admin/pricing/pro6000', { token: admin.token, body: { gpu_price_hourly: 0.69 } });
+        await setPrices('pro6000', { gpu_price_hourly: 0.69 });
         assert.deepEqual(await order(), [a5.node, b6.node, a4.node, m4.node, z4.node], 'equal price: by node');
-        await req('PUT', '/admin/pricing/pro6000', { token: admin.token, body: { gpu_price_hourly: 0.689999 } });
+        await setPrices('pro6000', { gpu_price_hourly: 0.689999 });
         assert.deepEqual(await order(), [b6.node, a5.node, a4.node, m4.node, z4.node]);
       } finally {
-        await req('PUT', '/admin/pricing/4090', { token: admin.token, body: DEFAULTS['4090'] });
-        await req('PUT', '/admin/pricing/pro6000', { token: admin.token, body: DEFAULTS.pro6000 });
+        await setPrices('4090', DEFAULTS['4090']);
+        await setPrices('pro6000', DEFAULTS.pro6000);
       }
     });
 
     test('limit and offset page the sorted offers; X-Total-Count is the number of matching offers', async () => {
       const loc = newLocation();
-      const made = [];
+      const made: NodeRecord[] = [];
       for (let i = 0; i < 5; i++)
         made.push(await node(loc, { node: `p${i}-${randomBytes(3).toString('hex')}`, gpu_count: 1 }));
       const all = made.map((n) => n.node).sort();
-      const pageOf = async (q: Record<string, string | number>) => {
-        const r = await req('GET', '/search', { query: { location: loc, ...q } });
+      const pageOf = async (q: SearchQuery) => {
+        const r = await anon().get('/search', { query: { location: loc, ...q } });
         assert.equal(r.status, 200, r.text);
         assert.equal(r.headers['x-total-count'], '5', JSON.stringify(q));
-        return r.body.map((o: Offer) => o.node);
+        return r.body.map((o) => o.node);
       };
       assert.deepEqual(await pageOf({}), all);
       assert.deepEqual(await pageOf({ limit: 2 }), all.slice(0, 2));
@@ -498,10 +490,11 @@ describeEachDb('offers and public prices', (t) => {
       assert.deepEqual(await pageOf({ limit: 2, offset: 4 }), all.slice(4));
       assert.deepEqual(await pageOf({ offset: 5 }), []);
       assert.deepEqual(await pageOf({ offset: 1000 }), []);
-      const filtered = await req('GET', '/search', { query: { location: loc, min_gpus: 2 } });
+      const filtered = await anon().get('/search', { query: { location: loc, min_gpus: 2 } });
       assert.equal(filtered.headers['x-total-count'], '0');
       // Without filters the total counts every offer, beyond the first page
-      const everything = await req('GET', '/search', { query: { limit: 1 } });
+      const everything = await anon().get('/search', { query: { limit: 1 } });
+      assert.equal(everything.status, 200, everything.text);
       assert.equal(everything.body.length, 1);
       assert.ok(Number(everything.headers['x-total-count']) >= 5);
     });
@@ -509,23 +502,23 @@ describeEachDb('offers and public prices', (t) => {
 
   describe('GET /pricing: the public price list with GPU totals', () => {
     test('no authentication; currency, updated_at and the three GPU types with their prices', async () => {
-      const r = await req('GET', '/pricing');
+      const r = await anon().get('/pricing');
       assert.equal(r.status, 200, r.text);
       assert.deepEqual(Object.keys(r.body).sort(), ['currency', 'gpu_types', 'updated_at']);
       assert.equal(r.body.currency, 'USD');
       assert.match(r.body.updated_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       assert.deepEqual(
-        r.body.gpu_types.map((g: PricingType) => g.gpu_type),
+        r.body.gpu_types.map((g) => g.gpu_type),
         ['5090', '4090', 'pro6000'],
       );
       for (const g of r.body.gpu_types) {
         assert.deepEqual(Object.keys(g).sort(), PRICING_TYPE_KEYS);
         const { gpu_type, total_gpus, available_gpus, ...prices } = g;
-        assert.deepEqual(prices, DEFAULTS[gpu_type as keyof typeof DEFAULTS]);
+        assert.deepEqual(prices, DEFAULTS[gpu_type]);
         assert.ok(Number.isInteger(total_gpus) && Number.isInteger(available_gpus));
         assert.ok(available_gpus >= 0 && available_gpus <= total_gpus);
       }
-      assert.equal((await req('GET', '/pricing', { token: 'garbage' })).status, 200);
+      assert.equal((await api(t(), 'garbage').get('/pricing')).status, 200);
     });
 
     test('totals follow nodes and VMs: GPUs on active nodes, and the free ones among them', async () => {
@@ -573,7 +566,7 @@ describeEachDb('offers and public prices', (t) => {
       await patchNode(n.node, { gpu_count: 4 });
       p = await pricingOf('pro6000');
       assert.deepEqual([p.total_gpus - before.total_gpus, p.available_gpus - before.available_gpus], [4, 4]);
-      const del = await req('DELETE', `/admin/nodes/${n.node}`, { token: admin.token });
+      const del = await asAdmin.delete('/admin/nodes/{node}', { params: { node: n.node } });
       assert.equal(del.status, 204, del.text);
       p = await pricingOf('pro6000');
       assert.deepEqual([p.total_gpus, p.available_gpus], [before.total_gpus, before.available_gpus]);
@@ -581,18 +574,19 @@ describeEachDb('offers and public prices', (t) => {
     });
 
     test('prices and updated_at follow an admin PUT', async () => {
-      const t0 = (await req('GET', '/pricing')).body.updated_at;
-      await req('POST', '/admin/clock/advance', { token: admin.token, body: { seconds: 7 } });
+      const first = await anon().get('/pricing');
+      assert.equal(first.status, 200, first.text);
+      const t0 = first.body.updated_at;
+      await asAdmin.post('/admin/clock/advance', { body: { seconds: 7 } });
       try {
-        const put = await req('PUT', '/admin/pricing/4090', {
-          token: admin.token,
-          body: { gpu_price_hourly: 0.123456, reserved_discount_6mo: 33.33 },
-        });
+        const put = await setPrices('4090', { gpu_price_hourly: 0.123456, reserved_discount_6mo: 33.33 });
         assert.equal(put.status, 200, put.text);
-        const r = await req('GET', '/pricing');
+        const r = await anon().get('/pricing');
+        assert.equal(r.status, 200, r.text);
         assert.equal(r.body.updated_at, t().clock.now().toISOString());
         assert.ok(Date.parse(r.body.updated_at) > Date.parse(t0));
-        const g = r.body.gpu_types.find((x: PricingType) => x.gpu_type === '4090');
+        const g = r.body.gpu_types.find((x) => x.gpu_type === '4090');
+        assert.ok(g, '4090 is listed');
         assert.equal(g.gpu_price_hourly, 0.123456);
         assert.equal(g.reserved_discount_6mo, 33.33);
         assert.equal(g.interruptible_rate, 0.22);
@@ -605,7 +599,7 @@ describeEachDb('offers and public prices', (t) => {
           [0.123456, 33.33, 0.256912],
         );
       } finally {
-        await req('PUT', '/admin/pricing/4090', { token: admin.token, body: DEFAULTS['4090'] });
+        await setPrices('4090', DEFAULTS['4090']);
       }
     });
   });

@@ -5,20 +5,25 @@
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeEachDb, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type BodyFor, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createUser, type TestUser } from '../helpers/factories.js';
 // The shipped defaults this file's arithmetic is worked out from (checked against GET /admin/pricing first).
 import { SHIPPED_PRICES as DEFAULTS } from '../helpers/expected.js';
 
+type QuoteRequest = RequestBody<'/reservations/calculate', 'post'>;
+type Quote = BodyFor<'/reservations/calculate', 'post', 200>;
+
 interface Case {
-  body: Record<string, unknown>;
-  expect: {
-    discount_percent: number;
-    hourly_rate_after_discount: number;
-    monthly_cost: number;
-    deposit_required: number;
-    cancellation_fee_25_percent: number;
-  };
+  body: QuoteRequest;
+  expect: Pick<
+    Quote,
+    | 'discount_percent'
+    | 'hourly_rate_after_discount'
+    | 'monthly_cost'
+    | 'deposit_required'
+    | 'cancellation_fee_25_percent'
+  >;
   why: string;
 }
 
@@ -88,8 +93,11 @@ const CASES: Case[] = [
 describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation', (t) => {
   let admin: TestUser;
   let user: TestUser;
-  const calc = (body: unknown, token: string | null = user.token): Promise<Res> =>
-    t().req('POST', '/reservations/calculate', { token: token ?? undefined, body });
+  const calc = (body: QuoteRequest, token: string | null = user.token) =>
+    api(t(), token ?? undefined).post('/reservations/calculate', { body });
+  /** A deliberately invalid body, sent as given. */
+  const calcRaw = (body: Record<string, unknown>) =>
+    api(t(), user.token).post('/reservations/calculate', { rawBody: body });
 
   before(async () => {
     admin = await createUser(t(), { admin: true });
@@ -97,10 +105,11 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
   });
 
   test('the prices this file works from are the shipped defaults (GET /admin/pricing)', async () => {
-    const r = await t().req('GET', '/admin/pricing', { token: admin.token });
+    const r = await api(t(), admin.token).get('/admin/pricing');
     assert.equal(r.status, 200, r.text);
     for (const [gpuType, d] of Object.entries(DEFAULTS)) {
-      const p = r.body.find((x: { gpu_type: string }) => x.gpu_type === gpuType);
+      // Indexed by the names of the shipped fields.
+      const p: Record<string, unknown> | undefined = r.body.find((x) => x.gpu_type === gpuType);
       assert.ok(p, `pricing of ${gpuType}`);
       for (const [k, v] of Object.entries(d)) assert.equal(p[k], v, `${gpuType}.${k}`);
     }
@@ -110,7 +119,8 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
     test(`${c.why}: hand-computed quote`, async () => {
       const r = await calc(c.body);
       assert.equal(r.status, 200, r.text);
-      for (const [k, v] of Object.entries(c.expect)) assert.equal(r.body[k], v, `${k}: ${r.text}`);
+      const quote: Record<string, unknown> = r.body; // indexed by the names in c.expect
+      for (const [k, v] of Object.entries(c.expect)) assert.equal(quote[k], v, `${k}: ${r.text}`);
       // deposit = monthly x months, fee = 25 % of the deposit (the whole commitment is prepaid)
       assert.equal(r.body.reservation_months, c.body.reservation_months);
       assert.equal(r.headers['cache-control'], 'no-store');
@@ -128,8 +138,8 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
   });
 
   test('the quote follows a price change, and matches the rates a reserved VM gets', async () => {
-    const put = await t().req('PUT', '/admin/pricing/pro6000', {
-      token: admin.token,
+    const put = await api(t(), admin.token).put('/admin/pricing/{gpu_type}', {
+      params: { gpu_type: 'pro6000' },
       body: { gpu_price_hourly: 2, reserved_discount_3mo: 12.5 },
     });
     assert.equal(put.status, 200, put.text);
@@ -143,8 +153,8 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
       assert.equal(r.body.deposit_required, 7752.6);
       assert.equal(r.body.cancellation_fee_25_percent, 1938.15);
     } finally {
-      const back = await t().req('PUT', '/admin/pricing/pro6000', {
-        token: admin.token,
+      const back = await api(t(), admin.token).put('/admin/pricing/{gpu_type}', {
+        params: { gpu_type: 'pro6000' },
         body: { gpu_price_hourly: 1.69, reserved_discount_3mo: 20 },
       });
       assert.equal(back.status, 200, back.text);
@@ -170,18 +180,18 @@ describeEachDb('POST /reservations/calculate: the quote of a prepaid reservation
   ];
   for (const [name, body, field] of invalid) {
     test(`${name} -> 422 validation_error naming ${field}`, async () => {
-      const r = await calc(body);
+      const r = await calcRaw(body);
       assert.equal(r.status, 422, r.text);
       assert.equal(r.body.code, 'validation_error');
       assert.ok(
-        r.body.errors?.some((e: { field: string }) => e.field === field),
+        r.body.errors?.some((e) => e.field === field),
         `errors name ${field}: ${r.text}`,
       );
     });
   }
 
   test('a billing_only API key may call it; read_only may not; no credential is 401', async () => {
-    const body = { gpu_type: '4090', gpu_count: 1, storage_gb: 100, reservation_months: 1 };
+    const body: QuoteRequest = { gpu_type: '4090', gpu_count: 1, storage_gb: 100, reservation_months: 1 };
     const billing = await createApiKey(t(), user.token, 'billing_only');
     const ok = await calc(body, billing);
     assert.equal(ok.status, 200, ok.text);

@@ -10,8 +10,10 @@
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type Api, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
+import type { VmSpec } from '../helpers/world.js';
 
 const HOUR_MS = 3_600_000;
 const micros = (x: number) => Math.round(x * 1e6);
@@ -21,21 +23,37 @@ const mulDiv = (a: number, b: number, c: number) => Number((BigInt(a) * BigInt(b
 interface Caller {
   id: number;
   key: string;
+  /** A typed client sending `key`. */
+  api: Api;
+}
+
+interface Answer {
+  status: number;
+  body: unknown;
+  text: string;
+}
+/** Asserts the status of an answer (200 unless told) and returns the body of that status. */
+function ok<R extends Answer>(r: R): Extract<R, { status: 200 }>['body'];
+function ok<R extends Answer, S extends R['status']>(r: R, status: S): Extract<R, { status: S }>['body'];
+function ok(r: Answer, status = 200): unknown {
+  assert.equal(r.status, status, r.text);
+  return r.body;
+}
+
+/** A number from a transaction's breakdown, which the schema declares free-form (`{ [key: string]: unknown }`). */
+function num(v: unknown, what: string): number {
+  assert.ok(typeof v === 'number', `${what} is a number: ${JSON.stringify(v)}`);
+  return v;
 }
 
 describeEachDb('reserved VMs and their reservations: deposit, draws and cancellation', (t) => {
   let adminKey: string;
   let node: string; // 4090 x 8
+  let admin: Api; // sends adminKey
   let proNode: string; // pro6000 x 8
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const ok = (r: Res, status = 200) => {
-    assert.equal(r.status, status, r.text);
-    return r.body;
-  };
-  const advance = async (seconds: number) =>
-    ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
-  const nowMs = async () => Date.parse(ok(await req('GET', '/admin/clock', { token: adminKey })).now);
+  const advance = async (seconds: number) => ok(await admin.post('/admin/clock/advance', { body: { seconds } }));
+  const nowMs = async () => Date.parse(ok(await admin.get('/admin/clock')).now);
   /** Moves the clock to the next top of the hour (billing periods close there). */
   const toNextHour = async () => {
     const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
@@ -45,11 +63,11 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
     const u = await createUser(t());
     if (amount > 0) await credit(t(), adminKey, u.id, amount);
     await uploadSshKey(t(), u.token);
-    return { id: u.id, key: await createApiKey(t(), u.token, 'read_write', 'reserved-tests') };
+    const key = await createApiKey(t(), u.token, 'read_write', 'reserved-tests');
+    return { id: u.id, key, api: api(t(), key) };
   };
-  const reserved = (c: Caller, over: Record<string, unknown> = {}) =>
-    req('POST', '/vms', {
-      token: c.key,
+  const reserved = (c: Caller, over: VmSpec = {}) =>
+    c.api.post('/vms', {
       body: {
         node,
         gpu_type: '4090',
@@ -61,20 +79,28 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         ...over,
       },
     });
-  const balance = async (c: Caller) => micros(ok(await req('GET', '/billing/balance', { token: c.key })).balance);
-  const txs = async (c: Caller) =>
-    ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
-  const reservations = async (c: Caller) => ok(await req('GET', '/reservations', { token: c.key })) as any[];
+  /** A reserved VM that was made (asserting the 201); a reserved VM has its reservation's id. */
+  const reservedVm = async (c: Caller, over: VmSpec = {}) => {
+    const r = await reserved(c, over);
+    const v = ok(r, 201);
+    const reservationId = v.reservation_id;
+    assert.ok(reservationId, `a reserved VM has a reservation: ${r.text}`);
+    return { ...v, reservation_id: reservationId };
+  };
+  const balance = async (c: Caller) => micros(ok(await c.api.get('/billing/balance')).balance);
+  const txs = async (c: Caller) => ok(await c.api.get('/billing/transactions', { query: { limit: 100 } }));
+  const reservations = async (c: Caller) => ok(await c.api.get('/reservations'));
   const reservation = async (c: Caller, id: string) => {
     const r = (await reservations(c)).find((x) => x.id === id);
     assert.ok(r, `reservation ${id} is listed`);
     return r;
   };
-  const vm = async (c: Caller, id: string) => ok(await req('GET', `/vms/${id}`, { token: c.key }));
+  const vm = async (c: Caller, id: string) => ok(await c.api.get('/vms/{vm_id}', { params: { vm_id: id } }));
 
   before(async () => {
-    const admin = await createUser(t(), { admin: true });
-    adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin-tests');
+    const adminUser = await createUser(t(), { admin: true });
+    adminKey = await createApiKey(t(), adminUser.token, 'read_write', 'admin-tests');
+    admin = api(t(), adminKey);
     node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 })).node;
     proNode = (await createNode(t(), adminKey, { gpu_type: 'pro6000', gpu_count: 8 })).node;
   });
@@ -82,13 +108,17 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
   describe('creation: the VM, its reservation and the deposit in one transaction', () => {
     test('the deposit, the reservation and the VM are made together', async () => {
       const c = await newCaller(2000);
-      const body = { gpu_type: '4090', gpu_count: 2, storage_gb: 100, reservation_months: 3 };
-      const quote = ok(await req('POST', '/reservations/calculate', { token: c.key, body }));
+      const body: RequestBody<'/reservations/calculate', 'post'> = {
+        gpu_type: '4090',
+        gpu_count: 2,
+        storage_gb: 100,
+        reservation_months: 3,
+      };
+      const quote = ok(await c.api.post('/reservations/calculate', { body }));
       // 2 x 0.44 x 0.80 = 0.704, + 100 x 0.0002 = 0.02 -> 0.724/h; x 730 x 3 = 1585.56
       assert.equal(quote.deposit_required, 1585.56);
       const before = await balance(c);
-      const created = await reserved(c, body);
-      const v = ok(created, 201);
+      const v = await reservedVm(c, body);
       assert.equal(v.rental_type, 'reserved');
       assert.equal(v.status, 'creating');
       assert.equal(v.gpu_hourly_rate, 0.704, 'gpu_price_hourly x (1 - discount) per GPU');
@@ -100,6 +130,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       // The deposit transaction: type deposit, negative, the whole commitment.
       const list = await txs(c);
       const dep = list[0];
+      assert.ok(dep, 'a transaction');
       assert.equal(dep.type, 'deposit');
       assert.equal(dep.amount, -1585.56);
       assert.equal(dep.balance_after, (before - micros(1585.56)) / 1e6);
@@ -110,6 +141,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       const rs = await reservations(c);
       assert.equal(rs.length, 1);
       const r = rs[0];
+      assert.ok(r, 'a reservation');
       assert.equal(r.id, v.reservation_id);
       assert.equal(r.user_id, c.id);
       assert.equal(r.vm_id, v.id);
@@ -127,7 +159,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.equal(r.cancelled_at, null);
       assert.equal(r.cancellation_fee, 0);
       assert.equal(r.refund_amount, 0);
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('a balance short of the deposit -> 400 insufficient_balance naming required and available; nothing is written', async () => {
@@ -143,44 +175,45 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         ['credit'],
       );
       assert.equal(await balance(c), micros(300));
-      assert.deepEqual(ok(await req('GET', '/vms', { token: c.key })), []);
+      assert.deepEqual(ok(await c.api.get('/vms')), []);
       // Exactly the deposit is enough: the reserved VM does not need an hour of on-demand money on top.
       await credit(t(), adminKey, c.id, 3.68);
-      const v = ok(await reserved(c), 201);
+      const v = await reservedVm(c);
       assert.equal(await balance(c), 0);
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('GET /reservations lists newest first with X-Total-Count and paginates', async () => {
       const c = await newCaller(2000);
-      const a = ok(await reserved(c), 201);
+      const a = await reservedVm(c);
       await advance(1);
-      const b = ok(await reserved(c, { reservation_months: 3, storage_gb: 50 }), 201);
-      const r = await req('GET', '/reservations', { token: c.key });
+      const b = await reservedVm(c, { reservation_months: 3, storage_gb: 50 });
+      const r = await c.api.get('/reservations');
       assert.equal(r.status, 200, r.text);
       assert.equal(r.headers['x-total-count'], '2');
       assert.deepEqual(
-        r.body.map((x: { vm_id: string }) => x.vm_id),
+        r.body.map((x) => x.vm_id),
         [b.id, a.id],
       );
-      const p = await req('GET', '/reservations', { token: c.key, query: { limit: 1, offset: 1 } });
+      const p = await c.api.get('/reservations', { query: { limit: 1, offset: 1 } });
+      assert.equal(p.status, 200, p.text);
       assert.equal(p.headers['x-total-count'], '2');
       assert.deepEqual(
-        p.body.map((x: { vm_id: string }) => x.vm_id),
+        p.body.map((x) => x.vm_id),
         [a.id],
       );
-      assert.equal((await req('GET', '/reservations', { token: c.key, query: { limit: 0 } })).status, 422);
+      assert.equal((await c.api.get('/reservations', { query: { limit: 0 } })).status, 422);
       // Per user: another caller sees none of them.
       const other = await newCaller(0);
-      const o = await req('GET', '/reservations', { token: other.key });
+      const o = await other.api.get('/reservations');
       assert.deepEqual(o.body, []);
       assert.equal(o.headers['x-total-count'], '0');
-      for (const v of [a, b]) ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      for (const v of [a, b]) ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('Idempotency-Key: a replayed reserved create takes one deposit and makes one reservation', async () => {
       const c = await newCaller(1000);
-      const body = {
+      const body: RequestBody<'/vms', 'post'> = {
         node,
         gpu_type: '4090',
         gpu_count: 1,
@@ -190,8 +223,8 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         reservation_months: 1,
       };
       const headers = { 'idempotency-key': `reserve-${randomUUID()}` };
-      const a = await req('POST', '/vms', { token: c.key, body, headers });
-      const b = await req('POST', '/vms', { token: c.key, body, headers });
+      const a = await c.api.post('/vms', { body, headers });
+      const b = await c.api.post('/vms', { body, headers });
       assert.equal(a.status, 201, a.text);
       assert.equal(b.status, 201, b.text);
       assert.deepEqual(b.body, a.body);
@@ -201,7 +234,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         ['deposit', 'credit'],
       );
       assert.equal(await balance(c), micros(1000 - 303.68));
-      ok(await req('DELETE', `/vms/${a.body.id}`, { token: c.key }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: a.body.id } }));
     });
 
     test("concurrent reserved creates never spend the same money twice (one user's creates are serialized)", async () => {
@@ -213,7 +246,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       assert.equal((await reservations(c)).length, 1);
       assert.equal(await balance(c), micros(500 - 303.68));
       for (const r of res.filter((x) => x.status === 201))
-        ok(await req('DELETE', `/vms/${r.body.id}`, { token: c.key }));
+        ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: r.body.id } }));
     });
 
     test('a reserved VM preempts interruptible VMs like an on-demand one', async () => {
@@ -223,8 +256,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       for (let i = 0; i < 2; i++) {
         ids.push(
           ok(
-            await req('POST', '/vms', {
-              token: spot.key,
+            await spot.api.post('/vms', {
               body: {
                 node: small,
                 gpu_type: '4090',
@@ -240,32 +272,35 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       }
       await advance(1);
       const c = await newCaller(1000);
-      const v = ok(await reserved(c, { node: small, gpu_count: 2 }), 201);
+      const v = await reservedVm(c, { node: small, gpu_count: 2 });
       for (const id of ids) assert.equal((await vm(spot, id)).status, 'interrupted');
-      const history = ok(await req('GET', `/vms/${ids[0]}/interruption-history`, { token: spot.key }));
+      const first = ids[0];
+      assert.ok(first, 'two interruptible VMs');
+      const history = ok(await spot.api.get('/vms/{vm_id}/interruption-history', { params: { vm_id: first } }));
+      assert.ok(history[0], 'an interruption');
       assert.equal(history[0].preempted_by_vm_id, v.id);
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
-      for (const id of ids) ok(await req('DELETE', `/vms/${id}`, { token: spot.key }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
+      for (const id of ids) ok(await spot.api.delete('/vms/{vm_id}', { params: { vm_id: id } }));
     });
 
     test('API key scopes: read_only lists reservations, billing_only may only calculate', async () => {
       const u = await createUser(t());
       const ro = await createApiKey(t(), u.token, 'read_only');
       const bo = await createApiKey(t(), u.token, 'billing_only');
-      const list = await req('GET', '/reservations', { token: ro });
+      const list = await api(t(), ro).get('/reservations');
       assert.equal(list.status, 200, list.text);
       assert.equal(list.headers['cache-control'], 'no-store');
-      const denied = await req('GET', '/reservations', { token: bo });
+      const denied = await api(t(), bo).get('/reservations');
       assert.equal(denied.status, 403, denied.text);
       assert.equal(denied.body.code, 'forbidden');
-      assert.equal((await req('GET', '/reservations')).status, 401);
-      assert.equal((await req('GET', '/reservations', { token: u.token, query: { limit: 101 } })).status, 422);
-      assert.equal((await req('GET', '/reservations', { token: u.token, query: { offset: -1 } })).status, 422);
+      assert.equal((await api(t()).get('/reservations')).status, 401);
+      assert.equal((await api(t(), u.token).get('/reservations', { query: { limit: 101 } })).status, 422);
+      assert.equal((await api(t(), u.token).get('/reservations', { query: { offset: -1 } })).status, 422);
     });
 
     test('usage draws remaining_balance down by exactly the hourly rate per hour, with no charge transactions', async () => {
       const c = await newCaller(1000);
-      const v = ok(await reserved(c, { gpu_count: 2, storage_gb: 100, reservation_months: 1 }), 201);
+      const v = await reservedVm(c, { gpu_count: 2, storage_gb: 100, reservation_months: 1 });
       const deposit = micros(592.76); // 2 x 0.396 + 0.02 = 0.812/h, x 730
       await advance(1); // provisioned and running (the simulator takes no time in tests)
       assert.equal((await vm(c, v.id)).status, 'running');
@@ -280,7 +315,7 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         assert.equal(before - after, hours * micros(0.812), `${hours} h draw ${hours} x 0.812`);
       }
       // Stopped, a reserved VM draws only its storage rate.
-      ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
+      ok(await c.api.post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
       await advance(1);
       assert.equal((await vm(c, v.id)).status, 'stopped');
       await toNextHour();
@@ -294,19 +329,19 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         ['deposit', 'credit'],
       );
       // Usage is still reported in GET /billing/usage although the reservation paid for it.
-      const usage = ok(await req('GET', '/billing/usage', { token: c.key }));
+      const usage = ok(await c.api.get('/billing/usage'));
       assert.equal(
         micros(usage.total_cost),
         deposit - micros((await reservation(c, v.reservation_id)).remaining_balance),
       );
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 
   describe('DELETE /reservations/{id}: 25 % fee, 75 % refunded', () => {
     test('25 % of the remaining balance is kept, 75 % refunded; the VM goes on as on-demand at on-demand rates', async () => {
       const c = await newCaller(1000);
-      const v = ok(await reserved(c), 201); // 4090 x1, 100 GB, 1 month: 0.416/h, deposit 303.68
+      const v = await reservedVm(c); // 4090 x1, 100 GB, 1 month: 0.416/h, deposit 303.68
       await advance(1);
       await toNextHour();
       await advance(5 * 3600);
@@ -320,7 +355,9 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       const fee = mulDiv(remaining, 25, 100);
       const refund = remaining - fee;
 
-      const res = await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key });
+      const res = await c.api.delete('/reservations/{reservation_id}', {
+        params: { reservation_id: v.reservation_id },
+      });
       const r = ok(res);
       assert.equal(r.id, v.reservation_id);
       assert.equal(r.status, 'cancelled');
@@ -334,10 +371,11 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
 
       // The refund transaction carries the fee and the remaining balance.
       const [tx] = await txs(c);
+      assert.ok(tx, 'the newest transaction');
       assert.equal(tx.type, 'refund');
       assert.equal(micros(tx.amount), refund);
-      assert.equal(micros(tx.breakdown.cancellation_fee), fee);
-      assert.equal(micros(tx.breakdown.remaining_balance), remaining);
+      assert.equal(micros(num(tx.breakdown.cancellation_fee, 'breakdown.cancellation_fee')), fee);
+      assert.equal(micros(num(tx.breakdown.remaining_balance, 'breakdown.remaining_balance')), remaining);
       assert.equal(tx.breakdown.reservation_id, v.reservation_id);
       assert.equal(await balance(c), balanceBefore + refund);
 
@@ -353,72 +391,85 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       await advance(3600);
       assert.equal(b0 - (await balance(c)), micros(0.46), 'a full hour on demand is charged 0.46');
       const [charge] = await txs(c);
+      assert.ok(charge, 'the newest transaction');
       assert.equal(charge.type, 'charge');
       assert.equal(charge.amount, -0.46);
 
       // Twice: 400 invalid_state naming the state.
-      const again = await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key });
+      const again = await c.api.delete('/reservations/{reservation_id}', {
+        params: { reservation_id: v.reservation_id },
+      });
       assert.equal(again.status, 400, again.text);
       assert.equal(again.body.code, 'invalid_state');
       assert.match(again.body.detail, /cancelled/);
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('a stopped reserved VM holds its GPUs; cancelled, it becomes on-demand and lets them go', async () => {
       const small = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 2 })).node;
       const c = await newCaller(1000);
-      const v = ok(await reserved(c, { node: small, gpu_count: 2 }), 201);
+      const v = await reservedVm(c, { node: small, gpu_count: 2 });
       await advance(1);
-      ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
+      ok(await c.api.post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
       await advance(1);
       assert.equal((await vm(c, v.id)).status, 'stopped');
-      const nodeInfo = async () => ok(await req('GET', `/admin/nodes/${small}`, { token: adminKey }));
+      const nodeInfo = async () => ok(await admin.get('/admin/nodes/{node}', { params: { node: small } }));
       assert.equal((await nodeInfo()).gpus_allocated, 2, 'held while stopped');
       const other = await newCaller(100);
-      const refused = await req('POST', '/vms', {
-        token: other.key,
+      const refused = await other.api.post('/vms', {
         body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
       });
       assert.equal(refused.status, 400, refused.text);
       assert.equal(refused.body.code, 'gpu_unavailable');
-      ok(await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }));
+      ok(await c.api.delete('/reservations/{reservation_id}', { params: { reservation_id: v.reservation_id } }));
       const after = await vm(c, v.id);
       assert.equal(after.rental_type, 'on_demand');
       assert.equal(after.status, 'stopped');
       assert.equal((await nodeInfo()).gpus_allocated, 0, 'an on-demand stopped VM holds no GPUs');
       const taker = ok(
-        await req('POST', '/vms', {
-          token: other.key,
+        await other.api.post('/vms', {
           body: { node: small, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
         }),
         201,
       );
-      const start = await req('POST', `/vms/${v.id}/start`, { token: c.key });
+      const start = await c.api.post('/vms/{vm_id}/start', { params: { vm_id: v.id } });
       assert.equal(start.status, 400, start.text);
       assert.equal(start.body.code, 'gpu_unavailable');
-      ok(await req('DELETE', `/vms/${taker.id}`, { token: other.key }));
-      ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+      ok(await other.api.delete('/vms/{vm_id}', { params: { vm_id: taker.id } }));
+      ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('the fee is rounded half-up to the micro-unit', async () => {
       // pro6000 storage at 0.000201/GB-h: 1.521 + 51 x 0.000201 = 1.531251/h; x 730 = 1117.81323,
       // a quarter of which is 279.4533075 -> fee 279.453308, refund 838.359922.
-      ok(await req('PUT', '/admin/pricing/pro6000', { token: adminKey, body: { storage_price_gb_hourly: 0.000201 } }));
+      ok(
+        await admin.put('/admin/pricing/{gpu_type}', {
+          params: { gpu_type: 'pro6000' },
+          body: { storage_price_gb_hourly: 0.000201 },
+        }),
+      );
       try {
         const c = await newCaller(2000);
-        const v = ok(await reserved(c, { node: proNode, gpu_type: 'pro6000', storage_gb: 51 }), 201);
+        const v = await reservedVm(c, { node: proNode, gpu_type: 'pro6000', storage_gb: 51 });
         assert.equal(v.hourly_rate, 1.531251);
         // Cancelled while still creating: nothing drawn yet, the whole deposit remains.
-        const r = ok(await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }));
+        const r = ok(
+          await c.api.delete('/reservations/{reservation_id}', { params: { reservation_id: v.reservation_id } }),
+        );
         assert.equal(r.cancellation_fee, 279.453308);
         assert.equal(r.refund_amount, 838.359922);
         assert.equal(await balance(c), micros(2000) - micros(279.453308));
         const after = await vm(c, v.id);
         assert.equal(after.rental_type, 'on_demand');
         assert.equal(after.hourly_rate, 1.700251, 'on-demand prices at the cancellation');
-        ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+        ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
       } finally {
-        ok(await req('PUT', '/admin/pricing/pro6000', { token: adminKey, body: { storage_price_gb_hourly: 0.0002 } }));
+        ok(
+          await admin.put('/admin/pricing/{gpu_type}', {
+            params: { gpu_type: 'pro6000' },
+            body: { storage_price_gb_hourly: 0.0002 },
+          }),
+        );
       }
     });
 
@@ -426,16 +477,16 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
       const { ledgerCheck } = await import('../../src/modules/billing/ledger-check.js');
       for (let round = 0; round < 4; round++) {
         const c = await newCaller(1000);
-        const v = ok(await reserved(c), 201);
+        const v = await reservedVm(c);
         await advance(1);
         await advance(1800 + round * 7);
         const calls = [
-          req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }),
-          req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }),
+          c.api.delete('/reservations/{reservation_id}', { params: { reservation_id: v.reservation_id } }),
+          c.api.delete('/reservations/{reservation_id}', { params: { reservation_id: v.reservation_id } }),
           round % 2
-            ? req('DELETE', `/vms/${v.id}`, { token: c.key })
-            : req('POST', `/vms/${v.id}/stop`, { token: c.key }),
-          req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds: 3600 } }),
+            ? c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } })
+            : c.api.post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }),
+          admin.post('/admin/clock/advance', { body: { seconds: 3600 } }),
         ];
         const res = await Promise.all(calls);
         for (const r of res) assert.ok(r.status < 500, r.text);
@@ -448,12 +499,13 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
         assert.equal(r.status, 'cancelled');
         const refunds = (await txs(c)).filter((x) => x.type === 'refund');
         assert.equal(refunds.length, 1);
+        assert.ok(refunds[0], 'a refund');
         assert.equal(refunds[0].amount, r.refund_amount);
         assert.deepEqual(await ledgerCheck(t().db), []);
         const after = await vm(c, v.id);
         if (after.status !== 'destroyed') {
           assert.equal(after.rental_type, 'on_demand');
-          ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+          ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
         }
       }
     });
@@ -461,25 +513,30 @@ describeEachDb('reserved VMs and their reservations: deposit, draws and cancella
     test("another user's reservation, an unknown id and a non-uuid are 404", async () => {
       const owner = await newCaller(1000);
       const other = await newCaller(1000);
-      const v = ok(await reserved(owner), 201);
+      const v = await reservedVm(owner);
       for (const [who, id] of [
         [other, v.reservation_id],
         [owner, randomUUID()],
         [owner, 'not-a-uuid'],
         [owner, '12345'],
       ] as [Caller, string][]) {
-        const r = await req('DELETE', `/reservations/${id}`, { token: who.key });
+        const r = await who.api.delete('/reservations/{reservation_id}', { params: { reservation_id: id } });
         assert.equal(r.status, 404, r.text);
         assert.equal(r.body.code, 'not_found');
       }
       assert.equal((await reservation(owner, v.reservation_id)).status, 'active', 'untouched');
       // Cancelling needs a read_write credential.
-      const ro = await req('DELETE', `/reservations/${v.reservation_id}`, {
-        token: await createApiKey(t(), (await createUser(t())).token, 'read_only'),
-      });
+      const ro = await api(t(), await createApiKey(t(), (await createUser(t())).token, 'read_only')).delete(
+        '/reservations/{reservation_id}',
+        { params: { reservation_id: v.reservation_id } },
+      );
       assert.equal(ro.status, 403, ro.text);
-      assert.equal((await req('DELETE', `/reservations/${v.reservation_id}`)).status, 401);
-      ok(await req('DELETE', `/vms/${v.id}`, { token: owner.key }));
+      assert.equal(
+        (await api(t()).delete('/reservations/{reservation_id}', { params: { reservation_id: v.reservation_id } }))
+          .status,
+        401,
+      );
+      ok(await owner.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 });

@@ -8,8 +8,10 @@
  */
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type Api } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
+import type { VmSpec } from '../helpers/world.js';
 
 const HOUR_MS = 3_600_000;
 const micros = (x: number) => Math.round(x * 1e6);
@@ -17,20 +19,30 @@ const micros = (x: number) => Math.round(x * 1e6);
 interface Caller {
   id: number;
   key: string;
+  /** A typed client sending `key`. */
+  api: Api;
+}
+
+interface Answer {
+  status: number;
+  body: unknown;
+  text: string;
+}
+/** Asserts the status of an answer (200 unless told) and returns the body of that status. */
+function ok<R extends Answer>(r: R): Extract<R, { status: 200 }>['body'];
+function ok<R extends Answer, S extends R['status']>(r: R, status: S): Extract<R, { status: S }>['body'];
+function ok(r: Answer, status = 200): unknown {
+  assert.equal(r.status, status, r.text);
+  return r.body;
 }
 
 describeEachDb('the end of a reservation: completed, converted to on-demand or cancelled', (t) => {
   let adminKey: string;
+  let admin: Api; // sends adminKey
   let node: string; // 4090 x 8
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const ok = (r: Res, status = 200) => {
-    assert.equal(r.status, status, r.text);
-    return r.body;
-  };
-  const advance = async (seconds: number) =>
-    ok(await req('POST', '/admin/clock/advance', { token: adminKey, body: { seconds } }));
-  const nowMs = async () => Date.parse(ok(await req('GET', '/admin/clock', { token: adminKey })).now);
+  const advance = async (seconds: number) => ok(await admin.post('/admin/clock/advance', { body: { seconds } }));
+  const nowMs = async () => Date.parse(ok(await admin.get('/admin/clock')).now);
   const toNextHour = async () => {
     const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
     if (s > 0) await advance(s);
@@ -39,11 +51,12 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     const u = await createUser(t());
     if (amount > 0) await credit(t(), adminKey, u.id, amount);
     await uploadSshKey(t(), u.token);
-    return { id: u.id, key: await createApiKey(t(), u.token, 'read_write', 'term-tests') };
+    const key = await createApiKey(t(), u.token, 'read_write', 'term-tests');
+    return { id: u.id, key, api: api(t(), key) };
   };
-  const reserved = (c: Caller, over: Record<string, unknown> = {}) =>
-    req('POST', '/vms', {
-      token: c.key,
+  /** Creates a reserved VM (asserting the 201) and returns it; a reserved VM has its reservation's id. */
+  const reserved = async (c: Caller, over: VmSpec = {}) => {
+    const r = await c.api.post('/vms', {
       body: {
         node,
         gpu_type: '4090',
@@ -55,27 +68,32 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
         ...over,
       },
     });
-  const balance = async (c: Caller) => micros(ok(await req('GET', '/billing/balance', { token: c.key })).balance);
-  const txs = async (c: Caller) =>
-    ok(await req('GET', '/billing/transactions', { token: c.key, query: { limit: 100 } })) as any[];
+    const v = ok(r, 201);
+    const reservationId = v.reservation_id;
+    assert.ok(reservationId, `a reserved VM has a reservation: ${r.text}`);
+    return { ...v, reservation_id: reservationId };
+  };
+  const balance = async (c: Caller) => micros(ok(await c.api.get('/billing/balance')).balance);
+  const txs = async (c: Caller) => ok(await c.api.get('/billing/transactions', { query: { limit: 100 } }));
   const reservation = async (c: Caller, id: string) => {
-    const r = (ok(await req('GET', '/reservations', { token: c.key })) as any[]).find((x) => x.id === id);
+    const r = ok(await c.api.get('/reservations')).find((x) => x.id === id);
     assert.ok(r, `reservation ${id} is listed`);
     return r;
   };
-  const vm = async (c: Caller, id: string) => ok(await req('GET', `/vms/${id}`, { token: c.key }));
+  const vm = async (c: Caller, id: string) => ok(await c.api.get('/vms/{vm_id}', { params: { vm_id: id } }));
 
   before(async () => {
-    const admin = await createUser(t(), { admin: true });
-    adminKey = await createApiKey(t(), admin.token, 'read_write', 'admin-tests');
+    const adminUser = await createUser(t(), { admin: true });
+    adminKey = await createApiKey(t(), adminUser.token, 'read_write', 'admin-tests');
+    admin = api(t(), adminKey);
     node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 })).node;
   });
 
   test('destroyed before the end -> completed; alive at the end -> converted_to_on_demand; nothing refunded', async () => {
     const c = await newCaller(1000);
     // 4090 x1, 50 GB, 1 month: 0.396 + 0.01 = 0.406/h; deposit 0.406 x 730 = 296.38 each.
-    const gone = ok(await reserved(c), 201);
-    const alive = ok(await reserved(c), 201);
+    const gone = await reserved(c);
+    const alive = await reserved(c);
     const afterDeposits = await balance(c);
     assert.equal(afterDeposits, micros(1000 - 2 * 296.38));
     const endAt = Date.parse((await reservation(c, alive.reservation_id)).end_at);
@@ -85,15 +103,15 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     assert.equal((await vm(c, alive.id)).status, 'running');
     await advance(10 * 3600 - 1);
     // Destroy one after exactly 10 h: its reservation stays active (the commitment goes on).
-    ok(await req('DELETE', `/vms/${gone.id}`, { token: c.key }));
+    ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: gone.id } }));
     const g = await reservation(c, gone.reservation_id);
     assert.equal(g.status, 'active');
     assert.equal(g.remaining_balance, 292.32, '296.38 - 10 x 0.406');
     // Stop the other for exactly 5 h: it draws only its storage then (0.01/h instead of 0.406/h).
-    ok(await req('POST', `/vms/${alive.id}/stop`, { token: c.key }));
+    ok(await c.api.post('/vms/{vm_id}/stop', { params: { vm_id: alive.id } }));
     await advance(5 * 3600);
     assert.equal((await vm(c, alive.id)).status, 'stopped');
-    ok(await req('POST', `/vms/${alive.id}/start`, { token: c.key }));
+    ok(await c.api.post('/vms/{vm_id}/start', { params: { vm_id: alive.id } }));
 
     // Up to one second before the end: both still active.
     await advance(Math.round((endAt - (await nowMs())) / 1000) - 1);
@@ -134,15 +152,16 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     await advance(3600);
     assert.equal(b0 - (await balance(c)), micros(0.45));
     const [charge] = await txs(c);
+    assert.ok(charge, 'the newest transaction');
     assert.equal(charge.type, 'charge');
     assert.equal(charge.amount, -0.45);
     // An ended reservation cannot be cancelled.
     for (const id of [gone.reservation_id, alive.reservation_id]) {
-      const r = await req('DELETE', `/reservations/${id}`, { token: c.key });
+      const r = await c.api.delete('/reservations/{reservation_id}', { params: { reservation_id: id } });
       assert.equal(r.status, 400, r.text);
       assert.equal(r.body.code, 'invalid_state');
     }
-    ok(await req('DELETE', `/vms/${alive.id}`, { token: c.key }));
+    ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: alive.id } }));
     // Ending is final: the statuses do not move again.
     await advance(3600);
     assert.equal((await reservation(c, gone.reservation_id)).status, 'completed');
@@ -151,12 +170,14 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
 
   test('the reservation of a destroyed VM may still be cancelled: 75 % of what remains comes back', async () => {
     const c = await newCaller(500);
-    const v = ok(await reserved(c), 201);
+    const v = await reserved(c);
     await advance(1);
     await advance(2 * 3600 - 1);
-    ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     const before = await balance(c);
-    const r = ok(await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key }));
+    const r = ok(
+      await c.api.delete('/reservations/{reservation_id}', { params: { reservation_id: v.reservation_id } }),
+    );
     // 296.38 - 2 x 0.406 = 295.568; fee 73.892, refund 221.676
     assert.equal(r.status, 'cancelled');
     assert.equal(r.cancellation_fee, 73.892);
@@ -170,14 +191,16 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
 
   test('a cancel after end_at, before the end job ran, ends the term (nothing refunded) and is refused', async () => {
     const c = await newCaller(500);
-    const v = ok(await reserved(c), 201);
+    const v = await reserved(c);
     await advance(1);
     const endAt = Date.parse((await reservation(c, v.reservation_id)).end_at);
     await advance(3600);
     // A worker running late (system clock): time has passed end_at, no job has run since.
     t().clock.set(endAt + 1000);
     const before = await balance(c);
-    const r = await req('DELETE', `/reservations/${v.reservation_id}`, { token: c.key });
+    const r = await c.api.delete('/reservations/{reservation_id}', {
+      params: { reservation_id: v.reservation_id },
+    });
     assert.equal(r.status, 400, r.text);
     assert.equal(r.body.code, 'invalid_state');
     assert.match(r.body.detail, /converted_to_on_demand/);
@@ -187,32 +210,32 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     assert.equal(await balance(c), before, 'no refund');
     assert.equal((await vm(c, v.id)).rental_type, 'on_demand');
     await advance(1); // the jobs catch up; the VM is billed on demand from end_at
-    ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     const { ledgerCheck } = await import('../../src/modules/billing/ledger-check.js');
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
 
   test('a stop after end_at, before the end job ran, draws nothing after the term from the reservation', async () => {
     const c = await newCaller(500);
-    const v = ok(await reserved(c), 201);
+    const v = await reserved(c);
     await advance(1);
     const endAt = Date.parse((await reservation(c, v.reservation_id)).end_at);
     t().clock.set(endAt + 1800_000); // a worker running half an hour late
-    ok(await req('POST', `/vms/${v.id}/stop`, { token: c.key }));
+    ok(await c.api.post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
     await advance(1);
     const late = await t().db.query<{ n: number }>(
       'SELECT count(*)::int AS n FROM usage_logs WHERE vm_id = $1 AND from_reservation_micros > 0 AND period_end > $2',
       [v.id, new Date(endAt)],
     );
     assert.equal(late.rows[0]!.n, 0, 'usage after end_at is not paid by the reservation');
-    ok(await req('DELETE', `/vms/${v.id}`, { token: c.key }));
+    ok(await c.api.delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
   });
 
   test('a reserved VM whose provisioning fails: reservation cancelled, fee 0, the whole deposit refunded', async () => {
     const c = await newCaller(400);
-    const f = await req('POST', '/admin/simulator/faults', { token: adminKey, body: { node, action: 'provision' } });
+    const f = await admin.post('/admin/simulator/faults', { body: { node, action: 'provision' } });
     assert.equal(f.status, 200, f.text);
-    const v = ok(await reserved(c), 201);
+    const v = await reserved(c);
     assert.equal(await balance(c), micros(400 - 296.38));
     await advance(1);
     assert.equal((await vm(c, v.id)).status, 'failed');
@@ -223,6 +246,7 @@ describeEachDb('the end of a reservation: completed, converted to on-demand or c
     assert.equal(r.remaining_balance, 0);
     assert.ok(r.cancelled_at);
     const [refund] = await txs(c);
+    assert.ok(refund, 'the newest transaction');
     assert.equal(refund.type, 'refund');
     assert.equal(refund.amount, 296.38);
     assert.equal(refund.breakdown.cancellation_fee, 0);

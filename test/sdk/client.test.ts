@@ -10,7 +10,16 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { createNode, createUser, credit, uniqueEmail, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import { api } from '../helpers/api.js';
+import {
+  createNode,
+  createUser,
+  credit,
+  tokensOf,
+  uniqueEmail,
+  uploadSshKey,
+  type TestUser,
+} from '../helpers/factories.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import {
   GpuCloudClient,
@@ -107,9 +116,9 @@ describe('SDK client', () => {
 
   /** A fresh admin access token: tests move the manual clock past the 3600 s of older ones. */
   async function adminToken(): Promise<string> {
-    const r = await t.req('POST', '/auth/login', { body: { email: admin.email, password: admin.password } });
+    const r = await api(t).post('/auth/login', { body: { email: admin.email, password: admin.password } });
     assert.equal(r.status, 200, r.text);
-    return r.body.access_token;
+    return tokensOf(r.body).access_token;
   }
 
   /** A user with credit and an SSH key, ready to create VMs. */
@@ -159,10 +168,11 @@ describe('SDK client', () => {
 
   test('login with two-factor on answers the challenge; verify2fa completes it', async () => {
     const u = await createUser(t);
-    const setup = await t.req('POST', '/auth/2fa/setup', { token: u.token });
-    const secret: string = setup.body.secret;
+    const setup = await api(t, u.token).post('/auth/2fa/setup');
+    assert.equal(setup.status, 200, setup.text);
+    const secret = setup.body.secret;
     const code = (offset = 0) => totpAt(secret, stepAt(t.clock.nowMs()) + offset);
-    assert.equal((await t.req('POST', '/auth/2fa/enable', { token: u.token, body: { code: code() } })).status, 200);
+    assert.equal((await api(t, u.token).post('/auth/2fa/enable', { body: { code: code() } })).status, 200);
     await t.services.clock.advance(30); // the enable code is used up
 
     const seen: SessionTokens[] = [];
@@ -301,14 +311,15 @@ describe('SDK client', () => {
 
   test('followEvents: what was missed, then live; a dropped stream resumes after the last event; a refusal throws', async () => {
     const u = await createUser(t);
-    const made = async (name: string) =>
-      (await t.req('POST', '/api-keys', { token: u.token, body: { name, scope: 'read_only' } })).body.id as string;
+    const made = async (name: string) => {
+      const r = await api(t, u.token).post('/api-keys', { body: { name, scope: 'read_only' } });
+      assert.equal(r.status, 201, r.text);
+      return r.body.id;
+    };
     for (const name of ['one', 'two', 'three']) await made(name);
-    const listed = (await t.req('GET', '/events?type=api_key.created', { token: u.token })).body as {
-      id: string;
-      data: { name: string };
-    }[];
-    const [one, two] = listed;
+    const listed = await api(t, u.token).get('/events', { query: { type: ['api_key.created'] } });
+    assert.equal(listed.status, 200, listed.text);
+    const [one, two] = listed.body;
     const resumedWith: (string | null)[] = [];
     // The first stream drops after one event; the client opens another after it.
     const h = harness(async (req) => {
@@ -485,7 +496,7 @@ describe('SDK client', () => {
     assert.ok(timeout instanceof GpuCloudError);
     assert.equal(timeout.code, 'timeout');
     // ...or a VM that can never get there.
-    assert.equal((await t.req('DELETE', `/vms/${vm.id}`, { token: u.token })).status, 200);
+    assert.equal((await api(t, u.token).delete('/vms/{vm_id}', { params: { vm_id: vm.id } })).status, 200);
     const gone = await stuck.waitForVm(vm.id, 'running').catch((e: unknown) => e);
     assert.ok(gone instanceof GpuCloudError);
     assert.equal(gone.code, 'invalid_state');
@@ -511,9 +522,9 @@ describe('SDK client', () => {
     assert.equal(statuses.at(-1), 'running');
     assert.deepEqual(h.sleeps, [], 'no polling');
     const reads = h.sent.filter((s) => s.method === 'GET' && s.path.startsWith('/vms/')).length;
-    const changes = (
-      await t.req('GET', '/events', { token: u.token, query: { vm_id: vm.id, type: 'vm.status_changed' } })
-    ).body.length;
+    const changed = await api(t, u.token).get('/events', { query: { vm_id: vm.id, type: ['vm.status_changed'] } });
+    assert.equal(changed.status, 200, changed.text);
+    const changes = changed.body.length;
     assert.ok(
       reads <= changes + 2,
       `${reads} reads for ${changes} changes: the first, one when the stream opened, one per change`,
@@ -524,7 +535,7 @@ describe('SDK client', () => {
     const stopping = client.waitForVm(vm.id, 'stopped');
     while (h.sent.filter((s) => s.path === '/events/stream').length < 2) await new Promise((r) => setTimeout(r, 20));
     await new Promise((r) => setTimeout(r, 200));
-    assert.equal((await t.req('DELETE', `/vms/${vm.id}`, { token: u.token })).status, 200);
+    assert.equal((await api(t, u.token).delete('/vms/{vm_id}', { params: { vm_id: vm.id } })).status, 200);
     const gone = await stopping.catch((e: unknown) => e);
     assert.ok(gone instanceof GpuCloudError);
     assert.equal(gone.code, 'invalid_state');

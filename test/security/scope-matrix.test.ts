@@ -18,6 +18,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb, type Res, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
+import { api, type ErrorBody } from '../helpers/api.js';
 import { scopeAllows, type Scope } from '../../src/http/scopes.js';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
@@ -32,6 +33,32 @@ interface Route {
   admin: boolean;
   stream: boolean;
 }
+
+/**
+ * The parts of GET /openapi.json read here. That route is not an operation of the document itself (so not in
+ * src/sdk/schema.ts), and the routes are enumerated at run time: the document is read through this local shape.
+ */
+interface DocParameter {
+  in?: string;
+  name?: string;
+  schema?: { type?: string };
+}
+interface DocOperation {
+  parameters?: DocParameter[];
+  security?: unknown[];
+  responses?: Record<string, { content?: Record<string, unknown> }>;
+}
+type DocPathItem = Partial<Record<(typeof METHODS)[number], DocOperation>> & { parameters?: DocParameter[] };
+interface Doc {
+  paths: Record<string, DocPathItem>;
+  security?: unknown[];
+}
+
+/**
+ * The error body of a call to a route enumerated at run time (so untyped): t().req has asserted that every error
+ * answer has the ErrorBody shape.
+ */
+const errorOf = (res: Res): ErrorBody => res.body as ErrorBody;
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');
 
@@ -56,18 +83,21 @@ function expectedAllowed(scope: Scope, method: string, path: string): boolean {
 async function loadRoutes(t: TestApp): Promise<Route[]> {
   const doc = await t.req('GET', '/openapi.json');
   assert.equal(doc.status, 200);
+  const body = doc.body as Doc;
   const routes: Route[] = [];
-  for (const [path, item] of Object.entries<Record<string, any>>(doc.body.paths)) {
+  for (const [path, item] of Object.entries(body.paths)) {
     for (const m of METHODS) {
       const op = item[m];
       if (!op) continue;
-      const params: any[] = [...(item.parameters ?? []), ...(op.parameters ?? [])].filter((p) => p.in === 'path');
+      const params: DocParameter[] = [...(item.parameters ?? []), ...(op.parameters ?? [])].filter(
+        (p) => p.in === 'path',
+      );
       const url = path.replace(/\{([^}]+)\}/g, (_all, name: string) => {
         const p = params.find((x) => x.name === name);
         const type = p?.schema?.type;
         return type === 'integer' || type === 'number' ? '2147483647' : randomUUID();
       });
-      const security = op.security ?? doc.body.security;
+      const security = op.security ?? body.security;
       // /metrics is for operators: an administrator (or the metrics token), like /admin.
       // A stream never ends by itself: such routes are called with a resume point that cannot exist (422 once allowed
       // in).
@@ -138,7 +168,7 @@ describeEachDb('scope matrix', (t) => {
         assert.ok(res.status !== 401 && res.status !== 403, `public ${show(r, res)}`);
       } else {
         assert.equal(res.status, 401, show(r, res));
-        assert.equal(res.body.code, 'unauthorized');
+        assert.equal(errorOf(res).code, 'unauthorized');
         const bad = await call(r, 'not-a-token');
         assert.equal(bad.status, 401, `bad token: ${show(r, bad)}`);
         const badKey = await call(r, 'gpc_' + 'x'.repeat(43));
@@ -165,7 +195,7 @@ describeEachDb('scope matrix', (t) => {
         } else {
           denied++;
           assert.equal(res.status, 403, `${scope} should be refused: ${show(r, res)}`);
-          assert.equal(res.body.code, 'forbidden');
+          assert.equal(errorOf(res).code, 'forbidden');
         }
       }
     }
@@ -206,7 +236,7 @@ describeEachDb('scope matrix', (t) => {
       if (sessionOnly(r)) {
         const res = await call(r, rw);
         assert.equal(res.status, 403, `read_write key: ${show(r, res)}`);
-        assert.match(res.body.detail, /needs a signed-in session/);
+        assert.match(errorOf(res).detail, /needs a signed-in session/);
         if (r.path === '/auth/logout-all') continue; // would end the session the loop goes on with: below
       }
       for (const token of sessionOnly(r) ? [u.token] : [u.token, rw]) {
@@ -218,11 +248,12 @@ describeEachDb('scope matrix', (t) => {
       }
     }
     // The session is still good afterwards (nothing above logged it out) ...
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 200);
+    const c = api(t(), u.token);
+    assert.equal((await c.get('/account')).status, 200);
     // ... until it ends every session, itself included; the key goes on working.
-    assert.equal((await t().req('POST', '/auth/logout-all', { token: u.token })).status, 204);
-    assert.equal((await t().req('GET', '/account', { token: u.token })).status, 401);
-    assert.equal((await t().req('GET', '/account', { token: rw })).status, 200);
+    assert.equal((await c.post('/auth/logout-all')).status, 204);
+    assert.equal((await c.get('/account')).status, 401);
+    assert.equal((await c.as(rw).get('/account')).status, 200);
   });
 
   test('admin routes are 403 for a non-admin, whatever the credential', async () => {
@@ -232,7 +263,7 @@ describeEachDb('scope matrix', (t) => {
       for (const token of [u.token, rw]) {
         const res = await call(r, token);
         assert.equal(res.status, 403, show(r, res));
-        assert.equal(res.body.code, 'forbidden');
+        assert.equal(errorOf(res).code, 'forbidden');
       }
     }
   });
@@ -241,20 +272,22 @@ describeEachDb('scope matrix', (t) => {
     const u = await createUser(t());
     const ro = await createApiKey(t(), u.token, 'read_only');
     const bo = await createApiKey(t(), u.token, 'billing_only');
-    const cases: [string, string, string, number][] = [
-      [ro, 'GET', '/account', 200],
-      [bo, 'GET', '/account', 200],
-      [ro, 'GET', '/ssh-keys', 200],
-      [bo, 'GET', '/ssh-keys', 403],
-      [ro, 'GET', '/api-keys', 403],
-      [bo, 'GET', '/api-keys', 403],
-      [ro, 'POST', '/ssh-keys', 403],
-      [ro, 'POST', '/auth/2fa/setup', 403],
-      [bo, 'POST', '/auth/2fa/setup', 403],
-      [ro, 'POST', '/auth/logout', 403],
+    const c = api(t());
+    // Sent without a body, as an API key would be refused before reading it (rawBody undefined: no body at all).
+    const cases: [string, string, string, number, (token: string) => Promise<Res>][] = [
+      [ro, 'GET', '/account', 200, (token) => c.get('/account', { token })],
+      [bo, 'GET', '/account', 200, (token) => c.get('/account', { token })],
+      [ro, 'GET', '/ssh-keys', 200, (token) => c.get('/ssh-keys', { token })],
+      [bo, 'GET', '/ssh-keys', 403, (token) => c.get('/ssh-keys', { token })],
+      [ro, 'GET', '/api-keys', 403, (token) => c.get('/api-keys', { token })],
+      [bo, 'GET', '/api-keys', 403, (token) => c.get('/api-keys', { token })],
+      [ro, 'POST', '/ssh-keys', 403, (token) => c.post('/ssh-keys', { token, rawBody: undefined })],
+      [ro, 'POST', '/auth/2fa/setup', 403, (token) => c.post('/auth/2fa/setup', { token })],
+      [bo, 'POST', '/auth/2fa/setup', 403, (token) => c.post('/auth/2fa/setup', { token })],
+      [ro, 'POST', '/auth/logout', 403, (token) => c.post('/auth/logout', { token, rawBody: undefined })],
     ];
-    for (const [token, method, url, status] of cases) {
-      const res = await t().req(method, url, { token });
+    for (const [token, method, url, status, call] of cases) {
+      const res = await call(token);
       assert.equal(res.status, status, `${token === ro ? 'read_only' : 'billing_only'} ${method} ${url}: ${res.text}`);
     }
     // HEAD is a GET without a body (so it bypasses the helper's error-body check).

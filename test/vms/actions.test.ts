@@ -8,7 +8,8 @@ import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createLocalJWKSet, jwtVerify, SignJWT } from 'jose';
-import { describeEachDb, JWT_SECRET, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb, JWT_SECRET } from '../helpers/app.js';
+import { api, type Api, type BodyFor, type ErrorBody, type RequestBody } from '../helpers/api.js';
 import {
   advance,
   createApiKey,
@@ -20,34 +21,72 @@ import {
 } from '../helpers/factories.js';
 import type { VmStatus } from '../../src/modules/vms/lifecycle.js';
 
+/** A VM as POST /vms answered it. */
+type Vm = BodyFor<'/vms', 'post', 201>;
+type Answer = { status: number; text: string; body: unknown };
+
+/** An error answer's body (t().req has checked that every error answer has a string detail and code). */
+function isErrorBody(b: unknown): b is ErrorBody {
+  return (
+    typeof b === 'object' &&
+    b !== null &&
+    'detail' in b &&
+    typeof b.detail === 'string' &&
+    'code' in b &&
+    typeof b.code === 'string'
+  );
+}
+
+/** Asserts an error answer with this status and code (and detail); from then on `r.body` is its ErrorBody. */
+function expectError<R extends Answer>(
+  r: R,
+  status: number,
+  code: string,
+  detail?: RegExp,
+): asserts r is R & { body: ErrorBody } {
+  assert.equal(r.status, status, r.text);
+  assert.ok(isErrorBody(r.body), r.text);
+  assert.equal(r.body.code, code, r.text);
+  if (detail) assert.match(r.body.detail, detail);
+}
+
+/** Narrows an answer to the one with status `s`. */
+function hasStatus<R extends { status: number }, S extends number>(r: R, s: S): r is Extract<R, { status: S }> {
+  return r.status === s;
+}
+
 describeEachDb('VM actions', (t) => {
   let admin: TestUser;
   let owner: TestUser;
   let other: TestUser;
   let shared: string; // a roomy 4090 node
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const expectError = (r: Res, status: number, code: string, detail?: RegExp) => {
-    assert.equal(r.status, status, r.text);
-    assert.equal(r.body.code, code, r.text);
-    if (detail) assert.match(r.body.detail, detail);
-  };
-  const create = async (u: TestUser, over: Record<string, unknown> = {}) => {
-    const r = await req('POST', '/vms', {
-      token: u.token,
+  const as = (u: TestUser) => api(t(), u.token);
+  const create = async (u: TestUser, over: Partial<RequestBody<'/vms', 'post'>> = {}): Promise<Vm> => {
+    const r = await as(u).post('/vms', {
       body: { node: shared, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over },
     });
     assert.equal(r.status, 201, r.text);
-    return r.body as { id: string; vmid: number; [k: string]: unknown };
+    return r.body;
   };
-  const get = async (u: TestUser, ref: string | number) => (await req('GET', `/vms/${ref}`, { token: u.token })).body;
-  const ok = async (r: Promise<Res> | Res) => {
+  const get = async (u: TestUser, ref: string | number) => {
+    const r = await as(u).get('/vms/{vm_id}', { params: { vm_id: String(ref) } });
+    assert.equal(r.status, 200, r.text);
+    return r.body;
+  };
+  const ok = async <R extends Answer>(r: Promise<R> | R): Promise<Extract<R, { status: 200 }>> => {
     const res = await r;
     assert.equal(res.status, 200, res.text);
+    assert.ok(hasStatus(res, 200));
     return res;
   };
-  const fault = async (node: string, action: string, count = 1) =>
-    ok(req('POST', '/admin/simulator/faults', { token: admin.token, body: { node, action, count } }));
+  const nodeInfo = async (n: string) => {
+    const r = await as(admin).get('/admin/nodes/{node}', { params: { node: n } });
+    assert.equal(r.status, 200, r.text);
+    return r.body;
+  };
+  const fault = async (node: string, action: RequestBody<'/admin/simulator/faults', 'post'>['action'], count = 1) =>
+    ok(as(admin).post('/admin/simulator/faults', { body: { node, action, count } }));
 
   before(async () => {
     admin = await createUser(t(), { admin: true });
@@ -82,16 +121,16 @@ describeEachDb('VM actions', (t) => {
       for (const s of ['running', 'stopped', 'starting', 'stopping', 'offline', 'interrupted'] as const)
         assert.equal((await get(owner, vm[s].id)).status, 'running', s);
       assert.equal((await get(owner, vm.failed.id)).status, 'failed');
-      await ok(req('POST', `/vms/${vm.stopped.id}/stop`, { token: owner.token }));
-      await ok(req('POST', `/vms/${vm.starting.id}/stop`, { token: owner.token }));
+      await ok(as(owner).post('/vms/{vm_id}/stop', { params: { vm_id: vm.stopped.id } }));
+      await ok(as(owner).post('/vms/{vm_id}/stop', { params: { vm_id: vm.starting.id } }));
       await advance(t(), admin.token, 1);
-      await ok(req('PATCH', `/admin/nodes/${offlineNode}`, { token: admin.token, body: { status: 'offline' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: offlineNode }, body: { status: 'offline' } }));
       await create(other, { node: interruptNode }); // on demand: preempts the interruptible VM
-      await ok(req('DELETE', `/vms/${vm.destroyed.id}`, { token: owner.token }));
+      await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: vm.destroyed.id } }));
       // The transient states last: no advance after this until the checks are done.
       vm.creating = await create(owner);
-      await ok(req('POST', `/vms/${vm.starting.id}/start`, { token: owner.token }));
-      await ok(req('POST', `/vms/${vm.stopping.id}/stop`, { token: owner.token }));
+      await ok(as(owner).post('/vms/{vm_id}/start', { params: { vm_id: vm.starting.id } }));
+      await ok(as(owner).post('/vms/{vm_id}/stop', { params: { vm_id: vm.stopping.id } }));
       for (const s of Object.keys(vm) as VmStatus[])
         assert.equal((await get(owner, vm[s].id)).status, s, `fixture in ${s}`);
       assert.equal(Object.keys(vm).length, 9, 'one VM in each of the nine states');
@@ -100,7 +139,7 @@ describeEachDb('VM actions', (t) => {
     test('start needs stopped or interrupted: anything else is 400 invalid_state naming the state', async () => {
       for (const s of Object.keys(vm) as VmStatus[]) {
         if (s === 'stopped' || s === 'interrupted') continue;
-        const r = await req('POST', `/vms/${vm[s].id}/start`, { token: owner.token });
+        const r = await as(owner).post('/vms/{vm_id}/start', { params: { vm_id: vm[s].id } });
         expectError(r, 400, 'invalid_state', new RegExp(`\\b${s}\\b`));
         assert.equal((await get(owner, vm[s].id)).status, s, 'unchanged');
       }
@@ -109,7 +148,7 @@ describeEachDb('VM actions', (t) => {
     test('stop needs running: anything else is 400 invalid_state naming the state', async () => {
       for (const s of Object.keys(vm) as VmStatus[]) {
         if (s === 'running') continue;
-        const r = await req('POST', `/vms/${vm[s].id}/stop`, { token: owner.token });
+        const r = await as(owner).post('/vms/{vm_id}/stop', { params: { vm_id: vm[s].id } });
         expectError(r, 400, 'invalid_state', new RegExp(`\\b${s}\\b`));
         assert.equal((await get(owner, vm[s].id)).status, s, 'unchanged');
       }
@@ -117,28 +156,31 @@ describeEachDb('VM actions', (t) => {
 
     test('access-info only while running: 400 invalid_state otherwise', async () => {
       for (const s of Object.keys(vm) as VmStatus[]) {
-        const r = await req('GET', `/vms/${vm[s].id}/access-info`, { token: owner.token });
+        const r = await as(owner).get('/vms/{vm_id}/access-info', { params: { vm_id: vm[s].id } });
         if (s === 'running') assert.equal(r.status, 200, r.text);
         else expectError(r, 400, 'invalid_state', new RegExp(`\\b${s}\\b`));
       }
     });
 
     test('start and stop take no body fields (422)', async () => {
-      const r = await req('POST', `/vms/${vm.running.id}/stop`, { token: owner.token, body: { force: true } });
+      const r = await as(owner).post('/vms/{vm_id}/stop', {
+        params: { vm_id: vm.running.id },
+        rawBody: { force: true },
+      });
       assert.equal(r.status, 422, r.text);
       assert.equal((await get(owner, vm.running.id)).status, 'running');
     });
 
     test('the allowed actions: stop a running VM, start a stopped one, start an interrupted one (GPUs permitting)', async () => {
-      const stop = await ok(req('POST', `/vms/${vm.running.id}/stop`, { token: owner.token }));
+      const stop = await ok(as(owner).post('/vms/{vm_id}/stop', { params: { vm_id: vm.running.id } }));
       assert.deepEqual(Object.keys(stop.body), ['message']);
       assert.equal((await get(owner, vm.running.id)).status, 'stopping');
-      const start = await ok(req('POST', `/vms/${vm.stopped.id}/start`, { token: owner.token }));
+      const start = await ok(as(owner).post('/vms/{vm_id}/start', { params: { vm_id: vm.stopped.id } }));
       assert.deepEqual(Object.keys(start.body), ['message']);
       assert.equal((await get(owner, vm.stopped.id)).status, 'starting');
       // Interrupted: allowed by state, but the on-demand VM still holds the node's only GPU.
       expectError(
-        await req('POST', `/vms/${vm.interrupted.id}/start`, { token: owner.token }),
+        await as(owner).post('/vms/{vm_id}/start', { params: { vm_id: vm.interrupted.id } }),
         400,
         'gpu_unavailable',
         /0 free GPU/,
@@ -148,7 +190,7 @@ describeEachDb('VM actions', (t) => {
 
     test('destroy works from every non-destroyed state; destroyed again is 400 invalid_state', async () => {
       for (const s of Object.keys(vm) as VmStatus[]) {
-        const r = await req('DELETE', `/vms/${vm[s].id}`, { token: owner.token });
+        const r = await as(owner).delete('/vms/{vm_id}', { params: { vm_id: vm[s].id } });
         if (s === 'destroyed') {
           expectError(r, 400, 'invalid_state', /destroyed/);
           continue;
@@ -158,10 +200,15 @@ describeEachDb('VM actions', (t) => {
         const g = await get(owner, vm[s].id);
         assert.equal(g.status, 'destroyed', s);
         assert.ok(g.destroyed_at, s);
-        expectError(await req('DELETE', `/vms/${vm[s].id}`, { token: owner.token }), 400, 'invalid_state', /destroyed/);
-        for (const action of ['start', 'stop']) {
+        expectError(
+          await as(owner).delete('/vms/{vm_id}', { params: { vm_id: vm[s].id } }),
+          400,
+          'invalid_state',
+          /destroyed/,
+        );
+        for (const action of ['start', 'stop'] as const) {
           expectError(
-            await req('POST', `/vms/${vm[s].id}/${action}`, { token: owner.token }),
+            await as(owner).post(`/vms/{vm_id}/${action}`, { params: { vm_id: vm[s].id } }),
             400,
             'invalid_state',
             /destroyed/,
@@ -169,16 +216,16 @@ describeEachDb('VM actions', (t) => {
         }
       }
       // Every GPU of the owner is free again at once.
-      const mine = await req('GET', '/admin/vms', {
-        token: admin.token,
+      const mine = await as(admin).get('/admin/vms', {
         query: { user_id: owner.id, include_destroyed: true, limit: 100 },
       });
-      assert.ok(mine.body.every((v: { status: string }) => v.status === 'destroyed'));
+      assert.equal(mine.status, 200, mine.text);
+      assert.ok(mine.body.every((v) => v.status === 'destroyed'));
       for (const n of [interruptNode, offlineNode]) {
-        const info = (await req('GET', `/admin/nodes/${n}`, { token: admin.token })).body;
+        const info = await nodeInfo(n);
         assert.equal(info.gpus_allocated, n === interruptNode ? 1 : 0, `${n}: only the other user's VM holds a GPU`);
       }
-      await ok(req('PATCH', `/admin/nodes/${offlineNode}`, { token: admin.token, body: { status: 'active' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: offlineNode }, body: { status: 'active' } }));
       assert.equal(
         (await get(owner, vm.offline.id)).status,
         'destroyed',
@@ -194,21 +241,21 @@ describeEachDb('VM actions', (t) => {
       const n = (await createNode(t(), admin.token, { gpu_count: 1 })).node;
       const v = await create(owner, { node: n });
       await advance(t(), admin.token, 1);
-      await ok(req('POST', `/vms/${v.id}/stop`, { token: owner.token }));
-      const info = async () => (await req('GET', `/admin/nodes/${n}`, { token: admin.token })).body;
+      await ok(as(owner).post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
+      const info = () => nodeInfo(n);
       assert.equal((await info()).gpus_allocated, 1, 'held while stopping');
       await advance(t(), admin.token, 1);
       assert.equal((await get(owner, v.id)).status, 'stopped');
       assert.equal((await info()).gpus_allocated, 0, 'released once stopped');
       const taker = await create(other, { node: n });
-      const r = await req('POST', `/vms/${v.id}/start`, { token: owner.token });
+      const r = await as(owner).post('/vms/{vm_id}/start', { params: { vm_id: v.id } });
       expectError(r, 400, 'gpu_unavailable', /0 free GPU\(s\); this VM needs 1/);
       assert.equal((await get(owner, v.id)).status, 'stopped');
-      await ok(req('DELETE', `/vms/${taker.id}`, { token: other.token }));
-      await ok(req('POST', `/vms/${v.vmid}/start`, { token: owner.token }));
+      await ok(as(other).delete('/vms/{vm_id}', { params: { vm_id: taker.id } }));
+      await ok(as(owner).post('/vms/{vm_id}/start', { params: { vm_id: String(v.vmid) } }));
       await advance(t(), admin.token, 1);
       assert.equal((await get(owner, v.id)).status, 'running');
-      await ok(req('DELETE', `/vms/${v.id}`, { token: owner.token }));
+      await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('start needs one hour of the VM plus the committed spend, like a create (400 insufficient_balance)', async () => {
@@ -217,22 +264,24 @@ describeEachDb('VM actions', (t) => {
       await uploadSshKey(t(), u.token);
       const v = await create(u); // 0.44 + 0.01 per hour
       await t().services.clock.advance(0);
-      await ok(req('POST', `/vms/${v.id}/stop`, { token: u.token }));
+      await ok(as(u).post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
       await t().services.clock.advance(0);
       assert.equal((await get(u, v.id)).status, 'stopped');
-      const adj = await req('POST', `/admin/users/${u.id}/credits`, {
-        token: admin.token,
+      const adj = await as(admin).post('/admin/users/{user_id}/credits', {
+        params: { user_id: u.id },
         body: { amount: -0.1, description: 'test adjustment' },
       });
       assert.equal(adj.status, 201, adj.text);
-      const balance = (await req('GET', '/billing/balance', { token: u.token })).body.balance;
-      const r = await req('POST', `/vms/${v.id}/start`, { token: u.token });
+      const bal = await as(u).get('/billing/balance');
+      assert.equal(bal.status, 200, bal.text);
+      const balance = bal.body.balance;
+      const r = await as(u).post('/vms/{vm_id}/start', { params: { vm_id: v.id } });
       expectError(r, 400, 'insufficient_balance', /required 0\.45 USD/);
       assert.ok(r.body.detail.includes(`available ${balance.toFixed(2)} USD`), r.body.detail);
       assert.equal((await get(u, v.id)).status, 'stopped');
       await credit(t(), admin.token, u.id, 1);
-      await ok(req('POST', `/vms/${v.id}/start`, { token: u.token }));
-      await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
+      await ok(as(u).post('/vms/{vm_id}/start', { params: { vm_id: v.id } }));
+      await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 
@@ -245,17 +294,19 @@ describeEachDb('VM actions', (t) => {
       const label = ' !"#$%&\'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~'.slice(0, 32);
       assert.equal(label.length, 32);
       const r = await ok(
-        req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: label } }),
+        as(owner).post('/vms/{vm_id}/set-label', { params: { vm_id: v.id }, body: { instance_label: label } }),
       );
       assert.deepEqual(Object.keys(r.body), ['message']);
       assert.equal((await get(owner, v.id)).instance_label, label);
-      await ok(req('POST', `/vms/${v.vmid}/set-label`, { token: owner.token, body: { instance_label: 'x' } }));
+      await ok(
+        as(owner).post('/vms/{vm_id}/set-label', { params: { vm_id: String(v.vmid) }, body: { instance_label: 'x' } }),
+      );
       assert.equal((await get(owner, v.id)).instance_label, 'x');
-      await ok(req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: null } }));
+      await ok(as(owner).post('/vms/{vm_id}/set-label', { params: { vm_id: v.id }, body: { instance_label: null } }));
       assert.equal((await get(owner, v.id)).instance_label, null);
     });
     test('33 characters, non-ASCII, empty, control characters, a wrong type or no field -> 422', async () => {
-      await ok(req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: 'keep' } }));
+      await ok(as(owner).post('/vms/{vm_id}/set-label', { params: { vm_id: v.id }, body: { instance_label: 'keep' } }));
       const bad: unknown[] = [
         'x'.repeat(33),
         'café',
@@ -271,20 +322,26 @@ describeEachDb('VM actions', (t) => {
         ['a'],
       ];
       for (const instance_label of bad) {
-        const r = await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label } });
+        const r = await as(owner).post('/vms/{vm_id}/set-label', {
+          params: { vm_id: v.id },
+          rawBody: { instance_label },
+        });
         expectError(r, 422, 'validation_error');
         assert.ok(
-          r.body.errors.some((e: { field: string }) => e.field === 'body.instance_label'),
+          r.body.errors?.some((e) => e.field === 'body.instance_label'),
           `${JSON.stringify(instance_label)}: ${r.text}`,
         );
       }
       expectError(
-        await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: {} }),
+        await as(owner).post('/vms/{vm_id}/set-label', { params: { vm_id: v.id }, rawBody: {} }),
         422,
         'validation_error',
       );
       expectError(
-        await req('POST', `/vms/${v.id}/set-label`, { token: owner.token, body: { instance_label: 'a', extra: 1 } }),
+        await as(owner).post('/vms/{vm_id}/set-label', {
+          params: { vm_id: v.id },
+          rawBody: { instance_label: 'a', extra: 1 },
+        }),
         422,
         'validation_error',
       );
@@ -295,8 +352,8 @@ describeEachDb('VM actions', (t) => {
   describe('set-auto-restart (interruptible VMs only)', () => {
     test('on an on-demand VM -> 400 invalid_state; on an interruptible VM it toggles', async () => {
       const od = await create(owner);
-      const r = await req('POST', `/vms/${od.id}/set-auto-restart`, {
-        token: owner.token,
+      const r = await as(owner).post('/vms/{vm_id}/set-auto-restart', {
+        params: { vm_id: od.id },
         body: { auto_restart: true },
       });
       expectError(r, 400, 'invalid_state', /on_demand/);
@@ -304,30 +361,41 @@ describeEachDb('VM actions', (t) => {
       const i = await create(owner, { rental_type: 'interruptible' });
       assert.equal(i.auto_restart, true);
       const off = await ok(
-        req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: false } }),
+        as(owner).post('/vms/{vm_id}/set-auto-restart', { params: { vm_id: i.id }, body: { auto_restart: false } }),
       );
       assert.deepEqual(Object.keys(off.body), ['message']);
       assert.equal((await get(owner, i.id)).auto_restart, false);
-      await ok(req('POST', `/vms/${i.vmid}/set-auto-restart`, { token: owner.token, body: { auto_restart: true } }));
+      await ok(
+        as(owner).post('/vms/{vm_id}/set-auto-restart', {
+          params: { vm_id: String(i.vmid) },
+          body: { auto_restart: true },
+        }),
+      );
       assert.equal((await get(owner, i.id)).auto_restart, true);
       expectError(
-        await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: 'yes' } }),
+        await as(owner).post('/vms/{vm_id}/set-auto-restart', {
+          params: { vm_id: i.id },
+          rawBody: { auto_restart: 'yes' },
+        }),
         422,
         'validation_error',
       );
       expectError(
-        await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: {} }),
+        await as(owner).post('/vms/{vm_id}/set-auto-restart', { params: { vm_id: i.id }, rawBody: {} }),
         422,
         'validation_error',
       );
-      await ok(req('DELETE', `/vms/${i.id}`, { token: owner.token }));
+      await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: i.id } }));
       expectError(
-        await req('POST', `/vms/${i.id}/set-auto-restart`, { token: owner.token, body: { auto_restart: false } }),
+        await as(owner).post('/vms/{vm_id}/set-auto-restart', {
+          params: { vm_id: i.id },
+          body: { auto_restart: false },
+        }),
         400,
         'invalid_state',
         /destroyed/,
       );
-      await ok(req('DELETE', `/vms/${od.id}`, { token: owner.token }));
+      await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: od.id } }));
     });
   });
 
@@ -339,7 +407,7 @@ describeEachDb('VM actions', (t) => {
       await advance(t(), admin.token, 1);
       const now = t().services.clock.now().getTime();
       for (const [tpl, v] of Object.entries(vms)) {
-        const r = await ok(req('GET', `/vms/${v.id}/access-info`, { token: owner.token }));
+        const r = await ok(as(owner).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } }));
         const g = await get(owner, v.id);
         assert.equal(r.body.vm_id, v.id);
         assert.equal(r.body.status, 'running');
@@ -369,15 +437,18 @@ describeEachDb('VM actions', (t) => {
             'only as a launch token',
           );
         }
-        assert.notEqual(r.body.web_ui.launch_token, r.body.jupyter.launch_token);
+        const { web_ui: webUi, jupyter } = r.body;
+        assert.ok(webUi && jupyter, r.text);
+        assert.notEqual(webUi.launch_token, jupyter.launch_token);
       }
-      const r = await ok(req('GET', `/vms/${vms[102]!.id}/access-info`, { token: owner.token }));
+      const r = await ok(as(owner).get('/vms/{vm_id}/access-info', { params: { vm_id: vms[102]!.id } }));
+      assert.ok(r.body.web_ui, r.text);
       const token = r.body.web_ui.launch_token;
       await advance(t(), admin.token, 299);
       assert.ok(await t().services.tokens.verifyPurpose('launch', token), 'still valid at 299 s');
       await advance(t(), admin.token, 2);
       assert.equal(await t().services.tokens.verifyPurpose('launch', token), null, 'expired after 300 s');
-      for (const v of Object.values(vms)) await ok(req('DELETE', `/vms/${v.id}`, { token: owner.token }));
+      for (const v of Object.values(vms)) await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('launch tokens are interactive access: a session or a read_write key gets them, a read_only key gets SSH details only', async () => {
@@ -387,19 +458,19 @@ describeEachDb('VM actions', (t) => {
       const ro = await createApiKey(t(), owner.token, 'read_only', 'ro');
       const bo = await createApiKey(t(), owner.token, 'billing_only', 'bo');
       for (const token of [owner.token, rw]) {
-        const r = await ok(req('GET', `/vms/${v.id}/access-info`, { token }));
+        const r = await ok(api(t(), token).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } }));
         assert.ok(r.body.web_ui?.launch_token && r.body.jupyter?.launch_token);
       }
       // Signed with a key of their own (EdDSA): a portal verifies them with the published public key alone.
-      const info = await ok(req('GET', `/vms/${v.id}/access-info`, { token: owner.token }));
-      const jwks = await ok(req('GET', '/.well-known/jwks.json'));
+      const info = await ok(as(owner).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } }));
+      const jwks = await ok(api(t()).get('/.well-known/jwks.json'));
       assert.equal(jwks.body.keys.length, 1);
-      assert.deepEqual(
-        [jwks.body.keys[0].kty, jwks.body.keys[0].crv, jwks.body.keys[0].alg],
-        ['OKP', 'Ed25519', 'EdDSA'],
-      );
+      const [jwk] = jwks.body.keys;
+      assert.deepEqual([jwk?.kty, jwk?.crv, jwk?.alg], ['OKP', 'Ed25519', 'EdDSA']);
       const keySet = createLocalJWKSet(jwks.body);
-      const checked = await jwtVerify(info.body.web_ui.launch_token, keySet, { currentDate: t().clock.now() });
+      const webUi = info.body.web_ui;
+      assert.ok(webUi, info.text);
+      const checked = await jwtVerify(webUi.launch_token, keySet, { currentDate: t().clock.now() });
       assert.equal(checked.protectedHeader.alg, 'EdDSA');
       assert.equal(checked.payload.vm_id, v.id);
       await assert.rejects(
@@ -415,14 +486,14 @@ describeEachDb('VM actions', (t) => {
         .sign(new TextEncoder().encode(JWT_SECRET));
       assert.equal(await t().services.tokens.verifyPurpose('launch', forged), null);
       // The token travels in the URL's fragment, which browsers never send to a server (so nothing logs it).
-      assert.ok(info.body.web_ui.url.endsWith(`/#launch_token=${info.body.web_ui.launch_token}`), info.body.web_ui.url);
-      assert.ok(!info.body.web_ui.url.includes('?'));
-      const readOnly = await ok(req('GET', `/vms/${v.id}/access-info`, { token: ro }));
+      assert.ok(webUi.url.endsWith(`/#launch_token=${webUi.launch_token}`), webUi.url);
+      assert.ok(!webUi.url.includes('?'));
+      const readOnly = await ok(api(t(), ro).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } }));
       assert.equal(readOnly.body.web_ui, null);
       assert.equal(readOnly.body.jupyter, null);
       assert.ok(readOnly.body.ssh.command.startsWith('ssh '), "SSH details are not secret: the key is the customer's");
-      assert.equal((await req('GET', `/vms/${v.id}/access-info`, { token: bo })).status, 403);
-      await ok(req('DELETE', `/vms/${v.id}`, { token: owner.token }));
+      assert.equal((await api(t(), bo).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } })).status, 403);
+      await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 
@@ -436,21 +507,22 @@ describeEachDb('VM actions', (t) => {
       for (let i = 0; i < 5; i++) made.push(await create(u, { instance_label: `vm-${i}` }));
       await t().services.clock.advance(0); // all running now (provisioning takes 0 s in tests)
       await advance(t(), admin.token, 5);
-      await ok(req('POST', `/vms/${made[1]!.id}/stop`, { token: u.token }));
+      await ok(as(u).post('/vms/{vm_id}/stop', { params: { vm_id: made[1]!.id } }));
       await t().services.clock.advance(0); // made[1] stopped
-      await ok(req('DELETE', `/vms/${made[3]!.id}`, { token: u.token })); // made[3] destroyed
+      await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: made[3]!.id } })); // made[3] destroyed
     });
 
     test('GET by uuid, by upper-case uuid and by vmid return the same record', async () => {
-      const byId = await ok(req('GET', `/vms/${made[0]!.id}`, { token: u.token }));
-      const byVmid = await ok(req('GET', `/vms/${made[0]!.vmid}`, { token: u.token }));
-      const byUpper = await ok(req('GET', `/vms/${made[0]!.id.toUpperCase()}`, { token: u.token }));
+      const byId = await ok(as(u).get('/vms/{vm_id}', { params: { vm_id: made[0]!.id } }));
+      const byVmid = await ok(as(u).get('/vms/{vm_id}', { params: { vm_id: String(made[0]!.vmid) } }));
+      const byUpper = await ok(as(u).get('/vms/{vm_id}', { params: { vm_id: made[0]!.id.toUpperCase() } }));
       assert.deepEqual(byVmid.body, byId.body);
       assert.deepEqual(byUpper.body, byId.body);
       assert.equal(byId.body.status, 'running');
       assert.ok(byId.body.started_at && byId.body.stopped_at === null);
       const stopped = await get(u, made[1]!.vmid);
       assert.equal(stopped.status, 'stopped');
+      assert.ok(stopped.stopped_at !== null && stopped.started_at !== null, JSON.stringify(stopped));
       assert.equal(
         Date.parse(stopped.stopped_at) - Date.parse(stopped.started_at),
         5000,
@@ -474,47 +546,47 @@ describeEachDb('VM actions', (t) => {
         '999999999',
         '99999999999999999999',
       ]) {
-        const r = await req('GET', `/vms/${encodeURIComponent(ref)}`, { token: u.token });
+        const r = await as(u).get('/vms/{vm_id}', { params: { vm_id: ref } }); // the path encodes it
         expectError(r, 404, 'not_found', /VM not found/);
       }
     });
 
     test('the list: newest first, destroyed left out unless asked, X-Total-Count, status filter, paging', async () => {
-      const l = await ok(req('GET', '/vms', { token: u.token }));
+      const l = await ok(as(u).get('/vms'));
       assert.deepEqual(
-        l.body.map((v: { id: string }) => v.id),
+        l.body.map((v) => v.id),
         [made[4], made[2], made[1], made[0]].map((v) => v!.id),
       );
       assert.equal(l.headers['x-total-count'], '4');
-      const all = await ok(req('GET', '/vms', { token: u.token, query: { include_destroyed: true } }));
+      const all = await ok(as(u).get('/vms', { query: { include_destroyed: true } }));
       assert.deepEqual(
-        all.body.map((v: { id: string }) => v.id),
+        all.body.map((v) => v.id),
         [...made].reverse().map((v) => v.id),
       );
       assert.equal(all.headers['x-total-count'], '5');
-      const running = await ok(req('GET', '/vms', { token: u.token, query: { status: 'running' } }));
+      const running = await ok(as(u).get('/vms', { query: { status: 'running' } }));
       assert.deepEqual(
-        running.body.map((v: { id: string }) => v.id),
+        running.body.map((v) => v.id),
         [made[4], made[2], made[0]].map((v) => v!.id),
       );
       assert.equal(running.headers['x-total-count'], '3');
-      const stopped = await ok(req('GET', '/vms', { token: u.token, query: { status: 'stopped' } }));
+      const stopped = await ok(as(u).get('/vms', { query: { status: 'stopped' } }));
       assert.deepEqual(
-        stopped.body.map((v: { id: string }) => v.id),
+        stopped.body.map((v) => v.id),
         [made[1]!.id],
       );
-      const destroyed = await ok(req('GET', '/vms', { token: u.token, query: { status: 'destroyed' } }));
+      const destroyed = await ok(as(u).get('/vms', { query: { status: 'destroyed' } }));
       assert.deepEqual(
-        destroyed.body.map((v: { id: string }) => v.id),
+        destroyed.body.map((v) => v.id),
         [made[3]!.id],
       );
-      const page = await ok(req('GET', '/vms', { token: u.token, query: { limit: 2, offset: 1 } }));
+      const page = await ok(as(u).get('/vms', { query: { limit: 2, offset: 1 } }));
       assert.deepEqual(
-        page.body.map((v: { id: string }) => v.id),
+        page.body.map((v) => v.id),
         [made[2], made[1]].map((v) => v!.id),
       );
       assert.equal(page.headers['x-total-count'], '4', 'the total ignores paging');
-      const none = await ok(req('GET', '/vms', { token: u.token, query: { offset: 10 } }));
+      const none = await ok(as(u).get('/vms', { query: { offset: 10 } }));
       assert.deepEqual(none.body, []);
       assert.equal(none.headers['x-total-count'], '4');
       const badQueries: Record<string, string | number>[] = [
@@ -526,12 +598,12 @@ describeEachDb('VM actions', (t) => {
         { colour: 'red' },
       ];
       for (const query of badQueries) {
-        expectError(await req('GET', '/vms', { token: u.token, query }), 422, 'validation_error');
+        expectError(await as(u).get('/vms', { rawQuery: query }), 422, 'validation_error');
       }
       // Only the caller's VMs
-      const o = await ok(req('GET', '/vms', { token: other.token, query: { include_destroyed: true, limit: 100 } }));
-      assert.ok(o.body.every((v: { user_id: number }) => v.user_id === other.id));
-      assert.ok(!o.body.some((v: { id: string }) => made.some((m) => m.id === v.id)));
+      const o = await ok(as(other).get('/vms', { query: { include_destroyed: true, limit: 100 } }));
+      assert.ok(o.body.every((v) => v.user_id === other.id));
+      assert.ok(!o.body.some((v) => made.some((m) => m.id === v.id)));
     });
   });
 
@@ -539,36 +611,39 @@ describeEachDb('VM actions', (t) => {
     test('GET, DELETE, start, stop, set-label, set-auto-restart, access-info, interruption-history; by id and by vmid', async () => {
       const mine = await create(owner, { rental_type: 'interruptible', instance_label: 'mine' });
       await advance(t(), admin.token, 1);
-      const routes: [string, string, unknown?][] = [
-        ['GET', ''],
-        ['DELETE', ''],
-        ['POST', '/start'],
-        ['POST', '/stop'],
-        ['POST', '/set-label', { instance_label: 'pwned' }],
-        ['POST', '/set-auto-restart', { auto_restart: false }],
-        ['GET', '/access-info'],
-        ['GET', '/interruption-history'],
+      /** Each route on a VM, as `other` calls it. */
+      const routes: ((c: Api, vm_id: string) => Promise<Answer>)[] = [
+        (c, vm_id) => c.get('/vms/{vm_id}', { params: { vm_id } }),
+        (c, vm_id) => c.delete('/vms/{vm_id}', { params: { vm_id } }),
+        (c, vm_id) => c.post('/vms/{vm_id}/start', { params: { vm_id } }),
+        (c, vm_id) => c.post('/vms/{vm_id}/stop', { params: { vm_id } }),
+        (c, vm_id) => c.post('/vms/{vm_id}/set-label', { params: { vm_id }, body: { instance_label: 'pwned' } }),
+        (c, vm_id) => c.post('/vms/{vm_id}/set-auto-restart', { params: { vm_id }, body: { auto_restart: false } }),
+        (c, vm_id) => c.get('/vms/{vm_id}/access-info', { params: { vm_id } }),
+        (c, vm_id) => c.get('/vms/{vm_id}/interruption-history', { params: { vm_id } }),
       ];
       const missing = randomUUID();
-      for (const [method, suffix, body] of routes) {
+      const c = as(other);
+      for (const call of routes) {
         for (const ref of [mine.id, String(mine.vmid)]) {
-          const r = await req(method, `/vms/${ref}${suffix}`, { token: other.token, body });
+          const r = await call(c, ref);
           expectError(r, 404, 'not_found', /VM not found/);
           // Exactly as a VM that does not exist
-          const m = await req(method, `/vms/${missing}${suffix}`, { token: other.token, body });
+          const m = await call(c, missing);
           assert.equal(m.status, 404);
+          assert.ok(isErrorBody(m.body), m.text);
           assert.deepEqual({ detail: m.body.detail, code: m.body.code }, { detail: r.body.detail, code: r.body.code });
         }
-        const junk = await req(method, `/vms/not-a-vm${suffix}`, { token: other.token, body });
+        const junk = await call(c, 'not-a-vm');
         expectError(junk, 404, 'not_found');
       }
       const g = await get(owner, mine.id);
       assert.equal(g.status, 'running', 'untouched');
       assert.equal(g.instance_label, 'mine');
       assert.equal(g.auto_restart, true);
-      const adminView = await req('GET', '/admin/vms', { token: other.token });
+      const adminView = await as(other).get('/admin/vms');
       expectError(adminView, 403, 'forbidden');
-      await ok(req('DELETE', `/vms/${mine.id}`, { token: owner.token }));
+      await ok(as(owner).delete('/vms/{vm_id}', { params: { vm_id: mine.id } }));
     });
   });
 
@@ -581,33 +656,35 @@ describeEachDb('VM actions', (t) => {
       const b = await create(s, { rental_type: 'interruptible' });
       const c = await create(s);
       await advance(t(), admin.token, 1);
-      await ok(req('POST', `/vms/${c.id}/stop`, { token: s.token }));
+      await ok(as(s).post('/vms/{vm_id}/stop', { params: { vm_id: c.id } }));
       await advance(t(), admin.token, 1);
       const late = await create(s); // still creating at the suspension
-      const patched = await ok(req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: true } }));
+      const patched = await ok(
+        as(admin).patch('/admin/users/{user_id}', { params: { user_id: s.id }, body: { suspended: true } }),
+      );
       assert.equal(patched.body.suspended, true);
       for (const v of [a, b])
         assert.equal(
-          (
-            await req('GET', `/admin/vms`, { token: admin.token, query: { user_id: s.id, status: 'stopping' } })
-          ).body.some((x: { id: string }) => x.id === v.id),
+          (await ok(as(admin).get('/admin/vms', { query: { user_id: s.id, status: 'stopping' } }))).body.some(
+            (x) => x.id === v.id,
+          ),
           true,
         );
-      expectError(await req('GET', '/vms', { token: s.token }), 403, 'forbidden');
-      expectError(await req('POST', `/vms/${c.id}/start`, { token: s.token }), 403, 'forbidden');
+      expectError(await as(s).get('/vms'), 403, 'forbidden');
+      expectError(await as(s).post('/vms/{vm_id}/start', { params: { vm_id: c.id } }), 403, 'forbidden');
       await advance(t(), admin.token, 1);
-      const list = await ok(req('GET', '/admin/vms', { token: admin.token, query: { user_id: s.id } }));
-      const status = Object.fromEntries(list.body.map((v: { id: string; status: string }) => [v.id, v.status]));
+      const list = await ok(as(admin).get('/admin/vms', { query: { user_id: s.id } }));
+      const status = Object.fromEntries(list.body.map((v) => [v.id, v.status]));
       assert.deepEqual(status, { [a.id]: 'stopped', [b.id]: 'stopped', [c.id]: 'stopped', [late.id]: 'stopped' });
       // Lifting the suspension starts nothing by itself
-      await ok(req('PATCH', `/admin/users/${s.id}`, { token: admin.token, body: { suspended: false } }));
+      await ok(as(admin).patch('/admin/users/{user_id}', { params: { user_id: s.id }, body: { suspended: false } }));
       await advance(t(), admin.token, 1);
-      const after = await ok(req('GET', '/vms', { token: s.token }));
-      assert.ok(after.body.every((v: { status: string }) => v.status === 'stopped'));
-      await ok(req('POST', `/vms/${a.id}/start`, { token: s.token }));
+      const after = await ok(as(s).get('/vms'));
+      assert.ok(after.body.every((v) => v.status === 'stopped'));
+      await ok(as(s).post('/vms/{vm_id}/start', { params: { vm_id: a.id } }));
       await advance(t(), admin.token, 1);
       assert.equal((await get(s, a.id)).status, 'running');
-      for (const v of [a, b, c, late]) await ok(req('DELETE', `/vms/${v.id}`, { token: s.token }));
+      for (const v of [a, b, c, late]) await ok(as(s).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 });

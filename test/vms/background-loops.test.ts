@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { within } from '../helpers/wait.js';
 import type { FastifyBaseLogger } from 'fastify';
@@ -23,7 +24,7 @@ describeEachDb('background loops', (t) => {
     await credit(t(), admin.token, user.id, 100);
     const key = await createApiKey(t(), user.token, 'read_write');
     const { node } = await createNode(t(), admin.token);
-    const body = {
+    const body: RequestBody<'/vms', 'post'> = {
       node,
       gpu_type: '4090',
       gpu_count: 1,
@@ -32,7 +33,7 @@ describeEachDb('background loops', (t) => {
       auth_method: 'password',
       password: 'a-vm-password-1234',
     };
-    const c = await t().req('POST', '/vms', { token: key, body });
+    const c = await api(t(), key).post('/vms', { body });
     assert.equal(c.status, 201, c.text);
     return { key, id: c.body.id };
   };
@@ -56,7 +57,10 @@ describeEachDb('background loops', (t) => {
       const { key, id } = await customerWithVm();
       await within(
         10_000,
-        async () => (await t().req('GET', `/vms/${id}`, { token: key })).body.status === 'running',
+        async () => {
+          const r = await api(t(), key).get('/vms/{vm_id}', { params: { vm_id: id } });
+          return r.status === 200 && r.body.status === 'running';
+        },
         'the VM runs while the slow job is still in its first pass',
       );
       assert.equal(slowRuns, 1, 'ticks during the slow pass were skipped, not queued');

@@ -7,7 +7,8 @@
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type ErrorBody, type RequestBody } from '../helpers/api.js';
 import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 
 /** 4090 at the default prices: 0.44 per GPU-hour on demand, 0.22 interruptible, 0.0002 per GB-hour. */
@@ -17,13 +18,41 @@ const GB = 0.0002;
 const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
 const rate = (gpus: number, gb: number, perGpu = GPU) => round6(gpus * perGpu + gb * GB);
 
+type VmBody = RequestBody<'/vms', 'post'>;
+type Answer = { status: number; text: string; body: unknown };
+
+/** An error answer's body (t().req has checked that every error answer has a string detail and code). */
+function isErrorBody(b: unknown): b is ErrorBody {
+  return (
+    typeof b === 'object' &&
+    b !== null &&
+    'detail' in b &&
+    typeof b.detail === 'string' &&
+    'code' in b &&
+    typeof b.code === 'string'
+  );
+}
+
+/** Asserts an error answer with this status and code (and detail); from then on `r.body` is its ErrorBody. */
+function expectError<R extends Answer>(
+  r: R,
+  status: number,
+  code: string,
+  detail?: RegExp,
+): asserts r is Extract<R, { body: ErrorBody }> {
+  assert.equal(r.status, status, r.text);
+  assert.ok(isErrorBody(r.body), r.text);
+  assert.equal(r.body.code, code, r.text);
+  if (detail) assert.match(r.body.detail, detail);
+}
+
 describeEachDb('POST /vms', (t) => {
   let admin: TestUser;
   let rich: TestUser; // credit and an SSH key
   let node: string; // 4090 x 8, max 2000 GB
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const base = (over: Record<string, unknown> = {}) => ({
+  const as = (u: TestUser) => api(t(), u.token);
+  const base = (over: Partial<VmBody> = {}): VmBody => ({
     node,
     gpu_type: '4090',
     gpu_count: 1,
@@ -31,26 +60,39 @@ describeEachDb('POST /vms', (t) => {
     template_vmid: 100,
     ...over,
   });
-  const create = (u: TestUser, body: Record<string, unknown>, headers?: Record<string, string>) =>
-    req('POST', '/vms', { token: u.token, body, headers });
-  const expectError = (r: Res, status: number, code: string, detail?: RegExp) => {
-    assert.equal(r.status, status, r.text);
-    assert.equal(r.body.code, code, r.text);
-    if (detail) assert.match(r.body.detail, detail);
-  };
+  const create = (u: TestUser, body: VmBody, headers?: Record<string, string>) =>
+    as(u).post('/vms', { body, ...(headers ? { headers } : {}) });
+  /** A create with a body that is not type-checked (invalid on purpose, or in another key order). */
+  const createRaw = (u: TestUser, rawBody: unknown, headers?: Record<string, string>) =>
+    as(u).post('/vms', { rawBody, ...(headers ? { headers } : {}) });
   const destroyAll = async (u: TestUser) => {
-    const l = await req('GET', '/vms', { token: u.token, query: { limit: 100 } });
-    for (const v of l.body) assert.equal((await req('DELETE', `/vms/${v.id}`, { token: u.token })).status, 200);
+    const l = await as(u).get('/vms', { query: { limit: 100 } });
+    assert.equal(l.status, 200, l.text);
+    for (const v of l.body) assert.equal((await as(u).delete('/vms/{vm_id}', { params: { vm_id: v.id } })).status, 200);
   };
-  const nodeInfo = async (n: string) => (await req('GET', `/admin/nodes/${n}`, { token: admin.token })).body;
+  const nodeInfo = async (n: string) => {
+    const r = await as(admin).get('/admin/nodes/{node}', { params: { node: n } });
+    assert.equal(r.status, 200, r.text);
+    return r.body;
+  };
+  const vmStatus = async (u: TestUser, id: string) => {
+    const r = await as(u).get('/vms/{vm_id}', { params: { vm_id: id } });
+    assert.equal(r.status, 200, r.text);
+    return r.body.status;
+  };
+  const countVms = async (u: TestUser) => {
+    const r = await as(u).get('/vms');
+    assert.equal(r.status, 200, r.text);
+    return r.body.length;
+  };
   const newUser = async (amount = 0, key = true) => {
     const u = await createUser(t());
     if (amount > 0) await credit(t(), admin.token, u.id, amount);
     if (key) await uploadSshKey(t(), u.token);
     return u;
   };
-  const patchUser = async (u: TestUser, body: Record<string, unknown>) => {
-    const r = await req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body });
+  const patchUser = async (u: TestUser, body: RequestBody<'/admin/users/{user_id}', 'patch'>) => {
+    const r = await as(admin).patch('/admin/users/{user_id}', { params: { user_id: u.id }, body });
     assert.equal(r.status, 200, r.text);
   };
 
@@ -137,18 +179,18 @@ describeEachDb('POST /vms', (t) => {
     for (const [name, mutate, field, detail] of cases) {
       test(`${name} -> 422 validation_error naming ${field}`, async () => {
         // The node does not exist and the user has no money, key or quota: validation is checked first.
-        const r = await create(poor, mutate(base({ node: 'no-such-node' })));
+        const r = await createRaw(poor, mutate(base({ node: 'no-such-node' })));
         expectError(r, 422, 'validation_error', detail);
         assert.ok(Array.isArray(r.body.errors) && r.body.errors.length >= 1, r.text);
         assert.ok(
-          r.body.errors.some((e: { field: string }) => e.field === field),
+          r.body.errors.some((e) => e.field === field),
           `errors name ${field}: ${JSON.stringify(r.body.errors)}`,
         );
       });
     }
     test('a body that is not an object, or none at all -> 422', async () => {
-      expectError(await create(poor, [] as unknown as Record<string, unknown>), 422, 'validation_error');
-      expectError(await req('POST', '/vms', { token: poor.token }), 422, 'validation_error');
+      expectError(await createRaw(poor, []), 422, 'validation_error');
+      expectError(await createRaw(poor, undefined), 422, 'validation_error');
     });
   });
 
@@ -157,7 +199,7 @@ describeEachDb('POST /vms', (t) => {
       expectError(await create(rich, base({ node: 'vm-nope' })), 400, 'gpu_unavailable', /vm-nope/);
     });
     test('draining and offline nodes accept no new VMs', async () => {
-      for (const status of ['draining', 'offline']) {
+      for (const status of ['draining', 'offline'] as const) {
         const n = await createNode(t(), admin.token, { status });
         const r = await create(rich, base({ node: n.node }));
         expectError(r, 400, 'gpu_unavailable', new RegExp(status));
@@ -195,7 +237,7 @@ describeEachDb('POST /vms', (t) => {
       assert.equal(info.gpus_allocated, 2);
       assert.equal(info.gpus_free, 0);
       // Destroy frees the GPUs at once
-      assert.equal((await req('DELETE', `/vms/${a.body.id}`, { token: rich.token })).status, 200);
+      assert.equal((await as(rich).delete('/vms/{vm_id}', { params: { vm_id: a.body.id } })).status, 200);
       assert.equal((await nodeInfo(small.node)).gpus_free, 1);
       assert.equal((await create(rich, base({ node: small.node, gpu_count: 1 }))).status, 201);
       await destroyAll(rich);
@@ -225,7 +267,7 @@ describeEachDb('POST /vms', (t) => {
         ids.push(r.body.id);
       }
       expectError(await create(u, base({ node: n.node })), 400, 'limit_exceeded', /10 VMs/);
-      assert.equal((await req('DELETE', `/vms/${ids[0]}`, { token: u.token })).status, 200);
+      assert.equal((await as(u).delete('/vms/{vm_id}', { params: { vm_id: String(ids[0]) } })).status, 200);
       assert.equal((await create(u, base({ node: n.node }))).status, 201, 'a destroyed VM frees its slot');
       expectError(await create(u, base({ node: n.node })), 400, 'limit_exceeded', /VM limit/);
       await destroyAll(u);
@@ -310,7 +352,8 @@ describeEachDb('POST /vms', (t) => {
         expectError(r, 400, 'insufficient_balance');
         const m = /required (\d+\.\d+) USD.*available (-?\d+\.\d+) USD/.exec(r.body.detail);
         assert.ok(m, r.body.detail);
-        const bal = await req('GET', '/billing/balance', { token: u.token });
+        const bal = await as(u).get('/billing/balance');
+        assert.equal(bal.status, 200, bal.text);
         assert.equal(Number(m[2]), bal.body.balance, 'available is the balance');
         return round6(Number(m[1]) - probeRate);
       };
@@ -319,12 +362,12 @@ describeEachDb('POST /vms', (t) => {
       assert.equal(a.status, 201, a.text);
       assert.equal(await committed(), 0.46, 'creating counts the full rate');
       await advance(t(), admin.token, 1);
-      assert.equal((await req('GET', `/vms/${a.body.id}`, { token: u.token })).body.status, 'running');
+      assert.equal(await vmStatus(u, a.body.id), 'running');
       assert.equal(await committed(), 0.46, 'running counts the full rate');
-      assert.equal((await req('POST', `/vms/${a.body.id}/stop`, { token: u.token })).status, 200);
+      assert.equal((await as(u).post('/vms/{vm_id}/stop', { params: { vm_id: a.body.id } })).status, 200);
       assert.equal(await committed(), 0.46, 'stopping still counts the full rate');
       await advance(t(), admin.token, 1);
-      assert.equal((await req('GET', `/vms/${a.body.id}`, { token: u.token })).body.status, 'stopped');
+      assert.equal(await vmStatus(u, a.body.id), 'stopped');
       assert.equal(await committed(), 0.02, 'stopped counts the storage rate');
 
       // An interrupted VM (preempted by another user's on-demand VM) counts its full rate.
@@ -335,23 +378,20 @@ describeEachDb('POST /vms', (t) => {
       const other = await newUser(100);
       const od = await create(other, base({ node: work, gpu_count: 4 }));
       assert.equal(od.status, 201, od.text);
-      assert.equal((await req('GET', `/vms/${i.body.id}`, { token: u.token })).body.status, 'interrupted');
+      assert.equal(await vmStatus(u, i.body.id), 'interrupted');
       assert.equal(await committed(), round6(0.02 + 0.89), 'interrupted counts the full rate');
-      assert.equal((await req('DELETE', `/vms/${i.body.id}`, { token: u.token })).status, 200);
+      assert.equal((await as(u).delete('/vms/{vm_id}', { params: { vm_id: i.body.id } })).status, 200);
       assert.equal(await committed(), 0.02, 'destroyed counts nothing');
       await destroyAll(other);
 
       // A failed VM counts nothing.
-      const f = await req('POST', '/admin/simulator/faults', {
-        token: admin.token,
-        body: { node: work, action: 'provision' },
-      });
+      const f = await as(admin).post('/admin/simulator/faults', { body: { node: work, action: 'provision' } });
       assert.equal(f.status, 200, f.text);
       const b = await create(u, base({ node: work }));
       assert.equal(b.status, 201, b.text);
       assert.equal(await committed(), 0.47);
       await advance(t(), admin.token, 1);
-      assert.equal((await req('GET', `/vms/${b.body.id}`, { token: u.token })).body.status, 'failed');
+      assert.equal(await vmStatus(u, b.body.id), 'failed');
       assert.equal(await committed(), 0.02, 'failed counts nothing');
       await destroyAll(u);
       assert.equal(await committed(), 0);
@@ -374,10 +414,9 @@ describeEachDb('POST /vms', (t) => {
       const nodes = await Promise.all(Array.from({ length: 5 }, () => createNode(t(), admin.token, { gpu_count: 16 })));
       const rs = await Promise.all(Array.from({ length: 10 }, (_, i) => create(u, base({ node: nodes[i % 5]!.node }))));
       const ok = rs.filter((r) => r.status === 201);
-      assert.equal(ok.length, 3, rs.map((r) => `${r.status} ${r.body.code ?? ''}`).join(', '));
+      assert.equal(ok.length, 3, rs.map((r) => `${r.status} ${r.status === 201 ? '' : r.body.code}`).join(', '));
       for (const r of rs.filter((r) => r.status !== 201)) expectError(r, 400, 'insufficient_balance');
-      const l = await req('GET', '/vms', { token: u.token });
-      assert.equal(l.body.length, 3);
+      assert.equal(await countVms(u), 3);
       await destroyAll(u);
     });
   });
@@ -385,7 +424,10 @@ describeEachDb('POST /vms', (t) => {
   describe('7. SSH key', () => {
     test("another user's ssh_key_id -> 404, an unknown one -> 404, a non-uuid one -> 404", async () => {
       const owner = await newUser(10);
-      const theirs = (await req('GET', '/ssh-keys', { token: owner.token })).body[0].id;
+      const keys = await as(owner).get('/ssh-keys');
+      assert.equal(keys.status, 200, keys.text);
+      const theirs = keys.body[0]?.id;
+      assert.ok(theirs, keys.text);
       expectError(await create(rich, base({ ssh_key_id: theirs })), 404, 'not_found', /SSH key/);
       expectError(await create(rich, base({ ssh_key_id: randomUUID() })), 404, 'not_found', /SSH key/);
       expectError(await create(rich, base({ ssh_key_id: 'not-a-uuid' })), 404, 'not_found', /SSH key/);
@@ -403,7 +445,8 @@ describeEachDb('POST /vms', (t) => {
       assert.equal(p.status, 201, p.text);
       assert.ok(!p.text.includes('correct-horse-battery'), 'the password is never echoed');
       await advance(t(), admin.token, 1);
-      const g = await req('GET', `/vms/${p.body.id}`, { token: u.token });
+      const g = await as(u).get('/vms/{vm_id}', { params: { vm_id: p.body.id } });
+      assert.equal(g.status, 200, g.text);
       assert.equal(g.body.status, 'running', 'provisioned with the password');
       assert.ok(!g.text.includes('correct-horse-battery'));
       await destroyAll(u);
@@ -416,7 +459,7 @@ describeEachDb('POST /vms', (t) => {
       poor = await newUser(0, false);
     });
     test('validation before the node', async () => {
-      expectError(await create(poor, base({ node: 'nope', gpu_count: 3 })), 422, 'validation_error');
+      expectError(await createRaw(poor, { ...base({ node: 'nope' }), gpu_count: 3 }), 422, 'validation_error');
     });
     test('node before GPUs, storage, limits, balance and key', async () => {
       const drain = await createNode(t(), admin.token, { status: 'draining', gpu_count: 1, max_storage_gb: 100 });
@@ -469,16 +512,15 @@ describeEachDb('POST /vms', (t) => {
       assert.equal(again.status, 201);
       assert.deepEqual(again.body, first.body);
       const reordered = Object.fromEntries(Object.entries(body).reverse());
-      const third = await create(u, reordered, { 'idempotency-key': key });
+      const third = await createRaw(u, reordered, { 'idempotency-key': key });
       assert.equal(third.status, 201);
       assert.equal(third.body.id, first.body.id);
-      const list = await req('GET', '/vms', { token: u.token });
-      assert.equal(list.body.length, 1);
+      assert.equal(await countVms(u), 1);
       assert.equal((await nodeInfo(node)).gpus_allocated, 2);
       expectError(await create(u, base({ gpu_count: 1 }), { 'idempotency-key': key }), 422, 'idempotency_mismatch');
       // A new key is a new VM
       assert.equal((await create(u, body, { 'idempotency-key': `vm-${randomUUID()}` })).status, 201);
-      assert.equal((await req('GET', '/vms', { token: u.token })).body.length, 2);
+      assert.equal(await countVms(u), 2);
       await destroyAll(u);
     });
 
@@ -486,9 +528,13 @@ describeEachDb('POST /vms', (t) => {
       const u = await newUser(100);
       const key = `vm-${randomUUID()}`;
       const rs = await Promise.all(Array.from({ length: 5 }, () => create(u, base(), { 'idempotency-key': key })));
-      for (const r of rs) assert.equal(r.status, 201, r.text);
-      assert.equal(new Set(rs.map((r) => r.body.id)).size, 1);
-      assert.equal((await req('GET', '/vms', { token: u.token })).body.length, 1);
+      const ids: string[] = [];
+      for (const r of rs) {
+        assert.equal(r.status, 201, r.text);
+        ids.push(r.body.id);
+      }
+      assert.equal(new Set(ids).size, 1);
+      assert.equal(await countVms(u), 1);
       await destroyAll(u);
     });
 
@@ -501,7 +547,7 @@ describeEachDb('POST /vms', (t) => {
       const r2 = await create(u, base(), { 'idempotency-key': key });
       assert.equal(r2.status, 400);
       assert.deepEqual(r2.body, r1.body);
-      assert.equal((await req('GET', '/vms', { token: u.token })).body.length, 0);
+      assert.equal(await countVms(u), 0);
     });
   });
 
@@ -524,13 +570,14 @@ describeEachDb('POST /vms', (t) => {
       const info = await nodeInfo(race);
       assert.equal(info.gpus_allocated, 8);
       assert.equal(info.gpus_free, 0);
-      const vms = await req('GET', '/admin/vms', { token: admin.token, query: { node: race, limit: 100 } });
+      const vms = await as(admin).get('/admin/vms', { query: { node: race, limit: 100 } });
+      assert.equal(vms.status, 200, vms.text);
       assert.equal(vms.body.length, ok.length);
-      const holding = vms.body.filter((v: { status: string }) => v.status === 'creating');
-      const interrupted = vms.body.filter((v: { status: string }) => v.status === 'interrupted');
+      const holding = vms.body.filter((v) => v.status === 'creating');
+      const interrupted = vms.body.filter((v) => v.status === 'interrupted');
       assert.equal(holding.length + interrupted.length, ok.length);
       assert.equal(
-        holding.reduce((s: number, v: { gpu_count: number }) => s + v.gpu_count, 0),
+        holding.reduce((s, v) => s + v.gpu_count, 0),
         8,
       );
       for (const v of interrupted) assert.equal(v.rental_type, 'interruptible', 'only interruptible VMs are preempted');
@@ -546,17 +593,16 @@ describeEachDb('POST /vms', (t) => {
       assert.equal(rs2.filter((r) => r.status === 201).length, 8, rs2.map((r) => r.status).join(','));
       for (const r of rs2.filter((r) => r.status !== 201)) expectError(r, 400, 'gpu_unavailable');
       assert.equal((await nodeInfo(race2)).gpus_allocated, 8);
-      const vms2 = await req('GET', '/admin/vms', { token: admin.token, query: { node: race2, limit: 100 } });
+      const vms2 = await as(admin).get('/admin/vms', { query: { node: race2, limit: 100 } });
+      assert.equal(vms2.status, 200, vms2.text);
       assert.equal(vms2.body.length, 8);
-      assert.equal(new Set(vms2.body.map((v: { vmid: number }) => v.vmid)).size, 8, 'unique vmids');
+      assert.equal(new Set(vms2.body.map((v) => v.vmid)).size, 8, 'unique vmids');
 
       // They all come up, and the node never holds more than it has.
       await advance(t(), admin.token, 1);
       assert.equal((await nodeInfo(race2)).gpus_allocated, 8);
-      const running = await req('GET', '/admin/vms', {
-        token: admin.token,
-        query: { node: race2, status: 'running', limit: 100 },
-      });
+      const running = await as(admin).get('/admin/vms', { query: { node: race2, status: 'running', limit: 100 } });
+      assert.equal(running.status, 200, running.text);
       assert.equal(running.body.length, 8);
       for (const u of users) await destroyAll(u);
       assert.equal((await nodeInfo(race2)).gpus_allocated, 0);

@@ -7,10 +7,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { createNode, createUser, credit } from '../helpers/factories.js';
 
 describeEachDb('the GPU limit at start and auto-restart', (t) => {
-  const vmBody = (node: string, extra: Record<string, unknown> = {}) => ({
+  const vmBody = (node: string, extra: Partial<RequestBody<'/vms', 'post'>> = {}): RequestBody<'/vms', 'post'> => ({
     node,
     gpu_type: '4090',
     gpu_count: 2,
@@ -26,34 +27,39 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     const { node } = await createNode(t(), admin.token, { gpu_count: 8 });
     const u = await createUser(t());
     await credit(t(), admin.token, u.id, 1000);
+    const uc = api(t(), u.token);
     assert.equal(
-      (await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status,
+      (
+        await api(t(), admin.token).patch('/admin/users/{user_id}', {
+          params: { user_id: u.id },
+          body: { max_gpus: 2 },
+        })
+      ).status,
       200,
     );
-    const a = await t().req('POST', '/vms', { token: u.token, body: vmBody(node) });
+    const a = await uc.post('/vms', { body: vmBody(node) });
     assert.equal(a.status, 201, a.text);
+    const vmA = { params: { vm_id: a.body.id } };
     await t().services.clock.advance(1);
-    assert.equal((await t().req('POST', `/vms/${a.body.id}/stop`, { token: u.token })).status, 200);
+    assert.equal((await uc.post('/vms/{vm_id}/stop', vmA)).status, 200);
     await t().services.clock.advance(1);
     // Stopped, it holds no GPUs: another VM fits under the limit.
-    const b = await t().req('POST', '/vms', { token: u.token, body: vmBody(node) });
+    const b = await uc.post('/vms', { body: vmBody(node) });
     assert.equal(b.status, 201, b.text);
     await t().services.clock.advance(1);
 
-    const refused = await t().req('POST', `/vms/${a.body.id}/start`, { token: u.token });
+    const refused = await uc.post('/vms/{vm_id}/start', vmA);
     assert.equal(refused.status, 400, refused.text);
     assert.equal(refused.body.code, 'limit_exceeded');
     assert.match(refused.body.detail, /GPU limit reached: 2 of 2 GPUs in use, 2 requested/);
-    assert.equal(
-      (await t().req('GET', `/vms/${a.body.id}`, { token: u.token })).body.status,
-      'stopped',
-      'nothing changed',
-    );
+    const after = await uc.get('/vms/{vm_id}', vmA);
+    assert.equal(after.status, 200, after.text);
+    assert.equal(after.body.status, 'stopped', 'nothing changed');
 
     // Once the other VM's GPUs are free again, the start goes through.
-    assert.equal((await t().req('POST', `/vms/${b.body.id}/stop`, { token: u.token })).status, 200);
+    assert.equal((await uc.post('/vms/{vm_id}/stop', { params: { vm_id: b.body.id } })).status, 200);
     await t().services.clock.advance(1);
-    const started = await t().req('POST', `/vms/${a.body.id}/start`, { token: u.token });
+    const started = await uc.post('/vms/{vm_id}/start', vmA);
     assert.equal(started.status, 200, started.text);
   });
 
@@ -64,31 +70,40 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     const u = await createUser(t());
     const taker = await createUser(t());
     for (const x of [u, taker]) await credit(t(), admin.token, x.id, 1000);
+    const uc = api(t(), u.token);
     assert.equal(
-      (await t().req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_gpus: 2 } })).status,
+      (
+        await api(t(), admin.token).patch('/admin/users/{user_id}', {
+          params: { user_id: u.id },
+          body: { max_gpus: 2 },
+        })
+      ).status,
       200,
     );
-    const spot = await t().req('POST', '/vms', {
-      token: u.token,
-      body: vmBody(spotNode, { rental_type: 'interruptible' }),
-    });
+    const spot = await uc.post('/vms', { body: vmBody(spotNode, { rental_type: 'interruptible' }) });
     assert.equal(spot.status, 201, spot.text);
+    const spotVm = { params: { vm_id: spot.body.id } };
+    const spotStatus = async () => {
+      const r = await uc.get('/vms/{vm_id}', spotVm);
+      assert.equal(r.status, 200, r.text);
+      return r.body.status;
+    };
     await t().services.clock.advance(1);
     // Another user's on-demand VM takes the GPUs: the interruptible VM is interrupted and holds none.
-    const demand = await t().req('POST', '/vms', { token: taker.token, body: vmBody(spotNode) });
+    const demand = await uc.as(taker.token).post('/vms', { body: vmBody(spotNode) });
     assert.equal(demand.status, 201, demand.text);
     await t().services.clock.advance(1);
-    assert.equal((await t().req('GET', `/vms/${spot.body.id}`, { token: u.token })).body.status, 'interrupted');
+    assert.equal(await spotStatus(), 'interrupted');
     // Meanwhile the user takes their 2 GPUs elsewhere.
-    const mine = await t().req('POST', '/vms', { token: u.token, body: vmBody(otherNode) });
+    const mine = await uc.post('/vms', { body: vmBody(otherNode) });
     assert.equal(mine.status, 201, mine.text);
     // The GPUs on the first node come free: the restart would put 4 in use, so it waits.
-    assert.equal((await t().req('DELETE', `/vms/${demand.body.id}`, { token: taker.token })).status, 200);
+    assert.equal((await uc.as(taker.token).delete('/vms/{vm_id}', { params: { vm_id: demand.body.id } })).status, 200);
     await t().services.clock.advance(5);
-    assert.equal((await t().req('GET', `/vms/${spot.body.id}`, { token: u.token })).body.status, 'interrupted');
+    assert.equal(await spotStatus(), 'interrupted');
     // Under the limit again, it comes back on its own.
-    assert.equal((await t().req('DELETE', `/vms/${mine.body.id}`, { token: u.token })).status, 200);
+    assert.equal((await uc.delete('/vms/{vm_id}', { params: { vm_id: mine.body.id } })).status, 200);
     await t().services.clock.advance(5);
-    assert.equal((await t().req('GET', `/vms/${spot.body.id}`, { token: u.token })).body.status, 'running');
+    assert.equal(await spotStatus(), 'running');
   });
 });

@@ -14,6 +14,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { PostgresDb } from '../../src/db/db.js';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 
 const skip = process.env.DATABASE_URL ? false : 'needs DATABASE_URL';
@@ -39,7 +40,7 @@ test(
       await credit(t, adminKey, u.id, 1000);
       keys.push(await createApiKey(t, u.token, 'read_write'));
     }
-    const body = {
+    const body: RequestBody<'/vms', 'post'> = {
       node,
       gpu_type: '4090',
       gpu_count: 1,
@@ -51,7 +52,7 @@ test(
     const vms: { id: string; key: string }[] = [];
     for (const key of keys) {
       for (let i = 0; i < 2; i++) {
-        const r = await t.req('POST', '/vms', { token: key, body });
+        const r = await api(t, key).post('/vms', { body });
         assert.equal(r.status, 201, r.text);
         vms.push({ id: r.body.id, key });
       }
@@ -60,18 +61,31 @@ test(
     const db = t.db as PostgresDb;
     const deadlocksBefore = db.deadlocksRetried;
     const statuses = new Set<number>();
-    const act = async (method: string, url: string, token: string, reqBody?: unknown) => {
-      const r = await t.req(method, url, { token, body: reqBody });
+    /** Records the status of a request already sent (`what` names it in the message). */
+    const act = async (what: string, sent: Promise<{ status: number; text: string }>) => {
+      const r = await sent;
       statuses.add(r.status);
-      assert.ok(r.status < 500, `${method} ${url}: ${r.status} ${r.text}`);
+      assert.ok(r.status < 500, `${what}: ${r.status} ${r.text}`);
     };
+    const setNode = (status: 'offline' | 'active') =>
+      act(
+        `PATCH /admin/nodes/${node}`,
+        api(t, adminKey).patch('/admin/nodes/{node}', { params: { node }, body: { status } }),
+      );
 
     for (let round = 0; round < 12; round++) {
       await Promise.all([
-        ...vms.flatMap((v) => [act('POST', `/vms/${v.id}/stop`, v.key), act('POST', `/vms/${v.id}/start`, v.key)]),
-        act('PATCH', `/admin/nodes/${node}`, adminKey, { status: round % 2 === 0 ? 'offline' : 'active' }),
+        ...vms.flatMap((v) => {
+          const c = api(t, v.key);
+          const vm = { params: { vm_id: v.id } };
+          return [
+            act(`POST /vms/${v.id}/stop`, c.post('/vms/{vm_id}/stop', vm)),
+            act(`POST /vms/${v.id}/start`, c.post('/vms/{vm_id}/start', vm)),
+          ];
+        }),
+        setNode(round % 2 === 0 ? 'offline' : 'active'),
       ]);
-      await act('PATCH', `/admin/nodes/${node}`, adminKey, { status: 'active' });
+      await setNode('active');
       await t.services.clock.advance(600);
     }
 

@@ -12,6 +12,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
+import { api, type Op, type ReplyOf, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 
 const skip = process.env.DATABASE_URL ? false : 'needs DATABASE_URL';
@@ -34,7 +35,7 @@ test(
     const spot = await createUser(t);
     const demand = await createUser(t);
     for (const u of [spot, demand]) await credit(t, adminKey, u.id, 1000);
-    const body = {
+    const body: RequestBody<'/vms', 'post'> = {
       node,
       gpu_type: '4090',
       gpu_count: 4,
@@ -43,16 +44,18 @@ test(
       auth_method: 'password',
       password: 'a-vm-password-1234',
     };
-    const victim = await t.req('POST', '/vms', { token: spot.token, body: { ...body, rental_type: 'interruptible' } });
+    const victim = await api(t, spot.token).post('/vms', { body: { ...body, rental_type: 'interruptible' } });
     assert.equal(victim.status, 201, victim.text);
     await t.services.clock.advance(60);
 
     const other = await t.testDb.openAnother();
-    let answer: Awaited<ReturnType<TestApp['req']>> | undefined;
+    let answer: ReplyOf<Op<'/vms', 'post'>> | undefined;
     await other.transaction(async (tx) => {
       // The stop's transaction: the VM's row is locked and becomes stopping, not yet committed.
       await tx.query(`UPDATE vms SET status = 'stopping' WHERE id = $1`, [victim.body.id]);
-      void t.req('POST', '/vms', { token: demand.token, body }).then((a) => (answer = a));
+      void api(t, demand.token)
+        .post('/vms', { body })
+        .then((a) => (answer = a));
       await new Promise((r) => setTimeout(r, 500)); // the create reads the usage and waits on the VM's lock
       assert.equal(answer, undefined, 'the create waits for the stop to commit');
     });
@@ -65,7 +68,8 @@ test(
       [node],
     );
     assert.equal(Number(held.rows[0]!.n), 4, 'the node holds no more GPUs than it has');
-    const vm = await t.req('GET', `/vms/${victim.body.id}`, { token: spot.token });
+    const vm = await api(t, spot.token).get('/vms/{vm_id}', { params: { vm_id: victim.body.id } });
+    assert.equal(vm.status, 200, vm.text);
     assert.equal(vm.body.status, 'stopping', 'the stopping VM was not preempted');
   },
 );

@@ -8,59 +8,85 @@ import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { describeEachDb, type ReqOpts, type Res } from '../helpers/app.js';
-import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import { describeEachDb } from '../helpers/app.js';
+import { api, type BodyFor, type ErrorBody, type RequestBody } from '../helpers/api.js';
+import {
+  advance,
+  createNode,
+  createUser,
+  credit,
+  tokensOf,
+  uploadSshKey,
+  type TestUser,
+} from '../helpers/factories.js';
 
-type Vm = { id: string; vmid: number; [k: string]: unknown };
+/** A VM as POST /vms answered it. */
+type Vm = BodyFor<'/vms', 'post', 201>;
+type Answer = { status: number; text: string; body: unknown };
+
+/** An error answer's body (t().req has checked that every error answer has a string detail and code). */
+function isErrorBody(b: unknown): b is ErrorBody {
+  return (
+    typeof b === 'object' &&
+    b !== null &&
+    'detail' in b &&
+    typeof b.detail === 'string' &&
+    'code' in b &&
+    typeof b.code === 'string'
+  );
+}
+
+/** Narrows an answer to the one with status `s`. */
+function hasStatus<R extends { status: number }, S extends number>(r: R, s: S): r is Extract<R, { status: S }> {
+  return r.status === s;
+}
 
 describeEachDb('VM reconcilers', (t) => {
   let admin: TestUser;
   let alice: TestUser; // rents interruptible VMs
   let bob: TestUser; // rents on-demand VMs
 
-  const req = (method: string, url: string, opts?: ReqOpts): Promise<Res> => t().req(method, url, opts);
-  const expectError = (r: Res, status: number, code: string, detail?: RegExp) => {
+  /** A client with the user's current token (relogin replaces it). */
+  const as = (u: TestUser) => api(t(), u.token);
+  const expectError = (r: Answer, status: number, code: string, detail?: RegExp) => {
     assert.equal(r.status, status, r.text);
+    assert.ok(isErrorBody(r.body), r.text);
     assert.equal(r.body.code, code, r.text);
     if (detail) assert.match(r.body.detail, detail);
   };
-  const ok = async (r: Promise<Res>) => {
+  const ok = async <R extends Answer>(r: Promise<R>): Promise<Extract<R, { status: 200 }>> => {
     const res = await r;
     assert.equal(res.status, 200, res.text);
+    assert.ok(hasStatus(res, 200));
     return res;
   };
-  const create = async (u: TestUser, node: string, over: Record<string, unknown> = {}): Promise<Vm> => {
-    const r = await req('POST', '/vms', {
-      token: u.token,
+  const create = async (u: TestUser, node: string, over: Partial<RequestBody<'/vms', 'post'>> = {}): Promise<Vm> => {
+    const r = await as(u).post('/vms', {
       body: { node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, ...over },
     });
     assert.equal(r.status, 201, r.text);
     return r.body;
   };
-  const get = async (v: Vm) =>
-    (await req('GET', `/admin/vms`, { token: admin.token, query: { include_destroyed: true, limit: 100 } })).body.find(
-      (x: Vm) => x.id === v.id,
-    );
-  const status = async (v: Vm) => (await get(v)).status as string;
-  const history = async (u: TestUser, v: Vm) => {
-    const r = await ok(req('GET', `/vms/${v.id}/interruption-history`, { token: u.token }));
-    return r.body as {
-      id: string;
-      interruptible_vm_id: string;
-      preempted_by_vm_id: string;
-      preempted_at: string;
-      restored_at: string | null;
-      downtime_seconds: number | null;
-      status: string;
-    }[];
+  const get = async (v: Vm) => {
+    const r = await as(admin).get('/admin/vms', { query: { include_destroyed: true, limit: 100 } });
+    assert.equal(r.status, 200, r.text);
+    const found = r.body.find((x) => x.id === v.id);
+    assert.ok(found, `${v.id} is not in GET /admin/vms`);
+    return found;
   };
+  const status = async (v: Vm): Promise<string> => (await get(v)).status;
+  const history = async (u: TestUser, v: Vm) =>
+    (await ok(as(u).get('/vms/{vm_id}/interruption-history', { params: { vm_id: v.id } }))).body;
   const allocated = async (node: string) =>
-    (await ok(req('GET', `/admin/nodes/${node}`, { token: admin.token }))).body.gpus_allocated as number;
+    (await ok(as(admin).get('/admin/nodes/{node}', { params: { node } }))).body.gpus_allocated;
   const now = () => t().services.clock.now().toISOString();
   const sim = () => t().services.simulator;
   const calls = (v: Vm, action?: string) =>
     sim().calls.filter((c) => c.vmId === v.id && (!action || c.action === action));
-  const fault = (body: Record<string, unknown>) => req('POST', '/admin/simulator/faults', { token: admin.token, body });
+  const fault = (body: RequestBody<'/admin/simulator/faults', 'post'>) =>
+    as(admin).post('/admin/simulator/faults', { body });
+  /** A fault request the API must refuse (not type-checked). */
+  const badFault = (rawBody: Record<string, unknown>) => as(admin).post('/admin/simulator/faults', { rawBody });
   const tick = (s: number) => advance(t(), admin.token, s);
   /**
    * Runs the work due now without moving the clock, so that a retry's backoff
@@ -71,9 +97,9 @@ describeEachDb('VM reconcilers', (t) => {
   /** Fresh access tokens (they live 3600 s of service time). */
   const relogin = async (...users: TestUser[]) => {
     for (const u of users) {
-      const r = await req('POST', '/auth/login', { body: { email: u.email, password: u.password } });
+      const r = await api(t()).post('/auth/login', { body: { email: u.email, password: u.password } });
       assert.equal(r.status, 200, r.text);
-      u.token = r.body.access_token;
+      u.token = tokensOf(r.body).access_token;
     }
   };
 
@@ -100,10 +126,13 @@ describeEachDb('VM reconcilers', (t) => {
       i3 = await create(alice, node, { gpu_count: 2, rental_type: 'interruptible' });
       await tick(1);
       for (const v of [i1, i2, i3]) assert.equal(await status(v), 'running');
-      assert.ok(
-        (await get(i1)).started_at < (await get(i2)).started_at &&
-          (await get(i2)).started_at < (await get(i3)).started_at,
-      );
+      /** started_at of a VM that is running (so it has one). */
+      const startedAt = async (v: Vm): Promise<string> => {
+        const s = (await get(v)).started_at;
+        assert.ok(s !== null, `${v.id} has no started_at`);
+        return s;
+      };
+      assert.ok((await startedAt(i1)) < (await startedAt(i2)) && (await startedAt(i2)) < (await startedAt(i3)));
     });
 
     test('an on-demand create on a full node preempts the most recently started interruptible VM, only as many as needed', async () => {
@@ -151,8 +180,7 @@ describeEachDb('VM reconcilers', (t) => {
       const carol = await createUser(t());
       await credit(t(), admin.token, carol.id, 100);
       await uploadSshKey(t(), carol.token);
-      const r = await req('POST', '/vms', {
-        token: carol.token,
+      const r = await as(carol).post('/vms', {
         body: {
           node,
           gpu_type: '4090',
@@ -165,8 +193,7 @@ describeEachDb('VM reconcilers', (t) => {
       expectError(r, 400, 'gpu_unavailable', /0 free GPU/);
       assert.equal(await status(i1), 'running');
       // An on-demand create that even preemption cannot satisfy preempts nobody
-      const big = await req('POST', '/vms', {
-        token: carol.token,
+      const big = await as(carol).post('/vms', {
         body: { node, gpu_type: '4090', gpu_count: 4, storage_gb: 50, template_vmid: 100 },
       });
       expectError(big, 400, 'gpu_unavailable', /2 available GPU\(s\); 4 requested/);
@@ -175,23 +202,26 @@ describeEachDb('VM reconcilers', (t) => {
     });
 
     test('GET /search offers on-demand GPUs held by interruptible VMs, interruptible ones only when free', async () => {
-      const od = (await req('GET', '/search', { query: { gpu_type: '4090', limit: 100 } })).body.find(
-        (o: { node: string }) => o.node === node,
-      );
+      const anon = api(t());
+      const offers = await anon.get('/search', { query: { gpu_type: '4090', limit: 100 } });
+      assert.equal(offers.status, 200, offers.text);
+      const od = offers.body.find((o) => o.node === node);
+      assert.ok(od, `${node} is not offered`);
       assert.equal(od.gpu_count, 2, 'i1 holds 2 preemptible GPUs');
-      const ir = (
-        await req('GET', '/search', { query: { gpu_type: '4090', rental_type: 'interruptible', limit: 100 } })
-      ).body;
-      assert.ok(!ir.some((o: { node: string }) => o.node === node));
+      const ir = await anon.get('/search', { query: { gpu_type: '4090', rental_type: 'interruptible', limit: 100 } });
+      assert.equal(ir.status, 200, ir.text);
+      assert.ok(!ir.body.some((o) => o.node === node));
     });
 
     test('when GPUs free up, an interrupted VM with auto_restart runs again and its record becomes restored', async () => {
-      await ok(req('POST', `/vms/${i2.id}/set-auto-restart`, { token: alice.token, body: { auto_restart: false } }));
+      await ok(
+        as(alice).post('/vms/{vm_id}/set-auto-restart', { params: { vm_id: i2.id }, body: { auto_restart: false } }),
+      );
       const preemptedAt = Date.parse((await history(alice, i3))[0]!.preempted_at);
       await tick(30);
       assert.equal(await status(i3), 'interrupted');
       const freedAt = now();
-      await ok(req('DELETE', `/vms/${od.id}`, { token: bob.token })); // frees 4 GPUs
+      await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: od.id } })); // frees 4 GPUs
       assert.equal(await status(i3), 'interrupted', 'restarted by the reconciler, not by the request');
       await settleNow(); // the reconcilers' next pass, at the moment the GPUs came free
       const g3 = await get(i3);
@@ -211,7 +241,7 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(await allocated(node), 6);
       // ...until its owner starts it
       const startedAt = now();
-      await ok(req('POST', `/vms/${i2.id}/start`, { token: alice.token }));
+      await ok(as(alice).post('/vms/{vm_id}/start', { params: { vm_id: i2.id } }));
       await settleNow();
       assert.equal(await status(i2), 'running');
       const h2 = await history(alice, i2);
@@ -227,7 +257,7 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(await status(i2), 'interrupted');
       assert.equal(await status(i3), 'interrupted');
       assert.equal(await status(i1), 'running');
-      await ok(req('DELETE', `/vms/${i3.id}`, { token: alice.token }));
+      await ok(as(alice).delete('/vms/{vm_id}', { params: { vm_id: i3.id } }));
       const h = await history(alice, i3);
       assert.equal(h.length, 2, 'newest first');
       assert.deepEqual([h[0]!.status, h[1]!.status], ['abandoned', 'restored']);
@@ -241,13 +271,16 @@ describeEachDb('VM reconcilers', (t) => {
         ['interrupted', 'restored'],
       );
       const page = await ok(
-        req('GET', `/vms/${i2.id}/interruption-history`, { token: alice.token, query: { limit: 1, offset: 1 } }),
+        as(alice).get('/vms/{vm_id}/interruption-history', {
+          params: { vm_id: i2.id },
+          query: { limit: 1, offset: 1 },
+        }),
       );
       assert.equal(page.body.length, 1);
-      assert.equal(page.body[0].status, 'restored');
+      assert.equal(page.body[0]?.status, 'restored');
       assert.equal(page.headers['x-total-count'], '2');
-      for (const v of [i1, i2]) await ok(req('DELETE', `/vms/${v.id}`, { token: alice.token }));
-      for (const v of [od2, od3]) await ok(req('DELETE', `/vms/${v.id}`, { token: bob.token }));
+      for (const v of [i1, i2]) await ok(as(alice).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
+      for (const v of [od2, od3]) await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
       assert.equal(await allocated(node), 0);
       assert.equal((await history(alice, i2))[0]!.status, 'abandoned');
     });
@@ -257,11 +290,10 @@ describeEachDb('VM reconcilers', (t) => {
       const i = await create(alice, n, { rental_type: 'interruptible' });
       await tick(1);
       await ok(fault({ node: n, action: 'stop' }));
-      await ok(req('POST', `/vms/${i.id}/stop`, { token: alice.token }));
+      await ok(as(alice).post('/vms/{vm_id}/stop', { params: { vm_id: i.id } }));
       await settleNow(); // the stop fails: it stays stopping, GPUs held, retried in 5 s
       assert.equal(await status(i), 'stopping');
-      const r = await req('POST', '/vms', {
-        token: bob.token,
+      const r = await as(bob).post('/vms', {
         body: { node: n, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 },
       });
       expectError(r, 400, 'gpu_unavailable', /0 available GPU/);
@@ -272,8 +304,8 @@ describeEachDb('VM reconcilers', (t) => {
       const od = await create(bob, n); // free now
       await tick(1);
       assert.equal(await status(i), 'stopped', 'never restarted by itself');
-      await ok(req('DELETE', `/vms/${od.id}`, { token: bob.token }));
-      await ok(req('DELETE', `/vms/${i.id}`, { token: alice.token }));
+      await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: od.id } }));
+      await ok(as(alice).delete('/vms/{vm_id}', { params: { vm_id: i.id } }));
     });
 
     test('a VM preempted before it was ever built is built when it restarts', async () => {
@@ -286,7 +318,7 @@ describeEachDb('VM reconcilers', (t) => {
       await tick(1);
       assert.equal(calls(iq).length, 0, 'nothing to stop or build yet');
       assert.equal(await status(o), 'running');
-      await ok(req('DELETE', `/vms/${o.id}`, { token: bob.token }));
+      await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: o.id } }));
       await tick(1);
       assert.equal(await status(iq), 'running');
       assert.deepEqual(
@@ -294,21 +326,18 @@ describeEachDb('VM reconcilers', (t) => {
         ['provision', 'start'],
       );
       assert.equal((await history(alice, iq))[0]!.status, 'restored');
-      await ok(req('DELETE', `/vms/${iq.id}`, { token: alice.token }));
+      await ok(as(alice).delete('/vms/{vm_id}', { params: { vm_id: iq.id } }));
     });
   });
 
   describe('hypervisor failures (simulator faults)', () => {
     test('POST /admin/simulator/faults: admin only, 404 for an unknown node, 422 for a bad action', async () => {
       const n = (await createNode(t(), admin.token, { gpu_count: 1 })).node;
-      const r = await req('POST', '/admin/simulator/faults', {
-        token: alice.token,
-        body: { node: n, action: 'provision' },
-      });
+      const r = await as(alice).post('/admin/simulator/faults', { body: { node: n, action: 'provision' } });
       expectError(r, 403, 'forbidden');
       expectError(await fault({ node: 'no-such-node', action: 'provision' }), 404, 'not_found', /no-such-node/);
-      expectError(await fault({ node: n, action: 'explode' }), 422, 'validation_error');
-      expectError(await fault({ node: n }), 422, 'validation_error');
+      expectError(await badFault({ node: n, action: 'explode' }), 422, 'validation_error');
+      expectError(await badFault({ node: n }), 422, 'validation_error');
       expectError(await fault({ node: n, action: 'stop', count: -1 }), 422, 'validation_error');
       const good = await ok(fault({ node: n, action: 'start', count: 2 }));
       assert.deepEqual(Object.keys(good.body), ['message']);
@@ -320,7 +349,7 @@ describeEachDb('VM reconcilers', (t) => {
       const u = await createUser(t());
       await credit(t(), admin.token, u.id, 50);
       await uploadSshKey(t(), u.token);
-      await ok(req('PATCH', `/admin/users/${u.id}`, { token: admin.token, body: { max_vms: 1 } }));
+      await ok(as(admin).patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { max_vms: 1 } }));
       await ok(fault({ node: n, action: 'provision' }));
       const v = await create(u, n, { gpu_count: 2 });
       assert.equal(await allocated(n), 2);
@@ -337,34 +366,34 @@ describeEachDb('VM reconcilers', (t) => {
       await tick(3600); // well past an hourly billing boundary
       await relogin(admin, alice, bob, u); // an hour of service time has expired the access tokens
       assert.equal(await status(v), 'failed');
-      const tx = await ok(req('GET', '/billing/transactions', { token: u.token }));
+      const tx = await ok(as(u).get('/billing/transactions'));
       assert.deepEqual(
-        tx.body.map((x: { type: string }) => x.type),
+        tx.body.map((x) => x.type),
         ['credit'],
         'nothing billed for a VM that never ran',
       );
-      assert.equal((await ok(req('GET', '/billing/balance', { token: u.token }))).body.balance, 50);
+      assert.equal((await ok(as(u).get('/billing/balance'))).body.balance, 50);
       const again = await create(u, n, { gpu_count: 2 }); // max_vms 1: the failed one does not count
       await tick(1);
       assert.equal(await status(again), 'running');
       // the failed VM shows in the list and can be destroyed
-      const l = await ok(req('GET', '/vms', { token: u.token, query: { status: 'failed' } }));
+      const l = await ok(as(u).get('/vms', { query: { status: 'failed' } }));
       assert.deepEqual(
-        l.body.map((x: Vm) => x.id),
+        l.body.map((x) => x.id),
         [v.id],
       );
-      await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
-      await ok(req('DELETE', `/vms/${again.id}`, { token: u.token }));
+      await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
+      await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: again.id } }));
     });
 
     test('a failed start returns the VM to stopped and releases its GPUs; the next start works', async () => {
       const n = (await createNode(t(), admin.token, { gpu_count: 1 })).node;
       const v = await create(bob, n);
       await tick(1);
-      await ok(req('POST', `/vms/${v.id}/stop`, { token: bob.token }));
+      await ok(as(bob).post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
       await tick(1);
       await ok(fault({ node: n, action: 'start' }));
-      await ok(req('POST', `/vms/${v.id}/start`, { token: bob.token }));
+      await ok(as(bob).post('/vms/{vm_id}/start', { params: { vm_id: v.id } }));
       assert.equal(await status(v), 'starting');
       assert.equal(await allocated(n), 1);
       await tick(1);
@@ -374,11 +403,11 @@ describeEachDb('VM reconcilers', (t) => {
         calls(v, 'start').map((c) => c.ok),
         [true, false],
       );
-      await ok(req('POST', `/vms/${v.id}/start`, { token: bob.token }));
+      await ok(as(bob).post('/vms/{vm_id}/start', { params: { vm_id: v.id } }));
       await tick(1);
       assert.equal(await status(v), 'running');
       assert.deepEqual(calls(v, 'provision').length, 1, 'built once');
-      await ok(req('DELETE', `/vms/${v.id}`, { token: bob.token }));
+      await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('a failed stop keeps the VM stopping and is retried after 5 s, 10 s, 20 s... until it succeeds', async () => {
@@ -386,7 +415,7 @@ describeEachDb('VM reconcilers', (t) => {
       const v = await create(bob, n);
       await tick(1);
       await ok(fault({ node: n, action: 'stop', count: 3 }));
-      await ok(req('POST', `/vms/${v.id}/stop`, { token: bob.token }));
+      await ok(as(bob).post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
       await settleNow();
       assert.deepEqual(
         calls(v, 'stop').map((c) => c.ok),
@@ -409,7 +438,7 @@ describeEachDb('VM reconcilers', (t) => {
       );
       assert.equal(await status(v), 'stopped');
       assert.equal(await allocated(n), 0);
-      await ok(req('DELETE', `/vms/${v.id}`, { token: bob.token }));
+      await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
 
     test('a failed destroy: the VM is destroyed at once, the cleanup is retried with backoff capped at 5 min until the driver confirms', async () => {
@@ -417,7 +446,7 @@ describeEachDb('VM reconcilers', (t) => {
       const v = await create(bob, n);
       await tick(1);
       await ok(fault({ node: n, action: 'destroy', count: 8 }));
-      await ok(req('DELETE', `/vms/${v.id}`, { token: bob.token }));
+      await ok(as(bob).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
       assert.equal(await status(v), 'destroyed');
       assert.equal(await allocated(n), 0, 'GPUs freed at once');
       const other = await create(alice, n); // the GPU is rentable again right away
@@ -437,7 +466,7 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(calls(v, 'destroy').length, 9, 'no more calls once confirmed');
       assert.equal(await status(v), 'destroyed');
       assert.equal(await status(other), 'running');
-      await ok(req('DELETE', `/vms/${other.id}`, { token: alice.token }));
+      await ok(as(alice).delete('/vms/{vm_id}', { params: { vm_id: other.id } }));
     });
 
     test('a fault can target one VM (vm_id): its neighbours are unaffected', async () => {
@@ -452,7 +481,7 @@ describeEachDb('VM reconcilers', (t) => {
       await tick(1);
       assert.equal(await status(a), 'running');
       assert.equal(await status(b), 'failed');
-      for (const v of [a, b]) await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
+      for (const v of [a, b]) await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 
@@ -466,21 +495,26 @@ describeEachDb('VM reconcilers', (t) => {
       const stopped = await create(u, n);
       const interrupted = await create(u, n, { rental_type: 'interruptible', gpu_count: 2 });
       await tick(1);
-      await ok(req('POST', `/vms/${stopped.id}/stop`, { token: u.token }));
+      await ok(as(u).post('/vms/{vm_id}/stop', { params: { vm_id: stopped.id } }));
       await tick(1);
       const od = await create(u, n, { gpu_count: 2 }); // 1 free + preempts the interruptible one
       assert.equal(await status(interrupted), 'interrupted');
       await tick(1);
-      await ok(req('DELETE', `/vms/${od.id}`, { token: u.token }));
+      await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: od.id } }));
       const before = { running: await get(running), stopped: await get(stopped) };
       await ok(
-        req('POST', `/vms/${interrupted.id}/set-auto-restart`, { token: u.token, body: { auto_restart: false } }),
+        as(u).post('/vms/{vm_id}/set-auto-restart', {
+          params: { vm_id: interrupted.id },
+          body: { auto_restart: false },
+        }),
       );
       const creating = await create(u, n);
       // on another node: untouched
       const stopping = await create(u, (await createNode(t(), admin.token, { gpu_count: 1 })).node);
       const at = now();
-      const off = await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'offline' } }));
+      const off = await ok(
+        as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'offline' } }),
+      );
       assert.equal(off.body.status, 'offline');
       for (const v of [running, stopped, interrupted, creating]) assert.equal(await status(v), 'offline');
       assert.equal(await status(stopping), 'creating');
@@ -492,9 +526,14 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(calls(creating).length, 0);
       assert.equal(await status(stopping), 'running');
       assert.ok(sim().calls.length > callsBefore);
-      expectError(await req('POST', `/vms/${running.id}/stop`, { token: u.token }), 400, 'invalid_state', /offline/);
+      expectError(
+        await as(u).post('/vms/{vm_id}/stop', { params: { vm_id: running.id } }),
+        400,
+        'invalid_state',
+        /offline/,
+      );
       const back = now();
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'active' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'active' } }));
       assert.equal(await status(running), 'running');
       assert.equal(await status(stopped), 'stopped');
       assert.equal(await status(interrupted), 'interrupted');
@@ -506,21 +545,21 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(await status(creating), 'running', 'provisioning resumes');
       assert.equal(await status(interrupted), 'interrupted', 'auto_restart off');
       // draining changes nothing for the VMs already there, and offline -> draining also brings them back
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'draining' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'draining' } }));
       assert.equal(await status(running), 'running');
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'offline' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'offline' } }));
       assert.equal(await status(running), 'offline');
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'draining' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'draining' } }));
       assert.equal(await status(running), 'running');
       assert.equal(await status(stopped), 'stopped');
       // an offline VM can be destroyed, and stays destroyed when the node returns
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'offline' } }));
-      await ok(req('DELETE', `/vms/${stopped.id}`, { token: u.token }));
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'active' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'offline' } }));
+      await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: stopped.id } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'active' } }));
       assert.equal(await status(stopped), 'destroyed');
       assert.equal(await status(running), 'running');
       for (const v of [running, interrupted, creating, stopping])
-        await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
+        await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 
@@ -532,7 +571,7 @@ describeEachDb('VM reconcilers', (t) => {
       const n = (await createNode(t(), admin.token, { gpu_count: 4 })).node;
       const stopper = await create(u, n);
       await tick(1);
-      await ok(req('POST', `/vms/${stopper.id}/stop`, { token: u.token }));
+      await ok(as(u).post('/vms/{vm_id}/stop', { params: { vm_id: stopper.id } }));
       const building = await create(u, n);
       // A reconciler claims both actions (lease 0: nothing else stays blocked) and works on them...
       const vms = t().services.vms;
@@ -549,7 +588,7 @@ describeEachDb('VM reconcilers', (t) => {
         ].sort(),
       );
       // ...the node goes offline meanwhile...
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'offline' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'offline' } }));
       // ...and the hypervisor's answers arrive.
       await vms.completeAction(building.id, token, 'provision', {
         ok: true,
@@ -559,7 +598,7 @@ describeEachDb('VM reconcilers', (t) => {
       await vms.completeAction(stopper.id, token, 'stop', { ok: true });
       assert.equal(await status(building), 'offline');
       assert.equal(await status(stopper), 'offline');
-      await ok(req('PATCH', `/admin/nodes/${n}`, { token: admin.token, body: { status: 'active' } }));
+      await ok(as(admin).patch('/admin/nodes/{node}', { params: { node: n }, body: { status: 'active' } }));
       assert.equal(await status(building), 'creating');
       assert.equal(await status(stopper), 'stopping');
       await tick(1);
@@ -568,7 +607,7 @@ describeEachDb('VM reconcilers', (t) => {
       assert.equal(calls(building, 'provision').length, 0, 'built once (by the claim above), not twice');
       assert.equal(calls(building, 'start').length, 1);
       assert.ok((await get(building)).ip_address);
-      for (const v of [building, stopper]) await ok(req('DELETE', `/vms/${v.id}`, { token: u.token }));
+      for (const v of [building, stopper]) await ok(as(u).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
     });
   });
 
@@ -612,11 +651,11 @@ describeEachDb('VM reconcilers', (t) => {
       for (const v of vms) assert.equal(await status(v), 'running');
       assert.deepEqual(count('provision'), Array(12).fill(1));
       assert.deepEqual(count('start'), Array(12).fill(1));
-      for (const v of vms) await ok(req('POST', `/vms/${v.id}/stop`, { token: owner.get(v.id)!.token }));
+      for (const v of vms) await ok(as(owner.get(v.id)!).post('/vms/{vm_id}/stop', { params: { vm_id: v.id } }));
       await both();
       for (const v of vms) assert.equal(await status(v), 'stopped');
       assert.deepEqual(count('stop'), Array(12).fill(1));
-      for (const v of vms) await ok(req('DELETE', `/vms/${v.id}`, { token: owner.get(v.id)!.token }));
+      for (const v of vms) await ok(as(owner.get(v.id)!).delete('/vms/{vm_id}', { params: { vm_id: v.id } }));
       await both();
       assert.deepEqual(count('destroy'), Array(12).fill(1));
       assert.deepEqual(count('start'), Array(12).fill(1));
@@ -630,7 +669,7 @@ describeEachDb('VM reconcilers', (t) => {
 
   test('unknown ids on the interruption history are 404', async () => {
     expectError(
-      await req('GET', `/vms/${randomUUID()}/interruption-history`, { token: alice.token }),
+      await as(alice).get('/vms/{vm_id}/interruption-history', { params: { vm_id: randomUUID() } }),
       404,
       'not_found',
     );

@@ -11,26 +11,13 @@ import assert from 'node:assert/strict';
 import { describeEachDb, JWT_SECRET } from '../helpers/app.js';
 import { createApiKey, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
+import { api, type BodyFor, type Op, type RequestBody } from '../helpers/api.js';
 import { DISABLE_AFTER_MS, RETRY_DELAYS_MS, WebhookService } from '../../src/modules/webhooks/service.js';
 
-type Hook = {
-  id: string;
-  url: string;
-  event_types: string[] | null;
-  description: string;
-  enabled: boolean;
-  disabled_reason: string | null;
-  secret?: string;
-};
-type Attempt = {
-  event_id: string;
-  event_type: string;
-  attempt: number;
-  status_code: number | null;
-  error: string | null;
-  outcome: string;
-  next_attempt_at: string | null;
-};
+/** An endpoint as POST /webhooks answers it (with its secret). */
+type Hook = BodyFor<'/webhooks', 'post', 201>;
+/** One delivery attempt, as GET /webhooks/{webhook_id}/deliveries lists it. */
+type Attempt = BodyFor<'/webhooks/{webhook_id}/deliveries', 'get', 200>[number];
 
 describeEachDb(
   'webhooks: delivery',
@@ -52,25 +39,40 @@ describeEachDb(
     });
     after(async () => rec.close());
 
-    async function hook(body: Record<string, unknown>, token = key): Promise<Hook & { secret: string }> {
-      const r = await t().req('POST', '/webhooks', { token, body });
+    async function hook(body: RequestBody<'/webhooks', 'post'>, token = key): Promise<Hook> {
+      const r = await api(t(), token).post('/webhooks', { body });
       assert.equal(r.status, 201, r.text);
       t().forbidSecret(r.body.secret);
       return r.body;
     }
     const attempts = async (id: string, token = key): Promise<Attempt[]> => {
-      const r = await t().req('GET', `/webhooks/${id}/deliveries`, { token, query: { limit: 100 } });
+      const r = await api(t(), token).get('/webhooks/{webhook_id}/deliveries', {
+        params: { webhook_id: id },
+        query: { limit: 100 },
+      });
       assert.equal(r.status, 200, r.text);
       return r.body;
     };
     /** An event of the user's: an SSH-less, harmless one (an API key made). */
     const makeEvent = async () => {
-      const r = await t().req('POST', '/api-keys', { token: key, body: { name: 'ev', scope: 'read_only' } });
+      const r = await api(t(), key).post('/api-keys', { body: { name: 'ev', scope: 'read_only' } });
       assert.equal(r.status, 201, r.text);
-      return r.body.id as string;
+      return r.body.id;
     };
     const remove = async (id: string) =>
-      assert.equal((await t().req('DELETE', `/webhooks/${id}`, { token: key })).status, 204);
+      assert.equal((await api(t(), key).delete('/webhooks/{webhook_id}', { params: { webhook_id: id } })).status, 204);
+    /** GET /webhooks/{webhook_id} with the user's key. */
+    const getHook = async (id: string) => {
+      const r = await api(t(), key).get('/webhooks/{webhook_id}', { params: { webhook_id: id } });
+      assert.equal(r.status, 200, r.text);
+      return r.body;
+    };
+    /** GET /events with the user's key. */
+    const events = async (query: NonNullable<Op<'/events', 'get'>['parameters']['query']>) => {
+      const r = await api(t(), key).get('/events', { query });
+      assert.equal(r.status, 200, r.text);
+      return r.body;
+    };
 
     test('an event reaches its endpoint once, signed, in the documented envelope, and the attempt is listed', async () => {
       rec.received.length = 0;
@@ -92,8 +94,8 @@ describeEachDb(
       assert.equal(payload.data.vm_id, null);
       assert.match(String(got.headers['webhook-signature']), /^v1,[A-Za-z0-9+/]+=*$/, 'one signature');
       // The event is the one GET /events gives.
-      const evs = await t().req('GET', '/events', { token: key, query: { type: 'api_key.created' } });
-      assert.deepEqual(evs.body.at(-1), payload.data);
+      const evs = await events({ type: ['api_key.created'] });
+      assert.deepEqual(evs.at(-1), payload.data);
       const list = await attempts(h.id);
       assert.equal(list.length, 1);
       assert.deepEqual(
@@ -129,8 +131,8 @@ describeEachDb(
       const h = await hook({ url: `${rec.url}/typed`, event_types: ['api_key.revoked'] });
       const stranger = await createUser(t());
       const strangerKey = await createApiKey(t(), stranger.token, 'read_write');
-      await t().req('DELETE', `/api-keys/${await makeEvent()}`, { token: key });
-      await t().req('POST', '/api-keys', { token: strangerKey, body: { name: 'x' } });
+      await api(t(), key).delete('/api-keys/{key_id}', { params: { key_id: await makeEvent() } });
+      await api(t(), strangerKey).post('/api-keys', { body: { name: 'x' } });
       await deliver();
       assert.deepEqual(
         rec.received.map((r) => rec.verify(r, h.secret).type),
@@ -180,11 +182,11 @@ describeEachDb(
       const h = await hook({ url: `${rec.url}/flaky`, event_types: ['api_key.created'] });
       await makeEvent();
       await deliver();
-      let w = (await t().req('GET', `/webhooks/${h.id}`, { token: key })).body;
+      let w = await getHook(h.id);
       assert.ok(w.failing_since, 'failing since the first failure');
       await advance(5);
       await deliver();
-      w = (await t().req('GET', `/webhooks/${h.id}`, { token: key })).body;
+      w = await getHook(h.id);
       assert.equal(w.failing_since, null);
       assert.deepEqual(
         (await attempts(h.id)).map((a) => a.outcome),
@@ -206,13 +208,14 @@ describeEachDb(
         await makeEvent();
         while ((await deliver()) > 0);
       }
-      const w = (await t().req('GET', `/webhooks/${dead.id}`, { token: key })).body;
+      const w = await getHook(dead.id);
       assert.equal(w.enabled, false);
       assert.equal(w.disabled_reason, 'failing');
-      const evs = (await t().req('GET', '/events', { token: key, query: { type: 'webhook.disabled' } })).body;
+      const evs = await events({ type: ['webhook.disabled'] });
       assert.equal(evs.length, 1);
-      assert.equal(evs[0].data.webhook_id, dead.id);
-      assert.equal('url' in evs[0].data, false, 'not the URL: read_only keys read events');
+      const disabled = evs[0]!;
+      assert.equal(disabled.data.webhook_id, dead.id);
+      assert.equal('url' in disabled.data, false, 'not the URL: read_only keys read events');
       const told = rec.received.filter((r) => r.path === '/watch').map((r) => rec.verify(r, watcher.secret));
       assert.deepEqual(
         told.map((p) => [p.type, p.data.data.webhook_id]),
@@ -227,7 +230,10 @@ describeEachDb(
       assert.equal(rec.received.filter((r) => r.path === '/dead').length, before);
       // Back on, fixed: events from now on arrive.
       rec.answer = () => 200;
-      const on = await t().req('PATCH', `/webhooks/${dead.id}`, { token: key, body: { enabled: true } });
+      const on = await api(t(), key).patch('/webhooks/{webhook_id}', {
+        params: { webhook_id: dead.id },
+        body: { enabled: true },
+      });
       assert.equal(on.status, 200, on.text);
       assert.deepEqual([on.body.enabled, on.body.disabled_reason, on.body.failing_since], [true, null, null]);
       await makeEvent();
@@ -241,7 +247,7 @@ describeEachDb(
       rec.received.length = 0;
       rec.answer = () => 200;
       const h = await hook({ url: `${rec.url}/rot`, event_types: ['api_key.created'] });
-      const rot = await t().req('POST', `/webhooks/${h.id}/rotate-secret`, { token: key });
+      const rot = await api(t(), key).post('/webhooks/{webhook_id}/rotate-secret', { params: { webhook_id: h.id } });
       assert.equal(rot.status, 200, rot.text);
       t().forbidSecret(rot.body.secret);
       assert.notEqual(rot.body.secret, h.secret);
@@ -267,9 +273,13 @@ describeEachDb(
       rec.answer = () => 200;
       const a = await hook({ url: `${rec.url}/t1` });
       const b = await hook({ url: `${rec.url}/t2` });
-      const off = await t().req('PATCH', `/webhooks/${a.id}`, { token: key, body: { enabled: false } });
+      const off = await api(t(), key).patch('/webhooks/{webhook_id}', {
+        params: { webhook_id: a.id },
+        body: { enabled: false },
+      });
+      assert.equal(off.status, 200, off.text);
       assert.equal(off.body.enabled, false);
-      const r = await t().req('POST', `/webhooks/${a.id}/test`, { token: key });
+      const r = await api(t(), key).post('/webhooks/{webhook_id}/test', { params: { webhook_id: a.id } });
       assert.equal(r.status, 202, r.text);
       await deliver();
       assert.deepEqual(
@@ -373,8 +383,7 @@ describeEachDb(
       const h = await hook({ url: `${rec.url}/vm`, event_types: ['vm.created', 'vm.status_changed', 'vm.destroyed'] });
       const { node } = await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 });
       await credit(t(), adminKey, u.id, 500);
-      const vm = await t().req('POST', '/vms', {
-        token: key,
+      const vm = await api(t(), key).post('/vms', {
         body: {
           node,
           gpu_type: '4090',
@@ -387,11 +396,9 @@ describeEachDb(
       });
       assert.equal(vm.status, 201, vm.text);
       await advance(60); // provisioned, running
-      assert.equal((await t().req('DELETE', `/vms/${vm.body.id}`, { token: key })).status, 200);
+      assert.equal((await api(t(), key).delete('/vms/{vm_id}', { params: { vm_id: vm.body.id } })).status, 200);
       await advance(60);
-      const written = (
-        await t().req('GET', '/events', { token: key, query: { vm_id: vm.body.id, limit: 200 } })
-      ).body.map((e: { id: string }) => e.id);
+      const written = (await events({ vm_id: vm.body.id, limit: 200 })).map((e) => e.id);
       assert.ok(written.length >= 4, `events: ${written.length}`);
       assert.equal(await deliver(), 1, "only the first of the VM's events goes while it is pending");
       assert.equal(await deliver(), 0, 'the rest wait behind the one being retried');
@@ -409,7 +416,8 @@ describeEachDb(
       const mine = await hook({ url: `${rec.url}/mine` });
       const { node } = await createNode(t(), adminKey, { gpu_type: '5090', gpu_count: 2 });
       assert.equal(
-        (await t().req('PATCH', `/admin/nodes/${node}`, { token: adminKey, body: { status: 'offline' } })).status,
+        (await api(t(), adminKey).patch('/admin/nodes/{node}', { params: { node }, body: { status: 'offline' } }))
+          .status,
         200,
       );
       while ((await deliver()) > 0);
@@ -419,7 +427,10 @@ describeEachDb(
       );
       assert.equal(rec.received.filter((r) => r.path === '/mine').length, 0);
       await remove(mine.id);
-      assert.equal((await t().req('DELETE', `/webhooks/${ops.id}`, { token: adminKey })).status, 204);
+      assert.equal(
+        (await api(t(), adminKey).delete('/webhooks/{webhook_id}', { params: { webhook_id: ops.id } })).status,
+        204,
+      );
     });
 
     test('two instances delivering at once send each event once', async () => {
@@ -454,7 +465,10 @@ describeEachDb(
       await advance(10);
       assert.equal(await deliver(), 0);
       assert.equal(rec.received.length, 1);
-      assert.equal((await t().req('GET', `/webhooks/${h.id}/deliveries`, { token: key })).status, 404);
+      assert.equal(
+        (await api(t(), key).get('/webhooks/{webhook_id}/deliveries', { params: { webhook_id: h.id } })).status,
+        404,
+      );
     });
   },
   { env: { GPUCLOUD_WEBHOOK_ALLOW_PRIVATE: '1', GPUCLOUD_WEBHOOK_TIMEOUT_S: '1' } },

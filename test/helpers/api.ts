@@ -26,6 +26,7 @@
  * the union of the 2xx bodies and `error` as the union of the others, not the
  * body of each status. Tests of the SDK itself belong in test/sdk.
  */
+import assert from 'node:assert/strict';
 import type { components, paths } from '../../src/sdk/schema.js';
 import type { ReqOpts, Res, TestApp } from './app.js';
 
@@ -182,4 +183,52 @@ export function api(t: TestApp, token?: string): Api {
     request: (method, path, ...args) => send(method, path, args[0] as LooseOpts | undefined) as Promise<never>,
     as: (other) => api(t, other),
   };
+}
+
+/** An answer of any client here (typed or t().req's). */
+export interface Answer {
+  status: number;
+  text: string;
+  body: unknown;
+}
+
+/** Whether `b` has the shape of an error answer's body (t().req checks every error answer has it). */
+export function isErrorBody(b: unknown): b is ErrorBody {
+  return (
+    typeof b === 'object' &&
+    b !== null &&
+    'detail' in b &&
+    typeof b.detail === 'string' &&
+    'code' in b &&
+    typeof b.code === 'string'
+  );
+}
+
+/**
+ * Asserts an error answer with this status and code (and a detail matching `detail`); from then on `r.body` is its
+ * ErrorBody.
+ */
+export function expectError<R extends Answer>(
+  r: R,
+  status: number,
+  code: string,
+  detail?: RegExp,
+): asserts r is R & { body: ErrorBody } {
+  assert.equal(r.status, status, r.text);
+  assert.ok(isErrorBody(r.body), r.text);
+  assert.equal(r.body.code, code, r.text);
+  if (detail) assert.match(r.body.detail, detail);
+}
+
+/** Asserts the status of an answer (200 unless told) and returns the body of that status. */
+export function ok<R extends Answer>(r: R): Extract<R, { status: 200 }>['body'];
+export function ok<R extends Answer, S extends R['status']>(r: R, status: S): Extract<R, { status: S }>['body'];
+export function ok(r: Answer, status = 200): unknown {
+  assert.equal(r.status, status, r.text);
+  return r.body;
+}
+
+/** Narrows an answer to the one with status `s` (for a filter or an `if`). */
+export function hasStatus<R extends { status: number }, S extends number>(r: R, s: S): r is Extract<R, { status: S }> {
+  return r.status === s;
 }

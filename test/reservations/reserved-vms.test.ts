@@ -11,7 +11,7 @@ import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
-import { api, type Api, type RequestBody } from '../helpers/api.js';
+import { api, ok, type Api, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import type { VmSpec } from '../helpers/world.js';
 
@@ -25,19 +25,6 @@ interface Caller {
   key: string;
   /** A typed client sending `key`. */
   api: Api;
-}
-
-interface Answer {
-  status: number;
-  body: unknown;
-  text: string;
-}
-/** Asserts the status of an answer (200 unless told) and returns the body of that status. */
-function ok<R extends Answer>(r: R): Extract<R, { status: 200 }>['body'];
-function ok<R extends Answer, S extends R['status']>(r: R, status: S): Extract<R, { status: S }>['body'];
-function ok(r: Answer, status = 200): unknown {
-  assert.equal(r.status, status, r.text);
-  return r.body;
 }
 
 /** A number from a transaction's breakdown, which the schema declares free-form (`{ [key: string]: unknown }`). */

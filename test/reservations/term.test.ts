@@ -9,7 +9,7 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
-import { api, type Api } from '../helpers/api.js';
+import { api, ok, type Api } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import type { VmSpec } from '../helpers/world.js';
 
@@ -21,19 +21,6 @@ interface Caller {
   key: string;
   /** A typed client sending `key`. */
   api: Api;
-}
-
-interface Answer {
-  status: number;
-  body: unknown;
-  text: string;
-}
-/** Asserts the status of an answer (200 unless told) and returns the body of that status. */
-function ok<R extends Answer>(r: R): Extract<R, { status: 200 }>['body'];
-function ok<R extends Answer, S extends R['status']>(r: R, status: S): Extract<R, { status: S }>['body'];
-function ok(r: Answer, status = 200): unknown {
-  assert.equal(r.status, status, r.text);
-  return r.body;
 }
 
 describeEachDb('the end of a reservation: completed, converted to on-demand or cancelled', (t) => {

@@ -9,7 +9,16 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createLocalJWKSet, jwtVerify, SignJWT } from 'jose';
 import { describeEachDb, JWT_SECRET } from '../helpers/app.js';
-import { api, type Api, type BodyFor, type ErrorBody, type RequestBody } from '../helpers/api.js';
+import {
+  api,
+  expectError,
+  hasStatus,
+  isErrorBody,
+  type Answer,
+  type Api,
+  type BodyFor,
+  type RequestBody,
+} from '../helpers/api.js';
 import {
   advance,
   createApiKey,
@@ -23,37 +32,6 @@ import type { VmStatus } from '../../src/modules/vms/lifecycle.js';
 
 /** A VM as POST /vms answered it. */
 type Vm = BodyFor<'/vms', 'post', 201>;
-type Answer = { status: number; text: string; body: unknown };
-
-/** An error answer's body (t().req has checked that every error answer has a string detail and code). */
-function isErrorBody(b: unknown): b is ErrorBody {
-  return (
-    typeof b === 'object' &&
-    b !== null &&
-    'detail' in b &&
-    typeof b.detail === 'string' &&
-    'code' in b &&
-    typeof b.code === 'string'
-  );
-}
-
-/** Asserts an error answer with this status and code (and detail); from then on `r.body` is its ErrorBody. */
-function expectError<R extends Answer>(
-  r: R,
-  status: number,
-  code: string,
-  detail?: RegExp,
-): asserts r is R & { body: ErrorBody } {
-  assert.equal(r.status, status, r.text);
-  assert.ok(isErrorBody(r.body), r.text);
-  assert.equal(r.body.code, code, r.text);
-  if (detail) assert.match(r.body.detail, detail);
-}
-
-/** Narrows an answer to the one with status `s`. */
-function hasStatus<R extends { status: number }, S extends number>(r: R, s: S): r is Extract<R, { status: S }> {
-  return r.status === s;
-}
 
 describeEachDb('VM actions', (t) => {
   let admin: TestUser;

@@ -8,7 +8,7 @@ import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
-import { api, type ErrorBody, type RequestBody } from '../helpers/api.js';
+import { api, expectError, type RequestBody } from '../helpers/api.js';
 import { advance, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
 
 /** 4090 at the default prices: 0.44 per GPU-hour on demand, 0.22 interruptible, 0.0002 per GB-hour. */
@@ -19,32 +19,6 @@ const round6 = (x: number) => Math.round(x * 1e6) / 1e6;
 const rate = (gpus: number, gb: number, perGpu = GPU) => round6(gpus * perGpu + gb * GB);
 
 type VmBody = RequestBody<'/vms', 'post'>;
-type Answer = { status: number; text: string; body: unknown };
-
-/** An error answer's body (t().req has checked that every error answer has a string detail and code). */
-function isErrorBody(b: unknown): b is ErrorBody {
-  return (
-    typeof b === 'object' &&
-    b !== null &&
-    'detail' in b &&
-    typeof b.detail === 'string' &&
-    'code' in b &&
-    typeof b.code === 'string'
-  );
-}
-
-/** Asserts an error answer with this status and code (and detail); from then on `r.body` is its ErrorBody. */
-function expectError<R extends Answer>(
-  r: R,
-  status: number,
-  code: string,
-  detail?: RegExp,
-): asserts r is Extract<R, { body: ErrorBody }> {
-  assert.equal(r.status, status, r.text);
-  assert.ok(isErrorBody(r.body), r.text);
-  assert.equal(r.body.code, code, r.text);
-  if (detail) assert.match(r.body.detail, detail);
-}
 
 describeEachDb('POST /vms', (t) => {
   let admin: TestUser;

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { describeEachDb } from '../helpers/app.js';
-import { api, type BodyFor, type ErrorBody, type RequestBody } from '../helpers/api.js';
+import { api, hasStatus, isErrorBody, type Answer, type BodyFor, type RequestBody } from '../helpers/api.js';
 import {
   advance,
   createNode,
@@ -22,24 +22,6 @@ import {
 
 /** A VM as POST /vms answered it. */
 type Vm = BodyFor<'/vms', 'post', 201>;
-type Answer = { status: number; text: string; body: unknown };
-
-/** An error answer's body (t().req has checked that every error answer has a string detail and code). */
-function isErrorBody(b: unknown): b is ErrorBody {
-  return (
-    typeof b === 'object' &&
-    b !== null &&
-    'detail' in b &&
-    typeof b.detail === 'string' &&
-    'code' in b &&
-    typeof b.code === 'string'
-  );
-}
-
-/** Narrows an answer to the one with status `s`. */
-function hasStatus<R extends { status: number }, S extends number>(r: R, s: S): r is Extract<R, { status: S }> {
-  return r.status === s;
-}
 
 describeEachDb('VM reconcilers', (t) => {
   let admin: TestUser;

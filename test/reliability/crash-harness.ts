@@ -196,7 +196,8 @@ export function runCli(
 export interface Answer {
   status: number;
   text: string;
-  body: any;
+  /** The parsed JSON, or undefined; read it with helpers/json.ts. */
+  body: unknown;
   headers: IncomingHttpHeaders;
 }
 
@@ -244,7 +245,7 @@ export function send(port: number, method: string, path: string, opts: SendOpts 
         if (!res.complete) return fail('response incomplete');
         settled = true;
         const text = Buffer.concat(chunks).toString('utf8');
-        let body: any = undefined;
+        let body: unknown = undefined;
         try {
           body = text ? JSON.parse(text) : undefined;
         } catch {

@@ -62,6 +62,7 @@ import {
 } from './crash-harness.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
 import { ERROR_CODES as CODES } from '../helpers/expected.js';
+import { field, isRecord, numberField, stringField } from '../helpers/json.js';
 
 const CRASHES = Number(process.env.CRASH_COUNT ?? 50);
 const SEED = Number(process.env.CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -265,11 +266,11 @@ test(
     const adminLogin = await call('POST', '/auth/login', { body: { email: ADMIN_EMAIL, password: ADMIN_PASSWORD } });
     assert.equal(adminLogin.status, 200, adminLogin.text);
     const adminKeyRes = await call('POST', '/api-keys', {
-      token: adminLogin.body.access_token,
+      token: stringField(adminLogin.body, 'access_token'),
       body: { name: 'crash-admin', scope: 'read_write' },
     });
     assert.equal(adminKeyRes.status, 201, adminKeyRes.text);
-    const adminKey: string = adminKeyRes.body.key;
+    const adminKey = stringField(adminKeyRes.body, 'key');
 
     const NODE_SHAPES = [
       { gpu_type: '4090', gpu_count: 2 },
@@ -304,19 +305,20 @@ test(
       assert.equal(reg.status, 201, reg.text);
       const login = await call('POST', '/auth/login', { body: { email, password } });
       assert.equal(login.status, 200, login.text);
-      const token: string = login.body.access_token;
+      const token = stringField(login.body, 'access_token');
       const me = await call('GET', '/account', { token });
       assert.equal(me.status, 200, me.text);
       const ssh = await call('POST', '/ssh-keys', { token, body: { ssh_public_key: sshKeygen(`crash-${i}`) } });
       assert.equal(ssh.status, 201, ssh.text);
       const key = await call('POST', '/api-keys', { token, body: { name: `crash-${i}`, scope: 'read_write' } });
       assert.equal(key.status, 201, key.text);
-      const cr = await call('POST', `/admin/users/${me.body.id}/credits`, {
+      const userId = numberField(me.body, 'id');
+      const cr = await call('POST', `/admin/users/${userId}/credits`, {
         token: adminKey,
         body: { amount, description: 'crash test: initial credit' },
       });
       assert.equal(cr.status, 201, cr.text);
-      users.push({ id: me.body.id, email, key: key.body.key, vms: new Map() });
+      users.push({ id: userId, email, key: stringField(key.body, 'key'), vms: new Map() });
     }
     log(`setup done in ${Date.now() - t0} ms (server start ${srv.startMs[0]} ms)`);
 
@@ -355,6 +357,7 @@ test(
             return;
           }
           const next = new Map<string, VmModel>();
+          // A 200 from GET /vms: its shape is the API's (checked by the typed tests).
           for (const v of a.body as {
             id: string;
             status: VmStatus;
@@ -496,7 +499,9 @@ test(
     }
 
     const isPendingConflict = (a: Answer) =>
-      a.status === 400 && a.body?.code === 'conflict' && /still being processed/i.test(String(a.body?.detail));
+      a.status === 400 &&
+      field(a.body, 'code') === 'conflict' &&
+      /still being processed/i.test(String(field(a.body, 'detail')));
 
     /** Is this answer one the request may get? (Any 5xx, unknown code or wrong shape is a failure.) */
     function checkAnswer(op: Op, a: Answer): void {
@@ -505,15 +510,16 @@ test(
       const replayed = a.headers['idempotent-replayed'] === 'true';
       if (a.status >= 500) return fail(op, `answered ${a.status} ${a.text}`);
       if (a.status >= 400) {
-        if (!CODES.has(a.body?.code))
+        const code = field(a.body, 'code');
+        if (typeof code !== 'string' || !CODES.has(code))
           return fail(op, `answered ${a.status} with a code outside the closed list: ${a.text}`);
-        if (!exp.codes.includes(a.body.code))
-          return fail(op, `answered ${a.status} ${a.body.code}, not an answer this request can get: ${a.text}`);
+        if (!exp.codes.includes(code))
+          return fail(op, `answered ${a.status} ${code}, not an answer this request can get: ${a.text}`);
         if (op.kind === 'destroy' && !retried)
           return fail(op, `a destroy of a live VM answered ${a.text} on its first attempt`);
         if (retried && !IDEMPOTENT.has(op.kind)) {
           // Not covered by Idempotency-Key: the retry of a request whose first attempt committed finds the change made.
-          const k = `${op.kind} ${a.body.code}`;
+          const k = `${op.kind} ${code}`;
           stats.retriedNonIdempotentRefused.set(k, (stats.retriedNonIdempotentRefused.get(k) ?? 0) + 1);
         }
         return;
@@ -521,7 +527,7 @@ test(
       if (a.status !== exp.ok) return fail(op, `answered ${a.status} (expected ${exp.ok} or an error): ${a.text}`);
       if (IDEMPOTENT.has(op.kind) && retried && !replayed) stats.retriedFresh++;
       if (IDEMPOTENT.has(op.kind) && retried && replayed) stats.retriedReplayed++;
-      const b = a.body ?? {};
+      const b = isRecord(a.body) ? a.body : {};
       const req = (op.body ?? {}) as Record<string, unknown>;
       switch (op.kind) {
         case 'create':
@@ -541,6 +547,7 @@ test(
           if (
             b.type !== 'credit' ||
             b.description !== op.description ||
+            typeof b.amount !== 'number' ||
             Math.round(b.amount * 100) !== Math.round(Number(req.amount) * 100)
           ) {
             fail(op, `credit answered 201 with an unexpected transaction: ${a.text}`);
@@ -565,7 +572,8 @@ test(
       const vm = op.vmId ? u.vms.get(op.vmId) : undefined;
       if (vm) vm.busy = false;
       if (op.kind === 'create' && a.status === 201) {
-        const b = a.body;
+        // checkAnswer has checked this 201's VM: an id, its rental type and a reservation id where it has one.
+        const b = a.body as { id: string; status: VmStatus; rental_type: RentalType; reservation_id: string | null };
         u.vms.set(b.id, {
           id: b.id,
           status: b.status,
@@ -583,7 +591,7 @@ test(
       } else if (op.kind === 'cancel' && vm) {
         vm.resActive = false;
       } else if (op.kind === 'advance' && a.status === 200) {
-        clockUpperMs = Math.max(clockUpperMs, Date.parse(a.body.now));
+        clockUpperMs = Math.max(clockUpperMs, Date.parse(stringField(a.body, 'now')));
       }
     }
 
@@ -632,7 +640,7 @@ test(
               `answered for real only ${took} ms after the last crash that cut it (bound ${ANSWER_BOUND_MS} ms)`,
             );
         }
-        const what = `${op.kind} ${a.status}${a.status >= 400 ? ` ${a.body?.code}` : ''}`;
+        const what = `${op.kind} ${a.status}${a.status >= 400 ? ` ${String(field(a.body, 'code'))}` : ''}`;
         stats.answers.set(what, (stats.answers.get(what) ?? 0) + 1);
         checkAnswer(op, a);
         learn(op, a);
@@ -800,7 +808,7 @@ test(
     // Every answered idempotent request still within its 24 h: the same answer again.
     for (const op of replayable()) await replay(op);
     const clockRes = await call('GET', '/admin/clock', { token: adminKey });
-    const finalClockMs = Date.parse(clockRes.body.now);
+    const finalClockMs = Date.parse(stringField(clockRes.body, 'now'));
     await cdb.end();
     clockDb = undefined;
     await srv.stop();
@@ -915,27 +923,30 @@ test(
         const a = op.answer;
         if (op.kind === 'create') {
           const rows = vmsByLabel.get(op.label!) ?? [];
-          if (a.status === 201 && (rows.length !== 1 || rows[0]!.id !== a.body.id)) {
+          if (a.status === 201 && (rows.length !== 1 || rows[0]!.id !== field(a.body, 'id'))) {
             fail(
               op,
-              `create answered 201 (VM ${a.body.id}) but the database holds ${rows.length} VM(s) with its label: ${JSON.stringify(rows)}`,
+              `create answered 201 (VM ${String(field(a.body, 'id'))}) but the database holds ${rows.length} VM(s) with its label: ${JSON.stringify(rows)}`,
             );
           } else if (a.status !== 201 && rows.length) {
-            fail(op, `create answered ${a.status} ${a.body?.code} but made VM(s) ${JSON.stringify(rows)}`);
+            fail(
+              op,
+              `create answered ${a.status} ${String(field(a.body, 'code'))} but made VM(s) ${JSON.stringify(rows)}`,
+            );
           }
         } else if (op.kind === 'credit') {
           const rows = txByDescription.get(op.description!) ?? [];
-          if (a.status === 201 && (rows.length !== 1 || String(rows[0]!.id) !== String(a.body.id))) {
+          if (a.status === 201 && (rows.length !== 1 || String(rows[0]!.id) !== String(field(a.body, 'id')))) {
             fail(
               op,
-              `credit answered 201 (transaction ${a.body.id}) but the database holds ${rows.length} transaction(s) for it: ${JSON.stringify(rows)}`,
+              `credit answered 201 (transaction ${String(field(a.body, 'id'))}) but the database holds ${rows.length} transaction(s) for it: ${JSON.stringify(rows)}`,
             );
           } else if (a.status !== 201 && rows.length) {
             fail(op, `credit answered ${a.status} but wrote ${JSON.stringify(rows)}`);
           }
         } else if (
           op.kind === 'destroy' &&
-          (a.status === 200 || a.body?.code === 'invalid_state') &&
+          (a.status === 200 || field(a.body, 'code') === 'invalid_state') &&
           vmStatus.get(op.vmId!) !== 'destroyed'
         ) {
           fail(op, `destroy answered ${a.status} but the VM is ${vmStatus.get(op.vmId!)}`);

@@ -167,7 +167,8 @@ export function sshPublicKey(comment: string): string {
 
 export interface Answer {
   status: number;
-  body: any;
+  /** The parsed JSON, or undefined; read it with helpers/json.ts. */
+  body: unknown;
   headers: Headers;
   instance: string;
 }

@@ -23,6 +23,7 @@ import {
 } from './instances-cluster.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
 import { within } from '../helpers/wait.js';
+import { stringField } from '../helpers/json.js';
 
 const skip = process.env.DATABASE_URL ? false : 'needs DATABASE_URL';
 
@@ -64,12 +65,10 @@ test(
     const http = new Http([api]);
     const email = `hook-${randomBytes(4).toString('hex')}@example.com`;
     await http.must([201], 'POST', '/auth/register', { body: { email, password: 'a-long-password-1234' } });
-    const token = (await http.must([200], 'POST', '/auth/login', { body: { email, password: 'a-long-password-1234' } }))
-      .body.access_token as string;
-    const hook = (await http.must([201], 'POST', '/webhooks', { token, body: { url: `${rec.url}/hook` } })).body as {
-      id: string;
-      secret: string;
-    };
+    const login = await http.must([200], 'POST', '/auth/login', { body: { email, password: 'a-long-password-1234' } });
+    const token = stringField(login.body, 'access_token');
+    const made = await http.must([201], 'POST', '/webhooks', { token, body: { url: `${rec.url}/hook` } });
+    const hook = { id: stringField(made.body, 'id'), secret: stringField(made.body, 'secret') };
 
     let answered2xx = 0;
     rec.answer = (_r, n) => {
@@ -77,7 +76,7 @@ test(
       answered2xx++;
       return 200;
     };
-    const sent = (await http.must([202], 'POST', `/webhooks/${hook.id}/test`, { token })).body.event_id as string;
+    const sent = stringField((await http.must([202], 'POST', `/webhooks/${hook.id}/test`, { token })).body, 'event_id');
     await within(15_000, async () => rec.received.length === 1, 'the first attempt reaches the receiver');
 
     w1.child.kill('SIGKILL');
@@ -92,7 +91,8 @@ test(
     );
     const recorded = async () => {
       await sleep(250); // polled gently: the rate limit counts these too
-      return (await http.must([200], 'GET', `/webhooks/${hook.id}/deliveries`, { token })).body.length === 1;
+      const deliveries = (await http.must([200], 'GET', `/webhooks/${hook.id}/deliveries`, { token })).body;
+      return Array.isArray(deliveries) && deliveries.length === 1;
     };
     await within(15_000, recorded, 'the attempt is recorded');
     await sleep(2_000); // nothing more comes

@@ -5,7 +5,7 @@
  * callers (signed-in ones), so they are callback hooks that check first and
  * start async work only when there is some.
  */
-import type { FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, RouteOptions } from 'fastify';
 
 type Done = HookHandlerDoneFunction;
 
@@ -46,4 +46,30 @@ export function onSendWhen<P>(
       (err: Error) => done(err),
     );
   };
+}
+
+type RouteHookName = 'preValidation' | 'onSend';
+/** One hook of the kind route options take under `name` (they take one or a list). */
+type RouteHook<K extends RouteHookName> =
+  NonNullable<RouteOptions[K]> extends infer H ? (H extends readonly (infer E)[] ? E : H) : never;
+
+/**
+ * Adds `hook` as a route-level `name` hook to each route added from now on that
+ * `applies` to, decided once when the route is added: a request to any other
+ * route does not run it at all. Route-level hooks run after the application's
+ * hooks of the same kind, in the order they were added here.
+ */
+export function addRouteHook<K extends RouteHookName>(
+  app: FastifyInstance,
+  name: K,
+  applies: (route: RouteOptions) => boolean,
+  hook: RouteHook<K>,
+): void {
+  app.addHook('onRoute', (route) => {
+    if (!applies(route)) return;
+    const existing: unknown = route[name];
+    const hooks = existing === undefined ? [] : Array.isArray(existing) ? [...(existing as unknown[])] : [existing];
+    hooks.push(hook);
+    (route as Record<K, unknown>)[name] = hooks;
+  });
 }

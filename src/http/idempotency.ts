@@ -15,7 +15,7 @@
  * client knows. The request fingerprint is an HMAC under that key as well, so
  * it cannot be used to guess a request body (e.g. a VM password).
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
 import { createHash, createHmac } from 'node:crypto';
 import { open, seal } from '../crypto.js';
 import type { Db, Queryable } from '../db/db.js';
@@ -25,7 +25,7 @@ import { realTimeMs } from '../clock.js';
 import { newId } from '../ids.js';
 import { bindToNextCommit } from '../db/commit-hook.js';
 import * as store from './idempotency-repository.js';
-import { hookWhen, onSendWhen } from './hooks.js';
+import { addRouteHook, hookWhen, onSendWhen } from './hooks.js';
 
 export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000;
 const WAIT_FOR_FIRST_MS = 15_000;
@@ -89,10 +89,13 @@ async function recordAnswer(
 export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock): void {
   // preValidation: every request that got past authentication, scope and body parsing claims the key,
   // so a body that fails validation is answered (and replayed) like any other failure.
-  const claims = (req: FastifyRequest) =>
-    req.routeOptions.config.idempotent === true && !!req.principal && req.headers['idempotency-key'] !== undefined;
-  app.addHook(
+  // Route-level hooks: only the routes that honour the header run them.
+  const idempotentRoute = (route: RouteOptions) => route.config?.idempotent === true;
+  const claims = (req: FastifyRequest) => !!req.principal && req.headers['idempotency-key'] !== undefined;
+  addRouteHook(
+    app,
     'preValidation',
+    idempotentRoute,
     hookWhen(claims, async (req, reply) => {
       const raw = req.headers['idempotency-key']!;
       const key = Array.isArray(raw) ? raw[0]! : raw;
@@ -163,8 +166,10 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
     }),
   );
 
-  app.addHook(
+  addRouteHook(
+    app,
     'onSend',
+    idempotentRoute,
     onSendWhen(
       (req) => req.idempotency !== undefined,
       async (req, reply, payload) => {

@@ -69,24 +69,33 @@ export class BatchingRateLimitStore implements RateLimitStore {
     this.sweepEveryMs = opts.sweepEveryMs ?? 1000;
   }
 
-  async hit(key: string, windowMs: number, nowMs: number, opts: HitOptions = {}): Promise<RateLimitHit> {
+  /** A hit on a key read from the shared store lately and still far below the caller's `localBelow`. */
+  hitLocal(key: string, windowMs: number, nowMs: number, opts: HitOptions = {}): RateLimitHit | undefined {
     if (this.closed) throw new Error('rate-limit store is closed');
-    const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
+    const entry = this.entries.get(key);
+    if (entry === undefined || opts.localBelow === undefined) return undefined;
+    const { windowStart, resetMs } = windowOf(windowMs, nowMs);
+    if (
+      entry.windowStart !== windowStart ||
+      nowMs - entry.syncedAt > this.freshForMs ||
+      entry.base + entry.inflight + entry.pending + 1 >= opts.localBelow
+    ) {
+      return undefined;
+    }
+    entry.pending += 1;
+    this.dirty.add(key);
+    return { count: entry.base + entry.inflight + entry.pending, resetMs };
+  }
+
+  async hit(key: string, windowMs: number, nowMs: number, opts: HitOptions = {}): Promise<RateLimitHit> {
+    const local = this.hitLocal(key, windowMs, nowMs, opts);
+    if (local !== undefined) return local;
+    const { windowStart, windowEnd } = windowOf(windowMs, nowMs);
     let entry = this.entries.get(key);
     if (entry !== undefined && entry.windowStart !== windowStart) {
       // A hit for an earlier window than the one held (a clock step back) is counted where it belongs.
       if (windowStart < entry.windowStart) return this.shared.add(key, windowMs, nowMs, 1);
       entry = undefined;
-    }
-    if (
-      entry !== undefined &&
-      opts.localBelow !== undefined &&
-      nowMs - entry.syncedAt <= this.freshForMs &&
-      entry.base + entry.inflight + entry.pending + 1 < opts.localBelow
-    ) {
-      entry.pending += 1;
-      this.dirty.add(key);
-      return { count: entry.base + entry.inflight + entry.pending, resetMs };
     }
     if (entry === undefined) {
       entry = { windowMs, windowStart, windowEnd, base: 0, pending: 0, inflight: 0, syncedAt: -Infinity };

@@ -42,6 +42,13 @@ export interface RateLimitStore {
    * so that every instance agrees.
    */
   hit(key: string, windowMs: number, nowMs: number, opts?: HitOptions): Promise<RateLimitHit>;
+  /**
+   * Counts the hit and answers at once when this process can (no round trip):
+   * the same count `hit` would give. Undefined, with nothing counted, when the
+   * hit must go to a shared store: then call `hit`. The request path tries
+   * this first, so a hit counted in memory costs no promise.
+   */
+  hitLocal?(key: string, windowMs: number, nowMs: number, opts?: HitOptions): RateLimitHit | undefined;
   close(): Promise<void>;
 }
 
@@ -97,10 +104,18 @@ export class MemoryRateLimitStore implements RateLimitStore {
   }
 
   async hit(key: string, windowMs: number, nowMs: number): Promise<RateLimitHit> {
-    return this.add(key, windowMs, nowMs, 1);
+    return this.count(key, windowMs, nowMs, 1);
+  }
+
+  hitLocal(key: string, windowMs: number, nowMs: number): RateLimitHit {
+    return this.count(key, windowMs, nowMs, 1);
   }
 
   async add(key: string, windowMs: number, nowMs: number, n: number): Promise<RateLimitHit> {
+    return this.count(key, windowMs, nowMs, n);
+  }
+
+  private count(key: string, windowMs: number, nowMs: number, n: number): RateLimitHit {
     if (this.closed) throw new Error('rate-limit store is closed');
     const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
     const mapKey = `${windowStart}:${key}`;

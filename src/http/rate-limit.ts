@@ -5,7 +5,7 @@
  * of a limited route carries X-RateLimit-Limit/-Remaining/-Reset (seconds);
  * past the limit: 429 `rate_limited` with Retry-After.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import type { RateLimitConfig } from '../config.js';
 import { realTimeMs } from '../clock.js';
 import { AppError } from '../errors.js';
@@ -16,10 +16,11 @@ import {
   MemoryRateLimitStore,
   PostgresRateLimitStore,
   RedisRateLimitStore,
+  type RateLimitHit,
   type RateLimitStore,
 } from './rate-limit-store.js';
 import { BatchingRateLimitStore } from './rate-limit-batching.js';
-import { hookWhen, onSendWhen } from './hooks.js';
+import { addRouteHook, hookWhen, onSendWhen } from './hooks.js';
 
 const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
   login: 'login',
@@ -41,26 +42,45 @@ declare module 'fastify' {
 }
 
 export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, limits: RateLimitConfig): void {
-  async function consume(
+  /**
+   * Counts the request against `bucket` for `subject` and sets the X-RateLimit headers; past the limit
+   * (when `enforce`) throws `rate_limited`. Answers at once when the store counts in this process, and
+   * returns a promise only when the hit goes to a shared store.
+   */
+  function consume(
     req: FastifyRequest,
     reply: FastifyReply,
     bucket: RateBucket,
     subject: string,
     enforce = true,
-  ) {
+  ): void | Promise<void> {
     if (req.rateLimitCounted) return;
     req.rateLimitCounted = true;
     const limit = limits[LIMIT_OF[bucket]] as number;
-    let hit;
+    const key = `${bucket}:${subject}`;
+    const nowMs = realTimeMs();
+    const opts = {
+      localBelow: COUNTED_AT_ONCE.has(bucket) || limit < LOCAL_FROM_LIMIT ? undefined : Math.floor(limit / 2),
+    };
+    let hit: RateLimitHit | undefined;
     try {
-      hit = await store.hit(`${bucket}:${subject}`, limits.windowMs, realTimeMs(), {
-        localBelow: COUNTED_AT_ONCE.has(bucket) || limit < LOCAL_FROM_LIMIT ? undefined : Math.floor(limit / 2),
-      });
+      hit = store.hitLocal?.(key, limits.windowMs, nowMs, opts);
     } catch (err) {
-      // Fail open: an unreachable Redis must not take the API down with it.
-      req.log.error({ err }, 'rate-limit store unavailable; request allowed');
-      return;
+      return failOpen(req, err);
     }
+    if (hit !== undefined) return answer(reply, hit, limit, enforce);
+    return store.hit(key, limits.windowMs, nowMs, opts).then(
+      (shared) => answer(reply, shared, limit, enforce),
+      (err: unknown) => failOpen(req, err),
+    );
+  }
+
+  // Fail open: an unreachable Redis must not take the API down with it.
+  function failOpen(req: FastifyRequest, err: unknown): void {
+    req.log.error({ err }, 'rate-limit store unavailable; request allowed');
+  }
+
+  function answer(reply: FastifyReply, hit: RateLimitHit, limit: number, enforce: boolean): void {
     const resetS = Math.max(1, Math.ceil(hit.resetMs / 1000));
     reply.header('X-RateLimit-Limit', String(limit));
     reply.header('X-RateLimit-Remaining', String(Math.max(0, limit - hit.count)));
@@ -80,17 +100,14 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
   const bucketOf = (req: FastifyRequest): RateBucket | false =>
     req.routeOptions.url ? (req.routeOptions.config.rateLimit ?? 'default') : false;
 
-  app.addHook(
-    'onRequest',
-    hookWhen(
-      (req) => {
-        const bucket = bucketOf(req);
-        return bucket !== false && bucket !== 'login';
-      },
-      (req, reply) =>
-        consume(req, reply, bucketOf(req) as RateBucket, req.principal ? `u:${req.principal.userId}` : `ip:${req.ip}`),
-    ),
-  );
+  // Callback style: most requests are counted in memory and go on at once (a throw is the 429 answer).
+  app.addHook('onRequest', (req, reply, done) => {
+    const bucket = bucketOf(req);
+    if (bucket === false || bucket === 'login') return done();
+    const counted = consume(req, reply, bucket, req.principal ? `u:${req.principal.userId}` : `ip:${req.ip}`);
+    if (counted === undefined) return done();
+    counted.then(() => done(), done);
+  });
 
   // Login is limited per email, which needs the parsed body: counted
   // before validation, so that an invalid body is counted (and answered with
@@ -139,10 +156,13 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
   // A login whose body could not even be read (malformed JSON, too large, wrong
   // media type) never reached preValidation: count it per IP so that its
   // response carries the headers too (every response of a limited route does).
-  app.addHook(
+  // A route-level hook: only the login route runs it.
+  addRouteHook(
+    app,
     'onSend',
+    (route: RouteOptions) => route.config?.rateLimit === 'login',
     onSendWhen(
-      (req) => !req.rateLimitCounted && isLogin(req),
+      (req) => !req.rateLimitCounted,
       async (req, reply, payload) => {
         await consume(req, reply, 'login', `ip:${req.ip}`, false);
         return payload;

@@ -42,7 +42,40 @@ export class SnapshotBodies<Snapshot extends object> {
       if (!forSnapshot) this.bodies.set(snapshot, (forSnapshot = new Map()));
       if (forSnapshot.size < MAX_PER_SNAPSHOT) forSnapshot.set(key, body);
     }
-    if (body.total !== undefined) reply.header('X-Total-Count', String(body.total));
-    return reply.type('application/json; charset=utf-8').send(body.bytes);
+    return write(reply, body);
   }
+
+  /**
+   * As `send`, answering at once, with no promise, when `current` (the
+   * snapshot already loaded, if it is still current) has its body for `key`
+   * kept: what nearly every request finds. Otherwise waits for `load` and
+   * sends the answer `make` gives for that snapshot.
+   */
+  sendNow(
+    reply: FastifyReply,
+    current: Snapshot | undefined,
+    key: string,
+    load: () => Promise<Snapshot>,
+    make: (snapshot: Snapshot) => Promise<{ payload: unknown; total?: number }>,
+  ): void | Promise<void> {
+    const body = current && this.bodies.get(current)?.get(key);
+    if (body) {
+      write(reply, body);
+      return;
+    }
+    return load().then(async (snapshot) => {
+      await this.send(reply, snapshot, key, () => make(snapshot));
+    });
+  }
+}
+
+function write(reply: FastifyReply, body: Body): FastifyReply {
+  if (body.total !== undefined) reply.header('X-Total-Count', String(body.total));
+  return reply.type('application/json; charset=utf-8').send(body.bytes);
+}
+
+/** The query string of a request URL, without the `?` ('' when there is none). */
+export function queryString(url: string): string {
+  const at = url.indexOf('?');
+  return at < 0 ? '' : url.slice(at + 1);
 }

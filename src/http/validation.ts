@@ -34,21 +34,36 @@ const STRICT_FORM: Record<string, RegExp> = {
   number: /^-?\d+(\.\d+)?$/,
 };
 
+/** A top-level integer or number property of a query string or path, and the form its value must have. */
+interface NumberProperty {
+  name: string;
+  type: 'integer' | 'number';
+  form: RegExp;
+}
+
+/** The integer and number properties of a query or path schema, found once when the route is compiled. */
+function numberProperties(schema: { properties?: Record<string, { type?: unknown }> }): NumberProperty[] {
+  const out: NumberProperty[] = [];
+  for (const [name, prop] of Object.entries(schema.properties ?? {})) {
+    const type = prop?.type;
+    if (type === 'integer' || type === 'number') out.push({ name, type, form: STRICT_FORM[type]! });
+  }
+  return out;
+}
+
 /**
  * Ajv coerces any string JavaScript reads as a number (`1e3`, `0x10`, ` 5 `),
  * so `?limit=1e1` or `/users/0x1` would pass. Top-level integer and number
  * properties of a query string or path must be written in plain decimal; this
  * finds the ones that are not, before Ajv coerces them.
  */
-function looseNumbers(schema: { properties?: Record<string, { type?: unknown }> }, data: unknown): ErrorObject[] {
-  if (!schema.properties || data === null || typeof data !== 'object') return [];
-  const out: ErrorObject[] = [];
-  for (const [name, prop] of Object.entries(schema.properties)) {
-    const type = typeof prop?.type === 'string' ? prop.type : undefined;
-    const form = type ? STRICT_FORM[type] : undefined;
+function looseNumbers(props: NumberProperty[], data: unknown): ErrorObject[] {
+  if (props.length === 0 || data === null || typeof data !== 'object') return [];
+  let out: ErrorObject[] | undefined;
+  for (const { name, type, form } of props) {
     const value = (data as Record<string, unknown>)[name];
-    if (!form || typeof value !== 'string' || form.test(value)) continue;
-    out.push({
+    if (typeof value !== 'string' || form.test(value)) continue;
+    (out ??= []).push({
       instancePath: `/${name.replace(/~/g, '~0').replace(/\//g, '~1')}`,
       schemaPath: `#/properties/${name}/type`,
       keyword: 'type',
@@ -56,14 +71,15 @@ function looseNumbers(schema: { properties?: Record<string, { type?: unknown }> 
       message: `must be ${type === 'integer' ? 'an integer' : 'a number'} in plain decimal digits`,
     });
   }
-  return out;
+  return out ?? [];
 }
 
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
   if (httpPart === 'body') return bodyAjv.compile(schema as object) as ValidateFunction;
   const validate = queryAjv.compile(schema as object);
+  const props = numberProperties(schema as { properties?: Record<string, { type?: unknown }> });
   const strict = (data: unknown): boolean => {
-    const loose = looseNumbers(schema as { properties?: Record<string, { type?: unknown }> }, data);
+    const loose = looseNumbers(props, data);
     const ok = validate(data);
     strict.errors = loose.length ? [...loose, ...(validate.errors ?? [])] : validate.errors;
     return ok && loose.length === 0;

@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, Enum, errorResponses, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { GPU_TYPES, NODE_STATUSES } from './repository.js';
-import { SnapshotBodies } from '../../http/snapshot-bodies.js';
+import { queryString, SnapshotBodies } from '../../http/snapshot-bodies.js';
 import type { InventoryService, OfferInputs } from './service.js';
 
 const GpuType = Enum(GPU_TYPES, 'GPU type');
@@ -182,15 +182,20 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: { auth: 'public' },
     },
-    async (req, reply) => {
+    (req, reply) => {
       const q = req.query;
-      const f = { ...q, ...paging(q) };
-      const key = JSON.stringify([q.gpu_type, q.min_gpus, q.max_price, q.rental_type, q.location, f.limit, f.offset]);
-      const inputs = await inv.offerInputs();
-      return bodies.send(reply, inputs, key, async () => {
-        const r = await inv.search(f, inputs);
-        return { payload: r.items, total: r.total };
-      });
+      // An answer is kept under its raw query string: one string always reads as the same filters.
+      const key = `search?${queryString(req.url)}`;
+      return bodies.sendNow(
+        reply,
+        inv.offersNow(),
+        key,
+        () => inv.offerInputs(),
+        async (inputs) => {
+          const r = await inv.search({ ...q, ...paging(q) }, inputs);
+          return { payload: r.items, total: r.total };
+        },
+      );
     },
   );
 
@@ -208,10 +213,14 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: { auth: 'public' },
     },
-    async (_req, reply) => {
-      const inputs = await inv.offerInputs();
-      return bodies.send(reply, inputs, 'pricing', async () => ({ payload: await inv.publicPricing(inputs) }));
-    },
+    (_req, reply) =>
+      bodies.sendNow(
+        reply,
+        inv.offersNow(),
+        'pricing',
+        () => inv.offerInputs(),
+        async (inputs) => ({ payload: await inv.publicPricing(inputs) }),
+      ),
   );
 
   r.get(

@@ -290,7 +290,8 @@ export class InventoryService {
    * within OFFERS_MAX_AGE_MS, the snapshot's longest life. Placement never
    * reads it: creating a VM counts GPUs under the node's row lock.
    */
-  private offersSnapshot: { loadedAt: number; epoch: number; inputs: Promise<OfferInputs> } | undefined;
+  private offersSnapshot:
+    { loadedAt: number; epoch: number; inputs: Promise<OfferInputs>; loaded?: OfferInputs } | undefined;
   private offersEpoch = 0;
 
   /** The current offers snapshot (read again when it changed or is older than OFFERS_MAX_AGE_MS). */
@@ -301,12 +302,27 @@ export class InventoryService {
     const inputs = Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]).then(
       ([prices, nodes, usage]) => ({ prices, nodes, usage }),
     );
-    const mine = { loadedAt: now, epoch: this.offersEpoch, inputs };
+    const mine: NonNullable<typeof this.offersSnapshot> = { loadedAt: now, epoch: this.offersEpoch, inputs };
     this.offersSnapshot = mine;
-    inputs.catch(() => {
-      if (this.offersSnapshot === mine) this.offersSnapshot = undefined; // a failed read is not kept
-    });
+    inputs.then(
+      (loaded) => {
+        mine.loaded = loaded;
+      },
+      () => {
+        if (this.offersSnapshot === mine) this.offersSnapshot = undefined; // a failed read is not kept
+      },
+    );
     return inputs;
+  }
+
+  /**
+   * The current offers snapshot if it is loaded and still current, without
+   * waiting; undefined when `offerInputs` would read it again or is reading it.
+   */
+  offersNow(): OfferInputs | undefined {
+    const s = this.offersSnapshot;
+    const current = s?.loaded && s.epoch === this.offersEpoch && performance.now() - s.loadedAt < OFFERS_MAX_AGE_MS;
+    return current ? s.loaded : undefined;
   }
 
   /** What offers are made of has changed (call once the change has committed). */

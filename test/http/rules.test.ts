@@ -850,6 +850,22 @@ describeEachDb('HTTP rules', (t) => {
       await chk(as().get('/healthz'));
       const m2 = await chk(as().get('/metrics'));
       assert.equal(count(m2.text), before + 2);
+      // The latency histogram: cumulative buckets ending in +Inf, which equals the count.
+      const series = 'method="GET",route="/healthz"';
+      const value = (line: string) => {
+        const found = m2.text.split('\n').find((l) => l.startsWith(`${line} `));
+        assert.ok(found, `${line} is in /metrics`);
+        return Number(found.slice(line.length + 1));
+      };
+      const name = 'gpucloud_http_request_duration_seconds';
+      const total = value(`${name}_count{${series}}`);
+      assert.ok(total >= 3, `three GET /healthz at least, counted ${total}`);
+      assert.equal(value(`${name}_bucket{le="+Inf",${series}}`), total);
+      const buckets = ['0.005', '0.01', '0.025', '0.05', '0.1', '0.25', '0.5', '1', '2.5', '5'].map((le) =>
+        value(`${name}_bucket{le="${le}",${series}}`),
+      );
+      buckets.forEach((n, i) => assert.ok(n <= (buckets[i + 1] ?? total), 'buckets are cumulative'));
+      assert.ok(value(`${name}_sum{${series}}`) >= 0);
     });
 
     test('/metrics from another machine needs the metrics token or an administrator; loopback needs nothing', async () => {

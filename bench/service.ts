@@ -88,7 +88,7 @@ function forward(line: string): void {
 
 /**
  * Node's arguments for the service as `npm start` runs it in `repo`: the words of
- * its start script after `node` (`--v8-pool-size=2 dist/main.js serve`), so the
+ * its start script after `node` (`--v8-pool-size=1 dist/main.js serve`), so the
  * bench measures the flags the checkout ships, not a command of its own.
  */
 export function startArgs(repo: string): string[] {

@@ -11,7 +11,7 @@
  *           dir BENCH_PGLITE_DIR (PGlite, once the service has exited), for
  *           the user BENCH_USER_ID:
  *             GET /vms/:id          one select by primary key
- *             GET /vms              the user's 50 newest VMs
+ *             GET /vms              the user's 50 newest VMs (the columns a list reads)
  *             GET /billing/balance  the balance select
  *             GET /search           the 3 queries /search and /pricing run
  *                                   (prices, nodes, GPUs held per node)
@@ -23,6 +23,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
+import { LISTED_COLUMNS } from '../src/modules/vms/repository.js';
 
 type Mode = 'hello' | 'static' | 'db';
 
@@ -65,7 +66,10 @@ async function dbRoutes(app: FastifyInstance): Promise<void> {
     async (req) => (await sql.rows('SELECT * FROM vms WHERE id = $1 AND user_id = $2', [req.params.id, userId]))[0],
   );
   app.get('/vms', async () =>
-    sql.rows(`SELECT * FROM vms WHERE user_id = $1 AND status <> 'destroyed' ORDER BY seq DESC LIMIT 50`, [userId]),
+    sql.rows(
+      `SELECT ${LISTED_COLUMNS.join(', ')} FROM vms WHERE user_id = $1 AND status <> 'destroyed' ORDER BY seq DESC LIMIT 50`,
+      [userId],
+    ),
   );
   app.get(
     '/billing/balance',

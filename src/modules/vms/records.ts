@@ -8,7 +8,7 @@ import { UUID_RE } from '../../ids.js';
 import { toAmount } from '../../money.js';
 import type { RentalType, VmStatus } from './lifecycle.js';
 import * as repo from './repository.js';
-import type { InterruptionRow, VmRow } from './repository.js';
+import type { InterruptionRow, ListedVmRow, VmRow } from './repository.js';
 
 /** A label is 1..32 printable ASCII characters (space to tilde). */
 export const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
@@ -56,7 +56,7 @@ export interface InterruptionRecord {
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
-export const toVmRecord = (v: VmRow): VmRecord => ({
+export const toVmRecord = (v: ListedVmRow): VmRecord => ({
   id: v.id,
   vmid: v.vmid,
   user_id: v.user_id,

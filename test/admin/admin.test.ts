@@ -5,8 +5,8 @@
 import { before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { describeEachDb, TEST_CLOCK_START, type Res } from '../helpers/app.js';
-import { api, type Api, type ErrorBody, type RequestBody } from '../helpers/api.js';
+import { describeEachDb, TEST_CLOCK_START } from '../helpers/app.js';
+import { api, errorBody, type Api, type RequestBody } from '../helpers/api.js';
 import { createTestDb } from '../helpers/db.js';
 import { createApiKey, createUser, tokensOf, uniqueEmail, type TestUser } from '../helpers/factories.js';
 import { ClockService } from '../../src/modules/clock/service.js';
@@ -34,7 +34,6 @@ type UserPatch = RequestBody<'/admin/users/{user_id}', 'patch'>;
  * {user_id} is deliberately not a user id ('abc', '1e3', '%20'...), where api() takes a number (and would encode
  * '%20'). t().req has already checked that every error answer has this shape.
  */
-const errorOf = (r: Res): ErrorBody => r.body as ErrorBody;
 
 describeEachDb('admin API', (t) => {
   let admin: TestUser;
@@ -378,7 +377,7 @@ describeEachDb('admin API', (t) => {
       for (const id of ['abc', '1.5', '0', '-1', '99999999999999999999', '1e3', '%20']) {
         const bad = await t().req('GET', `/admin/users/${id}`, { token: admin.token });
         assert.equal(bad.status, 422, `${id}: ${bad.text}`);
-        assert.equal(errorOf(bad).errors?.[0]?.field, 'path.user_id');
+        assert.equal(errorBody(bad).errors?.[0]?.field, 'path.user_id');
       }
     });
 

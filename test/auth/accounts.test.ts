@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeJwt, decodeProtectedHeader } from 'jose';
 import { describeEachDb, type TestApp } from '../helpers/app.js';
-import { api, type ErrorBody, type Reply, type RequestBody } from '../helpers/api.js';
+import { api, expectError, type ErrorBody, type Reply, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createUser, tokensOf, uniqueEmail } from '../helpers/factories.js';
 import { DUMMY_HASH, PasswordHasher } from '../../src/modules/auth/passwords.js';
 import { AppError } from '../../src/errors.js';
@@ -19,13 +19,8 @@ type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 410 | 413 | 415 | 422 | 4
 /** Any answer of the client: an error status is an ErrorBody on every route. */
 type Answer = Reply<ErrorStatus, ErrorBody> | Reply<200 | 201 | 204, unknown>;
 
-function assertError<S extends ErrorStatus>(r: Answer, status: S, code: string): asserts r is Reply<S, ErrorBody> {
-  assert.equal(r.status, status, r.text);
-  assert.equal(r.body.code, code, r.text);
-}
-
 function assertValidation(r: Answer, field: string): asserts r is Reply<422, ErrorBody> {
-  assertError(r, 422, 'validation_error');
+  expectError(r, 422, 'validation_error');
   assert.ok(Array.isArray(r.body.errors), r.text);
   const fields = r.body.errors.map((e) => e.field);
   assert.ok(fields.includes(field), `expected an error for ${field}, got ${JSON.stringify(r.body.errors)}`);
@@ -147,7 +142,7 @@ describeEachDb('accounts', (t) => {
     );
     assertValidation(await registerRaw({ email: uniqueEmail(), password: PASSWORD, name: 7 }), 'body.name');
     // The body itself must be an object.
-    assertError(await registerRaw([{ email: uniqueEmail(), password: PASSWORD }]), 422, 'validation_error');
+    expectError(await registerRaw([{ email: uniqueEmail(), password: PASSWORD }]), 422, 'validation_error');
   });
 
   test('register: a validation failure creates nothing', async () => {
@@ -163,20 +158,20 @@ describeEachDb('accounts', (t) => {
       rawBody: '{"email": "a@b.c", ',
       headers: { 'content-type': 'application/json' },
     });
-    assertError(bad, 400, 'malformed_json');
+    expectError(bad, 400, 'malformed_json');
     assert.equal(bad.headers['cache-control'], 'no-store');
     const text = await api(t()).post('/auth/register', {
       rawBody: 'email=a@b.c',
       headers: { 'content-type': 'text/plain' },
     });
-    assertError(text, 415, 'unsupported_media_type');
+    expectError(text, 415, 'unsupported_media_type');
     const form = await api(t()).post('/auth/register', {
       rawBody: 'email=a%40b.c&password=xxxxxxxxxxxxxx',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
     });
-    assertError(form, 415, 'unsupported_media_type');
+    expectError(form, 415, 'unsupported_media_type');
     const big = await register({ email: uniqueEmail(), password: PASSWORD, name: 'x'.repeat(70 * 1024) });
-    assertError(big, 413, 'payload_too_large');
+    expectError(big, 413, 'payload_too_large');
   });
 
   test('register: control characters never reach the database (no 500)', async () => {
@@ -190,7 +185,7 @@ describeEachDb('accounts', (t) => {
     const ok = await register({ email, password: pw });
     assert.equal(ok.status, 201, ok.text);
     assert.equal((await login(email, pw)).status, 200);
-    assertError(await login(email, 'pass'), 401, 'unauthorized');
+    expectError(await login(email, 'pass'), 401, 'unauthorized');
   });
 
   test('register: a taken email is 400 conflict, case-insensitively', async () => {
@@ -204,13 +199,13 @@ describeEachDb('accounts', (t) => {
       email.replace(/^./, (c) => c.toUpperCase()),
     ]) {
       const r = await register({ email: variant, password: 'another-password-123' });
-      assertError(r, 400, 'conflict');
+      expectError(r, 400, 'conflict');
       assert.equal(r.headers['cache-control'], 'no-store');
       assert.match(r.body.detail, /already/i);
     }
     // The original password still works: the conflicting attempts changed nothing.
     assert.equal((await login(email, PASSWORD)).status, 200);
-    assertError(await login(email, 'another-password-123'), 401, 'unauthorized');
+    expectError(await login(email, 'another-password-123'), 401, 'unauthorized');
   });
 
   test('register: concurrent registrations of one email, one wins', async () => {
@@ -284,7 +279,7 @@ describeEachDb('accounts', (t) => {
     const unknown = await login(uniqueEmail('nobody'), u.password);
     const caseWrong = await login(u.email, u.password.toUpperCase());
     const checked = (r: Answer) => {
-      assertError(r, 401, 'unauthorized');
+      expectError(r, 401, 'unauthorized');
       assert.equal(r.headers['cache-control'], 'no-store');
       assert.deepEqual(Object.keys(r.body).sort(), ['code', 'detail']);
       return r.body;
@@ -298,13 +293,13 @@ describeEachDb('accounts', (t) => {
   test('login: an unknown email costs one password verification, like a known one, and no hashing (no timing tell)', async () => {
     const u = await createUser(t());
     const known = await countPasswordWork(t(), async () => {
-      assertError(await login(u.email, 'wrong-password-000'), 401, 'unauthorized');
+      expectError(await login(u.email, 'wrong-password-000'), 401, 'unauthorized');
     });
     const unknown = await countPasswordWork(t(), async () => {
-      assertError(await login(uniqueEmail('ghost'), 'wrong-password-000'), 401, 'unauthorized');
+      expectError(await login(uniqueEmail('ghost'), 'wrong-password-000'), 401, 'unauthorized');
     });
     const unknownAgain = await countPasswordWork(t(), async () => {
-      assertError(await login(uniqueEmail('ghost'), 'wrong-password-000'), 401, 'unauthorized');
+      expectError(await login(uniqueEmail('ghost'), 'wrong-password-000'), 401, 'unauthorized');
     });
     assert.deepEqual(known, { hash: 0, verify: 1, verifyDummy: 0 });
     // The unknown email goes through verifyDummy, which does exactly one verify (against DUMMY_HASH,
@@ -349,7 +344,7 @@ describeEachDb('accounts', (t) => {
     // Odd but well-formed strings are just wrong credentials: never a 500.
     for (const email of ['not-an-email', "' OR 1=1 --", '%', '\ud800@example.com']) {
       const r = await login(email, PASSWORD);
-      assertError(r, 401, 'unauthorized');
+      expectError(r, 401, 'unauthorized');
     }
     // A NUL character is no email at all (and no database could store it).
     assertValidation(await login('nul\u0000@example.com', PASSWORD), 'body.email');
@@ -369,17 +364,17 @@ describeEachDb('accounts', (t) => {
     assert.equal(patch.status, 200, patch.text);
     assert.equal(patch.body.suspended, true);
     const r = await login(u.email, u.password);
-    assertError(r, 403, 'forbidden');
+    expectError(r, 403, 'forbidden');
     assert.match(r.body.detail, /suspended/i);
     assert.ok(!('access_token' in r.body));
     // A wrong password gets exactly the same answer: guessing cannot tell when it hit the right one.
     const wrong = await login(u.email, u.password + '!');
-    assertError(wrong, 403, 'forbidden');
+    expectError(wrong, 403, 'forbidden');
     assert.equal(wrong.body.detail, r.body.detail);
     // The tokens it already holds are refused too (a suspended account gets 403 on every call), as is refreshing them.
     const me = await account(u.token);
-    assertError(me, 403, 'forbidden');
-    assertError(await api(t()).post('/auth/refresh', { body: { refresh_token: u.refresh } }), 403, 'forbidden');
+    expectError(me, 403, 'forbidden');
+    expectError(await api(t()).post('/auth/refresh', { body: { refresh_token: u.refresh } }), 403, 'forbidden');
     // Lifting the suspension lets the user in again.
     const lift = await a.patch('/admin/users/{user_id}', { params: { user_id: u.id }, body: { suspended: false } });
     assert.equal(lift.status, 200, lift.text);
@@ -408,7 +403,7 @@ describeEachDb('accounts', (t) => {
       params: { user_id: other.id },
       body: { suspended: true },
     });
-    assertError(r, 403, 'forbidden');
+    expectError(r, 403, 'forbidden');
     assert.equal((await login(other.email, other.password)).status, 200);
   });
 
@@ -421,7 +416,7 @@ describeEachDb('accounts', (t) => {
     const again = await t().services.auth.ensureUser(admin.email.toUpperCase(), 'a-brand-new-password', 'admin');
     assert.equal(again.created, false);
     assert.equal(again.user.id, admin.id);
-    assertError(await login(admin.email, admin.password), 401, 'unauthorized');
+    expectError(await login(admin.email, admin.password), 401, 'unauthorized');
     assert.equal((await login(admin.email, 'a-brand-new-password')).status, 200);
   });
 
@@ -457,7 +452,7 @@ describeEachDb('accounts', (t) => {
     assert.deepEqual(me.body, reg.body);
     assert.equal(me.headers['cache-control'], 'no-store');
     const anon = await account();
-    assertError(anon, 401, 'unauthorized');
+    expectError(anon, 401, 'unauthorized');
     assert.equal(anon.headers['cache-control'], 'no-store');
     // Another user's token sees only that user.
     const other = await createUser(t());
@@ -489,8 +484,8 @@ describeEachDb('accounts', (t) => {
         assert.equal((await account(key)).status, 200);
       }
       // Failed credentials do not fall back to password checks either.
-      assertError(await account(u.token + 'x'), 401, 'unauthorized');
-      assertError(await account(key + 'x'), 401, 'unauthorized');
+      expectError(await account(u.token + 'x'), 401, 'unauthorized');
+      expectError(await account(key + 'x'), 401, 'unauthorized');
       // Nor does refreshing a session.
       assert.equal((await api(t()).post('/auth/refresh', { body: { refresh_token: u.refresh } })).status, 200);
     });

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { SignJWT, decodeJwt, decodeProtectedHeader, type JWTPayload } from 'jose';
 import { describeEachDb, JWT_SECRET, request } from '../helpers/app.js';
-import { api, type ErrorBody, type Reply } from '../helpers/api.js';
+import { api, expectError, type ErrorBody, type Reply } from '../helpers/api.js';
 import { createUser, tokensOf, type TestUser } from '../helpers/factories.js';
 
 const DAY = 86_400;
@@ -18,9 +18,9 @@ type Status =
 /** Any answer of the client: a 401 is an ErrorBody on every route. */
 type Answer = Reply<401, ErrorBody> | Reply<Exclude<Status, 401>, unknown>;
 
+/** A 401 `unauthorized`, never cached. */
 function assertUnauthorized(r: Answer, what = ''): asserts r is Reply<401, ErrorBody> {
-  assert.equal(r.status, 401, `${what}: ${r.text}`);
-  assert.equal(r.body.code, 'unauthorized', `${what}: ${r.text}`);
+  expectError(r, 401, 'unauthorized', undefined, what);
   assert.equal(r.headers['cache-control'], 'no-store', what);
 }
 

@@ -8,27 +8,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes as nodeRandomBytes } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
-import { api, type ErrorBody, type Op, type Reply, type ReplyOf } from '../helpers/api.js';
+import { api, expectError, type Op, type ReplyOf } from '../helpers/api.js';
 import { challengeOf, createUser, tokensOf, type TestUser, type TokenPair } from '../helpers/factories.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import { setRandomSourceForTests } from '../../src/ids.js';
 import { Secret, TOTP, URI } from 'otpauth';
 
 const TOKEN_KEYS = ['access_token', 'expires_in', 'refresh_token', 'token_type'];
-
-type ErrorStatus = 400 | 401 | 403 | 404 | 405 | 409 | 410 | 413 | 415 | 422 | 429 | 431 | 500 | 502 | 503 | 504;
-/** Any answer of the client: an error status is an ErrorBody on every route. */
-type Answer = Reply<ErrorStatus, ErrorBody> | Reply<200 | 201 | 204, unknown>;
-
-function assertError<S extends ErrorStatus>(
-  r: Answer,
-  status: S,
-  code: string,
-  what = '',
-): asserts r is Reply<S, ErrorBody> {
-  assert.equal(r.status, status, `${what}: ${r.text}`);
-  assert.equal(r.body.code, code, `${what}: ${r.text}`);
-}
 
 describeEachDb('two-factor', (t) => {
   const advance = (s: number) => t().services.clock.advance(s);
@@ -130,7 +116,7 @@ describeEachDb('two-factor', (t) => {
     assert.notEqual(s2.body.secret, secret);
     const c1 = code(secret);
     if (![-1, 0, 1].some((o) => code(s2.body.secret, o) === c1)) {
-      assertError(await enable(u.token, c1), 400, 'invalid_code', 'code of the replaced secret');
+      expectError(await enable(u.token, c1), 400, 'invalid_code', undefined, 'code of the replaced secret');
     }
     const e = await enable(u.token, code(s2.body.secret));
     assert.equal(e.status, 200, e.text);
@@ -144,14 +130,14 @@ describeEachDb('two-factor', (t) => {
     t().forbidSecret(secret);
     for (const bad of [wrongCode(secret), 'abcdef', '12345', '1234567', '000000x']) {
       const r = await enable(u.token, bad);
-      assertError(r, 400, 'invalid_code', bad);
+      expectError(r, 400, 'invalid_code', undefined, bad);
       assert.equal(r.headers['cache-control'], 'no-store');
     }
     const c = api(t(), u.token);
-    assertError(await c.post('/auth/2fa/enable', { rawBody: {} }), 422, 'validation_error');
-    assertError(await c.post('/auth/2fa/enable', { body: { code: '' } }), 422, 'validation_error');
-    assertError(await c.post('/auth/2fa/enable', { rawBody: { code: 123456 } }), 422, 'validation_error');
-    assertError(await c.post('/auth/2fa/enable', { rawBody: { code: code(secret), secret } }), 422, 'validation_error');
+    expectError(await c.post('/auth/2fa/enable', { rawBody: {} }), 422, 'validation_error');
+    expectError(await c.post('/auth/2fa/enable', { body: { code: '' } }), 422, 'validation_error');
+    expectError(await c.post('/auth/2fa/enable', { rawBody: { code: 123456 } }), 422, 'validation_error');
+    expectError(await c.post('/auth/2fa/enable', { rawBody: { code: code(secret), secret } }), 422, 'validation_error');
     // The failures above did not enable anything.
     const before = await account(u.token);
     assert.equal(before.status, 200, before.text);
@@ -175,13 +161,13 @@ describeEachDb('two-factor', (t) => {
 
   test('state errors: enable without setup, setup or enable while enabled, disable while disabled', async () => {
     const u = await createUser(t());
-    assertError(await enable(u.token, '123456'), 400, 'invalid_state', 'enable without setup');
-    assertError(await disable(u.token, '123456'), 400, 'invalid_state', 'disable while off');
+    expectError(await enable(u.token, '123456'), 400, 'invalid_state', undefined, 'enable without setup');
+    expectError(await disable(u.token, '123456'), 400, 'invalid_state', undefined, 'disable while off');
     const { secret } = await enable2fa(u);
     const again = await setup(u.token);
-    assertError(again, 400, 'invalid_state', 'setup while enabled');
+    expectError(again, 400, 'invalid_state', undefined, 'setup while enabled');
     assert.ok(!again.text.includes(secret));
-    assertError(await enable(u.token, code(secret)), 400, 'invalid_state', 'enable while enabled');
+    expectError(await enable(u.token, code(secret)), 400, 'invalid_state', undefined, 'enable while enabled');
   });
 
   test('setup takes no body: none, null or {} are fine, any field is 422 (unknown fields are refused)', async () => {
@@ -196,22 +182,22 @@ describeEachDb('two-factor', (t) => {
     const extra = await c.post('/auth/2fa/setup', {
       rawBody: { secret: 'JBSWY3DPEHPK3PXPJBSWY3DPEHPK3PXP' },
     });
-    assertError(extra, 422, 'validation_error', 'field');
+    expectError(extra, 422, 'validation_error', undefined, 'field');
     assert.deepEqual(
       extra.body.errors?.map((e) => e.field),
       ['body.secret'],
     );
-    assertError(await c.post('/auth/2fa/setup', { rawBody: [1] }), 422, 'validation_error', 'array');
-    assertError(await c.post('/auth/2fa/setup', { rawBody: '"x"' }), 422, 'validation_error', 'string');
+    expectError(await c.post('/auth/2fa/setup', { rawBody: [1] }), 422, 'validation_error', undefined, 'array');
+    expectError(await c.post('/auth/2fa/setup', { rawBody: '"x"' }), 422, 'validation_error', undefined, 'string');
   });
 
   test('the 2FA management endpoints need a bearer; verify does not', async () => {
     for (const path of ['/auth/2fa/setup', '/auth/2fa/enable', '/auth/2fa/disable'] as const) {
       const r = await api(t()).post(path, { rawBody: path.endsWith('setup') ? undefined : { code: '123456' } });
-      assertError(r, 401, 'unauthorized', path);
+      expectError(r, 401, 'unauthorized', undefined, path);
     }
     const v = await verify('no-such-challenge', '123456');
-    assertError(v, 401, 'unauthorized', 'verify unknown challenge');
+    expectError(v, 401, 'unauthorized', undefined, 'verify unknown challenge');
   });
 
   // ---- login challenge and verify ----
@@ -230,13 +216,13 @@ describeEachDb('two-factor', (t) => {
     assert.equal(l.headers['cache-control'], 'no-store');
     assert.ok(!('access_token' in l.body) && !('refresh_token' in l.body));
     // A wrong password is still just a wrong password.
-    assertError(
+    expectError(
       await api(t()).post('/auth/login', { body: { email: u.email, password: u.password + 'x' } }),
       401,
       'unauthorized',
     );
     // The challenge token is not a bearer credential.
-    assertError(await account(ch.challenge_token), 401, 'unauthorized');
+    expectError(await account(ch.challenge_token), 401, 'unauthorized');
     const v = await verify(ch.challenge_token, code(secret));
     const vt = await assertTokens(v, u.id, 'verify');
     // The tokens behave like any session: refresh works.
@@ -244,7 +230,7 @@ describeEachDb('two-factor', (t) => {
     assert.equal(r.status, 200, r.text);
     // A challenge is single-use, even with another valid code later.
     await advance(30);
-    assertError(await verify(ch.challenge_token, code(secret)), 401, 'unauthorized', 'challenge reuse');
+    expectError(await verify(ch.challenge_token, code(secret)), 401, 'unauthorized', undefined, 'challenge reuse');
   });
 
   test('a TOTP code is accepted at most once', async () => {
@@ -253,7 +239,7 @@ describeEachDb('two-factor', (t) => {
     const c = code(secret);
     await assertTokens(await verify(await challenge(u), c), u.id, 'first use');
     const replay = await verify(await challenge(u), c);
-    assertError(replay, 401, 'unauthorized', 'replay');
+    expectError(replay, 401, 'unauthorized', undefined, 'replay');
     assert.ok(!('access_token' in replay.body));
     // The next step's code is fresh and works.
     await advance(30);
@@ -267,7 +253,7 @@ describeEachDb('two-factor', (t) => {
     t().forbidSecret(s.body.secret);
     const c = code(s.body.secret);
     assert.equal((await enable(u.token, c)).status, 200);
-    assertError(await verify(await challenge(u), c), 401, 'unauthorized', 'enable code replayed at verify');
+    expectError(await verify(await challenge(u), c), 401, 'unauthorized', undefined, 'enable code replayed at verify');
   });
 
   test('one step of drift either way is accepted, two steps are not', async () => {
@@ -283,12 +269,12 @@ describeEachDb('two-factor', (t) => {
     const afterFuture = await challenge(u);
     const current = code(secret);
     if (current !== code(secret, 1))
-      assertError(await verify(afterFuture, current), 401, 'unauthorized', 'older than last used');
+      expectError(await verify(afterFuture, current), 401, 'unauthorized', undefined, 'older than last used');
     await advance(120);
     const ch = await challenge(u);
     for (const offset of [-2, 2, -3, 3]) {
       const c = outsideCode(secret, offset);
-      if (c) assertError(await verify(ch, c), 401, 'unauthorized', `step ${offset}`);
+      if (c) expectError(await verify(ch, c), 401, 'unauthorized', undefined, `step ${offset}`);
     }
     // Four wrong attempts so far at most: the challenge still takes the current code.
     await assertTokens(await verify(ch, code(secret)), u.id, 'current step after refusals');
@@ -299,24 +285,25 @@ describeEachDb('two-factor', (t) => {
     const { recovery } = await enable2fa(u);
     const [first, second, third] = recovery as [string, string, string];
     await assertTokens(await verify(await challenge(u), first), u.id, 'recovery code');
-    assertError(await verify(await challenge(u), first), 401, 'unauthorized', 'recovery code reused');
+    expectError(await verify(await challenge(u), first), 401, 'unauthorized', undefined, 'recovery code reused');
     await assertTokens(
       await verify(await challenge(u), second.toUpperCase().replace(/-/g, '')),
       u.id,
       'normalized form',
     );
-    assertError(await verify(await challenge(u), second), 401, 'unauthorized', 'normalized one reused');
+    expectError(await verify(await challenge(u), second), 401, 'unauthorized', undefined, 'normalized one reused');
     await assertTokens(await verify(await challenge(u), ` ${third.replace(/-/g, ' ')} `), u.id, 'spaces');
     // Made-up and other users' codes do not work.
     const other = await createUser(t());
     const theirs = await enable2fa(other);
-    assertError(
+    expectError(
       await verify(await challenge(u), theirs.recovery[0]!),
       401,
       'unauthorized',
+      undefined,
       "another user's recovery code",
     );
-    assertError(await verify(await challenge(u), 'aaaa-bbbb-cccc'), 401, 'unauthorized', 'made-up code');
+    expectError(await verify(await challenge(u), 'aaaa-bbbb-cccc'), 401, 'unauthorized', undefined, 'made-up code');
     // ...and that user's code still works for that user.
     await assertTokens(await verify(await challenge(other), theirs.recovery[0]!), other.id, 'their own code');
   });
@@ -331,7 +318,7 @@ describeEachDb('two-factor', (t) => {
     await advance(2);
     await advance(30); // a fresh step, so only the expiry can refuse
     const r = await verify(late, code(secret));
-    assertError(r, 401, 'unauthorized', 'at 331 s');
+    expectError(r, 401, 'unauthorized', undefined, 'at 331 s');
     assert.match(r.body.detail, /expired|unknown/i);
   });
 
@@ -339,7 +326,7 @@ describeEachDb('two-factor', (t) => {
     const u = await createUser(t());
     const { secret } = await enable2fa(u);
     for (const ch of ['nope', 'x'.repeat(512), u.token, u.refresh, 'nul\u0000']) {
-      assertError(await verify(ch, code(secret)), 401, 'unauthorized', ch.slice(0, 20));
+      expectError(await verify(ch, code(secret)), 401, 'unauthorized', undefined, ch.slice(0, 20));
     }
     const real = await challenge(u);
     for (const body of [
@@ -349,7 +336,7 @@ describeEachDb('two-factor', (t) => {
       { challenge_token: real, code: '123456', remember: true },
     ]) {
       const r = await api(t()).post('/auth/2fa/verify', { rawBody: body });
-      assertError(r, 422, 'validation_error', JSON.stringify(body).slice(0, 40));
+      expectError(r, 422, 'validation_error', undefined, JSON.stringify(body).slice(0, 40));
     }
     // None of the validation failures counted against the real challenge.
     await assertTokens(await verify(real, code(secret)), u.id, 'real challenge');
@@ -361,12 +348,12 @@ describeEachDb('two-factor', (t) => {
     const burnt = await challenge(u);
     const survivor = await challenge(u);
     for (let i = 0; i < 5; i++)
-      assertError(await verify(burnt, wrongCode(secret)), 401, 'unauthorized', `wrong ${i + 1}`);
-    assertError(await verify(burnt, code(secret)), 401, 'unauthorized', 'right code after 5 wrong');
+      expectError(await verify(burnt, wrongCode(secret)), 401, 'unauthorized', undefined, `wrong ${i + 1}`);
+    expectError(await verify(burnt, code(secret)), 401, 'unauthorized', undefined, 'right code after 5 wrong');
     // Recovery codes cannot revive it either, and are not spent by the attempt.
-    assertError(await verify(burnt, recovery[0]!), 401, 'unauthorized', 'recovery code after 5 wrong');
+    expectError(await verify(burnt, recovery[0]!), 401, 'unauthorized', undefined, 'recovery code after 5 wrong');
     for (let i = 0; i < 4; i++)
-      assertError(await verify(survivor, wrongCode(secret)), 401, 'unauthorized', `wrong ${i + 1}`);
+      expectError(await verify(survivor, wrongCode(secret)), 401, 'unauthorized', undefined, `wrong ${i + 1}`);
     // The refused right code above was not consumed: the survivor accepts it.
     await assertTokens(await verify(survivor, code(secret)), u.id, 'right code after 4 wrong');
 
@@ -398,7 +385,7 @@ describeEachDb('two-factor', (t) => {
       body: { suspended: true },
     });
     assert.equal(p.status, 200, p.text);
-    assertError(await verify(ch, code(secret)), 403, 'forbidden', 'suspended');
+    expectError(await verify(ch, code(secret)), 403, 'forbidden', undefined, 'suspended');
   });
 
   // ---- disable ----
@@ -410,10 +397,10 @@ describeEachDb('two-factor', (t) => {
     const theirs = await enable2fa(other);
     for (const bad of [wrongCode(secret), 'abcdef', theirs.recovery[0]!, 'aaaa-bbbb-cccc']) {
       const r = await disable(u.token, bad);
-      assertError(r, 400, 'invalid_code', bad);
+      expectError(r, 400, 'invalid_code', undefined, bad);
       assert.equal(r.headers['cache-control'], 'no-store');
     }
-    assertError(await api(t(), u.token).post('/auth/2fa/disable', { rawBody: {} }), 422, 'validation_error');
+    expectError(await api(t(), u.token).post('/auth/2fa/disable', { rawBody: {} }), 422, 'validation_error');
     // Still on after the failures.
     const still = await account(u.token);
     assert.equal(still.status, 200, still.text);
@@ -430,15 +417,16 @@ describeEachDb('two-factor', (t) => {
     const again = await enable2fa(u);
     assert.notEqual(again.secret, secret);
     assert.equal(again.recovery.filter((c) => recovery.includes(c)).length, 0);
-    assertError(
+    expectError(
       await verify(await challenge(u), recovery[1]!),
       401,
       'unauthorized',
+      undefined,
       'old recovery code after re-enable',
     );
     const oldC = code(secret);
     if (![-1, 0, 1].some((o) => code(again.secret, o) === oldC)) {
-      assertError(await verify(await challenge(u), oldC), 401, 'unauthorized', 'old secret after re-enable');
+      expectError(await verify(await challenge(u), oldC), 401, 'unauthorized', undefined, 'old secret after re-enable');
     }
     await assertTokens(await verify(await challenge(u), code(again.secret)), u.id, 'new secret');
   });
@@ -448,9 +436,9 @@ describeEachDb('two-factor', (t) => {
     const { secret, recovery } = await enable2fa(u);
     const c = code(secret);
     await assertTokens(await verify(await challenge(u), c), u.id, 'login');
-    assertError(await disable(u.token, c), 400, 'invalid_code', 'replayed TOTP');
+    expectError(await disable(u.token, c), 400, 'invalid_code', undefined, 'replayed TOTP');
     await assertTokens(await verify(await challenge(u), recovery[0]!), u.id, 'spend a recovery code');
-    assertError(await disable(u.token, recovery[0]!), 400, 'invalid_code', 'spent recovery code');
+    expectError(await disable(u.token, recovery[0]!), 400, 'invalid_code', undefined, 'spent recovery code');
     const d = await disable(u.token, recovery[1]!);
     assert.equal(d.status, 200, d.text);
     const off = await account(u.token);
@@ -542,7 +530,7 @@ describeEachDb('two-factor', (t) => {
     const window = new Set([-1, 0, 1].map(at));
     for (const offset of [-2, 2]) {
       const c = at(offset);
-      if (!window.has(c)) assertError(await verify(ch, c), 401, 'unauthorized', `otpauth step ${offset}`);
+      if (!window.has(c)) expectError(await verify(ch, c), 401, 'unauthorized', undefined, `otpauth step ${offset}`);
     }
     await assertTokens(await verify(ch, at(0)), u.id, 'otpauth current step');
   });

@@ -40,7 +40,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { describeEachDb, TEST_CLOCK_START, type TestApp } from '../helpers/app.js';
-import { api, type ErrorBody, type RequestBody } from '../helpers/api.js';
+import { api, codeOf, isError, type RequestBody } from '../helpers/api.js';
 import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
 import { ledgerCheck } from '../../src/modules/billing/ledger-check.js';
 import { usageGapsSql } from '../helpers/billing-checks.js';
@@ -171,14 +171,6 @@ const EXAMPLE: [number[], Cmd[]] = [
 type GpuType = RequestBody<'/vms', 'post'>['gpu_type'];
 
 /** The error code of an answer's body, if it has one (t().req asserts that every error answer has one). */
-function codeOf(body: unknown): unknown {
-  return typeof body === 'object' && body !== null && 'code' in body ? body.code : undefined;
-}
-
-/** Narrows an answer to its error statuses (400 and up), whose bodies api() types ErrorBody. */
-function isError<R extends { status: number; body: unknown }>(r: R): r is Extract<R, { body: ErrorBody }> {
-  return r.status >= 400;
-}
 
 interface Account {
   id: number;

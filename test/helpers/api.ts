@@ -205,19 +205,37 @@ export function isErrorBody(b: unknown): b is ErrorBody {
 }
 
 /**
- * Asserts an error answer with this status and code (and a detail matching `detail`); from then on `r.body` is its
- * ErrorBody.
+ * Asserts an error answer with this status and code (and a detail matching `detail`); from then on `r` has that
+ * status and `r.body` is its ErrorBody. `what` names the request in a failure's message.
  */
-export function expectError<R extends Answer>(
+export function expectError<R extends Answer, S extends number>(
   r: R,
-  status: number,
+  status: S,
   code: string,
   detail?: RegExp,
-): asserts r is R & { body: ErrorBody } {
-  assert.equal(r.status, status, r.text);
+  what?: string,
+): asserts r is R & { status: S; body: ErrorBody } {
+  const say = what ? `${what}: ${r.text}` : r.text;
+  assert.equal(r.status, status, say);
+  assert.ok(isErrorBody(r.body), say);
+  assert.equal(r.body.code, code, say);
+  if (detail) assert.match(r.body.detail, detail, say);
+}
+
+/** The ErrorBody of an answer, asserting that it is one (whatever its status). */
+export function errorBody(r: Answer): ErrorBody {
   assert.ok(isErrorBody(r.body), r.text);
-  assert.equal(r.body.code, code, r.text);
-  if (detail) assert.match(r.body.detail, detail);
+  return r.body;
+}
+
+/** The `code` of a body if it has one (an error's), else undefined: for tallies, where any answer may come. */
+export function codeOf(body: unknown): unknown {
+  return typeof body === 'object' && body !== null && 'code' in body ? body.code : undefined;
+}
+
+/** Narrows an answer to its error statuses (400 and up), whose bodies api() types ErrorBody. */
+export function isError<R extends { status: number; body: unknown }>(r: R): r is Extract<R, { body: ErrorBody }> {
+  return r.status >= 400;
 }
 
 /** Asserts the status of an answer (200 unless told) and returns the body of that status. */

@@ -9,7 +9,7 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { describeEachDb, type Res } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
-import { api, type RequestBody } from '../helpers/api.js';
+import { api, codeOf, type RequestBody } from '../helpers/api.js';
 import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
 
 after(cleanupKeys);
@@ -22,10 +22,6 @@ function same<A extends Res, B extends Res>(a: A, b: B, what = 'replay'): assert
 }
 
 /** The error code of an answer whose status the test does not check, if its body has one. */
-function codeOf(r: Res): unknown {
-  const b = r.body;
-  return b !== null && typeof b === 'object' && 'code' in b ? b.code : undefined;
-}
 
 describeEachDb('idempotency', (t) => {
   const idemHeaders = (idem?: string): Record<string, string> =>
@@ -176,7 +172,7 @@ describeEachDb('idempotency', (t) => {
     assert.equal(noKey.body.errors?.[0]?.field, 'body.ssh_public_key');
     same(noKey, await sshKeyRaw(u.token, { label: 'no key given' }, idemSchema));
     const corrected = await sshKey(u.token, { label: 'no key given', ssh_public_key: k.line }, idemSchema);
-    assert.equal(codeOf(corrected), 'idempotency_mismatch');
+    assert.equal(codeOf(corrected.body), 'idempotency_mismatch');
 
     // A 400 is stored too: replayed even after the cause went away.
     for (let i = 0; i < 5; i++) {
@@ -256,7 +252,7 @@ describeEachDb('idempotency', (t) => {
 
     await t().services.clock.advance(86_399);
     const stillMismatch = await sshKey(rw, { ssh_public_key: k2.line }, idem);
-    assert.equal(codeOf(stillMismatch), 'idempotency_mismatch', 'within 24 h the key is still taken');
+    assert.equal(codeOf(stillMismatch.body), 'idempotency_mismatch', 'within 24 h the key is still taken');
     await t().services.clock.advance(2);
 
     const second = await sshKey(rw, { ssh_public_key: k2.line }, idem);

@@ -9,7 +9,7 @@ import Fastify, { type FastifyInstance, type InjectOptions } from 'fastify';
 import { Type } from 'typebox';
 import { assertNoSecrets, describeEachDb, JWT_SECRET, testConfig, type ReqOpts, type Res } from '../helpers/app.js';
 import { createApiKey, createUser, tokensOf, type TestUser } from '../helpers/factories.js';
-import { api, type ErrorBody } from '../helpers/api.js';
+import { api, errorBody } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
 import { ERROR_CODES, ERROR_STATUS, type ErrorCode } from '../../src/errors.js';
 import { buildApp, createServices } from '../../src/app.js';
@@ -87,7 +87,6 @@ function appRoutes(app: FastifyInstance): { method: string; path: string }[] {
  * The body of an error answer of `raw` or `req` (routes outside the OpenAPI document, or calls the typed client cannot
  * express): both ran assertErrorShape on it, so it has the ErrorBody shape.
  */
-const errorOf = (r: Res): ErrorBody => r.body as ErrorBody;
 
 /**
  * The parts of GET /openapi.json read here: that route is not an operation of the document itself (so not in
@@ -360,7 +359,7 @@ describeEachDb('HTTP rules', (t) => {
       // no body and no Content-Type at all
       const none = await raw(t().app, { method: 'POST', url: '/auth/login' });
       assert.equal(none.status, 422, none.text);
-      assert.equal(errorOf(none).errors?.[0]?.field, 'body');
+      assert.equal(errorBody(none).errors?.[0]?.field, 'body');
     });
 
     test('a body of exactly 64 KiB is read; one byte more is 413', async () => {
@@ -439,8 +438,8 @@ describeEachDb('HTTP rules', (t) => {
         // Routes the document does not have: untyped.
         const r = await req(method, url, { token: user.token });
         assert.equal(r.status, 404, `${method} ${url}: ${r.text}`);
-        assert.equal(errorOf(r).code, 'not_found');
-        assert.ok(errorOf(r).detail.includes(url), errorOf(r).detail);
+        assert.equal(errorBody(r).code, 'not_found');
+        assert.ok(errorBody(r).detail.includes(url), errorBody(r).detail);
       }
     });
 
@@ -452,7 +451,7 @@ describeEachDb('HTTP rules', (t) => {
           headers: { authorization: `Bearer ${user.token}`, 'x-request-id': 'bad-url-1' },
         });
         assert.equal(r.status, 404, `${url}: ${r.status} ${r.text}`);
-        assert.equal(errorOf(r).code, 'not_found');
+        assert.equal(errorBody(r).code, 'not_found');
         assert.equal(r.headers['x-request-id'], 'bad-url-1');
       }
     });
@@ -487,7 +486,7 @@ describeEachDb('HTTP rules', (t) => {
       // A user_id that is not a number: the typed client cannot send it.
       const r = await req('GET', '/admin/users/abc', { token: admin.token });
       assert.equal(r.status, 422);
-      assert.equal(errorOf(r).errors?.[0]?.field, 'path.user_id');
+      assert.equal(errorBody(r).errors?.[0]?.field, 'path.user_id');
     });
   });
 
@@ -620,7 +619,7 @@ describeEachDb('HTTP rules', (t) => {
           const r = await req('GET', `${url}?limit=${encodeURIComponent(limit)}`, { token: admin.token });
           assert.equal(r.status, 422, `${url} limit=${limit}: ${r.text}`);
           assert.ok(
-            errorOf(r).errors?.some((e) => e.field === 'query.limit'),
+            errorBody(r).errors?.some((e) => e.field === 'query.limit'),
             r.text,
           );
         }
@@ -628,7 +627,7 @@ describeEachDb('HTTP rules', (t) => {
           const r = await req('GET', `${url}?offset=${offset}`, { token: admin.token });
           assert.equal(r.status, 422, `${url} offset=${offset}: ${r.text}`);
           assert.ok(
-            errorOf(r).errors?.some((e) => e.field === 'query.offset'),
+            errorBody(r).errors?.some((e) => e.field === 'query.offset'),
             r.text,
           );
         }
@@ -1063,8 +1062,8 @@ for (const kind of DB_KINDS) {
       await db.close();
       const down = await raw(app, { method: 'GET', url: '/readyz' });
       assert.equal(down.status, 503);
-      assert.equal(errorOf(down).code, 'internal');
-      assert.equal(typeof errorOf(down).detail, 'string');
+      assert.equal(errorBody(down).code, 'internal');
+      assert.equal(typeof errorBody(down).detail, 'string');
       const live = await raw(app, { method: 'GET', url: '/healthz' });
       assert.equal(live.status, 200, 'liveness does not depend on the database');
     });

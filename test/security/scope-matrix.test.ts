@@ -18,7 +18,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb, type Res, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
-import { api, type ErrorBody } from '../helpers/api.js';
+import { api, errorBody } from '../helpers/api.js';
 import { scopeAllows, type Scope } from '../../src/http/scopes.js';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
@@ -58,7 +58,6 @@ interface Doc {
  * The error body of a call to a route enumerated at run time (so untyped): t().req has asserted that every error
  * answer has the ErrorBody shape.
  */
-const errorOf = (res: Res): ErrorBody => res.body as ErrorBody;
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');
 
@@ -168,7 +167,7 @@ describeEachDb('scope matrix', (t) => {
         assert.ok(res.status !== 401 && res.status !== 403, `public ${show(r, res)}`);
       } else {
         assert.equal(res.status, 401, show(r, res));
-        assert.equal(errorOf(res).code, 'unauthorized');
+        assert.equal(errorBody(res).code, 'unauthorized');
         const bad = await call(r, 'not-a-token');
         assert.equal(bad.status, 401, `bad token: ${show(r, bad)}`);
         const badKey = await call(r, 'gpc_' + 'x'.repeat(43));
@@ -195,7 +194,7 @@ describeEachDb('scope matrix', (t) => {
         } else {
           denied++;
           assert.equal(res.status, 403, `${scope} should be refused: ${show(r, res)}`);
-          assert.equal(errorOf(res).code, 'forbidden');
+          assert.equal(errorBody(res).code, 'forbidden');
         }
       }
     }
@@ -236,7 +235,7 @@ describeEachDb('scope matrix', (t) => {
       if (sessionOnly(r)) {
         const res = await call(r, rw);
         assert.equal(res.status, 403, `read_write key: ${show(r, res)}`);
-        assert.match(errorOf(res).detail, /needs a signed-in session/);
+        assert.match(errorBody(res).detail, /needs a signed-in session/);
         if (r.path === '/auth/logout-all') continue; // would end the session the loop goes on with: below
       }
       for (const token of sessionOnly(r) ? [u.token] : [u.token, rw]) {
@@ -263,7 +262,7 @@ describeEachDb('scope matrix', (t) => {
       for (const token of [u.token, rw]) {
         const res = await call(r, token);
         assert.equal(res.status, 403, show(r, res));
-        assert.equal(errorOf(res).code, 'forbidden');
+        assert.equal(errorBody(res).code, 'forbidden');
       }
     }
   });

@@ -12,20 +12,11 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
 import { api, ok, type Api, type RequestBody } from '../helpers/api.js';
-import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
-import type { VmSpec } from '../helpers/world.js';
+import { createApiKey, createNode, createUser, credit } from '../helpers/factories.js';
+import { HOUR_MS, micros, reservationKit, type Caller } from './helpers.js';
 
-const HOUR_MS = 3_600_000;
-const micros = (x: number) => Math.round(x * 1e6);
 /** round_half_up(a * b / c) on integers, the service's rounding of money to the micro-unit. */
 const mulDiv = (a: number, b: number, c: number) => Number((BigInt(a) * BigInt(b) * 2n + BigInt(c)) / (2n * BigInt(c)));
-
-interface Caller {
-  id: number;
-  key: string;
-  /** A typed client sending `key`. */
-  api: Api;
-}
 
 /** A number from a transaction's breakdown, which the schema declares free-form (`{ [key: string]: unknown }`). */
 function num(v: unknown, what: string): number {
@@ -34,61 +25,20 @@ function num(v: unknown, what: string): number {
 }
 
 describeEachDb('reserved VMs and their reservations: deposit, draws and cancellation', (t) => {
+  const kit = reservationKit(t, { keyName: 'reserved-tests', storageGb: 100 });
+  const { advance, nowMs, toNextHour, newCaller, reservedVm, balance, txs, reservations, reservation, vm } = kit;
+  /** POST /vms of a reserved VM, the answer as it comes. */
+  const reserved = kit.reserve;
   let adminKey: string;
-  let node: string; // 4090 x 8
   let admin: Api; // sends adminKey
+  let node: string; // 4090 x 8
   let proNode: string; // pro6000 x 8
 
-  const advance = async (seconds: number) => ok(await admin.post('/admin/clock/advance', { body: { seconds } }));
-  const nowMs = async () => Date.parse(ok(await admin.get('/admin/clock')).now);
-  /** Moves the clock to the next top of the hour (billing periods close there). */
-  const toNextHour = async () => {
-    const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
-    if (s > 0) await advance(s);
-  };
-  const newCaller = async (amount: number): Promise<Caller> => {
-    const u = await createUser(t());
-    if (amount > 0) await credit(t(), adminKey, u.id, amount);
-    await uploadSshKey(t(), u.token);
-    const key = await createApiKey(t(), u.token, 'read_write', 'reserved-tests');
-    return { id: u.id, key, api: api(t(), key) };
-  };
-  const reserved = (c: Caller, over: VmSpec = {}) =>
-    c.api.post('/vms', {
-      body: {
-        node,
-        gpu_type: '4090',
-        gpu_count: 1,
-        storage_gb: 100,
-        template_vmid: 100,
-        rental_type: 'reserved',
-        reservation_months: 1,
-        ...over,
-      },
-    });
-  /** A reserved VM that was made (asserting the 201); a reserved VM has its reservation's id. */
-  const reservedVm = async (c: Caller, over: VmSpec = {}) => {
-    const r = await reserved(c, over);
-    const v = ok(r, 201);
-    const reservationId = v.reservation_id;
-    assert.ok(reservationId, `a reserved VM has a reservation: ${r.text}`);
-    return { ...v, reservation_id: reservationId };
-  };
-  const balance = async (c: Caller) => micros(ok(await c.api.get('/billing/balance')).balance);
-  const txs = async (c: Caller) => ok(await c.api.get('/billing/transactions', { query: { limit: 100 } }));
-  const reservations = async (c: Caller) => ok(await c.api.get('/reservations'));
-  const reservation = async (c: Caller, id: string) => {
-    const r = (await reservations(c)).find((x) => x.id === id);
-    assert.ok(r, `reservation ${id} is listed`);
-    return r;
-  };
-  const vm = async (c: Caller, id: string) => ok(await c.api.get('/vms/{vm_id}', { params: { vm_id: id } }));
-
   before(async () => {
-    const adminUser = await createUser(t(), { admin: true });
-    adminKey = await createApiKey(t(), adminUser.token, 'read_write', 'admin-tests');
-    admin = api(t(), adminKey);
-    node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 })).node;
+    await kit.setUp();
+    adminKey = kit.adminKey();
+    admin = kit.admin();
+    node = kit.node();
     proNode = (await createNode(t(), adminKey, { gpu_type: 'pro6000', gpu_count: 8 })).node;
   });
 

@@ -9,71 +9,21 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
-import { api, ok, type Api } from '../helpers/api.js';
-import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
-import type { VmSpec } from '../helpers/world.js';
-
-const HOUR_MS = 3_600_000;
-const micros = (x: number) => Math.round(x * 1e6);
-
-interface Caller {
-  id: number;
-  key: string;
-  /** A typed client sending `key`. */
-  api: Api;
-}
+import { ok, type Api } from '../helpers/api.js';
+import { HOUR_MS, micros, reservationKit } from './helpers.js';
 
 describeEachDb('the end of a reservation: completed, converted to on-demand or cancelled', (t) => {
-  let adminKey: string;
-  let admin: Api; // sends adminKey
+  const kit = reservationKit(t, { keyName: 'term-tests', storageGb: 50 });
+  const { advance, nowMs, toNextHour, newCaller, balance, txs, reservation, vm } = kit;
+  /** Creates a reserved VM (asserting the 201) and returns it; a reserved VM has its reservation's id. */
+  const reserved = kit.reservedVm;
+  let admin: Api; // sends the administrator's key
   let node: string; // 4090 x 8
 
-  const advance = async (seconds: number) => ok(await admin.post('/admin/clock/advance', { body: { seconds } }));
-  const nowMs = async () => Date.parse(ok(await admin.get('/admin/clock')).now);
-  const toNextHour = async () => {
-    const s = Math.round((HOUR_MS - ((await nowMs()) % HOUR_MS)) / 1000) % 3600;
-    if (s > 0) await advance(s);
-  };
-  const newCaller = async (amount: number): Promise<Caller> => {
-    const u = await createUser(t());
-    if (amount > 0) await credit(t(), adminKey, u.id, amount);
-    await uploadSshKey(t(), u.token);
-    const key = await createApiKey(t(), u.token, 'read_write', 'term-tests');
-    return { id: u.id, key, api: api(t(), key) };
-  };
-  /** Creates a reserved VM (asserting the 201) and returns it; a reserved VM has its reservation's id. */
-  const reserved = async (c: Caller, over: VmSpec = {}) => {
-    const r = await c.api.post('/vms', {
-      body: {
-        node,
-        gpu_type: '4090',
-        gpu_count: 1,
-        storage_gb: 50,
-        template_vmid: 100,
-        rental_type: 'reserved',
-        reservation_months: 1,
-        ...over,
-      },
-    });
-    const v = ok(r, 201);
-    const reservationId = v.reservation_id;
-    assert.ok(reservationId, `a reserved VM has a reservation: ${r.text}`);
-    return { ...v, reservation_id: reservationId };
-  };
-  const balance = async (c: Caller) => micros(ok(await c.api.get('/billing/balance')).balance);
-  const txs = async (c: Caller) => ok(await c.api.get('/billing/transactions', { query: { limit: 100 } }));
-  const reservation = async (c: Caller, id: string) => {
-    const r = ok(await c.api.get('/reservations')).find((x) => x.id === id);
-    assert.ok(r, `reservation ${id} is listed`);
-    return r;
-  };
-  const vm = async (c: Caller, id: string) => ok(await c.api.get('/vms/{vm_id}', { params: { vm_id: id } }));
-
   before(async () => {
-    const adminUser = await createUser(t(), { admin: true });
-    adminKey = await createApiKey(t(), adminUser.token, 'read_write', 'admin-tests');
-    admin = api(t(), adminKey);
-    node = (await createNode(t(), adminKey, { gpu_type: '4090', gpu_count: 8 })).node;
+    await kit.setUp();
+    admin = kit.admin();
+    node = kit.node();
   });
 
   test('destroyed before the end -> completed; alive at the end -> converted_to_on_demand; nothing refunded', async () => {

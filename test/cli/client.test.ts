@@ -14,7 +14,28 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { api } from '../helpers/api.js';
+import { api, type BodyFor } from '../helpers/api.js';
+
+// What `--json` prints: the answer of the API operation each command calls.
+type AccountOut = BodyFor<'/account', 'get', 200>;
+type SshKeyOut = BodyFor<'/ssh-keys', 'post', 201>;
+type OffersOut = BodyFor<'/search', 'get', 200>;
+type VmOut = BodyFor<'/vms/{vm_id}', 'get', 200>;
+type VmsOut = BodyFor<'/vms', 'get', 200>;
+type MessageOut = BodyFor<'/vms/{vm_id}', 'delete', 200>;
+type BalanceOut = BodyFor<'/billing/balance', 'get', 200>;
+type TransactionsOut = BodyFor<'/billing/transactions', 'get', 200>;
+type NewKeyOut = BodyFor<'/api-keys', 'post', 201>;
+type KeysOut = BodyFor<'/api-keys', 'get', 200>;
+type PricingOut = BodyFor<'/pricing', 'get', 200>;
+type QuoteOut = BodyFor<'/reservations/calculate', 'post', 200>;
+type NodesOut = BodyFor<'/admin/nodes', 'get', 200>;
+type CreditOut = BodyFor<'/admin/users/{user_id}/credits', 'post', 201>;
+type UsersOut = BodyFor<'/admin/users', 'get', 200>;
+type InterruptionsOut = BodyFor<'/vms/{vm_id}/interruption-history', 'get', 200>;
+type ReservationsOut = BodyFor<'/reservations', 'get', 200>;
+type CancelledOut = BodyFor<'/reservations/{reservation_id}', 'delete', 200>;
+type EventsOut = BodyFor<'/events', 'get', 200>;
 import { createNode, createUser, credit, tokensOf, type TestUser } from '../helpers/factories.js';
 import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
@@ -99,9 +120,10 @@ describe('gpucloud client commands', () => {
   }
 
   const ok = (r: Run) => assert.equal(r.code, 0, `exit ${r.code}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`);
-  const json = (r: Run) => {
+  /** The --json output of a successful run, as the API operation the command mirrors answers it. */
+  const json = <T>(r: Run): T => {
     ok(r);
-    return JSON.parse(r.stdout) as any;
+    return JSON.parse(r.stdout) as T;
   };
 
   async function newUser(balance = 100): Promise<TestUser> {
@@ -152,7 +174,7 @@ describe('gpucloud client commands', () => {
     assert.equal(typeof saved.refresh_token, 'string');
     assert.equal(saved.api_url, baseUrl);
 
-    const me = json(await cli(home, ['whoami', '--json']));
+    const me = json<AccountOut>(await cli(home, ['whoami', '--json']));
     assert.equal(me.email, u.email);
     assert.equal(me.id, u.id);
 
@@ -160,7 +182,7 @@ describe('gpucloud client commands', () => {
     const key = generateKey('ed25519', { comment: 'cli@laptop' });
     const pub = join(home, 'id_ed25519.pub');
     writeFileSync(pub, key.line);
-    const added = json(await cli(home, ['ssh-keys', 'add', pub, '--json']));
+    const added = json<SshKeyOut>(await cli(home, ['ssh-keys', 'add', pub, '--json']));
     assert.equal(added.fingerprint, key.fingerprint);
     const keys = await cli(home, ['ssh-keys', 'list']);
     ok(keys);
@@ -168,10 +190,10 @@ describe('gpucloud client commands', () => {
     assert.ok(keys.stdout.includes(key.fingerprint));
 
     // search: --json is the API's array; the table is sorted by price.
-    const offers = json(await cli(home, ['search', '--json']));
+    const offers = json<OffersOut>(await cli(home, ['search', '--json']));
     const direct = (await (await fetch(`${baseUrl}/search`)).json()) as unknown[];
     assert.deepEqual(offers, direct);
-    const only4090 = json(await cli(home, ['search', '--gpu', '4090', '--min-gpus', '2', '--json']));
+    const only4090 = json<OffersOut>(await cli(home, ['search', '--gpu', '4090', '--min-gpus', '2', '--json']));
     assert.ok(only4090.length > 0 && only4090.every((o: { gpu_type: string }) => o.gpu_type === '4090'));
     const tableRun = await cli(home, ['search']);
     ok(tableRun);
@@ -209,7 +231,7 @@ describe('gpucloud client commands', () => {
         during: () => t.services.clock.advance(0),
       },
     );
-    const vm = json(created);
+    const vm = json<VmOut>(created);
     assert.equal(vm.status, 'running');
     assert.equal(vm.template_vmid, 101);
     assert.equal(vm.storage_gb, 50);
@@ -218,12 +240,12 @@ describe('gpucloud client commands', () => {
     assert.match(created.stderr, /running/);
 
     // show by vmid and by id.
-    const byVmid = json(await cli(home, ['vm', 'show', String(vm.vmid), '--json']));
+    const byVmid = json<VmOut>(await cli(home, ['vm', 'show', String(vm.vmid), '--json']));
     assert.equal(byVmid.id, vm.id);
     const show = await cli(home, ['vm', 'show', vm.id]);
     ok(show);
     assert.match(show.stdout, /Status:\s+running/);
-    const list = json(await cli(home, ['vm', 'list', '--json']));
+    const list = json<VmsOut>(await cli(home, ['vm', 'list', '--json']));
     assert.deepEqual(
       list.map((v: { id: string }) => v.id),
       [vm.id],
@@ -258,7 +280,7 @@ describe('gpucloud client commands', () => {
     const no = await cli(home, ['vm', 'destroy', String(vm.vmid)], { input: 'n\n' });
     assert.equal(no.code, 1);
     assert.equal((await vmOf(u, vm.id)).status, 'running');
-    const destroyed = json(await cli(home, ['vm', 'destroy', String(vm.vmid), '--yes', '--json']));
+    const destroyed = json<MessageOut>(await cli(home, ['vm', 'destroy', String(vm.vmid), '--yes', '--json']));
     assert.equal(typeof destroyed.message, 'string');
     assert.notEqual((await vmOf(u, vm.id)).status, 'running');
 
@@ -342,7 +364,7 @@ describe('gpucloud client commands', () => {
   test('vm create then vm wait; billing balance --json is the API body', async () => {
     const u = await newUser(50);
     const home = await loggedIn(u);
-    const vm = json(
+    const vm = json<VmOut>(
       await cli(home, [
         'vm',
         'create',
@@ -362,15 +384,15 @@ describe('gpucloud client commands', () => {
     assert.equal(vm.storage_gb, 80);
     assert.equal(vm.template_vmid, 100);
     await t.services.clock.advance(0);
-    const waited = json(await cli(home, ['vm', 'wait', vm.id, '--json']));
+    const waited = json<VmOut>(await cli(home, ['vm', 'wait', vm.id, '--json']));
     assert.equal(waited.status, 'running');
-    const bal = json(await cli(home, ['billing', 'balance', '--json']));
+    const bal = json<BalanceOut>(await cli(home, ['billing', 'balance', '--json']));
     const balance = await api(t, u.token).get('/billing/balance');
     assert.equal(balance.status, 200, balance.text);
     assert.deepEqual(bal, balance.body);
-    const tx = json(await cli(home, ['billing', 'transactions', '--json']));
+    const tx = json<TransactionsOut>(await cli(home, ['billing', 'transactions', '--json']));
     assert.ok(Array.isArray(tx) && tx.length >= 1);
-    json(await cli(home, ['vm', 'destroy', vm.id, '--yes', '--json']));
+    json<MessageOut>(await cli(home, ['vm', 'destroy', vm.id, '--yes', '--json']));
   });
 
   test('exit 1 with the server detail on stderr when the API refuses', async () => {
@@ -529,13 +551,13 @@ describe('gpucloud client commands', () => {
     const h1 = freshHome();
     const byFlag = await cli(h1, ['login', '--email', u.email, '--password', u.password, '--code', code()]);
     ok(byFlag);
-    assert.equal(json(await cli(h1, ['whoami', '--json'])).two_factor_enabled, true);
+    assert.equal(json<AccountOut>(await cli(h1, ['whoami', '--json'])).two_factor_enabled, true);
 
     await t.services.clock.advance(30); // a code is good once
     const h2 = freshHome();
     const byStdin = await cli(h2, ['login', '--email', u.email, '--password', u.password], { input: `${code()}\n` });
     ok(byStdin);
-    assert.equal(json(await cli(h2, ['whoami', '--json'])).email, u.email);
+    assert.equal(json<AccountOut>(await cli(h2, ['whoami', '--json'])).email, u.email);
 
     await t.services.clock.advance(30);
     const wrong = await cli(freshHome(), ['login', '--email', u.email, '--password', u.password, '--code', '000000']);
@@ -556,22 +578,22 @@ describe('gpucloud client commands', () => {
     assert.equal(statSync(file).mode & 0o777, 0o600);
     ok(await cli(home, ['whoami'])); // the saved pair works on the next run
 
-    const created = json(await cli(home, ['keys', 'create', '--name', 'ci', '--json']));
+    const created = json<NewKeyOut>(await cli(home, ['keys', 'create', '--name', 'ci', '--json']));
     assert.match(created.key, /^gpc_/);
     t.forbidSecret(created.key);
-    const listed = json(await cli(home, ['keys', 'list', '--json']));
+    const listed = json<KeysOut>(await cli(home, ['keys', 'list', '--json']));
     assert.ok(listed.some((k: { id: string }) => k.id === created.id));
 
     const empty = freshHome();
     assert.equal(
-      json(await cli(empty, ['whoami', '--json'], { env: { GPUCLOUD_API_KEY: created.key } })).email,
+      json<AccountOut>(await cli(empty, ['whoami', '--json'], { env: { GPUCLOUD_API_KEY: created.key } })).email,
       u.email,
     );
-    assert.equal(json(await cli(empty, ['whoami', '--json', '--api-key', created.key])).email, u.email);
+    assert.equal(json<AccountOut>(await cli(empty, ['whoami', '--json', '--api-key', created.key])).email, u.email);
     const keyHome = freshHome();
     ok(await cli(keyHome, ['login', '--api-key', created.key]));
     assert.equal(JSON.parse(readFileSync(join(keyHome, 'gpucloud', 'config.json'), 'utf8')).api_key, created.key);
-    assert.equal(json(await cli(keyHome, ['whoami', '--json'])).email, u.email);
+    assert.equal(json<AccountOut>(await cli(keyHome, ['whoami', '--json'])).email, u.email);
 
     ok(await cli(home, ['keys', 'revoke', created.id]));
     const revoked = await cli(keyHome, ['whoami']);
@@ -580,19 +602,21 @@ describe('gpucloud client commands', () => {
 
   test('pricing, reservations quote, admin commands', async () => {
     const home = await loggedIn(admin);
-    const pricing = json(await cli(home, ['pricing', '--json']));
+    const pricing = json<PricingOut>(await cli(home, ['pricing', '--json']));
     const shipped = await api(t).get('/pricing');
     assert.equal(shipped.status, 200, shipped.text);
     assert.deepEqual(pricing, shipped.body);
-    const quote = json(await cli(home, ['reservations', 'quote', '--gpu', '4090', '--months', '3', '--json']));
+    const quote = json<QuoteOut>(
+      await cli(home, ['reservations', 'quote', '--gpu', '4090', '--months', '3', '--json']),
+    );
     assert.equal(quote.reservation_months, 3);
-    const nodes = json(await cli(home, ['admin', 'nodes', '--json']));
+    const nodes = json<NodesOut>(await cli(home, ['admin', 'nodes', '--json']));
     assert.ok(nodes.some((n: { node: string }) => n.node === node));
     const u = await newUser(0);
-    const tx = json(await cli(home, ['admin', 'credit', String(u.id), '12.5', '--json']));
+    const tx = json<CreditOut>(await cli(home, ['admin', 'credit', String(u.id), '12.5', '--json']));
     assert.equal(tx.amount, 12.5);
-    const users = json(await cli(home, ['admin', 'users', '--email', u.email, '--json']));
-    assert.equal(users[0].email, u.email);
+    const users = json<UsersOut>(await cli(home, ['admin', 'users', '--email', u.email, '--json']));
+    assert.equal(users[0]?.email, u.email);
     const table = await cli(home, ['admin', 'pricing']);
     ok(table);
     assert.match(table.stdout, /^GPU\s+\$\/GPU\/H/);
@@ -601,7 +625,7 @@ describe('gpucloud client commands', () => {
   test('vm lifecycle: stop, start, label, auto-restart, interruptions, list table', async () => {
     const u = await newUser(100);
     const home = await loggedIn(u);
-    const vm = json(
+    const vm = json<VmOut>(
       await cli(
         home,
         [
@@ -626,10 +650,13 @@ describe('gpucloud client commands', () => {
     let now = await vmOf(u, vm.id);
     assert.equal(now.instance_label, 'renamed');
     assert.equal(now.auto_restart, true);
-    assert.deepEqual(json(await cli(home, ['vm', 'interruptions', vm.id, '--json'])), []);
+    assert.deepEqual(json<InterruptionsOut>(await cli(home, ['vm', 'interruptions', vm.id, '--json'])), []);
     ok(await cli(home, ['vm', 'stop', vm.id]));
     await t.services.clock.advance(0);
-    assert.equal(json(await cli(home, ['vm', 'wait', vm.id, '--status', 'stopped', '--json'])).status, 'stopped');
+    assert.equal(
+      json<VmOut>(await cli(home, ['vm', 'wait', vm.id, '--status', 'stopped', '--json'])).status,
+      'stopped',
+    );
     ok(await cli(home, ['vm', 'start', vm.id]));
     await t.services.clock.advance(0);
     const list = await cli(home, ['vm', 'list']);
@@ -665,19 +692,23 @@ describe('gpucloud client commands', () => {
     const none = await api(t, u.token).get('/vms');
     assert.equal(none.status, 200, none.text);
     assert.deepEqual(none.body, []);
-    const vm = json(await cli(home, [...args, '--yes', '--json']));
+    const vm = json<VmOut>(await cli(home, [...args, '--yes', '--json']));
     assert.equal(vm.rental_type, 'reserved');
-    const reservations = json(await cli(home, ['reservations', 'list', '--json']));
+    const reservations = json<ReservationsOut>(await cli(home, ['reservations', 'list', '--json']));
     assert.equal(reservations.length, 1);
-    assert.equal(reservations[0].vm_id, vm.id);
-    const cancelled = json(await cli(home, ['reservations', 'cancel', reservations[0].id, '--yes', '--json']));
+    const [reservation] = reservations;
+    assert.ok(reservation, 'the reservation is listed');
+    assert.equal(reservation.vm_id, vm.id);
+    const cancelled = json<CancelledOut>(
+      await cli(home, ['reservations', 'cancel', reservation.id, '--yes', '--json']),
+    );
     assert.equal(cancelled.status, 'cancelled');
   });
 
   test('events: the list, filters by type and VM, and --follow printing what happens next', async () => {
     const u = await newUser(100);
     const home = await loggedIn(u);
-    const vm = json(
+    const vm = json<VmOut>(
       await cli(home, [
         'vm',
         'create',
@@ -696,7 +727,7 @@ describe('gpucloud client commands', () => {
     ok(listed);
     assert.match(listed.stdout, /account\.login/);
     assert.match(listed.stdout, new RegExp(`vm\\.status_changed\\s+VM ${vm.vmid} starting -> running \\(started\\)`));
-    const typed = json(
+    const typed = json<EventsOut>(
       await cli(home, [
         'events',
         '--type',
@@ -712,13 +743,14 @@ describe('gpucloud client commands', () => {
       typed.map((e: { type: string }) => e.type),
       ['vm.created', 'vm.status_changed', 'vm.status_changed'],
     );
-    assert.ok(typed.every((e: { vm_id: string }) => e.vm_id === vm.id));
+    assert.ok(typed.every((e) => e.vm_id === vm.id));
     const bad = await cli(home, ['events', '--type', 'vm.nope']);
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /unknown event type/);
 
     // --follow: starts after the last event and prints the stop as it happens, as JSON lines.
-    const last = typed[typed.length - 1].id;
+    const last = typed.at(-1)?.id;
+    assert.ok(last, 'the last event has an id');
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       XDG_CONFIG_HOME: home,

@@ -2,7 +2,8 @@
  * The GPU limit is on GPUs in use, whenever they are taken: a create, a
  * start and an automatic restart all meet it (docs/vms.md#limits-per-account).
  * Stopping VMs, creating others and starting the first ones again never puts
- * more GPUs in use than the limit.
+ * more GPUs in use than the limit. An automatic restart also needs the money
+ * a manual start would.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -105,5 +106,55 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     assert.equal((await uc.delete('/vms/{vm_id}', { params: { vm_id: mine.body.id } })).status, 200);
     await t().services.clock.advance(5);
     assert.equal(await spotStatus(), 'running');
+  });
+
+  test('an interrupted VM whose owner cannot pay an hour stays interrupted, with nothing written, until credited', async () => {
+    const admin = await createUser(t(), { admin: true });
+    const spotNode = (await createNode(t(), admin.token, { gpu_count: 2 })).node;
+    const u = await createUser(t());
+    const taker = await createUser(t());
+    await credit(t(), admin.token, taker.id, 1000);
+    const uc = api(t(), u.token);
+    // Exactly the hour a create needs: the interruption then charges the seconds it ran, leaving less.
+    const body = vmBody(spotNode, { rental_type: 'interruptible' });
+    const refused = await uc.post('/vms', { body });
+    assert.equal(refused.status, 400, refused.text);
+    const required = /required (\d+\.\d+)/.exec(refused.body.detail)?.[1];
+    assert.ok(required, refused.body.detail);
+    await credit(t(), admin.token, u.id, Number(required));
+    const spot = await uc.post('/vms', { body });
+    assert.equal(spot.status, 201, spot.text);
+    const spotVm = { params: { vm_id: spot.body.id } };
+    const spotStatus = async () => {
+      const r = await uc.get('/vms/{vm_id}', spotVm);
+      assert.equal(r.status, 200, r.text);
+      return r.body.status;
+    };
+    const eventsOfSpot = async () => {
+      const r = await uc.get('/events', { query: { vm_id: spot.body.id, limit: 200 } });
+      assert.equal(r.status, 200, r.text);
+      return r.body.map((e) => e.type);
+    };
+    await t().services.clock.advance(60);
+    assert.equal(await spotStatus(), 'running');
+    const demand = await uc.as(taker.token).post('/vms', { body: vmBody(spotNode) });
+    assert.equal(demand.status, 201, demand.text);
+    await t().services.clock.advance(1);
+    assert.equal(await spotStatus(), 'interrupted');
+    const balance = await uc.get('/billing/balance');
+    assert.equal(balance.status, 200, balance.text);
+    assert.ok(balance.body.balance < Number(required), `${balance.body.balance} is less than an hour`);
+
+    // The GPUs come free, but an hour is not paid for: the restart is rolled back, event and all.
+    assert.equal((await uc.as(taker.token).delete('/vms/{vm_id}', { params: { vm_id: demand.body.id } })).status, 200);
+    const before = await eventsOfSpot();
+    await t().services.clock.advance(5);
+    assert.equal(await spotStatus(), 'interrupted');
+    assert.deepEqual(await eventsOfSpot(), before, 'no status change and no vm.restarted were kept');
+
+    await credit(t(), admin.token, u.id, 10);
+    await t().services.clock.advance(5);
+    assert.equal(await spotStatus(), 'running');
+    assert.ok((await eventsOfSpot()).includes('vm.restarted'));
   });
 });

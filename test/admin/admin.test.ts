@@ -578,9 +578,10 @@ describeEachDb('admin API', (t) => {
       t().services.adminUsers.onSuspend(async (tx, userId, now) => {
         assert.equal(now.getTime(), t().services.clock.now().getTime());
         if (userId !== a.id && userId !== b.id) return;
-        // The hook sees the suspension, uncommitted, through its transaction.
+        // The hook runs in the suspension's transaction before the user's row is locked and changed (the
+        // VMs it stops come before the balance on that row in the lock order): it reads the row unchanged.
         const row = await tx.query<{ suspended: boolean }>('SELECT suspended FROM users WHERE id = $1', [userId]);
-        assert.equal(row.rows[0]!.suspended, true);
+        assert.equal(row.rows[0]!.suspended, false);
         calls.push(userId);
         if (userId === b.id) throw new Error('could not stop the VMs');
       });

@@ -4,7 +4,8 @@
  * opposite orders run at the same time on PostgreSQL, round after round: a
  * start and a stop of the same VM (the start took the balance before the VM,
  * the stop's charge takes it after), a node going offline and back (node
- * before VMs) against starts (VM before node). No transaction may deadlock (a deadlock would be retried
+ * before VMs) against starts (VM before node), a suspension (which stops the
+ * user's VMs) against the user's starts and stops. No transaction may deadlock (a deadlock would be retried
  * and pass unseen: the database counts them), and the money and the GPUs add
  * up afterwards.
  *
@@ -84,6 +85,14 @@ test(
           ];
         }),
         setNode(round % 2 === 0 ? 'offline' : 'active'),
+        // A suspension stops the user's running VMs while those VMs are started and stopped.
+        act(
+          `PATCH /admin/users/${users[1]!.id}`,
+          api(t, adminKey).patch('/admin/users/{user_id}', {
+            params: { user_id: users[1]!.id },
+            body: { suspended: round % 2 === 0 },
+          }),
+        ),
       ]);
       await setNode('active');
       await t.services.clock.advance(600);

@@ -65,16 +65,21 @@ export class AdminUserService {
 
   async patch(actorId: number, id: number, patch: UserPatch): Promise<AdminUserRecord> {
     const record = await this.db.transaction(async (tx) => {
-      const before = await this.accounts.accountRow(tx, id, true);
-      if (!before) throw notFound('User');
       if (id === actorId && (patch.suspended === true || patch.role === 'user')) {
         throw invalidState('Administrators cannot suspend or demote themselves; ask another administrator');
       }
       const now = this.clock.now();
-      const after = (await this.accounts.changeAccount(tx, id, patch, now))!;
-      if (after.suspended && !before.suspended) {
+      // A suspension stops the user's running VMs before it locks the user's row: the lock order of
+      // everything that touches VMs and money (docs/billing.md#lock-order) has the VMs, their meters and
+      // reservations before the balance, which lives on that row.
+      const current = await this.accounts.accountRow(tx, id);
+      if (!current) throw notFound('User');
+      if (patch.suspended === true && !current.suspended) {
         for (const hook of this.suspensionHooks) await hook(tx, id, now);
       }
+      const before = await this.accounts.accountRow(tx, id, true);
+      if (!before) throw notFound('User');
+      const after = (await this.accounts.changeAccount(tx, id, patch, now))!;
       return toAdminRecord(after);
     });
     for (const hook of this.changeHooks) hook(id);

@@ -8,8 +8,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
-import { api, type RequestBody } from '../helpers/api.js';
+import { api, type Api, type RequestBody } from '../helpers/api.js';
 import { createNode, createUser, credit } from '../helpers/factories.js';
+
+/** A VM's status as its owner reads it. */
+async function statusOf(client: Api, vmId: string) {
+  const r = await client.get('/vms/{vm_id}', { params: { vm_id: vmId } });
+  assert.equal(r.status, 200, r.text);
+  return r.body.status;
+}
 
 describeEachDb('the GPU limit at start and auto-restart', (t) => {
   const vmBody = (node: string, extra: Partial<RequestBody<'/vms', 'post'>> = {}): RequestBody<'/vms', 'post'> => ({
@@ -83,12 +90,7 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     );
     const spot = await uc.post('/vms', { body: vmBody(spotNode, { rental_type: 'interruptible' }) });
     assert.equal(spot.status, 201, spot.text);
-    const spotVm = { params: { vm_id: spot.body.id } };
-    const spotStatus = async () => {
-      const r = await uc.get('/vms/{vm_id}', spotVm);
-      assert.equal(r.status, 200, r.text);
-      return r.body.status;
-    };
+    const spotStatus = () => statusOf(uc, spot.body.id);
     await t().services.clock.advance(1);
     // Another user's on-demand VM takes the GPUs: the interruptible VM is interrupted and holds none.
     const demand = await uc.as(taker.token).post('/vms', { body: vmBody(spotNode) });
@@ -124,12 +126,7 @@ describeEachDb('the GPU limit at start and auto-restart', (t) => {
     await credit(t(), admin.token, u.id, Number(required));
     const spot = await uc.post('/vms', { body });
     assert.equal(spot.status, 201, spot.text);
-    const spotVm = { params: { vm_id: spot.body.id } };
-    const spotStatus = async () => {
-      const r = await uc.get('/vms/{vm_id}', spotVm);
-      assert.equal(r.status, 200, r.text);
-      return r.body.status;
-    };
+    const spotStatus = () => statusOf(uc, spot.body.id);
     const eventsOfSpot = async () => {
       const r = await uc.get('/events', { query: { vm_id: spot.body.id, limit: 200 } });
       assert.equal(r.status, 200, r.text);

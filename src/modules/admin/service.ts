@@ -72,13 +72,13 @@ export class AdminUserService {
       // A suspension stops the user's running VMs before it locks the user's row: the lock order of
       // everything that touches VMs and money (docs/billing.md#lock-order) has the VMs, their meters and
       // reservations before the balance, which lives on that row.
-      const current = await this.accounts.accountRow(tx, id);
-      if (!current) throw notFound('User');
-      if (patch.suspended === true && !current.suspended) {
-        for (const hook of this.suspensionHooks) await hook(tx, id, now);
+      if (patch.suspended === true) {
+        const current = await this.accounts.accountRow(tx, id);
+        if (current && !current.suspended) {
+          for (const hook of this.suspensionHooks) await hook(tx, id, now);
+        }
       }
-      const before = await this.accounts.accountRow(tx, id, true);
-      if (!before) throw notFound('User');
+      if (!(await this.accounts.accountRow(tx, id, true))) throw notFound('User');
       const after = (await this.accounts.changeAccount(tx, id, patch, now))!;
       return toAdminRecord(after);
     });

@@ -22,13 +22,13 @@ export interface AutoRestartDeps {
   apply: ApplyTransition;
 }
 
+/** Thrown inside an auto-restart's transaction to roll its change back: the VM stays interrupted for now. */
+class StaysInterrupted extends Error {}
+
 /**
  * Interrupted VMs with auto_restart go back to starting as soon as their node has the GPUs free
  * (docs/vms.md#auto-restart).
  */
-/** Thrown inside an auto-restart's transaction to roll its change back: the VM stays interrupted for now. */
-class StaysInterrupted extends Error {}
-
 export async function autoRestartDue(deps: AutoRestartDeps): Promise<number> {
   const candidates = await repo.autoRestartCandidates(deps.db, 50);
   let restarted = 0;

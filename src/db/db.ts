@@ -61,7 +61,9 @@ export class PostgresDb implements Db {
     this.pool = new pg.Pool({
       connectionString,
       max: opts.max ?? 10,
-      options: opts.searchPath ? `-c search_path=${opts.searchPath}` : undefined,
+      // JIT compiling pays off only for long analytic queries: for this service's statements it costs more
+      // than it saves (about 0.1 s compiling a close's charge statement that runs in less).
+      options: ['-c jit=off', ...(opts.searchPath ? [`-c search_path=${opts.searchPath}`] : [])].join(' '),
       types: {
         getTypeParser: ((oid: number, format?: string) =>
           oid === INT8 ? parseInt8 : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,

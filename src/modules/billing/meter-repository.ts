@@ -63,6 +63,12 @@ export interface ChargeResultRow {
  */
 export interface PeriodColumns {
   vmIds: readonly string[];
+  /** The VM's owner, vmid, GPU count, disk size and reservation, as claimed with its meter (unchanged while it is held). */
+  userIds: readonly number[];
+  vmids: readonly number[];
+  gpuCounts: readonly number[];
+  storageGbs: readonly number[];
+  reservationIds: readonly (string | null)[];
   periodStarts: readonly string[];
   periodEnds: readonly string[];
   gpuMs: readonly number[];
@@ -160,14 +166,14 @@ const amount = (col: string) => `trim_scale(${col} * 0.000001)`;
  */
 const CHARGE_PERIODS_SQL = `
 WITH input AS (
-  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::uuid[], $11::uuid[])
-    WITH ORDINALITY AS i(vm_id, period_start, period_end, gpu_ms, storage_ms, network_bytes, gpu_cost, storage_cost, network_cost, log_id, transaction_id, n)
+  SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::timestamptz[], $4::int8[], $5::int8[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::uuid[], $11::uuid[],
+                       $12::int8[], $13::int4[], $14::int4[], $15::int4[], $16::uuid[])
+    WITH ORDINALITY AS i(vm_id, period_start, period_end, gpu_ms, storage_ms, network_bytes, gpu_cost, storage_cost, network_cost, log_id, transaction_id,
+                         user_id, vmid, gpu_count, storage_gb, reservation_id, n)
 ), priced AS (
-  SELECT i.*, i.gpu_cost + i.storage_cost + i.network_cost AS total, v.user_id, v.vmid, v.gpu_count, v.storage_gb, v.reservation_id,
-         r.remaining_micros AS reserved, r.end_at >= i.period_end AS in_term
+  SELECT i.*, i.gpu_cost + i.storage_cost + i.network_cost AS total, r.remaining_micros AS reserved, r.end_at >= i.period_end AS in_term
     FROM input i
-    JOIN vms v ON v.id = i.vm_id AND v.id = ANY($1::uuid[])
-    LEFT JOIN reservations r ON r.id = v.reservation_id AND r.status = 'active'
+    LEFT JOIN reservations r ON r.id = i.reservation_id AND r.status = 'active'
 ), drawn AS (
   SELECT p.*,
          CASE WHEN p.in_term THEN least(p.total, greatest(0, p.reserved - coalesce(sum(p.total) FILTER (WHERE p.in_term)
@@ -244,6 +250,11 @@ export async function chargePeriods(q: Queryable, p: PeriodColumns): Promise<Cha
     p.networkCosts,
     p.logIds,
     p.transactionIds,
+    p.userIds,
+    p.vmids,
+    p.gpuCounts,
+    p.storageGbs,
+    p.reservationIds,
   ]);
   return r.rows[0]!;
 }
@@ -277,6 +288,17 @@ export async function clearLowBalance(q: Queryable, userId: number): Promise<voi
 /** Users a charge left at or below zero, by id. */
 export async function lowBalanceUsers(q: Queryable): Promise<{ id: number }[]> {
   return (await q.query<Pick<Row<'users'>, 'id'>>('SELECT id FROM users WHERE low_balance_pending ORDER BY id')).rows;
+}
+
+/**
+ * Makes the rest of the transaction read rows by key: a batch close touches a
+ * few thousand rows of each table, and the planner, costing random reads as
+ * if from disk, would otherwise scan whole tables for them (the VMs', users'
+ * and meters' tables grow with the fleet, so a close would grow with its
+ * square).
+ */
+export async function readByKey(q: Queryable): Promise<void> {
+  await q.query('SET LOCAL enable_seqscan = off');
 }
 
 /** Where the oldest open period begins, if it began before `lastBoundary` (something is due). */

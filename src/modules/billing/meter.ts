@@ -183,6 +183,11 @@ export class Meter {
     );
     const { written, crossings, exhausted } = await repo.chargePeriods(tx, {
       vmIds: ordered.map((p) => p.vm.id),
+      userIds: ordered.map((p) => p.vm.user_id),
+      vmids: ordered.map((p) => p.vm.vmid),
+      gpuCounts: ordered.map((p) => p.vm.gpu_count),
+      storageGbs: ordered.map((p) => p.vm.storage_gb),
+      reservationIds: ordered.map((p) => p.vm.reservation_id),
       periodStarts: ordered.map((p) => new Date(p.startMs).toISOString()),
       periodEnds: ordered.map((p) => new Date(p.endMs).toISOString()),
       gpuMs: priced.map((c) => c.gpuMs),
@@ -360,6 +365,7 @@ export class Meter {
   ): Promise<{ claimed: number; written: number }> {
     const oldest = await repo.oldestDueMeter(tx, lastBoundary);
     if (!oldest) return { claimed: 0, written: 0 };
+    await repo.readByKey(tx);
     const behind = Math.ceil((lastBoundary.getTime() - oldest.billed_until.getTime()) / this.intervalMs);
     const due = await repo.claimDueMeters(tx, lastBoundary, Math.max(1, Math.floor(budget / Math.max(1, behind))));
     if (due.length === 0) return { claimed: 0, written: 0 };

@@ -162,6 +162,7 @@ export function createServices(deps: AppDeps): Services {
   // Cross-module reactions, each inside the transaction of its cause.
   // billing periods close at status changes
   vms.onTransition((tx, before, after, now) => meter.onTransition(tx, before, after, now));
+  vms.onBeforeStatusChanges((tx, vmIds) => meter.lockMeters(tx, vmIds));
   vms.onTransition(async (tx, before, after, now) => {
     // Interrupting others is never free: a VM that preempted any pays at least one billing period.
     if (after.status === 'destroyed' && before.status !== 'destroyed')

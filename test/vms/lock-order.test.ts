@@ -5,7 +5,9 @@
  * start and a stop of the same VM (the start took the balance before the VM,
  * the stop's charge takes it after), a node going offline and back (node
  * before VMs) against starts (VM before node), a suspension (which stops the
- * user's VMs) against the user's starts and stops. No transaction may deadlock (a deadlock would be retried
+ * user's VMs) against the user's starts and stops, and a create that preempts
+ * the VMs of users on both sides of its own user's id against the interval
+ * close (which takes balances in id order). No transaction may deadlock (a deadlock would be retried
  * and pass unseen: the database counts them), and the money and the GPUs add
  * up afterwards.
  *
@@ -106,6 +108,91 @@ test(
       [node],
     );
     assert.ok(held.rows[0]!.n <= 8);
+    const drift = await t.db.query<{ id: number }>(
+      `SELECT u.id FROM users u WHERE u.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = u.id)`,
+    );
+    assert.deepEqual(drift.rows, []);
+  },
+);
+
+test(
+  'a create preempting VMs of users on both sides of its own id runs beside closes, stops and starts without a deadlock',
+  { skip },
+  async () => {
+    const admin = await createUser(t, { admin: true });
+    const adminKey = await createApiKey(t, admin.token, 'read_write');
+    const { node: shared } = await createNode(t, adminKey, { gpu_type: '4090', gpu_count: 4 });
+    const { node: other } = await createNode(t, adminKey, { gpu_type: '4090', gpu_count: 8 });
+    // User ids follow creation: low < creator < high.
+    const [low, creator, high] = [await createUser(t), await createUser(t), await createUser(t)];
+    const keyOf = new Map<number, string>();
+    for (const u of [low, creator, high]) {
+      await credit(t, adminKey, u.id, 1000);
+      keyOf.set(u.id, await createApiKey(t, u.token, 'read_write'));
+    }
+    const vmBody = (node: string, more: Partial<RequestBody<'/vms', 'post'>> = {}): RequestBody<'/vms', 'post'> => ({
+      node,
+      gpu_type: '4090',
+      gpu_count: 1,
+      storage_gb: 50,
+      template_vmid: 100,
+      auth_method: 'password',
+      password: 'a-vm-password-1234',
+      ...more,
+    });
+    const make = async (key: string, body: RequestBody<'/vms', 'post'>) => {
+      const r = await api(t, key).post('/vms', { body });
+      assert.equal(r.status, 201, r.text);
+      return r.body.id;
+    };
+    // The victims: two interruptible VMs each of low and high fill the shared node; every user also has an
+    // on-demand VM elsewhere, so that each close charges all three.
+    const victims: { id: string; key: string }[] = [];
+    const others: { id: string; key: string }[] = [];
+    for (const u of [low, high]) {
+      const key = keyOf.get(u.id)!;
+      for (let i = 0; i < 2; i++) {
+        victims.push({ id: await make(key, vmBody(shared, { rental_type: 'interruptible' })), key });
+      }
+    }
+    for (const u of [low, creator, high]) {
+      const key = keyOf.get(u.id)!;
+      others.push({ id: await make(key, vmBody(other)), key });
+    }
+    await t.services.clock.advance(1);
+    const db = t.db as PostgresDb;
+    const deadlocksBefore = db.deadlocksRetried;
+    const creatorApi = api(t, keyOf.get(creator.id)!);
+    let preempted = 0;
+
+    for (let round = 0; round < 10; round++) {
+      const [made] = await Promise.all([
+        // Four GPUs on the full shared node: all four victims are preempted, owned by users below and above.
+        creatorApi.post('/vms', { body: vmBody(shared, { gpu_count: 4 }) }),
+        // The interval close of every VM, balances taken in id order.
+        t.services.clock.advance(3600),
+        ...others.map((v, i) => {
+          const c = api(t, v.key);
+          const vm = { params: { vm_id: v.id } };
+          return round % 2 === i % 2 ? c.post('/vms/{vm_id}/stop', vm) : c.post('/vms/{vm_id}/start', vm);
+        }),
+      ]);
+      assert.ok(made.status === 201 || made.status === 400, `POST /vms: ${made.status} ${made.text}`);
+      if (made.status !== 201) continue;
+      preempted++;
+      const gone = await creatorApi.delete('/vms/{vm_id}', { params: { vm_id: made.body.id } });
+      assert.equal(gone.status, 200, gone.text);
+      // The victims come back (auto-restart) once the GPUs are free again.
+      await t.services.clock.advance(1);
+    }
+
+    assert.equal(db.deadlocksRetried - deadlocksBefore, 0, 'no transaction deadlocked');
+    assert.ok(preempted >= 5, `the create preempted in ${preempted} of 10 rounds`);
+    const interruptions = await t.db.query<{ n: number }>(
+      'SELECT count(*)::int8 AS n FROM interruptions WHERE interruptible_vm_id = ANY($1::uuid[])',
+      [victims.map((v) => v.id)],
+    );
+    assert.equal(interruptions.rows[0]!.n, preempted * 4);
     const drift = await t.db.query<{ id: number }>(
       `SELECT u.id FROM users u WHERE u.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = u.id)`,
     );

@@ -33,7 +33,8 @@ export async function findUserByEmail(q: Queryable, email: string): Promise<User
 }
 
 export async function findUserById(q: Queryable, id: number, forUpdate = false): Promise<UserRow | undefined> {
-  return (await q.query<UserRow>(`SELECT * FROM users WHERE id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [id])).rows[0];
+  return (await q.query<UserRow>(`SELECT * FROM users WHERE id = $1${forUpdate ? ' FOR NO KEY UPDATE' : ''}`, [id]))
+    .rows[0];
 }
 
 export async function setPasswordAndRole(

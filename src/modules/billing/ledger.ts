@@ -53,6 +53,17 @@ export async function lockBalance(tx: Queryable, userId: number): Promise<number
   return r.balance_micros;
 }
 
+/**
+ * The balances of several users, locking their rows in id order: a transaction that moves more than one
+ * user's money takes them all at once, in the order a close takes them (docs/billing.md#lock-order).
+ */
+export async function lockBalances(tx: Queryable, userIds: readonly number[]): Promise<Map<number, number>> {
+  const ids = [...new Set(userIds)];
+  const rows = await repo.lockBalanceRows(tx, ids);
+  if (rows.length !== ids.length) throw new Error(`ledger: a user of ${ids.join(', ')} does not exist`);
+  return new Map(rows.map((r) => [r.id, r.balance_micros]));
+}
+
 export async function balance(q: Queryable, userId: number): Promise<number> {
   return (await repo.findBalance(q, userId))?.balance_micros ?? 0;
 }

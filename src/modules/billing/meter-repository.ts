@@ -63,7 +63,7 @@ export interface ChargeResultRow {
  */
 export interface PeriodColumns {
   vmIds: readonly string[];
-  /** The VM's owner, vmid, GPU count, disk size and reservation, as claimed with its meter (unchanged while it is held). */
+  /** Each VM's owner, vmid, GPU count, disk size and reservation, read with its meter (unchanged while it is held). */
   userIds: readonly number[];
   vmids: readonly number[];
   gpuCounts: readonly number[];
@@ -106,7 +106,7 @@ export type TrafficVmRow = Pick<Row<'vms'>, 'id' | 'vmid' | 'node' | 'hv_ref' | 
 
 /** The VM's row, locked (the first lock of a close from a VM). */
 export async function lockMeteredVm(q: Queryable, vmId: string): Promise<MeteredVmRow | undefined> {
-  return (await q.query<MeteredVmRow>('SELECT * FROM vms WHERE id = $1 FOR UPDATE', [vmId])).rows[0];
+  return (await q.query<MeteredVmRow>('SELECT * FROM vms WHERE id = $1 FOR NO KEY UPDATE', [vmId])).rows[0];
 }
 
 /** The VM's meter, locked (after the VM): a close holding it finishes first. None before the VM's first start. */
@@ -116,6 +116,11 @@ export async function lockMeter(q: Queryable, vmId: string): Promise<MeterRow | 
       vmId,
     ])
   ).rows[0];
+}
+
+/** The meters of several VMs, locked in VM id order (after the VMs, before any balance). */
+export async function lockMeters(q: Queryable, vmIds: readonly string[]): Promise<void> {
+  await q.query('SELECT 1 FROM vm_meters WHERE vm_id = ANY($1::uuid[]) ORDER BY vm_id FOR UPDATE', [vmIds]);
 }
 
 /** Opens billing at the VM's first start. */

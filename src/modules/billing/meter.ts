@@ -126,6 +126,15 @@ export class Meter {
   }
 
   /**
+   * Locks the meters of VMs whose status a transaction is about to change, before it takes any
+   * balance (the lock order is VM, meter, reservation, balance): their closes then run on meters
+   * already held. The caller holds the VMs' rows.
+   */
+  async lockMeters(tx: Queryable, vmIds: readonly string[]): Promise<void> {
+    if (vmIds.length > 0) await repo.lockMeters(tx, vmIds);
+  }
+
+  /**
    * The periods of `vm` from its billed_until up to `untilMs`: one ending at
    * every interval boundary in between, and at `termEndMs` (the end of the
    * reservation it draws on: what follows is not drawn from it), its GPUs

@@ -139,7 +139,6 @@ export async function insertTransaction(q: Queryable, t: NewTransaction): Promis
   return r.rows[0]!;
 }
 
-/** The balance, locking the user's row for the rest of the transaction; undefined for an unknown user. */
 /** Whether the user has a credit with this description (a one-time credit, such as the demo's). */
 export async function hasCredit(q: Queryable, userId: number, description: string): Promise<boolean> {
   const r = await q.query(`SELECT 1 FROM transactions WHERE user_id = $1 AND type = 'credit' AND description = $2`, [
@@ -149,8 +148,23 @@ export async function hasCredit(q: Queryable, userId: number, description: strin
   return r.rows.length > 0;
 }
 
+/** The balance, locking the user's row for the rest of the transaction; undefined for an unknown user. */
 export async function lockBalanceRow(q: Queryable, userId: number): Promise<BalanceRow | undefined> {
-  return (await q.query<BalanceRow>('SELECT balance_micros FROM users WHERE id = $1 FOR UPDATE', [userId])).rows[0];
+  return (await q.query<BalanceRow>('SELECT balance_micros FROM users WHERE id = $1 FOR NO KEY UPDATE', [userId]))
+    .rows[0];
+}
+
+/** The balances of several users, their rows locked in id order (the order every close takes balances in). */
+export async function lockBalanceRows(
+  q: Queryable,
+  userIds: readonly number[],
+): Promise<Pick<Row<'users'>, 'id' | 'balance_micros'>[]> {
+  return (
+    await q.query<Pick<Row<'users'>, 'id' | 'balance_micros'>>(
+      'SELECT id, balance_micros FROM users WHERE id = ANY($1::int8[]) ORDER BY id FOR NO KEY UPDATE',
+      [userIds],
+    )
+  ).rows;
 }
 
 export async function findBalance(q: Queryable, userId: number): Promise<BalanceRow | undefined> {

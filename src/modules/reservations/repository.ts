@@ -66,7 +66,7 @@ export async function findReservation(
 
 /** Locks the reservation's VM row: reservations take the VM's lock before their own, as the meter does. */
 export async function lockVm(q: Queryable, vmId: string): Promise<void> {
-  await q.query('SELECT 1 FROM vms WHERE id = $1 FOR UPDATE', [vmId]);
+  await q.query('SELECT 1 FROM vms WHERE id = $1 FOR NO KEY UPDATE', [vmId]);
 }
 
 export async function listReservations(q: Queryable, userId: number, limit: number, offset: number) {

@@ -5,7 +5,7 @@ import type { Row } from '../../db/rows.js';
 export type SshKeyRow = Omit<Row<'ssh_keys'>, 'seq'>;
 
 export async function lockUser(q: Queryable, userId: number): Promise<void> {
-  await q.query('SELECT id FROM users WHERE id = $1 FOR UPDATE', [userId]);
+  await q.query('SELECT id FROM users WHERE id = $1 FOR NO KEY UPDATE', [userId]);
 }
 
 export async function countKeys(q: Queryable, userId: number): Promise<number> {

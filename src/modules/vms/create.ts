@@ -52,6 +52,8 @@ export interface CreateDeps {
   provisionDelayMs: number;
   apply: ApplyTransition;
   gpuUsageChanged: (tx: Queryable) => void;
+  /** Takes what a status change of these VMs will lock after them (their meters), before any balance. */
+  beforeStatusChanges: (tx: Queryable, vmIds: readonly string[]) => Promise<void>;
 }
 
 /** Cross-field validation (422), after the schema's per-field rules. */
@@ -121,11 +123,19 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
 
   return deps.db.transaction(async (tx) => {
     const now = deps.clock.now();
-    // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, then the balance.
+    // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, their meters, then the balances
+    // of this user and of the victims' owners at once, in id order (preempting a VM charges its owner).
     const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
+    // Interruptible VMs preempted (most recently started first) only for the GPUs that are not free.
+    const preempted = pickVictims(victims, input.gpu_count, free);
+    await deps.beforeStatusChanges(
+      tx,
+      preempted.map((v) => v.id),
+    );
     // Serializes this user's creates so that together they never pass the limits or the balance check on the same
     // money.
-    const balance = await ledger.lockBalance(tx, userId);
+    const balances = await ledger.lockBalances(tx, [userId, ...preempted.map((v) => v.user_id)]);
+    const balance = balances.get(userId)!;
     if (input.storage_gb > node.max_storage_gb) {
       throw new AppError(
         'limit_exceeded',
@@ -232,8 +242,7 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
       });
     }
 
-    // Preempt interruptible VMs (most recently started first) only for the GPUs that are not free.
-    for (const victim of pickVictims(victims, input.gpu_count, free)) {
+    for (const victim of preempted) {
       await preempt(tx, deps.apply, victim, vm.id, now);
     }
     return toVmRecord(vm);

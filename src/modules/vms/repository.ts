@@ -99,8 +99,9 @@ export async function findVm(
     params.push(userId);
     owner = ' AND user_id = $2';
   }
-  return (await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${owner}${forUpdate ? ' FOR UPDATE' : ''}`, params))
-    .rows[0];
+  return (
+    await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${owner}${forUpdate ? ' FOR NO KEY UPDATE' : ''}`, params)
+  ).rows[0];
 }
 
 export interface VmFilter {
@@ -195,7 +196,7 @@ export async function preemptionCandidates(q: Queryable, node: string, statuses:
   return (
     await q.query<VmRow>(
       `SELECT * FROM vms WHERE node = $1 AND rental_type = 'interruptible' AND holds_gpus AND status = ANY($2::text[])
-        ORDER BY COALESCE(started_at, created_at) DESC, seq DESC FOR UPDATE`,
+        ORDER BY COALESCE(started_at, created_at) DESC, seq DESC FOR NO KEY UPDATE`,
       [node, statuses],
     )
   ).rows;
@@ -203,10 +204,10 @@ export async function preemptionCandidates(q: Queryable, node: string, statuses:
 
 export async function vmsOnNode(q: Queryable, node: string, statuses: readonly string[]): Promise<VmRow[]> {
   return (
-    await q.query<VmRow>('SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR UPDATE', [
-      node,
-      statuses,
-    ])
+    await q.query<VmRow>(
+      'SELECT * FROM vms WHERE node = $1 AND status = ANY($2::text[]) ORDER BY seq FOR NO KEY UPDATE',
+      [node, statuses],
+    )
   ).rows;
 }
 
@@ -220,7 +221,7 @@ export async function ownerSuspended(q: Queryable, userId: number): Promise<bool
 
 export async function runningVmsOfUser(q: Queryable, userId: number): Promise<VmRow[]> {
   return (
-    await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status = 'running' ORDER BY seq FOR UPDATE`, [
+    await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status = 'running' ORDER BY seq FOR NO KEY UPDATE`, [
       userId,
     ])
   ).rows;
@@ -229,7 +230,7 @@ export async function runningVmsOfUser(q: Queryable, userId: number): Promise<Vm
 // ---- reconciler claims ----
 
 /**
- * Claims due hypervisor work; FOR UPDATE SKIP LOCKED so several instances
+ * Claims due hypervisor work; FOR NO KEY UPDATE SKIP LOCKED so several instances
  * never take the same VM. `now` (service time) decides what is due; the
  * lease runs on real time (`realNow`, `leaseUntil`), so a claim of a dead
  * instance expires however the service clock moves.
@@ -251,7 +252,7 @@ export async function claimDue(
              AND (claimed_until IS NULL OR claimed_until <= $5)
            ORDER BY next_action_at, seq
            LIMIT $4
-           FOR UPDATE SKIP LOCKED)
+           FOR NO KEY UPDATE SKIP LOCKED)
         RETURNING *`,
       [now, leaseUntil, token, limit, realNow],
     )
@@ -260,7 +261,8 @@ export async function claimDue(
 
 /** The VM again, locked, if this claim still holds it. */
 export async function reclaim(q: Queryable, id: string, token: string): Promise<VmRow | undefined> {
-  return (await q.query<VmRow>('SELECT * FROM vms WHERE id = $1 AND claim_token = $2 FOR UPDATE', [id, token])).rows[0];
+  return (await q.query<VmRow>('SELECT * FROM vms WHERE id = $1 AND claim_token = $2 FOR NO KEY UPDATE', [id, token]))
+    .rows[0];
 }
 
 /** Interrupted VMs waiting to restart by themselves, oldest interruption first (never a suspended user's). */

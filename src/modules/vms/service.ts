@@ -46,6 +46,7 @@ export interface Principalish {
 
 export class VmService {
   private readonly transitionHooks: TransitionHook[] = [];
+  private readonly beforeChangeHooks: ((tx: Queryable, vmIds: readonly string[]) => Promise<void>)[] = [];
   private readonly usageHooks: (() => void)[] = [];
   private readonly secretKey: Buffer;
   /** applyTransition as the other files of this module take it. */
@@ -81,6 +82,18 @@ export class VmService {
 
   onTransition(hook: TransitionHook): void {
     this.transitionHooks.push(hook);
+  }
+
+  /**
+   * Called with the VMs whose status a transaction will change (their rows locked) before it takes
+   * any balance: the meter locks their meters there, so the lock order holds (docs/billing.md#lock-order).
+   */
+  onBeforeStatusChanges(hook: (tx: Queryable, vmIds: readonly string[]) => Promise<void>): void {
+    this.beforeChangeHooks.push(hook);
+  }
+
+  private async beforeStatusChanges(tx: Queryable, vmIds: readonly string[]): Promise<void> {
+    for (const hook of this.beforeChangeHooks) await hook(tx, vmIds);
   }
 
   /**
@@ -136,6 +149,7 @@ export class VmService {
         secretKey: this.secretKey,
         provisionDelayMs: this.opts.provisionDelayMs,
         gpuUsageChanged: (q) => this.gpuUsageChanged(q),
+        beforeStatusChanges: (tx, vmIds) => this.beforeStatusChanges(tx, vmIds),
       },
       userId,
       input,

@@ -73,7 +73,7 @@ async function dbRoutes(app: FastifyInstance): Promise<void> {
   );
   app.get(
     '/billing/balance',
-    async () => (await sql.rows('SELECT balance_micros FROM users WHERE id = $1', [userId]))[0],
+    async () => (await sql.rows('SELECT balance_micros FROM balances WHERE user_id = $1', [userId]))[0],
   );
   app.get('/search', async () => {
     const [prices, nodes, usage] = await Promise.all([

@@ -66,7 +66,7 @@ async function check(db: Db, vms: number, periods: number): Promise<void> {
     );
   }
   const off = await db.query(
-    `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id GROUP BY u.id HAVING u.balance_micros <> COALESCE(sum(t.amount_micros), 0) LIMIT 1`,
+    `SELECT b.user_id FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(sum(t.amount_micros), 0) LIMIT 1`,
   );
   if (off.rows.length) throw new Error('metering bench: a balance differs from the sum of its transactions');
 }

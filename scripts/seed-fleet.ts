@@ -17,13 +17,15 @@ export async function seedFleet(db: Db, vms: number, billedUntil: number): Promi
     (await db.query<{ max: number | null }>('SELECT max(id)::int8 AS max FROM users')).rows[0]?.max ?? 0,
   );
   await db.query(
-    `INSERT INTO users (email, email_normalized, password_hash, balance_micros, created_at, updated_at)
-     SELECT 'fleet' || g || '@bench.example', 'fleet' || g || '@bench.example', 'x', $2, $1, $1 FROM generate_series(1, $3) g`,
-    [t0, credit, users],
+    `INSERT INTO users (email, email_normalized, password_hash, created_at, updated_at)
+     SELECT 'fleet' || g || '@bench.example', 'fleet' || g || '@bench.example', 'x', $1, $1 FROM generate_series(1, $2) g`,
+    [t0, users],
   );
+  // Each customer's balance row was opened with the account; the credit fills it.
+  await db.query('UPDATE balances SET balance_micros = $2 WHERE user_id > $1', [first, credit]);
   await db.query(
     `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, created_at)
-     SELECT gen_random_uuid(), id, 'credit', balance_micros, balance_micros, 'bench credit', $1 FROM users WHERE id > $2`,
+     SELECT gen_random_uuid(), user_id, 'credit', balance_micros, balance_micros, 'bench credit', $1 FROM balances WHERE user_id > $2`,
     [t0, first],
   );
   await db.query(
@@ -52,15 +54,15 @@ export async function seedFleet(db: Db, vms: number, billedUntil: number): Promi
   // The deposits were paid from the balances, as creating a reservation does.
   await db.query(
     `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, breakdown, created_at)
-     SELECT gen_random_uuid(), d.user_id, 'deposit', -d.deposit_micros, u.balance_micros - d.paid, 'bench deposit', jsonb_build_object('reservation_id', d.id::text), $1
+     SELECT gen_random_uuid(), d.user_id, 'deposit', -d.deposit_micros, b.balance_micros - d.paid, 'bench deposit', jsonb_build_object('reservation_id', d.id::text), $1
        FROM (SELECT id, user_id, deposit_micros, sum(deposit_micros) OVER (PARTITION BY user_id ORDER BY seq) AS paid FROM reservations WHERE user_id > $2) d
-       JOIN users u ON u.id = d.user_id
+       JOIN balances b ON b.user_id = d.user_id
       ORDER BY d.user_id, d.paid`,
     [t0, first],
   );
   await db.query(
-    `UPDATE users SET balance_micros = balance_micros - d.total
-       FROM (SELECT user_id, sum(deposit_micros) AS total FROM reservations WHERE user_id > $1 GROUP BY user_id) d WHERE users.id = d.user_id`,
+    `UPDATE balances SET balance_micros = balance_micros - d.total
+       FROM (SELECT user_id, sum(deposit_micros) AS total FROM reservations WHERE user_id > $1 GROUP BY user_id) d WHERE balances.user_id = d.user_id`,
     [first],
   );
 }

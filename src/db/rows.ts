@@ -34,6 +34,13 @@ export interface AuthChallengesRow {
   used_at: Date | null;
 }
 
+/** A row of `balances`. */
+export interface BalancesRow {
+  user_id: number;
+  balance_micros: number;
+  low_balance_pending: boolean;
+}
+
 /** A row of `events`. */
 export interface EventsRow {
   id: string;
@@ -258,8 +265,6 @@ export interface UsersRow {
   totp_last_step: number | null;
   created_at: Date;
   updated_at: Date;
-  balance_micros: number;
-  low_balance_pending: boolean;
   totp_failures: number;
   totp_locked_until: Date | null;
 }
@@ -371,6 +376,7 @@ export interface WebhooksRow {
 export interface Tables {
   api_keys: ApiKeysRow;
   auth_challenges: AuthChallengesRow;
+  balances: BalancesRow;
   events: EventsRow;
   gpu_pricing: GpuPricingRow;
   idempotency_keys: IdempotencyKeysRow;

@@ -636,7 +636,9 @@ describeEachDb('admin API', (t) => {
       assert.equal(sound.body.checked_at, new Date(await clockNow()).toISOString());
 
       const victim = await createUser(t());
-      await t().db.query('UPDATE users SET balance_micros = balance_micros + 1000000 WHERE id = $1', [victim.id]);
+      await t().db.query('UPDATE balances SET balance_micros = balance_micros + 1000000 WHERE user_id = $1', [
+        victim.id,
+      ]);
       try {
         const broken = await asAdmin.get('/admin/ledger-check');
         assert.equal(broken.status, 200, broken.text);
@@ -649,7 +651,9 @@ describeEachDb('admin API', (t) => {
         assert.equal(problem.email, victim.email);
         assert.match(problem.detail, /balance 1 but transactions sum to 0/);
       } finally {
-        await t().db.query('UPDATE users SET balance_micros = balance_micros - 1000000 WHERE id = $1', [victim.id]);
+        await t().db.query('UPDATE balances SET balance_micros = balance_micros - 1000000 WHERE user_id = $1', [
+          victim.id,
+        ]);
       }
 
       assert.equal((await anon().get('/admin/ledger-check')).status, 401);

@@ -63,7 +63,8 @@ async function logsOf(t: TestApp, vmId: string) {
 }
 
 async function balanceMicros(t: TestApp, userId: number): Promise<number> {
-  return (await t.db.query<{ b: number }>('SELECT balance_micros AS b FROM users WHERE id = $1', [userId])).rows[0]!.b;
+  return (await t.db.query<{ b: number }>('SELECT balance_micros AS b FROM balances WHERE user_id = $1', [userId]))
+    .rows[0]!.b;
 }
 
 describeEachDb(

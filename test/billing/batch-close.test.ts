@@ -48,11 +48,13 @@ async function seed(db: Db, balances: number[], vms: SeedVm[]): Promise<Seeded> 
   for (const [i, balance] of balances.entries()) {
     const email = `batch-${randomUUID()}-${i}@example.com`;
     const u = await db.query<{ id: number }>(
-      `INSERT INTO users (email, email_normalized, password_hash, balance_micros, created_at, updated_at)
-       VALUES ($1, $1, 'x', $2, $3, $3) RETURNING id`,
-      [email, balance, new Date(T0 - 10 * HOUR_MS)],
+      `INSERT INTO users (email, email_normalized, password_hash, created_at, updated_at)
+       VALUES ($1, $1, 'x', $2, $2) RETURNING id`,
+      [email, new Date(T0 - 10 * HOUR_MS)],
     );
     const id = Number(u.rows[0]!.id);
+    // The balance row was opened with the account; the seed's credit fills it.
+    await db.query('UPDATE balances SET balance_micros = $2 WHERE user_id = $1', [id, balance]);
     await db.query(
       `INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, created_at) VALUES ($1, $2, 'credit', $3, $3, 'seed', $4)`,
       [randomUUID(), id, balance, new Date(T0 - 10 * HOUR_MS)],
@@ -104,7 +106,7 @@ async function seed(db: Db, balances: number[], vms: SeedVm[]): Promise<Seeded> 
       await db.query('UPDATE vms SET reservation_id = $2 WHERE id = $1', [id, reservationId]);
       // The deposit is paid from the balance, as a reservation's creation does.
       const b = await db.query<{ balance_micros: number }>(
-        'UPDATE users SET balance_micros = balance_micros - $2 WHERE id = $1 RETURNING balance_micros',
+        'UPDATE balances SET balance_micros = balance_micros - $2 WHERE user_id = $1 RETURNING balance_micros',
         [users[v.user], v.reservation.remaining],
       );
       await db.query(
@@ -169,7 +171,7 @@ async function assertChains(db: Db, users: number[]): Promise<void> {
       balance += row.amount_micros;
       assert.equal(row.balance_after_micros, balance, `user ${u}: transaction ${row.seq} continues the chain`);
     }
-    const b = await db.query<{ balance_micros: number }>('SELECT balance_micros FROM users WHERE id = $1', [u]);
+    const b = await db.query<{ balance_micros: number }>('SELECT balance_micros FROM balances WHERE user_id = $1', [u]);
     assert.equal(b.rows[0]!.balance_micros, balance, `user ${u}: balance is the sum of the transactions`);
   }
 }
@@ -388,7 +390,7 @@ for (const kind of DB_KINDS) {
       const u = seeded.users[0]!;
       await meterOn(db).closeDueIntervals(NOW, { batch: 2 });
       const flag = await db.query<{ low_balance_pending: boolean; balance_micros: number }>(
-        'SELECT low_balance_pending, balance_micros FROM users WHERE id = $1',
+        'SELECT low_balance_pending, balance_micros FROM balances WHERE user_id = $1',
         [u],
       );
       assert.equal(flag.rows[0]!.low_balance_pending, true);

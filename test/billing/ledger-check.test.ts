@@ -119,7 +119,9 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
       'SELECT count(*)::int AS n FROM usage_logs WHERE from_reservation_micros > 0',
     );
     assert.ok(drawn.rows[0]!.n > 0, 'some usage was drawn from a reservation');
-    const low = await sql<{ balance_micros: number }>(`SELECT balance_micros FROM users WHERE id = $1`, [u2.id]);
+    const low = await sql<{ balance_micros: number }>(`SELECT balance_micros FROM balances WHERE user_id = $1`, [
+      u2.id,
+    ]);
     assert.ok(low.rows[0]!.balance_micros <= 0, 'u2 ran out of credit');
     assert.deepEqual(await ledgerCheck(t().db), []);
   });
@@ -128,8 +130,8 @@ describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (
     const p = await expectNamed(
       'balance',
       u1,
-      'UPDATE users SET balance_micros = balance_micros + 1 WHERE id = $1',
-      'UPDATE users SET balance_micros = balance_micros - 1 WHERE id = $1',
+      'UPDATE balances SET balance_micros = balance_micros + 1 WHERE user_id = $1',
+      'UPDATE balances SET balance_micros = balance_micros - 1 WHERE user_id = $1',
       [u1.id],
     );
     assert.match(p.detail, /balance/);
@@ -272,7 +274,10 @@ describe('gpucloud admin ledger-check (the CLI, embedded database)', () => {
     // Behind the ledger's back: the balance moves without a transaction.
     const db = await PgliteDb.open(join(dir, 'pg'));
     try {
-      await db.query('UPDATE users SET balance_micros = balance_micros + 1 WHERE email = $1', [email]);
+      await db.query(
+        'UPDATE balances SET balance_micros = balance_micros + 1 WHERE user_id = (SELECT id FROM users WHERE email = $1)',
+        [email],
+      );
     } finally {
       await db.close();
     }

@@ -46,7 +46,8 @@ describeEachDb('credit ledger', (t) => {
   };
   /** The balance in micro-units straight from the database. */
   const dbBalance = async (userId: number): Promise<number> =>
-    (await t().db.query<{ b: number }>('SELECT balance_micros AS b FROM users WHERE id = $1', [userId])).rows[0]!.b;
+    (await t().db.query<{ b: number }>('SELECT balance_micros AS b FROM balances WHERE user_id = $1', [userId]))
+      .rows[0]!.b;
 
   before(async () => {
     admin = await createUser(t(), { admin: true });
@@ -58,9 +59,9 @@ describeEachDb('credit ledger', (t) => {
   afterEach(async () => {
     const db = t().db;
     const unbalanced = await db.query(
-      `SELECT u.id, u.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum
-         FROM users u LEFT JOIN transactions t ON t.user_id = u.id
-        GROUP BY u.id HAVING u.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
+      `SELECT b.user_id, b.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum
+         FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id
+        GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
     );
     assert.deepEqual(unbalanced.rows, [], 'balance == sum(transactions)');
     const broken = await db.query(
@@ -72,9 +73,9 @@ describeEachDb('credit ledger', (t) => {
     );
     assert.deepEqual(broken.rows, [], 'balance_after is the running sum');
     const stale = await db.query(
-      `SELECT u.id FROM users u
-        WHERE EXISTS (SELECT 1 FROM transactions t WHERE t.user_id = u.id)
-          AND u.balance_micros <> (SELECT balance_after_micros FROM transactions t WHERE t.user_id = u.id ORDER BY seq DESC LIMIT 1)`,
+      `SELECT b.user_id FROM balances b
+        WHERE EXISTS (SELECT 1 FROM transactions t WHERE t.user_id = b.user_id)
+          AND b.balance_micros <> (SELECT balance_after_micros FROM transactions t WHERE t.user_id = b.user_id ORDER BY seq DESC LIMIT 1)`,
     );
     assert.deepEqual(stale.rows, [], 'the newest balance_after is the balance');
     assert.deepEqual(await t().services.billing.ledgerProblems(), []);

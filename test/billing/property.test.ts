@@ -293,10 +293,9 @@ describeEachDb(
 
       const balances = async () =>
         new Map(
-          (await db.query<{ id: number; b: number }>('SELECT id, balance_micros AS b FROM users')).rows.map((r) => [
-            r.id,
-            r.b,
-          ]),
+          (
+            await db.query<{ id: number; b: number }>('SELECT user_id AS id, balance_micros AS b FROM balances')
+          ).rows.map((r) => [r.id, r.b]),
         );
       const maxSeq = async () =>
         (await db.query<{ s: number | null }>('SELECT max(seq)::int8 AS s FROM transactions')).rows[0]!.s ?? 0;
@@ -312,8 +311,8 @@ describeEachDb(
         assert.deepEqual(await ledgerCheck(db), [], 'ledgerCheck finds nothing');
         // 2. balance == sum(transactions), directly.
         const off = await db.query(
-          `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id
-            GROUP BY u.id HAVING u.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
+          `SELECT b.user_id FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id
+            GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
         );
         assert.deepEqual(off.rows, [], 'balance == sum(transactions) for every user');
         // 3. No balance moved without a transaction written in this step.
@@ -511,8 +510,8 @@ describeEachDb(
         // credit.
         if (settled) {
           const broke = await db.query(
-            `SELECT v.id, v.status, v.rental_type, u.balance_micros FROM vms v JOIN users u ON u.id = v.user_id
-              WHERE v.user_id = ANY($1) AND u.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
+            `SELECT v.id, v.status, v.rental_type, b.balance_micros FROM vms v JOIN balances b ON b.user_id = v.user_id
+              WHERE v.user_id = ANY($1) AND b.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
             [ids],
           );
           assert.deepEqual(broke.rows, [], 'low balance: no VM runs on credit that is used up');

@@ -428,7 +428,7 @@ describeEachDb('idempotency across crashes', (t) => {
       [admin.id],
     );
     await t().db.query(`DELETE FROM transactions WHERE user_id = $1`, [u.id]);
-    await t().db.query(`UPDATE users SET balance_micros = 0 WHERE id = $1`, [u.id]);
+    await t().db.query(`UPDATE balances SET balance_micros = 0 WHERE user_id = $1`, [u.id]);
     const retry = await api(t(), admin.token).post('/admin/users/{user_id}/credits', {
       params: { user_id: u.id },
       body,

@@ -134,8 +134,8 @@ describeEachDb('admin inventory', (t) => {
   // transactions).
   afterEach(async () => {
     const { rows } = await t().db.query(
-      `SELECT u.id FROM users u LEFT JOIN transactions t ON t.user_id = u.id
-        GROUP BY u.id HAVING u.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
+      `SELECT b.user_id FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id
+        GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
     );
     assert.deepEqual(rows, [], 'balance == sum(transactions)');
   });

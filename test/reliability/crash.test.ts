@@ -836,8 +836,8 @@ test(
       };
       await expectNone(
         'balance == sum(transactions) for every user',
-        `SELECT u.id, u.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum FROM users u LEFT JOIN transactions t ON t.user_id = u.id
-          GROUP BY u.id HAVING u.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
+        `SELECT b.user_id, b.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id
+          GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(SUM(t.amount_micros), 0)`,
       );
       // Charged exactly once (test/billing/property.test.ts): periods contiguous from the first start, none after the
       // destroy.
@@ -890,8 +890,8 @@ test(
       }
       await expectNone(
         'low balance: once the jobs have settled, no VM runs on credit that is used up',
-        `SELECT v.id, v.status, v.rental_type, u.balance_micros FROM vms v JOIN users u ON u.id = v.user_id
-          WHERE u.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
+        `SELECT v.id, v.status, v.rental_type, b.balance_micros FROM vms v JOIN balances b ON b.user_id = v.user_id
+          WHERE b.balance_micros <= 0 AND v.status IN ('running', 'starting') AND v.rental_type <> 'reserved'`,
       );
       await expectNone(
         'no idempotency key is left pending once every request was answered',

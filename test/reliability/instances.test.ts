@@ -712,9 +712,10 @@ describe('several instances on one PostgreSQL and Redis', { skip, timeout: TRAFF
     for (const r of unpaid.rows)
       problems.push(`usage log ${r.id} of VM ${r.vm_id} costs ${r.total_cost_micros} but has no charge`);
     const balances = await db.pool.query(
-      `SELECT u.id, u.email, u.balance_micros::int8 AS balance, COALESCE(sum(t.amount_micros), 0)::int8 AS sum
-         FROM users u LEFT JOIN transactions t ON t.user_id = u.id GROUP BY u.id
-       HAVING u.balance_micros <> COALESCE(sum(t.amount_micros), 0)`,
+      `SELECT u.id, u.email, b.balance_micros::int8 AS balance, COALESCE(sum(t.amount_micros), 0)::int8 AS sum
+         FROM users u JOIN balances b ON b.user_id = u.id LEFT JOIN transactions t ON t.user_id = u.id
+        GROUP BY u.id, b.balance_micros
+       HAVING b.balance_micros <> COALESCE(sum(t.amount_micros), 0)`,
     );
     for (const b of balances.rows)
       problems.push(`user ${b.id} <${b.email}>: balance ${b.balance} but transactions sum to ${b.sum}`);

@@ -109,7 +109,7 @@ test(
     );
     assert.ok(held.rows[0]!.n <= 8);
     const drift = await t.db.query<{ id: number }>(
-      `SELECT u.id FROM users u WHERE u.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = u.id)`,
+      `SELECT b.user_id FROM balances b WHERE b.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = b.user_id)`,
     );
     assert.deepEqual(drift.rows, []);
   },
@@ -194,7 +194,7 @@ test(
     );
     assert.equal(interruptions.rows[0]!.n, preempted * 4);
     const drift = await t.db.query<{ id: number }>(
-      `SELECT u.id FROM users u WHERE u.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = u.id)`,
+      `SELECT b.user_id FROM balances b WHERE b.balance_micros <> (SELECT COALESCE(SUM(amount_micros), 0) FROM transactions x WHERE x.user_id = b.user_id)`,
     );
     assert.deepEqual(drift.rows, []);
   },

@@ -1,8 +1,9 @@
 /** The operator's view of accounts: list, look up, change role, suspension and limits. */
-import type { Db } from '../../db/db.js';
+import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { invalidState, notFound } from '../../errors.js';
 import { toAmount } from '../../money.js';
+import * as ledger from '../billing/ledger.js';
 import type { UserRow } from '../auth/repository.js';
 import { toUserRecord, type AccountPatch, type AuthService, type UserRecord } from '../auth/service.js';
 
@@ -18,11 +19,11 @@ export interface AdminUserRecord extends UserRecord {
 export type UserPatch = AccountPatch;
 
 /** Called inside the suspension's transaction (the VM module stops the user's VMs here). */
-export type SuspensionHook = (tx: import('../../db/db.js').Queryable, userId: number, now: Date) => Promise<void>;
+export type SuspensionHook = (tx: Queryable, userId: number, now: Date) => Promise<void>;
 
-const toAdminRecord = (u: UserRow): AdminUserRecord => ({
+const toAdminRecord = (u: UserRow, balanceMicros: number): AdminUserRecord => ({
   ...toUserRecord(u),
-  balance: toAmount(u.balance_micros),
+  balance: toAmount(balanceMicros),
   suspended: u.suspended,
   max_vms: u.max_vms,
   max_gpus: u.max_gpus,
@@ -54,13 +55,17 @@ export class AdminUserService {
     offset: number;
   }): Promise<{ items: AdminUserRecord[]; total: number }> {
     const r = await this.accounts.listAccounts(f);
-    return { items: r.rows.map(toAdminRecord), total: r.total };
+    const balances = await ledger.balancesOf(
+      this.db,
+      r.rows.map((u) => u.id),
+    );
+    return { items: r.rows.map((u) => toAdminRecord(u, balances.get(u.id) ?? 0)), total: r.total };
   }
 
   async get(id: number): Promise<AdminUserRecord> {
     const u = await this.accounts.accountRow(this.db, id);
     if (!u) throw notFound('User');
-    return toAdminRecord(u);
+    return toAdminRecord(u, await ledger.balance(this.db, id));
   }
 
   async patch(actorId: number, id: number, patch: UserPatch): Promise<AdminUserRecord> {
@@ -69,9 +74,9 @@ export class AdminUserService {
         throw invalidState('Administrators cannot suspend or demote themselves; ask another administrator');
       }
       const now = this.clock.now();
-      // A suspension stops the user's running VMs before it locks the user's row: the lock order of
-      // everything that touches VMs and money (docs/billing.md#lock-order) has the VMs, their meters and
-      // reservations before the balance, which lives on that row.
+      // A suspension stops the user's running VMs before it locks the user's row: stopping a VM locks
+      // it, its meter and reservation, then its owner's balance (docs/billing.md#lock-order), and
+      // nothing locks a VM while holding the user's row.
       if (patch.suspended === true) {
         const current = await this.accounts.accountRow(tx, id);
         if (current && !current.suspended) {
@@ -80,7 +85,7 @@ export class AdminUserService {
       }
       if (!(await this.accounts.accountRow(tx, id, true))) throw notFound('User');
       const after = (await this.accounts.changeAccount(tx, id, patch, now))!;
-      return toAdminRecord(after);
+      return toAdminRecord(after, await ledger.balance(tx, id));
     });
     for (const hook of this.changeHooks) hook(id);
     return record;

@@ -6,7 +6,7 @@ import { normalizeEmail, type Role } from '../../accounts.js';
 
 export { normalizeEmail, type Role };
 
-export type UserRow = Omit<Row<'users'>, 'low_balance_pending'>;
+export type UserRow = Row<'users'>;
 
 export type RefreshRow = Omit<Row<'refresh_tokens'>, 'token_hash'>;
 

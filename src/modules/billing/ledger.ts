@@ -61,7 +61,13 @@ export async function lockBalances(tx: Queryable, userIds: readonly number[]): P
   const ids = [...new Set(userIds)];
   const rows = await repo.lockBalanceRows(tx, ids);
   if (rows.length !== ids.length) throw new Error(`ledger: a user of ${ids.join(', ')} does not exist`);
-  return new Map(rows.map((r) => [r.id, r.balance_micros]));
+  return new Map(rows.map((r) => [r.user_id, r.balance_micros]));
+}
+
+/** The balances of several users, in micro-units, by user id (unlocked: for display). */
+export async function balancesOf(q: Queryable, userIds: readonly number[]): Promise<Map<number, number>> {
+  const rows = userIds.length ? await repo.findBalances(q, userIds) : [];
+  return new Map(rows.map((r) => [r.user_id, r.balance_micros]));
 }
 
 export async function balance(q: Queryable, userId: number): Promise<number> {

@@ -205,14 +205,14 @@ WITH input AS (
 ), charges AS (
   SELECT w.*, w.total - w.from_reservation AS charge FROM written w WHERE w.total > w.from_reservation
 ), locked AS (
-  SELECT id, balance_micros FROM users WHERE id IN (SELECT user_id FROM charges) ORDER BY id FOR NO KEY UPDATE
+  SELECT user_id, balance_micros FROM balances WHERE user_id IN (SELECT user_id FROM charges) ORDER BY user_id FOR NO KEY UPDATE
 ), posted AS (
   SELECT c.*, l.balance_micros - sum(c.charge) OVER (PARTITION BY c.user_id ORDER BY c.n) AS balance_after
-    FROM charges c JOIN locked l ON l.id = c.user_id
-), balances AS (
-  UPDATE users SET balance_micros = users.balance_micros - t.charged, low_balance_pending = users.low_balance_pending OR t.low
+    FROM charges c JOIN locked l ON l.user_id = c.user_id
+), balanced AS (
+  UPDATE balances SET balance_micros = balances.balance_micros - t.charged, low_balance_pending = balances.low_balance_pending OR t.low
     FROM (SELECT user_id, sum(charge) AS charged, bool_or(balance_after <= 0) AS low FROM posted GROUP BY user_id) t
-   WHERE users.id = t.user_id
+   WHERE balances.user_id = t.user_id
 ), ledger AS (
   INSERT INTO transactions (id, user_id, type, amount_micros, balance_after_micros, description, breakdown, vm_id, created_at)
   SELECT transaction_id, user_id, 'charge', -charge, balance_after, 'Usage of VM ' || vmid || ' from ' || t.start_at || ' to ' || t.end_at,
@@ -282,17 +282,19 @@ export async function usageTotalOfVm(q: Queryable, vmId: string): Promise<{ tota
 
 /** Marks the user for the low-balance job (a charge left their balance at or below zero). */
 export async function markLowBalance(q: Queryable, userId: number): Promise<void> {
-  await q.query('UPDATE users SET low_balance_pending = true WHERE id = $1', [userId]);
+  await q.query('UPDATE balances SET low_balance_pending = true WHERE user_id = $1', [userId]);
 }
 
 /** Clears a user's low-balance flag (after their VMs were stopped). */
 export async function clearLowBalance(q: Queryable, userId: number): Promise<void> {
-  await q.query('UPDATE users SET low_balance_pending = false WHERE id = $1', [userId]);
+  await q.query('UPDATE balances SET low_balance_pending = false WHERE user_id = $1', [userId]);
 }
 
 /** Users a charge left at or below zero, by id. */
 export async function lowBalanceUsers(q: Queryable): Promise<{ id: number }[]> {
-  return (await q.query<Pick<Row<'users'>, 'id'>>('SELECT id FROM users WHERE low_balance_pending ORDER BY id')).rows;
+  return (
+    await q.query<{ id: number }>('SELECT user_id AS id FROM balances WHERE low_balance_pending ORDER BY user_id')
+  ).rows;
 }
 
 /**
@@ -350,13 +352,13 @@ export async function meterSummary(q: Queryable): Promise<MeterSummaryRow> {
 export async function accrualOfUsersWithRunningVms(q: Queryable): Promise<AccrualRow[]> {
   return (
     await q.query<AccrualRow>(
-      `SELECT u.balance_micros AS balance,
+      `SELECT b.balance_micros AS balance,
               sum(CASE WHEN v.status = 'running' THEN v.gpu_hourly_rate_micros ELSE 0 END + v.storage_hourly_rate_micros)::int8 AS hourly,
               count(*)::int8 AS vms, sum(GREATEST(v.network_bytes_total - m.network_bytes_billed, 0))::int8 AS unbilled,
               min(m.billed_until) AS oldest
-         FROM vm_meters m JOIN vms v ON v.id = m.vm_id JOIN users u ON u.id = v.user_id
+         FROM vm_meters m JOIN vms v ON v.id = m.vm_id JOIN balances b ON b.user_id = v.user_id
         WHERE v.user_id IN (SELECT user_id FROM vms WHERE status = 'running')
-        GROUP BY u.id`,
+        GROUP BY b.user_id, b.balance_micros`,
     )
   ).rows;
 }

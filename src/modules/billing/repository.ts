@@ -26,7 +26,7 @@ export interface NewTransaction {
   created_at: Date;
 }
 
-export type BalanceRow = Pick<Row<'users'>, 'balance_micros'>;
+export type BalanceRow = Pick<Row<'balances'>, 'balance_micros'>;
 
 /** A usage log with its VM's vmid and GPU type (usage report). */
 export type UsageLogRow = Pick<
@@ -114,7 +114,7 @@ export async function addToBalance(
 ): Promise<BalanceRow | undefined> {
   return (
     await q.query<BalanceRow>(
-      'UPDATE users SET balance_micros = balance_micros + $2 WHERE id = $1 RETURNING balance_micros',
+      'UPDATE balances SET balance_micros = balance_micros + $2 WHERE user_id = $1 RETURNING balance_micros',
       [userId, amountMicros],
     )
   ).rows[0];
@@ -150,25 +150,39 @@ export async function hasCredit(q: Queryable, userId: number, description: strin
 
 /** The balance, locking the user's row for the rest of the transaction; undefined for an unknown user. */
 export async function lockBalanceRow(q: Queryable, userId: number): Promise<BalanceRow | undefined> {
-  return (await q.query<BalanceRow>('SELECT balance_micros FROM users WHERE id = $1 FOR NO KEY UPDATE', [userId]))
-    .rows[0];
+  return (
+    await q.query<BalanceRow>('SELECT balance_micros FROM balances WHERE user_id = $1 FOR NO KEY UPDATE', [userId])
+  ).rows[0];
 }
 
 /** The balances of several users, their rows locked in id order (the order every close takes balances in). */
 export async function lockBalanceRows(
   q: Queryable,
   userIds: readonly number[],
-): Promise<Pick<Row<'users'>, 'id' | 'balance_micros'>[]> {
+): Promise<Pick<Row<'balances'>, 'user_id' | 'balance_micros'>[]> {
   return (
-    await q.query<Pick<Row<'users'>, 'id' | 'balance_micros'>>(
-      'SELECT id, balance_micros FROM users WHERE id = ANY($1::int8[]) ORDER BY id FOR NO KEY UPDATE',
+    await q.query<Pick<Row<'balances'>, 'user_id' | 'balance_micros'>>(
+      'SELECT user_id, balance_micros FROM balances WHERE user_id = ANY($1::int8[]) ORDER BY user_id FOR NO KEY UPDATE',
+      [userIds],
+    )
+  ).rows;
+}
+
+/** The balances of several users (unlocked). */
+export async function findBalances(
+  q: Queryable,
+  userIds: readonly number[],
+): Promise<Pick<Row<'balances'>, 'user_id' | 'balance_micros'>[]> {
+  return (
+    await q.query<Pick<Row<'balances'>, 'user_id' | 'balance_micros'>>(
+      'SELECT user_id, balance_micros FROM balances WHERE user_id = ANY($1::int8[])',
       [userIds],
     )
   ).rows;
 }
 
 export async function findBalance(q: Queryable, userId: number): Promise<BalanceRow | undefined> {
-  return (await q.query<BalanceRow>('SELECT balance_micros FROM users WHERE id = $1', [userId])).rows[0];
+  return (await q.query<BalanceRow>('SELECT balance_micros FROM balances WHERE user_id = $1', [userId])).rows[0];
 }
 
 /** The user's transactions, newest first (in the order they were written), and how many there are. */
@@ -218,10 +232,10 @@ export async function accruingVmsOfUser(q: Queryable, userId: number): Promise<S
 export async function unbalancedAccounts(q: Queryable): Promise<UnbalancedAccountRow[]> {
   return (
     await q.query<UnbalancedAccountRow>(
-      `SELECT u.id AS user_id, u.email, u.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum_micros
-         FROM users u LEFT JOIN transactions t ON t.user_id = u.id
-        GROUP BY u.id
-       HAVING u.balance_micros <> COALESCE(SUM(t.amount_micros), 0)
+      `SELECT u.id AS user_id, u.email, b.balance_micros, COALESCE(SUM(t.amount_micros), 0)::int8 AS sum_micros
+         FROM users u JOIN balances b ON b.user_id = u.id LEFT JOIN transactions t ON t.user_id = u.id
+        GROUP BY u.id, b.balance_micros
+       HAVING b.balance_micros <> COALESCE(SUM(t.amount_micros), 0)
         ORDER BY u.id`,
     )
   ).rows;

@@ -16,56 +16,60 @@ interface Body {
 /** Distinct queries kept per snapshot; beyond it, answers are serialized per request. */
 const MAX_PER_SNAPSHOT = 256;
 
+/** Where the snapshot comes from. */
+export interface SnapshotSource<Snapshot> {
+  /** The snapshot already loaded, if it is still current (no promise: what nearly every request finds). */
+  current(): Snapshot | undefined;
+  /** The current snapshot, loaded if need be. */
+  load(): Promise<Snapshot>;
+}
+
 export class SnapshotBodies<Snapshot extends object> {
   private readonly bodies = new WeakMap<Snapshot, Map<string, Body>>();
 
-  /**
-   * Sends the answer for `key` made from `snapshot`: the kept bytes, or what
-   * `make` returns, serialized with the route's response schema (200) and kept.
-   * `total`, when given, is sent as X-Total-Count.
-   */
-  async send(
-    reply: FastifyReply,
-    snapshot: Snapshot,
-    key: string,
-    make: () => Promise<{ payload: unknown; total?: number }>,
-  ): Promise<FastifyReply> {
-    let forSnapshot = this.bodies.get(snapshot);
-    let body = forSnapshot?.get(key);
-    if (!body) {
-      const made = await make();
-      const serialized = reply.serialize(made.payload);
-      body = {
-        bytes: typeof serialized === 'string' ? Buffer.from(serialized) : Buffer.from(serialized as Uint8Array),
-        total: made.total,
-      };
-      if (!forSnapshot) this.bodies.set(snapshot, (forSnapshot = new Map()));
-      if (forSnapshot.size < MAX_PER_SNAPSHOT) forSnapshot.set(key, body);
-    }
-    return write(reply, body);
-  }
+  constructor(private readonly source: SnapshotSource<Snapshot>) {}
 
   /**
-   * As `send`, answering at once, with no promise, when `current` (the
-   * snapshot already loaded, if it is still current) has its body for `key`
-   * kept: what nearly every request finds. Otherwise waits for `load` and
-   * sends the answer `make` gives for that snapshot.
+   * Sends the answer for `key`: at once, with no promise, when the current
+   * snapshot has its body kept; otherwise, once the snapshot is loaded, what
+   * `make` returns for it, serialized with the route's response schema (200)
+   * and kept. `total`, when given, is sent as X-Total-Count.
    */
-  sendNow(
+  send(
     reply: FastifyReply,
-    current: Snapshot | undefined,
     key: string,
-    load: () => Promise<Snapshot>,
     make: (snapshot: Snapshot) => Promise<{ payload: unknown; total?: number }>,
   ): void | Promise<void> {
+    const current = this.source.current();
     const body = current && this.bodies.get(current)?.get(key);
     if (body) {
       write(reply, body);
       return;
     }
-    return load().then(async (snapshot) => {
-      await this.send(reply, snapshot, key, () => make(snapshot));
+    return this.source.load().then(async (snapshot) => {
+      write(reply, await this.bodyOf(reply, snapshot, key, () => make(snapshot)));
     });
+  }
+
+  /** The kept body for `key` of `snapshot`, or the one `make` gives, serialized and kept. */
+  private async bodyOf(
+    reply: FastifyReply,
+    snapshot: Snapshot,
+    key: string,
+    make: () => Promise<{ payload: unknown; total?: number }>,
+  ): Promise<Body> {
+    let forSnapshot = this.bodies.get(snapshot);
+    const kept = forSnapshot?.get(key);
+    if (kept) return kept;
+    const made = await make();
+    const serialized = reply.serialize(made.payload);
+    const body = {
+      bytes: typeof serialized === 'string' ? Buffer.from(serialized) : Buffer.from(serialized as Uint8Array),
+      total: made.total,
+    };
+    if (!forSnapshot) this.bodies.set(snapshot, (forSnapshot = new Map()));
+    if (forSnapshot.size < MAX_PER_SNAPSHOT) forSnapshot.set(key, body);
+    return body;
   }
 }
 

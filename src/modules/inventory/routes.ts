@@ -139,7 +139,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
   const admin = { auth: 'admin' as const };
   // Offers and prices are made only from the offers snapshot: each distinct answer is serialized once per snapshot.
-  const bodies = new SnapshotBodies<OfferInputs>();
+  const bodies = new SnapshotBodies<OfferInputs>({ current: () => inv.offersNow(), load: () => inv.offerInputs() });
 
   r.get(
     '/search',
@@ -186,16 +186,10 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       const q = req.query;
       // An answer is kept under its raw query string: one string always reads as the same filters.
       const key = `search?${queryString(req.url)}`;
-      return bodies.sendNow(
-        reply,
-        inv.offersNow(),
-        key,
-        () => inv.offerInputs(),
-        async (inputs) => {
-          const r = await inv.search({ ...q, ...paging(q) }, inputs);
-          return { payload: r.items, total: r.total };
-        },
-      );
+      return bodies.send(reply, key, async (inputs) => {
+        const r = await inv.search({ ...q, ...paging(q) }, inputs);
+        return { payload: r.items, total: r.total };
+      });
     },
   );
 
@@ -213,14 +207,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: { auth: 'public' },
     },
-    (_req, reply) =>
-      bodies.sendNow(
-        reply,
-        inv.offersNow(),
-        'pricing',
-        () => inv.offerInputs(),
-        async (inputs) => ({ payload: await inv.publicPricing(inputs) }),
-      ),
+    (_req, reply) => bodies.send(reply, 'pricing', async (inputs) => ({ payload: await inv.publicPricing(inputs) })),
   );
 
   r.get(

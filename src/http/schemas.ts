@@ -1,5 +1,5 @@
 /** Shared TypeBox schemas: the error body, messages, pagination. */
-import { Type, type TSchema, type TSchemaOptions } from 'typebox';
+import { Type, type Static, type TSchema, type TSchemaOptions, type TUnsafe } from 'typebox';
 import { ERROR_CODES, type ErrorCode } from '../errors.js';
 
 export const ErrorResponse = Type.Object(
@@ -26,7 +26,24 @@ export const MessageResponse = Type.Object(
   { description: 'A message response', examples: [{ message: 'VM stop requested' }] },
 );
 
-export const Nullable = <T extends TSchema>(t: T, opts: TSchemaOptions = {}) => Type.Union([t, Type.Null()], opts);
+/** Schema types that take null as `type: [T, 'null']`. */
+const NULLABLE_BY_TYPE = new Set(['string', 'integer', 'number', 'boolean', 'array']);
+
+/**
+ * `t` or null. A string, number, boolean or array schema says so in its
+ * `type` (`["string", "null"]`, as JSON Schema 2020-12 and OpenAPI 3.1 write
+ * it): the response serializer then checks the value's type directly, where
+ * with `anyOf` it ran a validator on every value to choose a branch (a VM
+ * record has nine such fields), and a request's error names the field's own
+ * rule ("must NOT have more than 32 characters", not "... or must be null").
+ * An object keeps `anyOf [t, null]`.
+ */
+export const Nullable = <T extends TSchema>(t: T, opts: TSchemaOptions = {}): TUnsafe<Static<T> | null> => {
+  const type = (t as { type?: unknown }).type;
+  return typeof type === 'string' && NULLABLE_BY_TYPE.has(type)
+    ? Type.Unsafe<Static<T> | null>({ ...t, ...opts, type: [type, 'null'] })
+    : Type.Unsafe<Static<T> | null>(Type.Union([t, Type.Null()], opts));
+};
 
 export const DateTime = (description?: string) =>
   Type.String({ format: 'date-time', ...(description ? { description } : {}) });

@@ -118,6 +118,8 @@ export function fieldErrors(errors: ErrorObject[], httpPart: string | undefined)
       message = `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
     } else if (e.keyword === 'pattern' && PATTERN_MESSAGES[(e.params as { pattern: string }).pattern]) {
       message = PATTERN_MESSAGES[(e.params as { pattern: string }).pattern]!;
+    } else if (e.keyword === 'type' && Array.isArray((e.params as { type: unknown }).type)) {
+      message = `must be ${(e.params as { type: string[] }).type.join(' or ')}`;
     } else if (e.keyword === 'const') {
       message = `must be ${JSON.stringify((e.params as { allowedValue: unknown }).allowedValue)}`;
     } else if (e.keyword === 'anyOf' || e.keyword === 'oneOf') {

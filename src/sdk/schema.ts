@@ -1930,7 +1930,9 @@ export interface operations {
                         prefix: string;
                         /** Format: date-time */
                         created_at: string;
+                        /** Format: date-time */
                         expires_at: string | null;
+                        /** Format: date-time */
                         last_used_at: string | null;
                     }[];
                 };
@@ -1962,6 +1964,10 @@ export interface operations {
                     name: string;
                     /** @description read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate */
                     scope?: "read_write" | "read_only" | "billing_only";
+                    /**
+                     * Format: date-time
+                     * @description Optional expiry, in the future
+                     */
                     expires_at?: string | null;
                 };
             };
@@ -1983,7 +1989,9 @@ export interface operations {
                         prefix: string;
                         /** Format: date-time */
                         created_at: string;
+                        /** Format: date-time */
                         expires_at: string | null;
+                        /** Format: date-time */
                         last_used_at: string | null;
                         /** @description The key: shown in this response only, store it now */
                         key: string;
@@ -2067,6 +2075,10 @@ export interface operations {
                          * @description When it happened, in service time
                          */
                         created_at: string;
+                        /**
+                         * Format: uuid
+                         * @description The VM it concerns, if any
+                         */
                         vm_id: string | null;
                         /** @description What happened: the fields depend on the type (docs/events.md) */
                         data: {
@@ -2148,6 +2160,10 @@ export interface operations {
                         enabled: boolean;
                         /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
                         disabled_reason: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The first failed attempt since the last success, while it is failing
+                         */
                         failing_since: string | null;
                         /** Format: date-time */
                         created_at: string;
@@ -2227,6 +2243,10 @@ export interface operations {
                         enabled: boolean;
                         /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
                         disabled_reason: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The first failed attempt since the last success, while it is failing
+                         */
                         failing_since: string | null;
                         /** Format: date-time */
                         created_at: string;
@@ -2293,6 +2313,10 @@ export interface operations {
                         enabled: boolean;
                         /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
                         disabled_reason: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The first failed attempt since the last success, while it is failing
+                         */
                         failing_since: string | null;
                         /** Format: date-time */
                         created_at: string;
@@ -2402,6 +2426,10 @@ export interface operations {
                         enabled: boolean;
                         /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
                         disabled_reason: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The first failed attempt since the last success, while it is failing
+                         */
                         failing_since: string | null;
                         /** Format: date-time */
                         created_at: string;
@@ -2468,6 +2496,10 @@ export interface operations {
                         enabled: boolean;
                         /** @description `failing` when the service turned it off after 5 days of failed deliveries; null otherwise */
                         disabled_reason: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The first failed attempt since the last success, while it is failing
+                         */
                         failing_since: string | null;
                         /** Format: date-time */
                         created_at: string;
@@ -2566,11 +2598,17 @@ export interface operations {
                          * @description When it was made, in service time
                          */
                         attempted_at: string;
+                        /** @description The HTTP status the endpoint answered */
                         status_code: number | null;
+                        /** @description Why it failed: no answer, a refused address, or the status when it was not 2xx */
                         error: string | null;
                         /** @description How long it took */
                         duration_ms: number;
                         outcome: "succeeded" | "retrying" | "given_up";
+                        /**
+                         * Format: date-time
+                         * @description When the event is tried again (service time), while it is retrying
+                         */
                         next_attempt_at: string | null;
                     }[];
                 };
@@ -2795,7 +2833,9 @@ export interface operations {
                         /** @description Credit balance in the major unit (at most 6 decimals) */
                         balance: number;
                         suspended: boolean;
+                        /** @description Per-user VM limit; null means the default (10) */
                         max_vms: number | null;
+                        /** @description Per-user GPU limit; null means the default (16) */
                         max_gpus: number | null;
                         /** Format: date-time */
                         updated_at: string;
@@ -2839,7 +2879,9 @@ export interface operations {
                         /** @description Credit balance in the major unit (at most 6 decimals) */
                         balance: number;
                         suspended: boolean;
+                        /** @description Per-user VM limit; null means the default (10) */
                         max_vms: number | null;
+                        /** @description Per-user GPU limit; null means the default (16) */
                         max_gpus: number | null;
                         /** Format: date-time */
                         updated_at: string;
@@ -2893,7 +2935,9 @@ export interface operations {
                         /** @description Credit balance in the major unit (at most 6 decimals) */
                         balance: number;
                         suspended: boolean;
+                        /** @description Per-user VM limit; null means the default (10) */
                         max_vms: number | null;
+                        /** @description Per-user GPU limit; null means the default (16) */
                         max_gpus: number | null;
                         /** Format: date-time */
                         updated_at: string;
@@ -3884,7 +3928,15 @@ export interface operations {
                         status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
                         /** Format: date-time */
                         created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM became running
+                         */
                         started_at: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM left running
+                         */
                         stopped_at: string | null;
                         /**
                          * @description Rental type
@@ -3892,6 +3944,7 @@ export interface operations {
                          */
                         rental_type: "on_demand" | "reserved" | "interruptible";
                         reservation_id: string | null;
+                        /** @description Interruptible VMs only; null for other rental types */
                         auto_restart: boolean | null;
                         /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
                         hourly_rate: number;
@@ -3902,6 +3955,7 @@ export interface operations {
                         cpu_model: string | null;
                         pcie_gen: string | null;
                         template_vmid: number;
+                        /** Format: date-time */
                         destroyed_at: string | null;
                     }[];
                 };
@@ -4018,7 +4072,15 @@ export interface operations {
                         status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
                         /** Format: date-time */
                         created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM became running
+                         */
                         started_at: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM left running
+                         */
                         stopped_at: string | null;
                         /**
                          * @description Rental type
@@ -4026,6 +4088,7 @@ export interface operations {
                          */
                         rental_type: "on_demand" | "reserved" | "interruptible";
                         reservation_id: string | null;
+                        /** @description Interruptible VMs only; null for other rental types */
                         auto_restart: boolean | null;
                         /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
                         hourly_rate: number;
@@ -4036,6 +4099,7 @@ export interface operations {
                         cpu_model: string | null;
                         pcie_gen: string | null;
                         template_vmid: number;
+                        /** Format: date-time */
                         destroyed_at: string | null;
                     };
                 };
@@ -4121,7 +4185,15 @@ export interface operations {
                         status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
                         /** Format: date-time */
                         created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM became running
+                         */
                         started_at: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM left running
+                         */
                         stopped_at: string | null;
                         /**
                          * @description Rental type
@@ -4129,6 +4201,7 @@ export interface operations {
                          */
                         rental_type: "on_demand" | "reserved" | "interruptible";
                         reservation_id: string | null;
+                        /** @description Interruptible VMs only; null for other rental types */
                         auto_restart: boolean | null;
                         /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
                         hourly_rate: number;
@@ -4139,6 +4212,7 @@ export interface operations {
                         cpu_model: string | null;
                         pcie_gen: string | null;
                         template_vmid: number;
+                        /** Format: date-time */
                         destroyed_at: string | null;
                     };
                 };
@@ -4454,6 +4528,7 @@ export interface operations {
                         preempted_by_vm_id: string;
                         /** Format: date-time */
                         preempted_at: string;
+                        /** Format: date-time */
                         restored_at: string | null;
                         downtime_seconds: number | null;
                         /** @enum {string} */
@@ -4518,7 +4593,15 @@ export interface operations {
                         status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
                         /** Format: date-time */
                         created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM became running
+                         */
                         started_at: string | null;
+                        /**
+                         * Format: date-time
+                         * @description The last moment the VM left running
+                         */
                         stopped_at: string | null;
                         /**
                          * @description Rental type
@@ -4526,6 +4609,7 @@ export interface operations {
                          */
                         rental_type: "on_demand" | "reserved" | "interruptible";
                         reservation_id: string | null;
+                        /** @description Interruptible VMs only; null for other rental types */
                         auto_restart: boolean | null;
                         /** @description gpu_hourly_rate + storage_hourly_rate, fixed at creation */
                         hourly_rate: number;
@@ -4536,6 +4620,7 @@ export interface operations {
                         cpu_model: string | null;
                         pcie_gen: string | null;
                         template_vmid: number;
+                        /** Format: date-time */
                         destroyed_at: string | null;
                         /** @description Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes */
                         gpu_devices: string[] | null;
@@ -4782,6 +4867,7 @@ export interface operations {
                          * @description created_at + months x 730 h
                          */
                         end_at: string;
+                        /** Format: date-time */
                         cancelled_at: string | null;
                         cancellation_fee: number;
                         refund_amount: number;
@@ -4836,6 +4922,7 @@ export interface operations {
                          * @description created_at + months x 730 h
                          */
                         end_at: string;
+                        /** Format: date-time */
                         cancelled_at: string | null;
                         cancellation_fee: number;
                         refund_amount: number;

@@ -125,12 +125,24 @@ export async function listVms(q: Queryable, f: VmFilter): Promise<{ rows: Listed
   else if (!f.includeDestroyed) where.push(`status <> 'destroyed'`);
   if (f.node) add('node = ?', f.node);
   const w = where.length ? `WHERE ${where.join(' AND ')}` : '';
-  // The page and the count at once (on a pool, two connections; the embedded database runs them in turn).
-  const [rows, total] = await Promise.all([
-    q.query<ListedVmRow>(
-      `SELECT ${LISTED} FROM vms ${w} ORDER BY seq DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`,
+  const page = `ORDER BY seq DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`;
+  if (f.userId !== undefined) {
+    // One user's VMs are few: the page and their count come in one query (one round trip, one connection).
+    // A page past the end has no row to carry the count, which is then asked for alone.
+    const r = await q.query<ListedVmRow & { total: number }>(
+      `SELECT ${LISTED}, count(*) OVER ()::int8 AS total FROM vms ${w} ${page}`,
       [...params, f.limit, f.offset],
-    ),
+    );
+    if (r.rows.length > 0 || f.offset === 0) return { rows: r.rows, total: r.rows[0]?.total ?? 0 };
+    return {
+      rows: [],
+      total: (await q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params)).rows[0]!.n,
+    };
+  }
+  // The whole fleet (an operator's list): the page and the count at once (on a pool, two connections;
+  // the embedded database runs them in turn), so the page stops at its last row.
+  const [rows, total] = await Promise.all([
+    q.query<ListedVmRow>(`SELECT ${LISTED} FROM vms ${w} ${page}`, [...params, f.limit, f.offset]),
     q.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params),
   ]);
   return { rows: rows.rows, total: total.rows[0]!.n };

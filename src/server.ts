@@ -3,7 +3,7 @@
  * administrator from GPUCLOUD_ADMIN_EMAIL/PASSWORD, demo data, the HTTP API and
  * the background jobs, by role (`serve --role api|worker|all`).
  */
-import { readTemplate } from './db/template.js';
+import { startFromTemplate } from './db/template.js';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -83,7 +83,7 @@ export async function openDatabase(config: Config): Promise<Db> {
   const db = await openDb({
     databaseUrl: config.databaseUrl,
     dataDir: config.databaseUrl ? undefined : join(resolve(config.dataDir), 'pg'),
-    template: () => readTemplate(),
+    template: (dir) => startFromTemplate(dir),
   });
   await migrate(db);
   // The embedded database sets its own file modes as it creates files: tighten what it made. Files it

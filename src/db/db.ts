@@ -146,9 +146,8 @@ export class PgliteDb implements Db {
     const fresh = dataDir !== undefined && !existsSync(join(dataDir, 'PG_VERSION'));
     let db = await PGlite.create(options);
     if (fresh) {
-      // Creating the cluster (initdb), or unpacking a template into it, grows the WebAssembly heap by
-      // hundreds of MB, and a heap never shrinks: start over on the files written, so a new service
-      // idles as small as an old one.
+      // Creating the cluster (initdb) grows the WebAssembly heap by hundreds of MB, and a heap never
+      // shrinks: start over on the files written, so a new service idles smaller.
       await db.close();
       db = await PGlite.create({ ...options, loadDataDir: undefined });
     }
@@ -192,21 +191,22 @@ export class PgliteDb implements Db {
   }
 }
 
-/** `template`: gives a packed, migrated data directory to start a new one from (read only when one is new). */
+/**
+ * `template`: writes a new embedded data directory from a packed, migrated one and says whether it did (called only
+ * when the directory is new; db/template.ts).
+ */
 export async function openDb(opts: {
   databaseUrl?: string;
   dataDir?: string;
-  template?: () => Blob | undefined;
+  template?: (dataDir: string) => boolean;
 }): Promise<Db> {
   if (opts.databaseUrl) return new PostgresDb(opts.databaseUrl);
   const { dataDir } = opts;
-  // A new data directory starts from the template when there is one (db/template.ts).
-  const template = dataDir && !existsSync(join(dataDir, 'PG_VERSION')) ? opts.template?.() : undefined;
-  if (dataDir && template) {
+  if (dataDir && !existsSync(join(dataDir, 'PG_VERSION')) && opts.template?.(dataDir)) {
     try {
-      return await PgliteDb.open(dataDir, template);
+      return await PgliteDb.open(dataDir);
     } catch {
-      // A template this PGlite cannot load: what it unpacked goes, and initdb makes the directory.
+      // A template this PGlite cannot open: its files go, and initdb makes the directory.
       rmSync(dataDir, { recursive: true, force: true });
     }
   }

@@ -1,17 +1,19 @@
 /**
  * The embedded database's template: an empty, migrated data directory packed
  * by `npm run build` (dist/pglite-template-<PGlite version>.tar.gz). A new
- * data directory starts from it in about half a second instead of running
- * initdb, which takes seconds and grows the WebAssembly heap to several hundred
- * MB that the process never gives back. Without a template (a checkout that
- * was never built), or with one PGlite cannot load, a new data directory is
- * made by initdb as before; migrations run after either.
+ * data directory is the template's files, written out here before PGlite
+ * opens them as it opens any existing directory: no initdb, which takes
+ * seconds and grows the WebAssembly heap to several hundred MB that the
+ * process never gives back, and no load of the archive inside PGlite, which
+ * leaves the heap as large as the archive. Without a template (a checkout
+ * that was never built), or with one that cannot be read or opened, a new
+ * data directory is made by initdb as before; migrations run after either.
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { gunzipSync } from 'node:zlib';
-import { dirname, join } from 'node:path';
+import { dirname, join, posix, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PgliteDb } from './db.js';
 import { migrate } from './migrate.js';
@@ -40,11 +42,11 @@ export function templateFile(): string | undefined {
 }
 
 /**
- * The template as PGlite loads it (the tar unpacked here: a damaged file is then
- * an error of ours, not one inside PGlite), or undefined when there is none or
+ * The template's tar archive (ungzipped and its first header checked here: a
+ * damaged file is then an error of ours), or undefined when there is none or
  * it cannot be unpacked.
  */
-export function readTemplate(file = templateFile()): Blob | undefined {
+export function readTemplate(file = templateFile()): Uint8Array | undefined {
   if (!file || !existsSync(file)) return undefined;
   let tar: Buffer;
   try {
@@ -52,11 +54,98 @@ export function readTemplate(file = templateFile()): Blob | undefined {
   } catch {
     return undefined;
   }
-  // A tar archive's first header says "ustar" at byte 257; PGlite takes anything else for gzip.
+  // A tar archive's first header says "ustar" at byte 257.
   if (tar.subarray(257, 262).toString('latin1') !== 'ustar') return undefined;
-  return new Blob([new Uint8Array(tar.buffer as ArrayBuffer, tar.byteOffset, tar.byteLength)], {
-    type: 'application/x-tar',
-  });
+  return tar;
+}
+
+const BLOCK = 512;
+
+/** A NUL-terminated field of a tar header. */
+function field(h: Uint8Array, at: number, len: number): string {
+  const raw = h.subarray(at, at + len);
+  const end = raw.indexOf(0);
+  return Buffer.from(end === -1 ? raw : raw.subarray(0, end)).toString('utf8');
+}
+
+function octal(h: Uint8Array, at: number, len: number): number {
+  const text = field(h, at, len).trim();
+  if (!/^[0-7]+$/.test(text)) throw new Error(`tar: bad number field ${JSON.stringify(text)}`);
+  return parseInt(text, 8);
+}
+
+/**
+ * Writes the files and directories of a ustar archive (what PGlite's
+ * `dumpDataDir` packs: regular files and directories, paths from the data
+ * directory's root) under `dir`. Every header's checksum is checked, and a
+ * path that would leave `dir`, or any other kind of entry, is refused.
+ */
+export function unpackTar(tar: Uint8Array, dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const made = new Set<string>([dir]);
+  const folder = (path: string) => {
+    if (made.has(path)) return;
+    mkdirSync(path, { recursive: true, mode: 0o700 });
+    made.add(path);
+  };
+  let at = 0;
+  while (at + BLOCK <= tar.length) {
+    const h = tar.subarray(at, at + BLOCK);
+    if (h.every((b) => b === 0)) return; // the end-of-archive blocks
+    let sum = 0;
+    for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : h[i]!;
+    if (sum !== octal(h, 148, 8)) throw new Error(`tar: bad header checksum at byte ${at}`);
+    const prefix = field(h, 345, 155);
+    const name = posix.normalize((prefix ? `${prefix}/` : '') + field(h, 0, 100)).replace(/^\/+/, '');
+    const target = join(dir, name);
+    if (name === '' || name === '.' || name.startsWith('..') || !target.startsWith(dir + sep)) {
+      throw new Error(`tar: entry outside the directory: ${JSON.stringify(name)}`);
+    }
+    const size = octal(h, 124, 12);
+    const type = String.fromCharCode(h[156]!);
+    at += BLOCK;
+    if (type === '5') folder(target);
+    else if (type === '0' || type === '\0') {
+      if (at + size > tar.length) throw new Error(`tar: ${name} runs past the end of the archive`);
+      folder(dirname(target));
+      writeFileSync(target, tar.subarray(at, at + size), { mode: 0o600 });
+    } else throw new Error(`tar: unsupported entry type ${JSON.stringify(type)} for ${name}`);
+    at += Math.ceil(size / BLOCK) * BLOCK;
+  }
+  throw new Error('tar: the archive ends without its end-of-archive blocks');
+}
+
+/**
+ * Makes `dataDir` from a template's archive: written under a name of its own
+ * beside it and renamed into place, so a start that dies half way leaves no
+ * directory that looks like a database. Throws (leaving nothing behind) when
+ * the archive cannot be unpacked.
+ */
+export function unpackTemplate(tar: Uint8Array, dataDir: string): void {
+  const tmp = `${dataDir}.${process.pid}.${randomBytes(4).toString('hex')}.unpacking`;
+  try {
+    unpackTar(tar, tmp);
+    rmSync(dataDir, { recursive: true, force: true }); // a directory without PG_VERSION: nothing in it to keep
+    renameSync(tmp, dataDir);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Writes a new data directory from the template (`file`, the installed
+ * PGlite's by default); false, with nothing written, when there is none or it
+ * cannot be unpacked.
+ */
+export function startFromTemplate(dataDir: string, file = templateFile()): boolean {
+  const tar = readTemplate(file);
+  if (!tar) return false;
+  try {
+    unpackTemplate(tar, dataDir);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -1,0 +1,67 @@
+/**
+ * A page of VMs is read as one JSON object per row on the embedded database and as columns on PostgreSQL
+ * (vms/repository.ts). Both shapes must give the same rows: each is run here against the same database, over
+ * VMs in every kind of state (timestamps set and null, labels, GPU devices, a destroyed VM).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { describeEachDb } from '../helpers/app.js';
+import { world } from '../helpers/world.js';
+import { listVms, type VmFilter } from '../../src/modules/vms/repository.js';
+
+describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
+  test('for a user and for the fleet, with every filter and past the last page', async () => {
+    const w = await world(t(), { nodes: 1, vm: { instance_label: 'first' } });
+    const { api } = w.user;
+    const made: string[] = [w.vm.id];
+    for (let i = 0; i < 3; i++) {
+      const r = await api.post('/vms', {
+        body: { node: w.node.node, gpu_type: w.node.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 },
+      });
+      assert.equal(r.status, 201, r.text);
+      made.push(r.body.id);
+    }
+    await t().services.clock.advance(1);
+    assert.equal((await api.post('/vms/{vm_id}/stop', { params: { vm_id: made[1]! } })).status, 200);
+    assert.equal((await api.delete('/vms/{vm_id}', { params: { vm_id: made[2]! } })).status, 200);
+    await t().services.clock.advance(1);
+    const other = await w.newUser();
+
+    const db = t().db;
+    const as = (kind: 'pglite' | 'postgres') => ({ kind, query: db.query.bind(db) });
+    const base = { includeDestroyed: false, limit: 50, offset: 0 } satisfies VmFilter;
+    const filters: VmFilter[] = [
+      { ...base, userId: w.user.id },
+      { ...base, userId: w.user.id, includeDestroyed: true },
+      { ...base, userId: w.user.id, status: 'stopped' },
+      { ...base, userId: w.user.id, limit: 2, offset: 1 },
+      { ...base, userId: w.user.id, offset: 10 },
+      { ...base, userId: other.id },
+      { ...base },
+      { ...base, includeDestroyed: true, node: w.node.node },
+      { ...base, status: 'destroyed' },
+      { ...base, limit: 1, offset: 20 },
+    ];
+    let compared = 0;
+    for (const f of filters) {
+      const json = await listVms(as('pglite'), f);
+      const columns = await listVms(as('postgres'), f);
+      assert.deepEqual(json, columns, JSON.stringify(f));
+      for (const row of json.rows) {
+        assert.ok(row.created_at instanceof Date, 'created_at is a Date');
+        for (const k of ['started_at', 'stopped_at', 'destroyed_at'] as const) {
+          assert.ok(row[k] === null || row[k] instanceof Date, `${k} is a Date or null`);
+        }
+      }
+      compared += json.rows.length;
+    }
+    // The comparisons saw every kind of value: a destroyed VM, a stopped one, a label, timestamps set.
+    const all = (await listVms(as('pglite'), { ...base, userId: w.user.id, includeDestroyed: true })).rows;
+    assert.equal(all.length, 4);
+    assert.ok(all.some((v) => v.destroyed_at !== null && v.status === 'destroyed'));
+    assert.ok(all.some((v) => v.stopped_at !== null && v.status === 'stopped'));
+    assert.ok(all.some((v) => v.instance_label === 'first' && v.started_at !== null));
+    assert.ok(all.some((v) => v.instance_label === null));
+    assert.ok(compared >= 15, `compared ${compared} rows`);
+  });
+});

@@ -1,13 +1,13 @@
 /**
  * A page of VMs is read as one JSON object per row on the embedded database and as columns on PostgreSQL
  * (vms/repository.ts). Both shapes must give the same rows: each is run here against the same database, over
- * VMs in every kind of state (timestamps set and null, labels, GPU devices, a destroyed VM).
+ * VMs in every kind of state (timestamps set and null, labels, a destroyed VM), for a page and for one VM.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
 import { world } from '../helpers/world.js';
-import { listVms, type VmFilter } from '../../src/modules/vms/repository.js';
+import { findListedVm, findVm, LISTED_COLUMNS, listVms, type VmFilter } from '../../src/modules/vms/repository.js';
 
 describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
   test('for a user and for the fleet, with every filter and past the last page', async () => {
@@ -63,5 +63,19 @@ describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
     assert.ok(all.some((v) => v.instance_label === 'first' && v.started_at !== null));
     assert.ok(all.some((v) => v.instance_label === null));
     assert.ok(compared >= 15, `compared ${compared} rows`);
+
+    // One VM by uuid or vmid (GET /vms/{vm_id}): both shapes give the listed columns of the whole row.
+    for (const v of all) {
+      const full = await findVm(db, { id: v.id }, null);
+      assert.ok(full);
+      const listed = Object.fromEntries(LISTED_COLUMNS.map((c) => [c, full[c]]));
+      for (const ref of [{ id: v.id }, { vmid: v.vmid }]) {
+        for (const kind of ['pglite', 'postgres'] as const) {
+          assert.deepEqual(await findListedVm(as(kind), ref, w.user.id), listed, `${kind} ${JSON.stringify(ref)}`);
+          assert.deepEqual(await findListedVm(as(kind), ref, null), listed, `${kind}, anyone's`);
+          assert.equal(await findListedVm(as(kind), ref, other.id), undefined, `${kind}: not another user's`);
+        }
+      }
+    }
   });
 });

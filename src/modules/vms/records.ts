@@ -2,7 +2,7 @@
  * What the API shows of VMs and interruption records, and how a `{vm_id}`
  * finds its VM (docs/vms.md#labels-access-and-lists).
  */
-import type { Queryable } from '../../db/db.js';
+import type { Db, Queryable } from '../../db/db.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
 import { toAmount } from '../../money.js';
@@ -104,9 +104,21 @@ export function parseVmRef(raw: string): { id?: string; vmid?: number } | null {
 }
 
 /**
- * The VM a `{vm_id}` names (of `userId`, or anyone's when null), else 404: an unknown VM and another user's look the
- * same.
+ * What the record of the VM a `{vm_id}` names shows (of `userId`, or anyone's when null), else 404: an unknown VM
+ * and another user's look the same.
  */
+export async function mustFindListed(
+  db: Pick<Db, 'kind' | 'query'>,
+  userId: number | null,
+  rawRef: string,
+): Promise<ListedVmRow> {
+  const ref = parseVmRef(rawRef);
+  const vm = ref ? await repo.findListedVm(db, ref, userId) : undefined;
+  if (!vm) throw notFound('VM');
+  return vm;
+}
+
+/** Like mustFindListed, but the whole row (for a change: `forUpdate` locks it). */
 export async function mustFind(q: Queryable, userId: number | null, rawRef: string, forUpdate = false): Promise<VmRow> {
   const ref = parseVmRef(rawRef);
   const vm = ref ? await repo.findVm(q, ref, userId, forUpdate) : undefined;

@@ -116,6 +116,15 @@ export async function insertVm(q: Queryable, v: NewVm): Promise<VmRow> {
   return r.rows[0]!;
 }
 
+/** The WHERE of a VM named by uuid or by vmid, of `userId` (null: anyone's), and its parameters. */
+function byRef(ref: { id?: string; vmid?: number }, userId: number | null): { where: string; params: unknown[] } {
+  const params: unknown[] = [ref.id ?? ref.vmid];
+  const where = ref.id !== undefined ? 'id = $1' : 'vmid = $1';
+  if (userId === null) return { where, params };
+  params.push(userId);
+  return { where: `${where} AND user_id = $2`, params };
+}
+
 /** By uuid or by vmid; `userId` null for admins and jobs. */
 export async function findVm(
   q: Queryable,
@@ -123,16 +132,46 @@ export async function findVm(
   userId: number | null,
   forUpdate = false,
 ): Promise<VmRow | undefined> {
-  const where = ref.id !== undefined ? 'id = $1' : 'vmid = $1';
-  const params: unknown[] = [ref.id ?? ref.vmid];
-  let owner = '';
-  if (userId !== null) {
-    params.push(userId);
-    owner = ' AND user_id = $2';
+  const { where, params } = byRef(ref, userId);
+  return (await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${forUpdate ? ' FOR NO KEY UPDATE' : ''}`, params))
+    .rows[0];
+}
+
+/** Rows of `sql`, a query of vms that selects the listed columns (as JSON objects on the embedded database). */
+async function readListed(db: Pick<Db, 'kind' | 'query'>, sql: string, params: unknown[]): Promise<ListedVmRow[]> {
+  if (db.kind === 'pglite') {
+    return (await db.query<{ v: ListedVmJson }>(`SELECT ${LISTED_JSON} AS v FROM (${sql}) p`, params)).rows.map((x) =>
+      fromJson(x.v),
+    );
   }
-  return (
-    await q.query<VmRow>(`SELECT * FROM vms WHERE ${where}${owner}${forUpdate ? ' FOR NO KEY UPDATE' : ''}`, params)
-  ).rows[0];
+  return (await db.query<ListedVmRow>(sql, params)).rows;
+}
+
+/** Rows of `sql`, which selects the listed columns and then `total`, and the total the first row carries. */
+async function readCountedPage(
+  db: Pick<Db, 'kind' | 'query'>,
+  sql: string,
+  params: unknown[],
+): Promise<{ rows: ListedVmRow[]; total: number | undefined }> {
+  if (db.kind === 'pglite') {
+    const r = await db.query<{ v: ListedVmJson; total: number }>(
+      `SELECT ${LISTED_JSON} AS v, total FROM (${sql}) p`,
+      params,
+    );
+    return { rows: r.rows.map((x) => fromJson(x.v)), total: r.rows[0]?.total };
+  }
+  const r = await db.query<ListedVmRow & { total: number }>(sql, params);
+  return { rows: r.rows.map(({ total: _, ...v }) => v), total: r.rows[0]?.total };
+}
+
+/** What a VM's record shows, by uuid or by vmid, of `userId` (null: anyone's). */
+export async function findListedVm(
+  db: Pick<Db, 'kind' | 'query'>,
+  ref: { id?: string; vmid?: number },
+  userId: number | null,
+): Promise<ListedVmRow | undefined> {
+  const { where, params } = byRef(ref, userId);
+  return (await readListed(db, `SELECT ${LISTED} FROM vms WHERE ${where}`, params))[0];
 }
 
 export interface VmFilter {
@@ -163,32 +202,18 @@ export async function listVms(
   const pageParams = [...params, f.limit, f.offset];
   const count = async () =>
     (await db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params)).rows[0]!.n;
-  const json = db.kind === 'pglite';
   if (f.userId !== undefined) {
     // One user's VMs are few: the page and their count come in one query (one round trip, one connection).
     // A page past the end has no row to carry the count, which is then asked for alone.
     const sql = `SELECT ${LISTED}, count(*) OVER ()::int8 AS total FROM vms ${w} ${page}`;
-    const r = json
-      ? await db.query<{ v: ListedVmJson; total: number }>(
-          `SELECT ${LISTED_JSON} AS v, total FROM (${sql}) p`,
-          pageParams,
-        )
-      : undefined;
-    const plain = r ? undefined : await db.query<ListedVmRow & { total: number }>(sql, pageParams);
-    const rows = r ? r.rows.map((x) => fromJson(x.v)) : plain!.rows.map(({ total: _, ...v }) => v);
-    const total = r ? r.rows[0]?.total : plain!.rows[0]?.total;
+    const { rows, total } = await readCountedPage(db, sql, pageParams);
     if (rows.length > 0 || f.offset === 0) return { rows, total: total ?? 0 };
     return { rows: [], total: await count() };
   }
   // The whole fleet (an operator's list): the page and the count at once (on a pool, two connections;
   // the embedded database runs them in turn), so the page stops at its last row.
-  const sql = `SELECT ${LISTED} FROM vms ${w} ${page}`;
   const [rows, total] = await Promise.all([
-    json
-      ? db
-          .query<{ v: ListedVmJson }>(`SELECT ${LISTED_JSON} AS v FROM (${sql}) p`, pageParams)
-          .then((r) => r.rows.map((x) => fromJson(x.v)))
-      : db.query<ListedVmRow>(sql, pageParams).then((r) => r.rows),
+    readListed(db, `SELECT ${LISTED} FROM vms ${w} ${page}`, pageParams),
     count(),
   ]);
   return { rows, total };

@@ -22,7 +22,14 @@ import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 import * as transitions from './transitions.js';
 import type { ApplyTransition, StatusReason, TransitionHook } from './transitions.js';
-import { mustFind, toInterruptionRecord, toVmRecord, type InterruptionRecord, type VmRecord } from './records.js';
+import {
+  mustFind,
+  mustFindListed,
+  toInterruptionRecord,
+  toVmRecord,
+  type InterruptionRecord,
+  type VmRecord,
+} from './records.js';
 import { createVm, type CreateVmInput } from './create.js';
 import * as actions from './actions.js';
 import type { ActionDeps } from './actions.js';
@@ -178,7 +185,7 @@ export class VmService {
   }
 
   async get(userId: number, ref: string): Promise<VmRecord> {
-    return toVmRecord(await mustFind(this.db, userId, ref));
+    return toVmRecord(await mustFindListed(this.db, userId, ref));
   }
 
   async interruptions(

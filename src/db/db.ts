@@ -8,6 +8,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { collectAfterCommit, runBeforeCommit } from './commit-hook.js';
+import { runStatement, type ParserOf } from './pglite-statement.js';
 
 export type Row = Record<string, unknown>;
 
@@ -137,6 +138,16 @@ const EMBEDDED_CONF = 'shared_buffers=16MB';
  */
 export class PgliteDb implements Db {
   readonly kind = 'pglite' as const;
+  private readonly parsers = new Map<number, (text: string) => unknown>();
+  /** Values are parsed as node-postgres parses them (int8 as a number), so both databases give the same rows. */
+  private readonly parserOf: ParserOf = (oid) => {
+    let parse = this.parsers.get(oid);
+    if (!parse) {
+      parse = oid === INT8 ? parseInt8 : (pg.types.getTypeParser(oid, 'text') as (text: string) => unknown);
+      this.parsers.set(oid, parse);
+    }
+    return parse;
+  };
   private constructor(readonly pg: PGlite) {}
 
   /** `snapshot`: a dumped data dir to start from (tests load a migrated one). */
@@ -154,9 +165,15 @@ export class PgliteDb implements Db {
     return new PgliteDb(db);
   }
 
+  /** One statement outside a transaction: it waits for any transaction in progress, as PGlite's query() does. */
   async query<T = Row>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<T>> {
-    const r = await this.pg.query<T>(sql, params as unknown[]);
-    return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+    const pglite = this.pg;
+    await pglite._checkReady();
+    const r = await pglite._runExclusiveTransaction(() =>
+      pglite.runExclusive(async () => runStatement(pglite, sql, params, this.parserOf)),
+    );
+    await pglite.syncToFs();
+    return r as QueryResult<T>;
   }
 
   async exec(sql: string): Promise<void> {
@@ -166,20 +183,28 @@ export class PgliteDb implements Db {
   async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     let committed: () => void = () => {};
     let callbacks: (() => void)[] = [];
-    const result = await this.pg.transaction(async (t) => {
+    const pglite = this.pg;
+    const result = await pglite.transaction(async (t) => {
+      let open = true;
       const tx: Transaction = {
         query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
-          const r = await t.query<R>(sql, params as unknown[]);
-          return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+          if (!open) throw new Error('the transaction is over');
+          return (await pglite.runExclusive(async () =>
+            runStatement(pglite, sql, params, this.parserOf),
+          )) as QueryResult<R>;
         },
         exec: async (sql: string) => {
           await t.exec(sql);
         },
       };
-      callbacks = collectAfterCommit(tx);
-      const value = await fn(tx);
-      committed = await runBeforeCommit(tx, value);
-      return value;
+      try {
+        callbacks = collectAfterCommit(tx);
+        const value = await fn(tx);
+        committed = await runBeforeCommit(tx, value);
+        return value;
+      } finally {
+        open = false;
+      }
     });
     committed();
     for (const f of callbacks) f();

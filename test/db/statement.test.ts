@@ -1,0 +1,108 @@
+/**
+ * A statement's parameters and values are the same on both databases: the embedded one runs each statement in one
+ * call into PGlite with node-postgres's parameter preparation and type parsers (db/pglite-statement.ts), and
+ * PostgreSQL goes through node-postgres itself. Run on every database the suite has.
+ */
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createTestDb, DB_KINDS, type TestDb } from '../helpers/db.js';
+import { pgErrorCode, PG } from '../../src/db/db.js';
+
+for (const kind of DB_KINDS) {
+  describe(`statements [${kind}]`, () => {
+    let t: TestDb;
+    before(async () => {
+      t = await createTestDb(kind);
+      await t.db.exec(
+        `CREATE TABLE stmt_t (id int PRIMARY KEY, name text NOT NULL, CONSTRAINT stmt_name UNIQUE (name))`,
+      );
+    });
+    after(() => t.cleanup());
+
+    test('parameters of every JS kind go in, and values come out typed', async () => {
+      const at = new Date('2026-01-02T03:04:05.678Z');
+      const uuid = '0195f3a2-1111-7000-8000-000000000001';
+      const r = await t.db.query<Record<string, unknown>>(
+        `SELECT $1::timestamptz AS ts, $2::int8[] AS ints, $3::jsonb AS doc, $4::bool AS yes, $5::text AS nothing,
+                $6::uuid[] AS ids, $7::int8 AS big, $8::numeric AS exact, $9::float8 AS real, $10::text AS quoted,
+                $11::text[] AS words, 'x' AS name, 2 AS name2, NULL::int AS none`,
+        [
+          at,
+          [1, 2, 3],
+          { a: [1, 'two'], b: null },
+          true,
+          null,
+          [uuid],
+          9007199254740991,
+          '12.50',
+          0.25,
+          `it's "q"`,
+          ['a,b', 'c"d', ''],
+        ],
+      );
+      assert.equal(r.rows.length, 1);
+      assert.equal(r.rowCount, 1);
+      const row = r.rows[0]!;
+      assert.ok(row.ts instanceof Date);
+      assert.equal((row.ts as Date).toISOString(), at.toISOString());
+      assert.deepEqual(
+        row.ints,
+        ['1', '2', '3'],
+        'int8 arrays as node-postgres parses them (only int8 itself is a number)',
+      );
+      assert.deepEqual(row.doc, { a: [1, 'two'], b: null });
+      assert.equal(row.yes, true);
+      assert.equal(row.nothing, null);
+      assert.deepEqual(row.ids, [uuid]);
+      assert.equal(row.big, 9007199254740991);
+      assert.equal(row.exact, '12.50');
+      assert.equal(row.real, 0.25);
+      assert.equal(row.quoted, `it's "q"`);
+      assert.deepEqual(row.words, ['a,b', 'c"d', '']);
+      assert.equal(row.none, null);
+    });
+
+    test('row counts come from the command: insert, update, delete, select', async () => {
+      const ins = await t.db.query(`INSERT INTO stmt_t (id, name) VALUES ($1, $2), ($3, $4)`, [1, 'a', 2, 'b']);
+      assert.equal(ins.rowCount, 2);
+      assert.deepEqual(ins.rows, []);
+      const upd = await t.db.query<{ id: number }>(`UPDATE stmt_t SET name = name || '!' RETURNING id`);
+      assert.equal(upd.rowCount, 2);
+      assert.deepEqual(upd.rows.map((x) => x.id).sort(), [1, 2]);
+      assert.equal((await t.db.query(`SELECT * FROM stmt_t WHERE id > $1`, [5])).rowCount, 0);
+      assert.equal((await t.db.query(`DELETE FROM stmt_t WHERE id = $1`, [2])).rowCount, 1);
+    });
+
+    test('an error carries its SQLSTATE, and the database goes on', async () => {
+      await t.db.query(`INSERT INTO stmt_t (id, name) VALUES (10, 'dup')`);
+      await assert.rejects(t.db.query(`INSERT INTO stmt_t (id, name) VALUES (11, $1)`, ['dup']), (err: unknown) => {
+        assert.equal(pgErrorCode(err), PG.uniqueViolation);
+        assert.equal((err as { constraint?: string }).constraint, 'stmt_name');
+        assert.match((err as Error).message, /stmt_name/);
+        return true;
+      });
+      await assert.rejects(t.db.query(`SELEC 1`), (err: unknown) => pgErrorCode(err) === '42601');
+      await assert.rejects(t.db.query(`SELECT $1::int AS n`, ['not a number']), (err: unknown) => {
+        assert.equal(pgErrorCode(err), '22P02');
+        return true;
+      });
+      assert.equal((await t.db.query<{ n: number }>(`SELECT 1 AS n`)).rows[0]!.n, 1);
+    });
+
+    test('a failed statement in a transaction rolls the whole transaction back', async () => {
+      await assert.rejects(
+        t.db.transaction(async (tx) => {
+          await tx.query(`INSERT INTO stmt_t (id, name) VALUES (20, 'kept?')`);
+          await tx.query(`INSERT INTO stmt_t (id, name) VALUES (21, 'dup')`);
+        }),
+        (err: unknown) => pgErrorCode(err) === PG.uniqueViolation,
+      );
+      assert.equal((await t.db.query(`SELECT id FROM stmt_t WHERE id = 20`)).rows.length, 0);
+      const n = await t.db.transaction(async (tx) => {
+        await tx.query(`INSERT INTO stmt_t (id, name) VALUES ($1, $2)`, [30, 'x']);
+        return (await tx.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM stmt_t WHERE id = $1`, [30])).rows[0]!.n;
+      });
+      assert.equal(n, 1);
+    });
+  });
+}

@@ -153,7 +153,7 @@ export class PgliteDb implements Db {
   /** `snapshot`: a dumped data dir to start from (tests load a migrated one). */
   static async open(dataDir?: string, snapshot?: Blob): Promise<PgliteDb> {
     if (dataDir) mkdirSync(dataDir, { recursive: true });
-    const options = { dataDir, parsers: { [INT8]: parseInt8 }, loadDataDir: snapshot, postgresqlconf: EMBEDDED_CONF };
+    const options = { dataDir, loadDataDir: snapshot, postgresqlconf: EMBEDDED_CONF };
     const fresh = dataDir !== undefined && !existsSync(join(dataDir, 'PG_VERSION'));
     let db = await PGlite.create(options);
     if (fresh) {

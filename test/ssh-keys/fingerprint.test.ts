@@ -1,7 +1,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { createECDH, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,25 +54,36 @@ function line(type: string, keyBlob: Buffer, comment?: string): string {
   return `${type} ${keyBlob.toString('base64')}${comment === undefined ? '' : ` ${comment}`}`;
 }
 
-function jwkBytes(key: KeyObject, field: 'x' | 'y' | 'n' | 'e'): Buffer {
-  const jwk = key.export({ format: 'jwk' }) as Record<string, string | undefined>;
-  const v = jwk[field];
-  assert.ok(v, `jwk has no ${field}`);
-  return Buffer.from(v, 'base64url');
-}
+// Keys are made without generateKeyPairSync where possible, and never exported from one as a JWK: on Node 20 a garbage
+// collection during a JWK export can finalize the key's generation job, which waits on the lock the export holds,
+// and the test process hangs.
 
 function ed25519Raw(): Buffer {
-  return jwkBytes(generateKeyPairSync('ed25519').publicKey, 'x');
+  // A random seed as a PKCS#8 private key; the public key is the last 32 bytes of its SPKI form.
+  const pkcs8 = Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), randomBytes(32)]);
+  const spki = createPublicKey(createPrivateKey({ key: pkcs8, format: 'der', type: 'pkcs8' })).export({
+    type: 'spki',
+    format: 'der',
+  });
+  return spki.subarray(spki.length - 32);
 }
 
+const ECDH_CURVES = { 'P-256': 'prime256v1', 'P-384': 'secp384r1', 'P-521': 'secp521r1' } as const;
+
+/** A real point of the curve, uncompressed (0x04 || X || Y). */
 function ecPoint(namedCurve: 'P-256' | 'P-384' | 'P-521'): Buffer {
-  const { publicKey } = generateKeyPairSync('ec', { namedCurve });
-  return Buffer.concat([Buffer.from([0x04]), jwkBytes(publicKey, 'x'), jwkBytes(publicKey, 'y')]);
+  return createECDH(ECDH_CURVES[namedCurve]).generateKeys();
 }
 
 function rsaBlob(modulusLength: number): Buffer {
   const { publicKey } = generateKeyPairSync('rsa', { modulusLength });
-  return Buffer.concat([sshString('ssh-rsa'), sshMpint(jwkBytes(publicKey, 'e')), sshMpint(jwkBytes(publicKey, 'n'))]);
+  // The JWK comes from a copy made from the key's DER, which no generation job shares.
+  const copy = createPublicKey({ key: publicKey.export({ type: 'spki', format: 'der' }), format: 'der', type: 'spki' });
+  const jwk = copy.export({ format: 'jwk' });
+  assert.ok(jwk.n && jwk.e, 'an RSA JWK has n and e');
+  const n = Buffer.from(jwk.n, 'base64url');
+  const e = Buffer.from(jwk.e, 'base64url');
+  return Buffer.concat([sshString('ssh-rsa'), sshMpint(e), sshMpint(n)]);
 }
 
 function ed25519Blob(raw: Buffer = ed25519Raw()): Buffer {

@@ -12,6 +12,7 @@ import { newId } from './ids.js';
 import { deriveKey } from './crypto.js';
 import { enterRequestScope } from './db/commit-hook.js';
 import { validatorCompiler } from './http/validation.js';
+import { LazySchemas } from './http/lazy-schemas.js';
 import { frameworkErrors, registerErrorHandler } from './http/error-handler.js';
 import { ErrorResponse, errorResponses, frameworkResponses } from './http/schemas.js';
 import { registerOpenApi, API_VERSION } from './http/openapi.js';
@@ -262,6 +263,8 @@ export function createServices(deps: AppDeps): Services {
 declare module 'fastify' {
   interface FastifyInstance {
     services: Services;
+    /** The route schemas, compiled on first use (http/lazy-schemas.ts). */
+    schemas: LazySchemas;
   }
 }
 
@@ -269,7 +272,9 @@ const REQUEST_ID_RE = /^[\w.:-]{1,128}$/;
 const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations'];
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
+  const schemas = new LazySchemas();
   const app = Fastify({
+    schemaController: schemas.schemaController(),
     ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
     bodyLimit: BODY_LIMIT,
     trustProxy: false,
@@ -322,6 +327,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     },
   });
   app.decorate('services', services);
+  app.decorate('schemas', schemas);
   // First of all hooks, and synchronous: the request's scope for work that must commit with its change.
   app.addHook('onRequest', (req, reply, done) => {
     const exit = enterRequestScope(
@@ -330,7 +336,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     if (exit) reply.raw.once('close', exit);
     done();
   });
-  app.setValidatorCompiler(validatorCompiler);
+  app.setValidatorCompiler(schemas.validator(validatorCompiler));
   app.addSchema(ErrorResponse);
   registerErrorHandler(app);
 

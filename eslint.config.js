@@ -6,7 +6,7 @@ import prettier from 'eslint-config-prettier';
 import globals from 'globals';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'src/sdk/schema.ts'] },
+  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'src/sdk/schema.ts', '.test-build-*/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   prettier,

@@ -12,7 +12,8 @@ import { cpus, hostname } from 'node:os';
 import { join } from 'node:path';
 import { gpuTypeOf, nodeIdFromHostname } from '../../src/local-agent.js';
 import { genisoimage, qemu, qemuImg } from './qemu-helpers.js';
-import { cli, freePort, kill, MAIN, qemuPidsUnder, ROOT, ssh, testImage, workDir } from './real-vms.js';
+import { cli, freePort, kill, qemuPidsUnder, ROOT, ssh, testImage, workDir } from './real-vms.js';
+import { gpucloudMain } from '../helpers/entry.js';
 
 const ADMIN = { email: 'ops@example.com', password: 'a long admin password' };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -65,7 +66,7 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
       GPUCLOUD_AGENT_FAKE_GPUS: '1',
       GPUCLOUD_AGENT_HEARTBEAT_S: '1',
     });
-    server = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve', '--local-agent'], {
+    server = spawn(process.execPath, [gpucloudMain(), 'serve', '--local-agent'], {
       cwd: ROOT,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],

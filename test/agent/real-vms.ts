@@ -19,9 +19,9 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gpucloudMain } from '../helpers/entry.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-export const MAIN = join(ROOT, 'src/main.ts');
 
 const alive = (pid: number) => {
   try {
@@ -84,7 +84,7 @@ export { freePort } from '../helpers/ports.js';
 
 /** `gpucloud ARGS` to completion. */
 export function cli(args: string[], env: Record<string, string> = {}) {
-  return spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+  return spawnSync(process.execPath, [gpucloudMain(), ...args], {
     cwd: ROOT,
     encoding: 'utf8',
     env: { ...process.env, ...env },
@@ -100,7 +100,7 @@ export interface AgentProcess {
 
 /** Starts `gpucloud agent` and waits for its "listening on" line. */
 export async function startAgentProcess(args: string[], opts: { netns?: string } = {}): Promise<AgentProcess> {
-  const argv = [process.execPath, '--import', 'tsx', MAIN, 'agent', ...args];
+  const argv = [process.execPath, gpucloudMain(), 'agent', ...args];
   // In a network namespace of the test's own: `ip netns exec NS node ...`.
   const [cmd, ...rest] = opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...argv] : argv;
   const child = spawn(cmd!, rest, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -21,6 +21,7 @@ import { createApiKey, createNode, createUser, credit, uploadSshKey } from '../h
 import type { VmSpec } from '../helpers/world.js';
 import { ledgerCheck, type LedgerProblem } from '../../src/modules/billing/ledger-check.js';
 import { PgliteDb } from '../../src/db/db.js';
+import { gpucloudMain } from '../helpers/entry.js';
 
 describeEachDb('ledgerCheck: balances, reservations and usage periods add up', (t) => {
   let adminKey: string;
@@ -245,7 +246,7 @@ describe('gpucloud admin ledger-check (the CLI, embedded database)', () => {
     ])
       delete env[k];
     try {
-      const r = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'src/main.ts', ...args], {
+      const r = await promisify(execFile)(process.execPath, [gpucloudMain(), ...args], {
         cwd: root,
         env,
         timeout: 90_000,

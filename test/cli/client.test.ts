@@ -42,8 +42,8 @@ import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import { runCli } from '../../src/cli/index.js';
 import { COMMANDS } from '../../src/cli/commands.js';
 import { configPath, writeConfig } from '../../src/cli/config.js';
+import { gpucloudMain } from '../helpers/entry.js';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
 interface Run {
   code: number | null;
@@ -97,7 +97,7 @@ describe('gpucloud client commands', () => {
     };
     delete env.GPUCLOUD_API_KEY;
     if (opts.env?.GPUCLOUD_API_KEY) env.GPUCLOUD_API_KEY = opts.env.GPUCLOUD_API_KEY;
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [gpucloudMain(), ...args], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -758,7 +758,7 @@ describe('gpucloud client commands', () => {
       GPUCLOUD_POLL_MS: '50',
     };
     delete env.GPUCLOUD_API_KEY;
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'events', '--follow', '--after', last, '--json'], {
+    const child = spawn(process.execPath, [gpucloudMain(), 'events', '--follow', '--after', last, '--json'], {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

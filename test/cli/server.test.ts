@@ -9,8 +9,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { gpucloudMain } from '../helpers/entry.js';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 const dirs: string[] = [];
 const freshDir = () => {
   const d = mkdtempSync(join(tmpdir(), 'gpucloud-cli-'));
@@ -34,7 +34,7 @@ function env(dataDir: string, extra: Record<string, string> = {}): NodeJS.Proces
 }
 
 function run(args: string[], e: NodeJS.ProcessEnv) {
-  return spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+  return spawnSync(process.execPath, [gpucloudMain(), ...args], {
     env: e,
     encoding: 'utf8',
     timeout: 120_000,
@@ -47,7 +47,7 @@ describe('gpucloud command', () => {
     for (let round = 0; round < 2; round++) {
       // The second start also runs on the manual clock from a given instant, which the banner shows.
       const manual = { GPUCLOUD_CLOCK: 'manual', GPUCLOUD_CLOCK_START: '2026-03-31T23:59:30+02:00' };
-      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], {
+      const child = spawn(process.execPath, [gpucloudMain(), 'serve'], {
         env: env(dir, round === 1 ? manual : {}),
       });
       let out = '';

@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
+import { gpucloudMain } from '../helpers/entry.js';
 
-const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 
 describe('gpucloud webhooks', () => {
   let t: TestApp;
@@ -47,7 +47,7 @@ describe('gpucloud webhooks', () => {
   });
 
   function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+    const child = spawn(process.execPath, [gpucloudMain(), ...args], {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -11,9 +11,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createScratchDatabase, type ScratchDatabase } from '../../scripts/scratch-db.js';
+import { gpucloudMain } from '../helpers/entry.js';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const MAIN = join(ROOT, 'src/main.ts');
 
 // ---------- scratch database ----------
 
@@ -85,13 +85,13 @@ export class ServerProcess {
     return this.child?.pid;
   }
 
-  /** Spawns `node --import tsx src/main.ts serve` and resolves once it prints its API line. */
+  /** Spawns `node <compiled src/main.ts> serve` (helpers/entry.ts) and resolves once it prints its API line. */
   async start(timeoutMs = 90_000): Promise<void> {
     if (this.child) throw new Error('server already running');
     const t0 = Date.now();
     this.stderrTail = '';
     this.stdoutTail = '';
-    const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve'], {
+    const child = spawn(process.execPath, [gpucloudMain(), 'serve'], {
       cwd: ROOT,
       env: this.env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -177,12 +177,12 @@ export class ServerProcess {
   }
 }
 
-/** `node --import tsx src/main.ts <args>` to completion (the CLI, e.g. admin ledger-check). */
+/** `gpucloud <args>` (the compiled src/main.ts, helpers/entry.ts) to completion (the CLI, e.g. admin ledger-check). */
 export function runCli(
   args: string[],
   env: NodeJS.ProcessEnv,
 ): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
+  const r = spawnSync(process.execPath, [gpucloudMain(), ...args], {
     cwd: ROOT,
     env,
     encoding: 'utf8',

@@ -1,6 +1,6 @@
 /**
- * Crash injection on PostgreSQL: the real server (`node --import tsx
- * src/main.ts serve`, a child process) on a database of its own is SIGKILLed
+ * Crash injection on PostgreSQL: the real server (`gpucloud serve` from
+ * src/, a child process: helpers/entry.ts) on a database of its own is SIGKILLed
  * at random points CRASH_COUNT (50) times while money-moving traffic runs, and
  * started again on the same port and database each time. Every mutating
  * request carries an Idempotency-Key (a UUID per logical request), and every

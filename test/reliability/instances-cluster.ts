@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { createScratchDatabase } from '../../scripts/scratch-db.js';
+import { gpucloudMain } from '../helpers/entry.js';
 
-export const MAIN = new URL('../../src/main.ts', import.meta.url).pathname;
 export const ROOT = new URL('../../', import.meta.url).pathname;
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -82,7 +82,7 @@ export function startInstance(
   env: NodeJS.ProcessEnv,
   timeoutMs = 90_000,
 ): Promise<Instance> {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'serve', '--role', role], {
+  const child = spawn(process.execPath, [gpucloudMain(), 'serve', '--role', role], {
     env,
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -140,7 +140,7 @@ export function startInstance(
 
 /** `gpucloud admin ledger-check` on the database. */
 export function ledgerCheck(env: NodeJS.ProcessEnv): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, 'admin', 'ledger-check'], {
+  const r = spawnSync(process.execPath, [gpucloudMain(), 'admin', 'ledger-check'], {
     env,
     cwd: ROOT,
     encoding: 'utf8',

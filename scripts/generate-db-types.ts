@@ -60,7 +60,10 @@ const pascal = (table: string) =>
     .map((w) => w[0]!.toUpperCase() + w.slice(1))
     .join('');
 
-function tsType(udt: string): string {
+/** The TypeScript type a value of PostgreSQL type `udt` (its `pg_type.typname`) reads as. */
+export function tsType(udt: string): string {
+  // node-postgres parses an int8 as a number here (src/db/db.ts) but leaves an int8[]'s items as strings.
+  if (udt === '_int8') return 'string[]';
   if (udt.startsWith('_')) return `${tsType(udt.slice(1))}[]`;
   const t = TS_TYPE[udt];
   if (!t) throw new Error(`no TypeScript type for PostgreSQL type ${udt}: add it to TS_TYPE`);

@@ -12,23 +12,30 @@ export interface KeyRef {
   owner: string;
 }
 
-/** Forgets the user's records created at or before `before`. */
-export async function forgetUsersOld(q: Queryable, userId: number, before: Date): Promise<void> {
-  await q.query('DELETE FROM idempotency_keys WHERE user_id = $1 AND created_at <= $2', [userId, before]);
-}
-
-/** Claims the key for `ref.owner` until `leaseUntilMs` (real time); false when the key exists. */
+/**
+ * Claims the key for `ref.owner` until `leaseUntilMs` (real time); false when the key exists and is younger than
+ * `forgetBefore`. In the same statement the user's records created at or before `forgetBefore` are forgotten (all of
+ * them, so none lingers), and an expired record of this very key is claimed afresh in place.
+ */
 export async function claim(
   q: Queryable,
   ref: KeyRef,
   requestHash: string,
   now: Date,
   leaseUntilMs: number,
+  forgetBefore: Date,
 ): Promise<boolean> {
   const r = await q.query(
-    `INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at, owner, lease_until_ms)
-     VALUES ($1, $2, $3, 'pending', $4, $5, $6) ON CONFLICT (user_id, idem_key) DO NOTHING`,
-    [ref.userId, ref.lookup, requestHash, now, ref.owner, leaseUntilMs],
+    `WITH forgotten AS (
+       DELETE FROM idempotency_keys WHERE user_id = $1 AND created_at <= $7 AND idem_key <> $2
+     )
+     INSERT INTO idempotency_keys (user_id, idem_key, request_hash, state, created_at, owner, lease_until_ms)
+     VALUES ($1, $2, $3, 'pending', $4, $5, $6)
+     ON CONFLICT (user_id, idem_key) DO UPDATE
+        SET request_hash = EXCLUDED.request_hash, state = 'pending', response_status = NULL, response_body = NULL,
+            created_at = EXCLUDED.created_at, owner = EXCLUDED.owner, lease_until_ms = EXCLUDED.lease_until_ms
+      WHERE idempotency_keys.created_at <= $7`,
+    [ref.userId, ref.lookup, requestHash, now, ref.owner, leaseUntilMs, forgetBefore],
   );
   return r.rowCount === 1;
 }

@@ -23,7 +23,7 @@ import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
 import { realTimeMs } from '../clock.js';
 import { newId } from '../ids.js';
-import { bindToNextCommit } from '../db/commit-hook.js';
+import { afterCommit, bindToNextCommit } from '../db/commit-hook.js';
 import * as store from './idempotency-repository.js';
 import { addRouteHook, hookWhen, onSendWhen } from './hooks.js';
 
@@ -38,7 +38,14 @@ export const IDEMPOTENCY_LEASE_MS = 30_000;
 
 declare module 'fastify' {
   interface FastifyRequest {
-    idempotency?: { userId: number; lookup: string; enc: Buffer; owner: string };
+    idempotency?: {
+      userId: number;
+      lookup: string;
+      enc: Buffer;
+      owner: string;
+      /** The answer recorded with the request's change, once that change has committed. */
+      committed?: { status: number; body: string };
+    };
   }
 }
 
@@ -110,25 +117,28 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
       const deadline = Date.now() + WAIT_FOR_FIRST_MS;
       for (;;) {
         const now = clock.now();
-        // Records older than 24 h are forgotten (all of this user's, so none lingers), then the key is claimed afresh.
-        await store.forgetUsersOld(db, userId, new Date(now.getTime() - IDEMPOTENCY_TTL_MS));
         const owner = newId();
         const ref = { userId, lookup: keys.lookup, owner };
-        const claimed = await store.claim(db, ref, hash, now, realTimeMs() + IDEMPOTENCY_LEASE_MS);
+        // Records older than 24 h are forgotten, this key's too: it is then claimed afresh.
+        const forgetBefore = new Date(now.getTime() - IDEMPOTENCY_TTL_MS);
+        const claimed = await store.claim(db, ref, hash, now, realTimeMs() + IDEMPOTENCY_LEASE_MS, forgetBefore);
         const own = () => {
-          const idem = { userId, lookup: keys.lookup, enc: keys.enc, owner };
+          const idem: NonNullable<FastifyRequest['idempotency']> = {
+            userId,
+            lookup: keys.lookup,
+            enc: keys.enc,
+            owner,
+          };
           req.idempotency = idem;
           // The change this request makes and its answer commit together (see onSend for answers without a change).
           bindToNextCommit(async (tx, result) => {
-            const body = reply.serialize(result);
-            if (
-              !(await recordAnswer(
-                tx,
-                idem,
-                reply.statusCode,
-                typeof body === 'string' ? body : Buffer.from(body as ArrayBuffer).toString('utf8'),
-              ))
-            ) {
+            const serialized = reply.serialize(result);
+            const body =
+              typeof serialized === 'string' ? serialized : Buffer.from(serialized as ArrayBuffer).toString('utf8');
+            const status = reply.statusCode;
+            if (await recordAnswer(tx, idem, status, body)) {
+              afterCommit(tx, () => (idem.committed = { status, body }));
+            } else {
               throw new AppError(
                 'conflict',
                 "This request took too long and a retry with the same Idempotency-Key took it over; its answer is the retry's",
@@ -188,8 +198,10 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
           await store.release(db, idem);
           return payload;
         }
-        // Answers without a change (a refusal) are recorded here; one with a change was recorded in its
-        // transaction already, and is written again with the very bytes sent.
+        // Answers without a change (a refusal) are recorded here. One with a change was recorded in its
+        // transaction already; it is written again only if the bytes sent differ from those.
+        const committed = idem.committed;
+        if (committed && committed.status === reply.statusCode && committed.body === body) return payload;
         await recordAnswer(db, idem, reply.statusCode, body);
         return payload;
       },

@@ -106,7 +106,14 @@ export type TrafficVmRow = Pick<Row<'vms'>, 'id' | 'vmid' | 'node' | 'hv_ref' | 
 
 /** The VM's row, locked (the first lock of a close from a VM). */
 export async function lockMeteredVm(q: Queryable, vmId: string): Promise<MeteredVmRow | undefined> {
-  return (await q.query<MeteredVmRow>('SELECT * FROM vms WHERE id = $1 FOR NO KEY UPDATE', [vmId])).rows[0];
+  return (
+    await q.query<MeteredVmRow>(
+      `SELECT id, vmid, user_id, status, gpu_count, storage_gb, gpu_hourly_rate_micros, storage_hourly_rate_micros,
+              reservation_id, network_bytes_total
+         FROM vms WHERE id = $1 FOR NO KEY UPDATE`,
+      [vmId],
+    )
+  ).rows[0];
 }
 
 /** The VM's meter, locked (after the VM): a close holding it finishes first. None before the VM's first start. */

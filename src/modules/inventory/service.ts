@@ -350,6 +350,11 @@ export class InventoryService {
     return repo.listPricing(q);
   }
 
+  /** The price of a GPU type, if one is set. */
+  async findPricing(q: Queryable, gpuType: string): Promise<PricingRow | undefined> {
+    return repo.getPricing(q, gpuType);
+  }
+
   async pricingFor(q: Queryable, gpuType: string): Promise<PricingRow> {
     const p = await repo.getPricing(q, gpuType);
     if (!p) throw new AppError('gpu_unavailable', `No price is set for GPU type ${gpuType}`);

@@ -16,7 +16,7 @@ import { quote, type Months, type ReservationService } from '../reservations/ser
 import { recordEvent } from '../events/service.js';
 import type { RentalType } from './lifecycle.js';
 import * as repo from './repository.js';
-import type { VmRow } from './repository.js';
+import type { CountedVm, VmRow } from './repository.js';
 import { LABEL_RE, LABEL_RULE, toVmRecord, type VmRecord } from './records.js';
 import { committedHourly, ratesFor } from './rates.js';
 import { pickVictims, placeCreate } from './placement.js';
@@ -78,9 +78,16 @@ function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_k
   }
 }
 
-/** The user's VM and GPU limits (docs/vms.md#limits-per-account); returns the user's VMs that count toward them. */
-async function checkLimits(tx: Queryable, userId: number, gpuCount: number): Promise<VmRow[]> {
-  const { maxVms, maxGpus } = await limitsOf(tx, userId);
+/**
+ * The user's VM and GPU limits (docs/vms.md#limits-per-account), behind the lock on the user's balance; returns the
+ * user's VMs that count toward them.
+ */
+async function checkLimits(
+  tx: Queryable,
+  userId: number,
+  gpuCount: number,
+  { maxVms, maxGpus }: { maxVms: number; maxGpus: number },
+): Promise<CountedVm[]> {
   const mine = await repo.userVmsForLimits(tx, userId);
   if (mine.length + 1 > maxVms)
     throw new AppError('limit_exceeded', `VM limit reached: at most ${maxVms} VMs per account (destroy one first)`);
@@ -94,7 +101,7 @@ async function limitsOf(tx: Queryable, userId: number): Promise<{ maxVms: number
 }
 
 /** GPUs in use (held by the user's VMs) plus `gpuCount` more must stay within the limit. */
-function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number, exceptVmId?: string): void {
+function gpuLimit(mine: CountedVm[], maxGpus: number, gpuCount: number, exceptVmId?: string): void {
   const gpusInUse = mine.filter((v) => v.holds_gpus && v.id !== exceptVmId).reduce((s, v) => s + v.gpu_count, 0);
   if (gpusInUse + gpuCount > maxGpus) {
     throw new AppError(
@@ -109,11 +116,17 @@ function gpuLimit(mine: VmRow[], maxGpus: number, gpuCount: number, exceptVmId?:
  * the one a create meets, so that stopping VMs, creating others and starting the first ones again
  * never puts more GPUs in use than the limit. Returns the user's VMs that count toward the limits.
  */
-export async function checkStartLimit(tx: Queryable, vm: VmRow): Promise<VmRow[]> {
+export async function checkStartLimit(tx: Queryable, vm: VmRow): Promise<CountedVm[]> {
   const mine = await repo.userVmsForLimits(tx, vm.user_id);
   // `vm` as it was before the start: its own row may already say it holds its GPUs.
   if (!vm.holds_gpus) gpuLimit(mine, (await limitsOf(tx, vm.user_id)).maxGpus, vm.gpu_count, vm.id);
   return mine;
+}
+
+/** The SSH key a create names (or the user's oldest); none for an id that is not a UUID, which names no key. */
+async function findKey(deps: CreateDeps, tx: Queryable, userId: number, id: string | undefined) {
+  if (id !== undefined && !UUID_RE.test(id)) return undefined;
+  return deps.sshKeys.publicKeyFor(tx, userId, id);
 }
 
 export async function createVm(deps: CreateDeps, userId: number, input: CreateVmInput): Promise<VmRecord> {
@@ -123,6 +136,11 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
 
   return deps.db.transaction(async (tx) => {
     const now = deps.clock.now();
+    // Read first, before any lock: what no concurrent create changes (the user's limits, the price, the SSH key).
+    // Each is checked at its place in the order below; the rows locked next are held only for what needs them.
+    const limits = await limitsOf(tx, userId);
+    const pricing = await deps.inventory.findPricing(tx, input.gpu_type);
+    const key = authMethod === 'ssh_key' ? await findKey(deps, tx, userId, input.ssh_key_id) : undefined;
     // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, their meters, then the balances
     // of this user and of the victims' owners at once, in id order (preempting a VM charges its owner).
     const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
@@ -142,8 +160,9 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
         `storage_gb ${input.storage_gb} exceeds the node's maximum of ${node.max_storage_gb} GB`,
       );
     }
-    const mine = await checkLimits(tx, userId, input.gpu_count);
-    const pricing = await deps.inventory.pricingFor(tx, node.gpu_type);
+    const mine = await checkLimits(tx, userId, input.gpu_count, limits);
+    // placeCreate checked that the node has the GPU type asked for, whose price was read above.
+    if (!pricing) throw new AppError('gpu_unavailable', `No price is set for GPU type ${node.gpu_type}`);
     const rates = ratesFor(pricing, rental, input.gpu_count, input.storage_gb, input.reservation_months);
     // A reserved VM needs its deposit (the whole commitment, prepaid); others one hour of their own
     // rate plus one hour of the user's committed spend.
@@ -171,8 +190,6 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
     let sshPublicKey: string | null = null;
     if (authMethod === 'ssh_key') {
       // A malformed id can name no key: 404 like an unknown one, at this step of the order (the key comes last).
-      if (input.ssh_key_id !== undefined && !UUID_RE.test(input.ssh_key_id)) throw notFound('SSH key');
-      const key = await deps.sshKeys.publicKeyFor(tx, userId, input.ssh_key_id);
       if (!key && input.ssh_key_id) throw notFound('SSH key');
       if (!key)
         throw invalidState('You have no SSH key: upload one with POST /ssh-keys, or use auth_method "password"');

@@ -6,7 +6,7 @@
 import { discounted } from '../../money.js';
 import type { PricingRow } from '../inventory/repository.js';
 import type { RentalType } from './lifecycle.js';
-import type { VmRow } from './repository.js';
+import type { CountedVm } from './repository.js';
 
 /** The rates fixed on the VM at creation (later price changes apply to new VMs only). */
 export function ratesFor(p: PricingRow, rental: RentalType, gpuCount: number, storageGb: number, months?: number) {
@@ -27,7 +27,7 @@ export function ratesFor(p: PricingRow, rental: RentalType, gpuCount: number, st
 }
 
 /** What a VM commits the user to per hour from the credit balance (reserved VMs draw on their reservation). */
-export function committedHourly(vms: VmRow[], excludeId?: string): number {
+export function committedHourly(vms: readonly CountedVm[], excludeId?: string): number {
   let sum = 0;
   for (const v of vms) {
     if (v.id === excludeId || v.rental_type === 'reserved') continue;

@@ -268,9 +268,20 @@ export async function userLimits(
   ).rows[0];
 }
 
-export async function userVmsForLimits(q: Queryable, userId: number): Promise<VmRow[]> {
+/** What the account limits and the hourly commitment read of each of a user's VMs. */
+export type CountedVm = Pick<
+  VmRow,
+  'id' | 'status' | 'rental_type' | 'holds_gpus' | 'gpu_count' | 'gpu_hourly_rate_micros' | 'storage_hourly_rate_micros'
+>;
+
+/** The user's VMs that count toward the limits: only the columns that count (a user may have many VMs). */
+export async function userVmsForLimits(q: Queryable, userId: number): Promise<CountedVm[]> {
   return (
-    await q.query<VmRow>(`SELECT * FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`, [userId])
+    await q.query<CountedVm>(
+      `SELECT id, status, rental_type, holds_gpus, gpu_count, gpu_hourly_rate_micros, storage_hourly_rate_micros
+         FROM vms WHERE user_id = $1 AND status NOT IN ('destroyed', 'failed')`,
+      [userId],
+    )
   ).rows;
 }
 

@@ -15,10 +15,9 @@ import type { FastifySchemaCompiler, FastifyServerOptions } from 'fastify';
 import type { FastifyValidationResult } from 'fastify/types/schema.js';
 
 type SerializerFactory = SerializerSelector.SerializerFactory;
-type Serializer = SerializerSelector.Serializer;
 
 export class LazySchemas {
-  private readonly pending = new Set<() => void>();
+  private readonly pending = new Set<() => unknown>();
 
   /** Compiles every schema not compiled yet (their first use then finds them ready). */
   compileAll(): void {
@@ -30,20 +29,27 @@ export class LazySchemas {
     return this.pending.size;
   }
 
+  /** `compile`, run once on the first call of the getter (or by compileAll); until then it is pending. */
+  private deferred<T>(compile: () => T): () => T {
+    let real: T | undefined;
+    const get = (): T => {
+      if (real === undefined) {
+        real = compile();
+        this.pending.delete(get);
+      }
+      return real;
+    };
+    this.pending.add(get);
+    return get;
+  }
+
   /** Wraps a validator compiler: the route's validator is compiled on its first request. */
   validator(compile: FastifySchemaCompiler<unknown>): FastifySchemaCompiler<unknown> {
     return (route) => {
-      let real: FastifyValidationResult | undefined;
-      const ensure = () => {
-        if (real) return real;
-        real = compile(route);
-        this.pending.delete(ensure);
-        return real;
-      };
-      this.pending.add(ensure);
+      const real = this.deferred(() => compile(route));
       // Fastify calls the function, then reads `errors` from the function it called.
       const lazy: FastifyValidationResult = (data) => {
-        const fn = real ?? ensure();
+        const fn = real();
         const result = fn(data);
         lazy.errors = fn.errors;
         return result;
@@ -59,15 +65,8 @@ export class LazySchemas {
     return (externalSchemas, options) => {
       const compile = build(externalSchemas, options);
       return (route) => {
-        let real: Serializer | undefined;
-        const ensure = () => {
-          if (real) return real;
-          real = compile(route);
-          this.pending.delete(ensure);
-          return real;
-        };
-        this.pending.add(ensure);
-        return (doc) => (real ?? ensure())(doc);
+        const real = this.deferred(() => compile(route));
+        return (doc) => real()(doc);
       };
     };
   }

@@ -44,7 +44,6 @@ import { COMMANDS } from '../../src/cli/commands.js';
 import { configPath, writeConfig } from '../../src/cli/config.js';
 import { gpucloudMain } from '../helpers/entry.js';
 
-
 interface Run {
   code: number | null;
   stdout: string;

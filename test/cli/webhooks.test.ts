@@ -16,7 +16,6 @@ import { createApiKey, createUser } from '../helpers/factories.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
 import { gpucloudMain } from '../helpers/entry.js';
 
-
 describe('gpucloud webhooks', () => {
   let t: TestApp;
   let rec: Receiver;

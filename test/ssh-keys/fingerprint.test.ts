@@ -1,7 +1,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { createECDH, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes } from 'node:crypto';
+import { createECDH, createPrivateKey, createPublicKey, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,9 +54,8 @@ function line(type: string, keyBlob: Buffer, comment?: string): string {
   return `${type} ${keyBlob.toString('base64')}${comment === undefined ? '' : ` ${comment}`}`;
 }
 
-// Keys are made without generateKeyPairSync where possible, and never exported from one as a JWK: on Node 20 a garbage
-// collection during a JWK export can finalize the key's generation job, which waits on the lock the export holds,
-// and the test process hangs.
+// Keys are made without generateKeyPairSync: on Node 20 a garbage collection during a JWK export of a generated key
+// can finalize the key's generation job, which waits on the lock the export holds, and the test process hangs.
 
 function ed25519Raw(): Buffer {
   // A random seed as a PKCS#8 private key; the public key is the last 32 bytes of its SPKI form.
@@ -75,15 +74,30 @@ function ecPoint(namedCurve: 'P-256' | 'P-384' | 'P-521'): Buffer {
   return createECDH(ECDH_CURVES[namedCurve]).generateKeys();
 }
 
+/** An ssh-rsa blob built here (e, n as mpints) from an RSA key ssh-keygen made (written as PKCS#8). */
 function rsaBlob(modulusLength: number): Buffer {
-  const { publicKey } = generateKeyPairSync('rsa', { modulusLength });
-  // The JWK comes from a copy made from the key's DER, which no generation job shares.
-  const copy = createPublicKey({ key: publicKey.export({ type: 'spki', format: 'der' }), format: 'der', type: 'spki' });
-  const jwk = copy.export({ format: 'jwk' });
-  assert.ok(jwk.n && jwk.e, 'an RSA JWK has n and e');
-  const n = Buffer.from(jwk.n, 'base64url');
-  const e = Buffer.from(jwk.e, 'base64url');
-  return Buffer.concat([sshString('ssh-rsa'), sshMpint(e), sshMpint(n)]);
+  const dir = mkdtempSync(join(tmpdir(), 'gpucloud-sshfp-rsa-'));
+  try {
+    const file = join(dir, 'id');
+    execFileSync('ssh-keygen', ['-q', '-t', 'rsa', '-b', String(modulusLength), '-m', 'PKCS8', '-N', '', '-f', file], {
+      stdio: 'pipe',
+    });
+    const jwk = createPublicKey(createPrivateKey(readFileSync(file, 'utf8'))).export({ format: 'jwk' });
+    assert.ok(jwk.n && jwk.e, 'an RSA JWK has n and e');
+    const n = Buffer.from(jwk.n, 'base64url');
+    const e = Buffer.from(jwk.e, 'base64url');
+    return Buffer.concat([sshString('ssh-rsa'), sshMpint(e), sshMpint(n)]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** An ssh-rsa blob of a random odd modulus of `bits` bits and e = 65537 (no key made): what counts bits reads it. */
+function syntheticRsaBlob(bits: number): Buffer {
+  const n = randomBytes(bits / 8);
+  n[0]! |= 0x80;
+  n[n.length - 1]! |= 1;
+  return Buffer.concat([sshString('ssh-rsa'), sshMpint(Buffer.from([1, 0, 1])), sshMpint(n)]);
 }
 
 function ed25519Blob(raw: Buffer = ed25519Raw()): Buffer {
@@ -178,7 +192,7 @@ describe('parseSshPublicKey', () => {
         text = readFileSync(`${path}.pub`, 'utf8');
         assert.equal(sshKeygenList(`${path}.pub`).bits, 1024);
       } else {
-        text = line('ssh-rsa', rsaBlob(1024), COMMENT);
+        text = line('ssh-rsa', syntheticRsaBlob(1024), COMMENT);
       }
       expectReject(text, /^RSA keys must be at least 2048 bits \(this one has 1024\)$/);
     });
@@ -210,8 +224,8 @@ describe('parseSshPublicKey', () => {
       assert.equal(parsed.comment, 'solo key');
     });
 
-    test('ssh-rsa built from a node RSA 2048 key (same encoding as the 1024 fallback)', () => {
-      const text = line('ssh-rsa', rsaBlob(2048), 'node rsa');
+    test("ssh-rsa built here from an RSA 2048 key's e and n (the encoding of the 1024 fallback)", () => {
+      const text = line('ssh-rsa', rsaBlob(2048), 'built rsa');
       const parsed = parseSshPublicKey(text);
       assertMatchesKeygen(parsed, writePub(text), 2048);
     });

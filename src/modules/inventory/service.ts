@@ -239,6 +239,11 @@ export interface OfferInputs {
 /** The longest an offers snapshot is served: a change made elsewhere shows within this. */
 export const OFFERS_MAX_AGE_MS = 1000;
 
+/** The answer to a create or start for a GPU type that has no price (pricingFor, or a price read earlier). */
+export function noPrice(gpuType: string): AppError {
+  return new AppError('gpu_unavailable', `No price is set for GPU type ${gpuType}`);
+}
+
 export class InventoryService {
   private readonly statusHooks: NodeStatusHook[] = [];
 
@@ -356,8 +361,8 @@ export class InventoryService {
   }
 
   async pricingFor(q: Queryable, gpuType: string): Promise<PricingRow> {
-    const p = await repo.getPricing(q, gpuType);
-    if (!p) throw new AppError('gpu_unavailable', `No price is set for GPU type ${gpuType}`);
+    const p = await this.findPricing(q, gpuType);
+    if (!p) throw noPrice(gpuType);
     return p;
   }
 

@@ -10,7 +10,7 @@ import { newId, UUID_RE } from '../../ids.js';
 import { formatAmount } from '../../money.js';
 import { seal } from '../../crypto.js';
 import * as ledger from '../billing/ledger.js';
-import type { InventoryService } from '../inventory/service.js';
+import { noPrice, type InventoryService } from '../inventory/service.js';
 import type { SshKeyService } from '../ssh-keys/service.js';
 import { quote, type Months, type ReservationService } from '../reservations/service.js';
 import { recordEvent } from '../events/service.js';
@@ -162,7 +162,7 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
     }
     const mine = await checkLimits(tx, userId, input.gpu_count, limits);
     // placeCreate checked that the node has the GPU type asked for, whose price was read above.
-    if (!pricing) throw new AppError('gpu_unavailable', `No price is set for GPU type ${node.gpu_type}`);
+    if (!pricing) throw noPrice(node.gpu_type);
     const rates = ratesFor(pricing, rental, input.gpu_count, input.storage_gb, input.reservation_months);
     // A reserved VM needs its deposit (the whole commitment, prepaid); others one hour of their own
     // rate plus one hour of the user's committed spend.

@@ -16,24 +16,16 @@
  */
 import { before, after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { PgliteDb } from '../../src/db/db.js';
 import { migrate } from '../../src/db/migrate.js';
 import { tsType } from '../../scripts/generate-db-types.js';
+import { sources } from '../helpers/entry.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SRC = join(ROOT, 'src');
-
-function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) return sources(p);
-    return e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [p] : [];
-  });
-}
 
 interface QueryCall {
   where: string;

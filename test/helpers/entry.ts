@@ -24,7 +24,8 @@ const PREFIX = '.test-build-';
 /** Builds of other contents of src/ older than this are removed. */
 const STALE_MS = 3_600_000;
 
-function sources(dir: string): string[] {
+/** The TypeScript sources below `dir` (no declaration files), sorted. */
+export function sources(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true })
     .flatMap((e) => {
       const p = join(dir, e.name);

@@ -1,6 +1,7 @@
 // Runs test/**/*.test.ts (or the files and directories given) with node's test runner, two files at a time. The
 // files run compiled ahead of time (test/helpers/entry.ts: the tree tsx would run, without its loader hooks, which
-// cost more CPU than most test files' own work), with source maps, so stack traces name the TypeScript lines.
+// cost more CPU than most test files' own work), with source maps, so stack traces name the TypeScript lines, and
+// with V8's baseline WebAssembly compiler only (test/README.md#compiled-ahead-of-time).
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { spawnSync } from 'node:child_process';
@@ -38,7 +39,15 @@ const compiled = files.map((f) => join(tree, relative(ROOT, resolve(f))).replace
 // it at 5 minutes while a hung file still fails well inside CI's limit.
 const r = spawnSync(
   process.execPath,
-  ['--enable-source-maps', '--test', '--test-concurrency=2', '--test-timeout=900000', '--test-force-exit', ...compiled],
+  [
+    '--enable-source-maps',
+    '--liftoff-only',
+    '--test',
+    '--test-concurrency=2',
+    '--test-timeout=900000',
+    '--test-force-exit',
+    ...compiled,
+  ],
   { stdio: 'inherit' },
 );
 process.exit(r.status ?? 1);

@@ -38,6 +38,14 @@ export function sources(dir: string): string[] {
     .sort();
 }
 
+const MAIN = join(ROOT, 'src', 'main.ts');
+/**
+ * The compiled src/main.ts turns off V8's optimising compiler for WebAssembly, as the runner does for the test files
+ * (`--liftoff-only`, test/README.md). It is added at the end, so the source map's lines hold, and it still runs
+ * before the embedded database compiles anything: main() awaits before it opens one.
+ */
+const LIFTOFF_ONLY = "import { setFlagsFromString } from 'node:v8'; setFlagsFromString('--liftoff-only');";
+
 let tree: string | undefined;
 
 /** The folders compiled: the service and the tests, and what tests import from the scripts and the console. */
@@ -71,7 +79,8 @@ export function compiledTree(): string {
         },
       });
       mkdirSync(dirname(out), { recursive: true });
-      writeFileSync(out, `${code}//# sourceMappingURL=${basename(out)}.map\n`);
+      const last = f === MAIN ? LIFTOFF_ONLY : '';
+      writeFileSync(out, `${code}${last}\n//# sourceMappingURL=${basename(out)}.map\n`);
       writeFileSync(`${out}.map`, map);
     }
     writeFileSync(join(tmp, 'complete'), '');

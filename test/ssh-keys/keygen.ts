@@ -1,12 +1,20 @@
 /**
- * Real OpenSSH keys for the SSH key tests, made and fingerprinted by the
- * system's ssh-keygen (so the service is compared with the reference tool).
+ * Real OpenSSH keys for the tests, made and fingerprinted by the system's
+ * ssh-keygen (so the service is compared with the reference tool).
+ *
+ * Two runs of ssh-keygen per key add up to seconds in a file that makes a
+ * user with a key per test, so keys come from a pool on disk shared by every
+ * test process and run (`<tmpdir>/gpucloud-ssh-key-pool/`): the n-th key a
+ * process asks for of a kind (type, bits, comment) is the pool's n-th, made
+ * by ssh-keygen the first time any process asks for it. Keys are distinct
+ * within a process, which is all a test can see: each test app has a database
+ * of its own.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 
 export interface GeneratedKey {
   /** The .pub line as ssh-keygen wrote it (with the trailing newline). */
@@ -47,16 +55,66 @@ function describe(file: string): GeneratedKey {
   return { line, type: type!, data: data!, comment: rest.join(' '), ...keygenFingerprint(file) };
 }
 
+type KeyType = 'ed25519' | 'rsa' | 'ecdsa';
+interface KeyOptions {
+  bits?: number;
+  comment?: string;
+}
+
 /** `ssh-keygen -q -t <type> [-b bits] -N '' -C <comment> -f <tmp>`. */
-export function generateKey(
-  type: 'ed25519' | 'rsa' | 'ecdsa' = 'ed25519',
-  opts: { bits?: number; comment?: string } = {},
-): GeneratedKey {
-  const file = join(workDir(), `k${++n}`);
-  const args = ['-q', '-t', type, '-N', '', '-C', opts.comment ?? 'me@laptop', '-f', file];
-  if (opts.bits) args.push('-b', String(opts.bits));
-  execFileSync('ssh-keygen', args);
-  return describe(`${file}.pub`);
+function freshKey(type: KeyType, opts: KeyOptions): GeneratedKey {
+  const dir = mkdtempSync(join(tmpdir(), 'gpucloud-sshkey-'));
+  try {
+    const file = join(dir, 'k');
+    const args = ['-q', '-t', type, '-N', '', '-C', opts.comment ?? 'me@laptop', '-f', file];
+    if (opts.bits) args.push('-b', String(opts.bits));
+    execFileSync('ssh-keygen', args);
+    return describe(`${file}.pub`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const POOL = join(tmpdir(), 'gpucloud-ssh-key-pool');
+/** How many keys of each kind this process has taken from the pool. */
+const taken = new Map<string, number>();
+
+function isKey(v: unknown): v is GeneratedKey {
+  const k = v as Partial<GeneratedKey> | null;
+  return (
+    typeof k === 'object' &&
+    k !== null &&
+    [k.line, k.type, k.data, k.comment, k.fingerprint].every((f) => typeof f === 'string') &&
+    typeof k.bits === 'number'
+  );
+}
+
+/** A key ssh-keygen made with these options, different from every other this process got (see above). */
+export function generateKey(type: KeyType = 'ed25519', opts: KeyOptions = {}): GeneratedKey {
+  const comment = createHash('sha256')
+    .update(opts.comment ?? 'me@laptop')
+    .digest('hex')
+    .slice(0, 12);
+  const kind = `${type}-${opts.bits ?? 'default'}-${comment}`;
+  const i = taken.get(kind) ?? 0;
+  taken.set(kind, i + 1);
+  const file = join(POOL, kind, `${i}.json`);
+  if (existsSync(file)) {
+    try {
+      const key: unknown = JSON.parse(readFileSync(file, 'utf8'));
+      if (isKey(key)) return key;
+    } catch {
+      // unreadable: made again below
+    }
+  }
+  const key = freshKey(type, opts);
+  mkdirSync(join(POOL, kind), { recursive: true });
+  // Written whole under a name of its own, then renamed: a process reading the file never sees half of it. When
+  // two processes make the same key at once, the last rename wins; both keys are good.
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  writeFileSync(tmp, JSON.stringify(key));
+  renameSync(tmp, file);
+  return key;
 }
 
 const sshString = (b: Buffer | string) => {

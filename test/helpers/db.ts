@@ -54,12 +54,13 @@ export async function createTestDb(kind: DbKind): Promise<TestDb> {
 /**
  * initdb plus migrations cost seconds per PGlite; loading a migrated snapshot
  * costs well under one. The snapshot is cached in the temp dir, keyed by the
- * migrations' content, and rebuilt whenever they change.
+ * migrations, the PGlite version and the packing code, and rebuilt whenever they change.
  */
 async function pgliteSnapshot(): Promise<Blob> {
   const key = createHash('sha256')
     .update(JSON.stringify(loadMigrations()))
     .update(readFileSync(new URL('../../node_modules/@electric-sql/pglite/package.json', import.meta.url)))
+    .update(readFileSync(new URL('../../src/db/template.ts', import.meta.url))) // how it is packed
     .digest('hex')
     .slice(0, 16);
   const file = join(tmpdir(), `gpucloud-pglite-${key}.tar`);

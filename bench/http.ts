@@ -209,7 +209,7 @@ async function measureService(
   const db = await freshDatabase(scope, o.db);
   const admin = benchAdmin();
   const service = await startService(scope, o.repo, db, admin);
-  console.log(`  service: ${o.repo}/dist/main.js serve, pid ${service.pid}, ${service.url}`);
+  console.log(`  service: ${o.repo} (npm start), pid ${service.pid}, ${service.url}`);
   const tmpDir = scope.tempDir();
   const world = await setupWorld(service.url, admin, tmpDir, CONNECTIONS);
   const searchBody = await (await fetch(`${service.url}/search`)).text();

@@ -23,7 +23,7 @@
  * postgres makes a scratch database on DATABASE_URL, default
  * postgres://postgres@127.0.0.1:5432/test, with Redis at GPUCLOUD_REDIS_URL,
  * default redis://127.0.0.1:6379). --repo: the checkout whose built
- * dist/main.js is measured (default this one; run npm run build there first),
+ * service (its npm start) is measured (default this one; run npm run build there first),
  * for before/after figures; the baselines always come from this checkout.
  */
 import { writeFileSync } from 'node:fs';

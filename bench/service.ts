@@ -1,5 +1,5 @@
 /**
- * The service under test: `node DIR/dist/main.js serve` as a child process on
+ * The service under test: `npm start` of DIR (`node DIR/dist/bin/gpucloud.js serve`) as a child process on
  * a fresh database, configured for benchmarking (system clock, LOG_LEVEL=warn,
  * no demo data, a bench administrator, every rate limit far above what the
  * bench can reach, instant simulated provisioning). Embedded: PGlite in a new
@@ -88,14 +88,15 @@ function forward(line: string): void {
 
 /**
  * Node's arguments for the service as `npm start` runs it in `repo`: the words of
- * its start script after `node` (`--v8-pool-size=1 dist/main.js serve`), so the
+ * its start script after `node` (`--v8-pool-size=1 dist/bin/gpucloud.js serve`), so the
  * bench measures the flags the checkout ships, not a command of its own.
  */
 export function startArgs(repo: string): string[] {
   const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as { scripts?: { start?: string } };
   const words = (pkg.scripts?.start ?? '').trim().split(/\s+/);
-  if (words[0] !== 'node' || !words.includes('dist/main.js')) {
-    throw new Error(`${repo}/package.json: the start script is not "node ... dist/main.js serve"`);
+  // dist/main.js: a checkout from before the command was bundled.
+  if (words[0] !== 'node' || !words.some((w) => /^dist\/.*\.js$/.test(w))) {
+    throw new Error(`${repo}/package.json: the start script is not "node ... dist/....js serve"`);
   }
   return words.slice(1);
 }

@@ -1,7 +1,8 @@
 /**
  * The suite's TypeScript compiled ahead of time, for the test runner and for
  * tests that run the `gpucloud` command as a child process (the CLI, a server
- * to SIGKILL, several instances): `node <gpucloudMain()> ARGS`.
+ * to SIGKILL, several instances): `node <gpucloudMain()> ARGS`, bundled as
+ * `npm run build` bundles it (scripts/bundle.ts).
  *
  * tsx compiles as it loads, through loader hooks on another thread: about
  * 1.8 s of CPU to load one test file's app on two cores, 0.4 s per CLI run
@@ -20,7 +21,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { transformSync } from 'esbuild';
+import { buildSync, transformSync } from 'esbuild';
+import { bundleOptions } from '../../scripts/bundle.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const PREFIX = '.test-build-';
@@ -83,6 +85,9 @@ export function compiledTree(): string {
       writeFileSync(out, `${code}${last}\n//# sourceMappingURL=${basename(out)}.map\n`);
       writeFileSync(`${out}.map`, map);
     }
+    // The command as users run it: bundled (scripts/bundle.ts). Its modules' `import.meta` values are literals
+    // already, so the bundle needs nothing more.
+    buildSync(bundleOptions(join(tmp, 'src', 'main.js'), join(tmp, 'bin')));
     writeFileSync(join(tmp, 'complete'), '');
     try {
       renameSync(tmp, dir);
@@ -95,9 +100,9 @@ export function compiledTree(): string {
   return dir;
 }
 
-/** The compiled src/main.ts. */
+/** The `gpucloud` command: the compiled src/main.ts, bundled as `npm run build` bundles dist/main.js. */
 export function gpucloudMain(): string {
-  return join(compiledTree(), 'src', 'main.js');
+  return join(compiledTree(), 'bin', 'gpucloud.js');
 }
 
 function removeStale(current: string): void {

@@ -9,4 +9,4 @@ import { bundleOptions, ownImportMeta } from './bundle.js';
 const dist = fileURLToPath(new URL('../dist/', import.meta.url));
 const outdir = `${dist}bin`;
 rmSync(outdir, { recursive: true, force: true });
-await build({ ...bundleOptions(`${dist}main.js`, outdir), plugins: [ownImportMeta(outdir)] });
+await build({ ...bundleOptions({ gpucloud: `${dist}main.js` }, outdir), plugins: [ownImportMeta(outdir)] });

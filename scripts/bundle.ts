@@ -2,7 +2,8 @@
  * The `gpucloud` command as a few files: `npm run build` bundles tsc's output
  * (dist/main.js and everything it imports, the dependencies included) into
  * dist/bin/, and the test suite bundles its compiled tree the same way
- * (test/helpers/entry.ts), so the tests run the server as users do.
+ * (test/helpers/entry.ts), so the tests run the server as users do, and
+ * bundles its test files too.
  *
  * Loading ~1,100 small modules (typebox, fastify, ajv, ioredis...) was most
  * of a start: Node resolves, reads, compiles and links each one. A bundle is
@@ -32,9 +33,9 @@ export const EXTERNAL = [
  * The options both bundles use. CommonJS dependencies call `require` for Node's
  * own modules, which an ES module does not have: each output file makes one.
  */
-export function bundleOptions(entry: string, outdir: string): BuildOptions {
+export function bundleOptions(entryPoints: BuildOptions['entryPoints'], outdir: string): BuildOptions {
   return {
-    entryPoints: { gpucloud: entry },
+    entryPoints,
     outdir,
     bundle: true,
     splitting: true,

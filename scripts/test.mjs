@@ -1,11 +1,11 @@
 // Runs test/**/*.test.ts (or the files and directories given) with node's test runner, two files at a time. The
-// files run compiled ahead of time (test/helpers/entry.ts: the tree tsx would run, without its loader hooks, which
-// cost more CPU than most test files' own work), with source maps, so stack traces name the TypeScript lines, and
-// with V8's baseline WebAssembly compiler only (test/README.md#compiled-ahead-of-time).
+// files run compiled ahead of time and bundled (test/helpers/entry.ts: the tree tsx would run, without its loader
+// hooks, which cost more CPU than most test files' own work, and each file bundled with what it imports), with
+// source maps, so stack traces name the TypeScript lines, and with V8's baseline WebAssembly compiler only
+// (test/README.md#compiled-ahead-of-time).
 import { existsSync, readdirSync, statSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { tsImport } from 'tsx/esm/api';
 
 function find(dir) {
@@ -28,10 +28,8 @@ if (files.length === 0) {
   console.error(`no test files in ${only.join(' ')}`);
   process.exit(1);
 }
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const { compiledTree } = await tsImport('../test/helpers/entry.ts', import.meta.url);
-const tree = compiledTree();
-const compiled = files.map((f) => join(tree, relative(ROOT, resolve(f))).replace(/\.ts$/, '.js'));
+const { compiledTest } = await tsImport('../test/helpers/entry.ts', import.meta.url);
+const compiled = files.map((f) => compiledTest(resolve(f)));
 // --test-force-exit: a file whose tests have all finished ends even if a stray handle (a socket
 // a closed app left half-open) would keep it alive; its results are already in.
 // --test-timeout also bounds each file as a whole: 15 minutes, the budget the longest test (the

@@ -22,7 +22,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, s
 import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { buildSync, transformSync } from 'esbuild';
-import { bundleOptions } from '../../scripts/bundle.js';
+import { EXTERNAL, bundleOptions } from '../../scripts/bundle.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const PREFIX = '.test-build-';
@@ -65,7 +65,7 @@ export function compiledTree(): string {
     const tmp = join(ROOT, `${PREFIX}tmp-${process.pid}-${randomBytes(4).toString('hex')}`);
     const tsconfigRaw = readFileSync(join(ROOT, 'tsconfig.json'), 'utf8');
     for (const f of files) {
-      const out = join(tmp, relative(ROOT, f)).replace(/\.ts$/, '.js');
+      const out = compiledPath(tmp, f);
       const { code, map } = transformSync(readFileSync(f, 'utf8'), {
         loader: 'ts',
         format: 'esm',
@@ -87,7 +87,18 @@ export function compiledTree(): string {
     }
     // The command as users run it: bundled (scripts/bundle.ts). Its modules' `import.meta` values are literals
     // already, so the bundle needs nothing more.
-    buildSync(bundleOptions(join(tmp, 'src', 'main.js'), join(tmp, 'bin')));
+    buildSync(bundleOptions({ gpucloud: join(tmp, 'src', 'main.js') }, join(tmp, 'bin')));
+    // And each test file with what it imports, the service's dependencies included, into bundled/ (the same paths
+    // below it, shared code in bundled/chunks/): a test process loads a few files instead of a thousand. The test
+    // tools (devDependencies) stay packages.
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { devDependencies?: object };
+    const tests = files.filter((f) => f.endsWith('.test.ts')).map((f) => compiledPath(tmp, f));
+    buildSync({
+      ...bundleOptions(tests, join(tmp, BUNDLED)),
+      outbase: tmp,
+      chunkNames: 'chunks/[name]-[hash]',
+      external: [...EXTERNAL, ...Object.keys(pkg.devDependencies ?? {})],
+    });
     writeFileSync(join(tmp, 'complete'), '');
     try {
       renameSync(tmp, dir);
@@ -98,6 +109,20 @@ export function compiledTree(): string {
   }
   tree = dir;
   return dir;
+}
+
+/** Where the compiled tree in `dir` holds the source file `file`. */
+function compiledPath(dir: string, file: string): string {
+  return join(dir, relative(ROOT, file)).replace(/\.ts$/, '.js');
+}
+
+/** The folder of the compiled tree holding the bundled test files. */
+const BUNDLED = 'bundled';
+
+/** What the runner runs for a test file: its bundle, or the file as compiled when it has none. */
+export function compiledTest(file: string): string {
+  const bundled = compiledPath(join(compiledTree(), BUNDLED), file);
+  return existsSync(bundled) ? bundled : compiledPath(compiledTree(), file);
 }
 
 /** The `gpucloud` command: the compiled src/main.ts, bundled as `npm run build` bundles dist/main.js. */

@@ -1,4 +1,4 @@
-// Runs test/**/*.test.ts (or the files and directories given) with node's test runner, two files at a time. The
+// Runs test/**/*.test.ts (or the files and directories given) with node's test runner, three files at a time. The
 // files run compiled ahead of time and bundled (test/helpers/entry.ts: the tree tsx would run, without its loader
 // hooks, which cost more CPU than most test files' own work, and each file bundled with what it imports), with
 // source maps, so stack traces name the TypeScript lines, and with V8's baseline WebAssembly compiler only
@@ -35,13 +35,15 @@ const compiled = files.map((f) => compiledTest(resolve(f)));
 // --test-timeout also bounds each file as a whole: 15 minutes, the budget the longest test (the
 // crash injection, about 250 s on two cores) declares for itself, so a slow machine does not cut
 // it at 5 minutes while a hung file still fails well inside CI's limit.
+// Three files at a time: on two cores, a file often waits (on a QEMU guest, Chromium, a server starting, PostgreSQL)
+// and two at a time left the machine idle 13-18 % of the suite; three leave it about 5 % idle.
 const r = spawnSync(
   process.execPath,
   [
     '--enable-source-maps',
     '--liftoff-only',
     '--test',
-    '--test-concurrency=2',
+    '--test-concurrency=3',
     '--test-timeout=900000',
     '--test-force-exit',
     ...compiled,

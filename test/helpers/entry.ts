@@ -7,15 +7,16 @@
  * tsx compiles as it loads, through loader hooks on another thread: about
  * 1.8 s of CPU to load one test file's app on two cores, 0.4 s per CLI run
  * and 1.4 s per server start, and the suite does that a few hundred times.
- * The compiled tree is what tsx would run (esbuild, file by file, no
- * bundling) with one difference that keeps it a drop-in: `import.meta.url`,
- * `dirname` and `filename` are the source file's own, so every path a module
+ * The compiled tree is what tsx would run (esbuild, file by file) with one
+ * difference that keeps it a drop-in: `import.meta.url`, `dirname` and
+ * `filename` are the source file's own, so every path a module
  * makes from them (migrations/, dist/, package.json, fixtures) is the one it
  * would make under tsx, wherever the compiled file lies. The tree is written
  * once per content of those files to `.test-build-<hash>/` at the
  * repository root (src/, test/, ... below it, with source maps); processes
  * building at once build under names of their own and rename into place, and
- * the first rename wins.
+ * the first rename wins. From that tree, the command and each test file are
+ * then bundled (bin/, bundled/), as `npm run build` bundles dist/.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -119,10 +120,9 @@ function compiledPath(dir: string, file: string): string {
 /** The folder of the compiled tree holding the bundled test files. */
 const BUNDLED = 'bundled';
 
-/** What the runner runs for a test file: its bundle, or the file as compiled when it has none. */
+/** What the runner runs for a test file: the file bundled with what it imports. */
 export function compiledTest(file: string): string {
-  const bundled = compiledPath(join(compiledTree(), BUNDLED), file);
-  return existsSync(bundled) ? bundled : compiledPath(compiledTree(), file);
+  return compiledPath(join(compiledTree(), BUNDLED), file);
 }
 
 /** The `gpucloud` command: the compiled src/main.ts, bundled as `npm run build` bundles dist/main.js. */

@@ -73,6 +73,12 @@ describe('the embedded database template', () => {
     const applied = await db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM schema_migrations');
     assert.equal(applied.rows[0]!.n, loadMigrations().length);
     await migrate(db); // nothing left to apply
+    // One database, the one the service uses: PostgreSQL's template databases are left out, and their files too.
+    const databases = await db.query<{ datname: string; oid: number }>(
+      'SELECT datname, oid::int8 AS oid FROM pg_database',
+    );
+    assert.deepEqual(databases.rows, [{ datname: 'postgres', oid: databases.rows[0]!.oid }]);
+    assert.deepEqual(readdirSync(join(dataDir, 'base')), [String(databases.rows[0]!.oid)]);
     await db.query(`INSERT INTO seeds (name) VALUES ('kept')`);
     await db.close();
 

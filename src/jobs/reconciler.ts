@@ -34,6 +34,8 @@ export class Reconciler {
   private running: Promise<number> | undefined;
   private looping = false;
   private again = false;
+  /** The background passes running now (kick's loop), which stop() waits for. */
+  private kicking: Promise<unknown> | undefined;
   private loops: Loop[] = [];
   private stopping: AbortController | undefined;
   private readonly jobs: DueJob[] = [];
@@ -70,6 +72,9 @@ export class Reconciler {
 
   /** Interrupted VMs back to starting where GPUs are free, then the hypervisor actions due now. */
   private async runActions(wait: boolean): Promise<number> {
+    // Once stopping, nothing new is claimed: what a stopped worker would claim, another instance (or its own
+    // next start) does, and the database may be closing.
+    if (this.stopping?.signal.aborted) return 0;
     let work = await this.vms.autoRestartDue();
     const started: Promise<void>[] = [];
     const room = MAX_INFLIGHT - this.inflight.size;
@@ -181,7 +186,7 @@ export class Reconciler {
     }
     this.looping = true;
     const passes = () => this.runPasses(5);
-    this.metrics
+    this.kicking = this.metrics
       .pass('hypervisor-actions', passes)
       .catch((err) => this.log?.error({ err, job: 'hypervisor-actions' }, 'reconciler pass failed'))
       .finally(() => {
@@ -196,7 +201,7 @@ export class Reconciler {
   /** Up to `max` passes while each finds work; returns the work started. */
   private async runPasses(max: number): Promise<number> {
     let work = 0;
-    for (let i = 0; i < max; i++) {
+    for (let i = 0; i < max && !this.stopping?.signal.aborted; i++) {
       const n = await this.runExclusive(false, false);
       work += n;
       if (n === 0) break;
@@ -204,12 +209,19 @@ export class Reconciler {
     return work;
   }
 
-  /** Stops every loop: the passes running end at their next safe point, driver actions in flight finish. */
+  /**
+   * Stops every loop: the passes running end at their next safe point and claim nothing more, driver actions in
+   * flight finish and their outcomes are recorded.
+   */
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     this.stopping?.abort();
-    await Promise.all([...this.loops.map((loop) => loop.stop()), this.running?.catch(() => undefined)]);
+    await Promise.all([
+      ...this.loops.map((loop) => loop.stop()),
+      this.kicking?.catch(() => undefined),
+      this.running?.catch(() => undefined),
+    ]);
     this.loops = [];
     await this.drain();
   }

@@ -92,6 +92,40 @@ describeEachDb('background loops', (t) => {
     assert.equal(sawAbort, true, 'stop() told the pass to end and waited for it');
   });
 
+  test('once stop() is called nothing more is claimed, and the actions in flight are recorded before it returns', async () => {
+    const { key, id } = await customerWithVm();
+    const vms = t().services.vms;
+    const reconciler = t().services.reconciler;
+    const claimDue = vms.claimDue.bind(vms);
+    let stopping: Promise<void> | undefined;
+    let claimsAfterStop = 0;
+    // A shutdown arriving while the background loop is busy: the first claim that finds work calls stop(). The
+    // loop would go on to its next pass (it found work), and that pass must claim nothing.
+    vms.claimDue = async (...args: Parameters<typeof vms.claimDue>) => {
+      if (stopping) claimsAfterStop++;
+      const claimed = await claimDue(...args);
+      if (claimed.length > 0 && !stopping) stopping = reconciler.stop();
+      return claimed;
+    };
+    try {
+      reconciler.start(20);
+      await within(5_000, async () => stopping !== undefined, 'a pass claims the provisioning');
+      await stopping;
+      const recorded = await api(t(), key).get('/vms/{vm_id}', { params: { vm_id: id } });
+      assert.equal(recorded.status, 200);
+      assert.equal(recorded.body.status, 'starting', 'the provisioning in flight was recorded before stop() returned');
+      const [row] = (
+        await t().db.query<{ claim_token: string | null }>('SELECT claim_token FROM vms WHERE id = $1', [id])
+      ).rows;
+      assert.equal(row!.claim_token, null, 'no claim is left held');
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(claimsAfterStop, 0, 'no pass claimed anything after stop() was called');
+    } finally {
+      vms.claimDue = claimDue;
+      await reconciler.stop();
+    }
+  });
+
   test("a claim's lease runs on real time: moving the service clock hands no claimed action to another worker", async () => {
     const { id } = await customerWithVm();
     const vms = t().services.vms;

@@ -44,6 +44,7 @@ export const PG = {
   foreignKeyViolation: '23503',
   serializationFailure: '40001',
   deadlock: '40P01',
+  featureNotSupported: '0A000',
 } as const;
 
 export function pgErrorCode(err: unknown): string | undefined {
@@ -51,6 +52,40 @@ export function pgErrorCode(err: unknown): string | undefined {
 }
 
 const RETRYABLE = new Set<string>([PG.serializationFailure, PG.deadlock]);
+
+/** At most this many statement texts are prepared; beyond them (SQL of a varying shape) statements run unnamed. */
+const MAX_PREPARED = 1000;
+/** Statement text -> its name, the same on every connection of the process. */
+const preparedNames = new Map<string, string>();
+let namesGiven = 0;
+
+/**
+ * A statement with parameters as node-postgres runs it: named, so that each connection parses and plans it once
+ * and then only binds and executes it (docs/configuration.md#prepared-statements).
+ */
+function statement(sql: string, params: readonly unknown[]): pg.QueryConfig {
+  if (params.length === 0) return { text: sql };
+  let name = preparedNames.get(sql);
+  if (name === undefined && preparedNames.size < MAX_PREPARED) {
+    name = `gpucloud_${++namesGiven}`;
+    preparedNames.set(sql, name);
+  }
+  return name === undefined
+    ? { text: sql, values: params as unknown[] }
+    : { name, text: sql, values: params as unknown[] };
+}
+
+/**
+ * A prepared statement whose result columns changed under it (another instance migrated a table it reads with
+ * `*`): PostgreSQL refuses to run it. The statement gets a new name, so every connection prepares it afresh, and
+ * the caller runs it again.
+ */
+function replannedAfter(err: unknown, sql: string): boolean {
+  if (pgErrorCode(err) !== PG.featureNotSupported || !/cached plan must not change result type/.test(String(err)))
+    return false;
+  preparedNames.delete(sql);
+  return true;
+}
 
 export class PostgresDb implements Db {
   readonly kind = 'postgres' as const;
@@ -75,7 +110,13 @@ export class PostgresDb implements Db {
   }
 
   async query<T = Row>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<T>> {
-    const r = await this.pool.query(sql, params as unknown[]);
+    let r: pg.QueryResult;
+    try {
+      r = await this.pool.query(statement(sql, params));
+    } catch (err) {
+      if (!replannedAfter(err, sql)) throw err;
+      r = await this.pool.query(statement(sql, params));
+    }
     return { rows: r.rows as T[], rowCount: r.rowCount ?? 0 };
   }
 
@@ -86,12 +127,19 @@ export class PostgresDb implements Db {
   async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       const client = await this.pool.connect();
+      let replanned = false;
       try {
         await client.query('BEGIN');
         const tx: Transaction = {
           query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
-            const r = await client.query(sql, params as unknown[]);
-            return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+            try {
+              const r = await client.query(statement(sql, params));
+              return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+            } catch (err) {
+              // The transaction is aborted: it runs again from the start, with the statement prepared afresh.
+              if (replannedAfter(err, sql)) replanned = true;
+              throw err;
+            }
           },
           // Without parameters pg uses the simple query protocol, which runs several statements.
           exec: async (sql: string) => {
@@ -109,7 +157,7 @@ export class PostgresDb implements Db {
         await client.query('ROLLBACK').catch(() => {});
         const code = pgErrorCode(err) ?? '';
         if (code === PG.deadlock) this.deadlocksRetried++;
-        if (attempt < 5 && RETRYABLE.has(code)) continue;
+        if (attempt < 5 && (RETRYABLE.has(code) || replanned)) continue;
         throw err;
       } finally {
         client.release();

@@ -104,5 +104,21 @@ for (const kind of DB_KINDS) {
       });
       assert.equal(n, 1);
     });
+
+    test('a statement is planned once per connection, and again when its table changes shape', async () => {
+      await t.db.exec(`CREATE TABLE stmt_shape (id int PRIMARY KEY); INSERT INTO stmt_shape VALUES (1), (2)`);
+      const sql = 'SELECT * FROM stmt_shape WHERE id = $1';
+      // Many at once, so that several of the pool's connections hold the statement.
+      const readAll = () => Promise.all(Array.from({ length: 12 }, (_, i) => t.db.query(sql, [1 + (i % 2)])));
+      const inTransactions = () =>
+        Promise.all(Array.from({ length: 12 }, () => t.db.transaction(async (tx) => (await tx.query(sql, [1])).rows)));
+      assert.deepEqual((await readAll()).map((r) => r.rows[0]).slice(0, 2), [{ id: 1 }, { id: 2 }]);
+      assert.deepEqual((await inTransactions())[0], [{ id: 1 }]);
+      // Another instance migrates the table: the statement's result has a column more.
+      const other = await t.openAnother();
+      await other.exec(`ALTER TABLE stmt_shape ADD COLUMN label text NOT NULL DEFAULT 'x'`);
+      for (const r of await readAll()) assert.equal(r.rows[0]!.label, 'x');
+      for (const rows of await inTransactions()) assert.deepEqual(rows, [{ id: 1, label: 'x' }]);
+    });
   });
 }

@@ -13,10 +13,16 @@
  *   vm-cycle  POST /vms, DELETE /vms/{id} vs {"hello":"world"}; each of the 50
  *             connections creates a one-GPU VM on a node with a free GPU and
  *             destroys it (req/s counts both calls), leftovers of a run are
- *             destroyed before the next
- * Run: npm run bench -- [search pricing vm vms balance login vm-cycle] [--db embedded|postgres|both] [--duration S]
- * [--repo DIR]
+ *             destroyed before the next; all 50 for one customer, whose
+ *             creates the database serializes (the limits and the balance
+ *             check), so this is one customer's ceiling
+ *   vm-cycle-customers
+ *             the same cycle with the 50 connections shared out among 10
+ *             customers: the service's ceiling for a fleet's creates
+ * Run: npm run bench -- [search pricing vm vms balance login vm-cycle vm-cycle-customers] [--db embedded|postgres|both]
+ * [--duration S] [--repo DIR]
  */
+import type autocannon from 'autocannon';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { must } from '../scripts/soak/client.js';
@@ -25,7 +31,7 @@ import { withScope, type Scope } from './cleanup.js';
 import { CONNECTIONS, measure, type Load, type Measurement } from './load.js';
 import type { BenchOptions, BenchResult } from './run.js';
 import { benchAdmin, freshDatabase, startService, type ServiceDb } from './service.js';
-import { liveVms, login, setupWorld, vmRequest, type World } from './setup.js';
+import { CYCLE_CUSTOMERS, liveVms, login, setupWorld, vmRequest, type World } from './setup.js';
 
 type BaselineKey = 'hello' | 'static-search' | 'db-search' | 'db-vm' | 'db-vms' | 'db-balance';
 
@@ -108,9 +114,15 @@ export const SERVICE_CASES: ServiceCase[] = [
   },
   {
     name: 'vm-cycle',
-    title: 'POST /vms + DELETE /vms/{id} (50 conns)',
+    title: 'POST /vms + DELETE /vms/{id} (1 customer)',
     baselines: ['hello'],
-    load: async (w) => cycleLoad(w),
+    load: async (w) => cycleLoad(w, [w.apiKey]),
+  },
+  {
+    name: 'vm-cycle-customers',
+    title: `POST /vms + DELETE /vms/{id} (${CYCLE_CUSTOMERS} customers)`,
+    baselines: ['hello'],
+    load: async (w) => cycleLoad(w, w.cycleKeys),
   },
 ];
 
@@ -123,44 +135,62 @@ function errorCode(body: string): string {
   }
 }
 
-/** One slot per GPU free now, named by its node (from GET /search: one offer per node with its free GPUs). */
+/**
+ * One slot per GPU free now, named by its node (from GET /search: one offer per node with its free GPUs), the
+ * nodes taken in turn, so that creates in flight at once spread over the nodes as a fleet's customers do.
+ */
 async function freeSlots(w: World): Promise<string[]> {
   const offers = await must<{ node: string; gpu_count: number }[]>(w.base, 'GET', '/search?limit=100', {
     timeoutMs: 30_000,
   });
-  return offers.flatMap((o) => Array<string>(o.gpu_count).fill(o.node));
+  const slots: string[] = [];
+  for (let round = 0; slots.length < offers.reduce((n, o) => n + o.gpu_count, 0); round++) {
+    for (const o of offers) if (round < o.gpu_count) slots.push(o.node);
+  }
+  return slots;
 }
 
-/** Destroys the VMs a cycle run left (a create answered after the run ended, or whose answer was cut off). */
+/**
+ * Destroys the VMs the cycle runs left, of every customer (a create answered after the run ended, one whose answer
+ * was cut off, or one not yet destroyed when the run ended).
+ */
 async function destroyLeftovers(w: World): Promise<void> {
   const keep = new Set(w.vmIds);
-  for (const vm of await liveVms(w.base, w.apiKey)) {
-    if (!keep.has(vm.id)) await must(w.base, 'DELETE', `/vms/${vm.id}`, { token: w.apiKey, timeoutMs: 30_000 });
+  for (const key of [w.apiKey, ...w.cycleKeys]) {
+    for (const vm of await liveVms(w.base, key)) {
+      if (!keep.has(vm.id)) await must(w.base, 'DELETE', `/vms/${vm.id}`, { token: key, timeoutMs: 30_000 });
+    }
   }
 }
 
 /**
- * POST /vms then DELETE /vms/{id}, on every connection. A create takes a
- * free GPU (a slot) and its successful destroy gives it back, so creates do
- * not fail for want of GPUs while the cycle keeps up; a connection with no
- * free slot still sends its create (answered 400 gpu_unavailable: an error).
- * The slots are counted before each run, after the last run's leftovers
- * are destroyed.
+ * POST /vms then DELETE /vms/{id}, on every connection, each connection for one customer (the API keys given,
+ * in turn). A create takes a free GPU (a slot; freed slots queue behind the others) and its successful destroy
+ * gives it back, so creates do not fail for want of GPUs while the cycle keeps up; a connection with no free slot
+ * still sends its create (answered 400 gpu_unavailable: an error). The slots are counted before each run, after
+ * the last run's leftovers are destroyed.
  */
-function cycleLoad(w: World): Load {
+function cycleLoad(w: World, keys: string[]): Load {
   let slots: string[] = [];
+  let connections = 0;
   const errorCodes = new Map<string, number>();
   const failed = (method: string, status: number, code: string) => {
     const key = `${method} ${status} ${code}`;
     errorCodes.set(key, (errorCodes.get(key) ?? 0) + 1);
   };
+  const withKey = (req: autocannon.Request, ctx: Record<string, unknown>) => {
+    if (typeof ctx.key !== 'string') ctx.key = keys[connections++ % keys.length]!;
+    return { ...req, headers: { ...req.headers, ...bearer(ctx.key as string) } };
+  };
   return {
     url: w.base,
-    headers: { ...bearer(w.apiKey), ...JSON_TYPE },
+    headers: JSON_TYPE,
     errorCodes,
     prepare: async () => {
       await new Promise((r) => setTimeout(r, 1000)); // creates still in flight when the last run ended
       await destroyLeftovers(w);
+      // /search may answer from a snapshot up to a second old: let it see the destroys.
+      await new Promise((r) => setTimeout(r, 1100));
       slots = await freeSlots(w);
       errorCodes.clear();
     },
@@ -169,9 +199,9 @@ function cycleLoad(w: World): Load {
         method: 'POST',
         path: '/vms',
         setupRequest: (req, ctx) => {
-          const slot = slots.pop();
+          const slot = slots.shift();
           ctx.slot = slot;
-          return { ...req, body: JSON.stringify(vmRequest(slot ?? w.nodes[0]!)) };
+          return { ...withKey(req, ctx), body: JSON.stringify(vmRequest(slot ?? w.nodes[0]!)) };
         },
         onResponse: (status, body, ctx) => {
           if (status === 201) {
@@ -186,7 +216,8 @@ function cycleLoad(w: World): Load {
       },
       {
         method: 'DELETE',
-        setupRequest: (req, ctx) => (typeof ctx.vmId === 'string' ? { ...req, path: `/vms/${ctx.vmId}` } : null),
+        setupRequest: (req, ctx) =>
+          typeof ctx.vmId === 'string' ? { ...withKey(req, ctx), path: `/vms/${ctx.vmId}` } : null,
         onResponse: (status, body, ctx) => {
           if (status < 200 || status >= 300) failed('DELETE', status, errorCode(body));
           else if (typeof ctx.slot === 'string') slots.push(ctx.slot);

@@ -4,7 +4,7 @@
  * targets live here, never in timed tests. Cases (all of them when none is
  * named, real-vm only when --db includes embedded; real-vm skips itself
  * without QEMU):
- *   search pricing vm vms balance login vm-cycle
+ *   search pricing vm vms balance login vm-cycle vm-cycle-customers
  *             the service's endpoints under load (autocannon, 50
  *             connections, --duration seconds each, default 10), each
  *             against a bare-Fastify baseline (bench/http.ts)

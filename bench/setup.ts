@@ -4,7 +4,9 @@
  * and one VM per connection of the create/destroy cycle); a customer
  * registers, gets 1,000,000 of credit, limits of 1000 VMs and 1000 GPUs, an
  * SSH key (ssh-keygen) and a read_write API key, and creates 50 one-GPU VMs,
- * which the bench waits to see running. Used by bench/http.ts, not run alone.
+ * which the bench waits to see running. Ten more customers, made the same way
+ * without VMs, share the many-customer create/destroy cycle. Used by
+ * bench/http.ts, not run alone.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -14,6 +16,8 @@ import { must } from '../scripts/soak/client.js';
 import type { Credentials } from './service.js';
 
 const VM_COUNT = 50;
+/** Customers of the many-customer create/destroy cycle (its connections are shared out among them). */
+export const CYCLE_CUSTOMERS = 10;
 const GPUS_PER_NODE = 8;
 const TIMEOUT_MS = 30_000;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -25,6 +29,8 @@ export interface World {
   apiKey: string;
   /** The 50 VMs made at setup. */
   vmIds: string[];
+  /** The read_write API keys of the many-customer cycle's customers. */
+  cycleKeys: string[];
 }
 
 interface Vm {
@@ -89,7 +95,7 @@ async function registerCustomer(base: string, adminToken: string): Promise<Crede
 }
 
 async function addSshKey(base: string, token: string, tmpDir: string): Promise<void> {
-  const file = join(tmpDir, 'id_ed25519');
+  const file = join(tmpDir, `id_ed25519-${randomBytes(4).toString('hex')}`);
   execFileSync('ssh-keygen', ['-t', 'ed25519', '-N', '', '-f', file, '-q', '-C', 'bench']);
   const line = readFileSync(`${file}.pub`, 'utf8').trim();
   await must(base, 'POST', '/ssh-keys', {
@@ -128,6 +134,23 @@ export async function setupWorld(
 ): Promise<World> {
   const adminToken = await login(base, admin);
   const nodes = await registerNodes(base, adminToken, Math.ceil((VM_COUNT + cycleConnections) / GPUS_PER_NODE));
+  const { customer, token, key } = await readyCustomer(base, adminToken, tmpDir);
+  const cycleKeys: string[] = [];
+  for (let i = 0; i < CYCLE_CUSTOMERS; i++) cycleKeys.push((await readyCustomer(base, adminToken, tmpDir)).key);
+  const vmIds: string[] = [];
+  for (let i = 0; i < VM_COUNT; i++) {
+    const body = vmRequest(nodes[i % nodes.length]!);
+    vmIds.push((await must<Vm>(base, 'POST', '/vms', { token, body, timeoutMs: TIMEOUT_MS })).id);
+  }
+  await untilRunning(base, token, vmIds);
+  console.log(
+    `  setup: ${nodes.length} nodes of ${GPUS_PER_NODE} GPUs, a customer with ${VM_COUNT} running VMs, an SSH key and a read_write API key, ${CYCLE_CUSTOMERS} more customers with a key each`,
+  );
+  return { base, nodes, customer, apiKey: key, vmIds, cycleKeys };
+}
+
+/** A registered customer with credit, high limits, an SSH key, a session token and a read_write API key. */
+async function readyCustomer(base: string, adminToken: string, tmpDir: string) {
   const customer = await registerCustomer(base, adminToken);
   const token = await login(base, customer);
   await addSshKey(base, token, tmpDir);
@@ -136,14 +159,5 @@ export async function setupWorld(
     body: { name: 'bench', scope: 'read_write' },
     timeoutMs: TIMEOUT_MS,
   });
-  const vmIds: string[] = [];
-  for (let i = 0; i < VM_COUNT; i++) {
-    const body = vmRequest(nodes[i % nodes.length]!);
-    vmIds.push((await must<Vm>(base, 'POST', '/vms', { token, body, timeoutMs: TIMEOUT_MS })).id);
-  }
-  await untilRunning(base, token, vmIds);
-  console.log(
-    `  setup: ${nodes.length} nodes of ${GPUS_PER_NODE} GPUs, a customer with ${VM_COUNT} running VMs, an SSH key and a read_write API key`,
-  );
-  return { base, nodes, customer, apiKey: key, vmIds };
+  return { customer, token, key };
 }

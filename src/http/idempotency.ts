@@ -31,8 +31,9 @@ export const IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000;
 const WAIT_FOR_FIRST_MS = 15_000;
 /**
  * How long (real time) a pending key belongs to the request that took it.
- * Longer than any request runs; past it, the owner is taken to be dead (a
- * crashed instance) and a retry takes the key over.
+ * Longer than any request runs; past it, the owner is taken to be dead and a
+ * retry takes the key over. An owner whose instance the database sees gone (a
+ * crashed process) loses its keys at once.
  */
 export const IDEMPOTENCY_LEASE_MS = 30_000;
 
@@ -83,6 +84,12 @@ export function requestFingerprint(req: FastifyRequest, macKey: Buffer): string 
     .digest('hex');
 }
 
+/** Whether the instance a pending key's owner names (`<instance>:<request>`) is certainly gone. */
+async function instanceGone(db: Db, owner: string | null): Promise<boolean> {
+  const colon = owner?.indexOf(':') ?? -1;
+  return colon > 0 && db.presence.gone(owner!.slice(0, colon)).catch(() => false);
+}
+
 /** Records the answer of the owner of a pending key; false when the key is no longer its own. */
 async function recordAnswer(
   q: Queryable,
@@ -115,9 +122,12 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
       const keys = derive(userId, key);
       const hash = requestFingerprint(req, keys.mac);
       const deadline = Date.now() + WAIT_FOR_FIRST_MS;
+      // The owner names its instance, so that a retry on another instance can tell whether it is still alive.
+      // Without it (the database cannot say now), the lease alone decides.
+      const instance = await db.presence.id().catch(() => undefined);
       for (;;) {
         const now = clock.now();
-        const owner = newId();
+        const owner = instance === undefined ? newId() : `${instance}:${newId()}`;
         const ref = { userId, lookup: keys.lookup, owner };
         // Records older than 24 h are forgotten, this key's too: it is then claimed afresh.
         const forgetBefore = new Date(now.getTime() - IDEMPOTENCY_TTL_MS);
@@ -162,9 +172,13 @@ export function registerIdempotency(app: FastifyInstance, db: Db, clock: Clock):
           if (body !== '') reply.type('application/json; charset=utf-8');
           return reply.send(body);
         }
-        // A pending key whose owner's lease ran out: the owner died before its change committed (a change
-        // commits with its answer, so there is none), and this retry takes the key over.
-        if (stored.lease_until_ms === null || Number(stored.lease_until_ms) < realTimeMs()) {
+        // A pending key whose owner's lease ran out, or whose owner's instance is gone: the owner died before its
+        // change committed (a change commits with its answer, so there is none), and this retry takes the key over.
+        if (
+          stored.lease_until_ms === null ||
+          Number(stored.lease_until_ms) < realTimeMs() ||
+          (await instanceGone(db, stored.owner))
+        ) {
           if (await store.takeOver(db, ref, realTimeMs() + IDEMPOTENCY_LEASE_MS, stored.owner)) return own();
           continue;
         }

@@ -8,6 +8,7 @@ import http from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { describeEachDb, type Res } from '../helpers/app.js';
+import { PostgresDb } from '../../src/db/db.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
 import { api, codeOf, type RequestBody } from '../helpers/api.js';
 import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
@@ -445,6 +446,70 @@ describeEachDb('idempotency across crashes', (t) => {
     const balance = await api(t(), u.token).get('/billing/balance');
     assert.equal(balance.status, 200, balance.text);
     assert.equal(balance.body.balance, 7, 'applied exactly once');
+  });
+
+  /** The id of an instance that was alive and is gone (its database connection closed with it). */
+  const goneInstance = async (): Promise<string> => {
+    if (t().kind === 'pglite') return (await t().db.presence.id()) === '1' ? '2' : '1'; // one process per database
+    const other = new PostgresDb(process.env.DATABASE_URL!, { max: 1 });
+    const id = await other.presence.id();
+    await other.close();
+    return id;
+  };
+
+  /** A credit with `key`, answered; then its key made pending again under `owner`, its lease running 10 minutes. */
+  const pendingCredit = async (key: string, owner: string) => {
+    const admin = await createUser(t(), { admin: true });
+    const u = await createUser(t());
+    const send = () =>
+      api(t(), admin.token).post('/admin/users/{user_id}/credits', {
+        params: { user_id: u.id },
+        body: { amount: 3 },
+        headers: { 'idempotency-key': key },
+      });
+    assert.equal((await send()).status, 201);
+    const [answer] = (
+      await t().db.query<{ response_status: number; response_body: string }>(
+        'SELECT response_status, response_body FROM idempotency_keys WHERE user_id = $1',
+        [admin.id],
+      )
+    ).rows;
+    await t().db.query(
+      `UPDATE idempotency_keys SET state = 'pending', response_status = NULL, response_body = NULL, owner = $2,
+              lease_until_ms = $3 WHERE user_id = $1`,
+      [admin.id, owner, Date.now() + 600_000],
+    );
+    const balance = async () => {
+      const r = await api(t(), u.token).get('/billing/balance');
+      assert.equal(r.status, 200, r.text);
+      return r.body.balance;
+    };
+    return { admin, answer: answer!, send, balance };
+  };
+
+  test('a key left pending by an instance that is gone is taken over at once, its lease still running', async () => {
+    const { send, balance } = await pendingCredit('gone-1', `${await goneInstance()}:${randomUUID()}`);
+    // As if the request had died with its instance before its change committed: the change is not there.
+    const retry = await send();
+    assert.equal(retry.status, 201, retry.text);
+    assert.equal(retry.headers['idempotent-replayed'], undefined, 'executed again at once, not waited for');
+    assert.equal(await balance(), 6, 'the first credit (left in place here) and the retry: the key was taken over');
+  });
+
+  test("a key pending at a live instance is waited for, not taken over, and its owner's answer is replayed", async () => {
+    const live = await t().db.presence.id();
+    const { admin, answer, send, balance } = await pendingCredit('live-1', `${live}:${randomUUID()}`);
+    const retry = send();
+    // The owner answers a moment later.
+    await new Promise((r) => setTimeout(r, 300));
+    await t().db.query(
+      `UPDATE idempotency_keys SET state = 'done', response_status = $2, response_body = $3 WHERE user_id = $1`,
+      [admin.id, answer.response_status, answer.response_body],
+    );
+    const r = await retry;
+    assert.equal(r.status, 201, r.text);
+    assert.equal(r.headers['idempotent-replayed'], 'true');
+    assert.equal(await balance(), 3, 'credited once');
   });
 });
 

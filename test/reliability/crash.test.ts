@@ -17,9 +17,9 @@
  *  - no answer is a 5xx; a 4xx is one the request can legitimately get
  *    (e.g. a retried destroy may find the VM destroyed by its first attempt);
  *  - a request cut by a crash gets a real answer within 60 s of the last
- *    crash that cut it (a retry answered 400 `conflict` "still being
- *    processed" is not one: the key of a dead request must not block its
- *    retries for long);
+ *    crash that cut it, and no retry is answered 400 `conflict` "still being
+ *    processed": the key a request left pending when its instance died is
+ *    taken over by the first retry, at once;
  *  - Idempotency-Key routes (POST /vms, POST /admin/users/{id}/credits) never apply a
  *    request twice: one VM per create label, one transaction per credit
  *    description, and a create or credit answered 4xx left nothing behind;
@@ -623,6 +623,7 @@ test(
           op.attempts.push(att);
           stats.pendingConflicts++;
           outstanding.add(op);
+          fail(op, `a retry was refused as still being processed, by a key its dead first attempt left: ${a.text}`);
           return 'pending';
         }
         op.attempts.push(att);

@@ -52,6 +52,9 @@ describe('isAlive', () => {
       while (isAlive(zombie) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
       assert.equal(isAlive(zombie), false, 'zombie counts as dead');
       assert.equal(isAlive(sh.pid!), true);
+      // sh echoes the pid before it execs sleep: until it has, its argv is sh's (a busy machine shows it).
+      const exec = Date.now() + 5000;
+      while (!isAlive(sh.pid!, '5') && Date.now() < exec) await new Promise((r) => setTimeout(r, 20));
       assert.equal(isAlive(sh.pid!, '5'), true, 'argv of the sleep is checked');
     } finally {
       sh.kill('SIGKILL');

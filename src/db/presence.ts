@@ -51,19 +51,24 @@ export class AdvisoryLockPresence implements Presence {
 
   id(): Promise<string> {
     if (this.closed) return Promise.reject(new Error('the database is closed'));
-    this.current ??= this.lock().catch((err: unknown) => {
-      this.current = undefined;
-      throw err;
-    });
+    if (!this.current) {
+      // Forgotten when it fails or its connection goes, unless a newer one has taken its place already.
+      const forget = () => {
+        if (this.current === attempt) this.current = undefined;
+      };
+      const attempt = this.lock(forget).catch((err: unknown) => {
+        forget();
+        throw err;
+      });
+      this.current = attempt;
+    }
     return this.current.then((c) => c.id);
   }
 
-  private async lock(): Promise<{ id: string; client: pg.Client }> {
+  /** Connects and takes a lock under a number no live instance holds; `lost` runs if the connection goes. */
+  private async lock(lost: () => void): Promise<{ id: string; client: pg.Client }> {
     const client = this.connect();
     // The connection gone, the lock is gone: the next id() takes a new one under another number.
-    const lost = () => {
-      if (this.current && !this.closed) this.current = undefined;
-    };
     client.on('error', lost);
     client.on('end', lost);
     await client.connect();

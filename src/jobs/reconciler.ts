@@ -72,8 +72,8 @@ export class Reconciler {
 
   /** Interrupted VMs back to starting where GPUs are free, then the hypervisor actions due now. */
   private async runActions(wait: boolean): Promise<number> {
-    // Once stopping, nothing new is claimed: what a stopped worker would claim, another instance (or its own
-    // next start) does, and the database may be closing.
+    // Once stopping, nothing new is claimed (and a loop of passes ends, finding no work): what a stopped worker
+    // would claim, another instance (or its own next start) does, and the database may be closing.
     if (this.stopping?.signal.aborted) return 0;
     let work = await this.vms.autoRestartDue();
     const started: Promise<void>[] = [];
@@ -201,7 +201,7 @@ export class Reconciler {
   /** Up to `max` passes while each finds work; returns the work started. */
   private async runPasses(max: number): Promise<number> {
     let work = 0;
-    for (let i = 0; i < max && !this.stopping?.signal.aborted; i++) {
+    for (let i = 0; i < max; i++) {
       const n = await this.runExclusive(false, false);
       work += n;
       if (n === 0) break;

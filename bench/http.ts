@@ -144,7 +144,8 @@ async function freeSlots(w: World): Promise<string[]> {
     timeoutMs: 30_000,
   });
   const slots: string[] = [];
-  for (let round = 0; slots.length < offers.reduce((n, o) => n + o.gpu_count, 0); round++) {
+  const rounds = Math.max(0, ...offers.map((o) => o.gpu_count));
+  for (let round = 0; round < rounds; round++) {
     for (const o of offers) if (round < o.gpu_count) slots.push(o.node);
   }
   return slots;

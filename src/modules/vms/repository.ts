@@ -183,10 +183,8 @@ export interface VmFilter {
   offset: number;
 }
 
-export async function listVms(
-  db: Pick<Db, 'kind' | 'query'>,
-  f: VmFilter,
-): Promise<{ rows: ListedVmRow[]; total: number }> {
+/** The WHERE of a list and its parameters. */
+function listWhere(f: VmFilter): { w: string; params: unknown[] } {
   const where: string[] = [];
   const params: unknown[] = [];
   const add = (sql: string, v: unknown) => {
@@ -197,26 +195,84 @@ export async function listVms(
   if (f.status) add('status = ?', f.status);
   else if (!f.includeDestroyed) where.push(`status <> 'destroyed'`);
   if (f.node) add('node = ?', f.node);
-  const w = where.length ? `WHERE ${where.join(' AND ')}` : '';
-  const page = `ORDER BY seq DESC LIMIT $${params.length + 1} OFFSET $${params.length + 2}`;
-  const pageParams = [...params, f.limit, f.offset];
-  const count = async () =>
-    (await db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params)).rows[0]!.n;
+  return { w: where.length ? `WHERE ${where.join(' AND ')}` : '', params };
+}
+
+/** The page's ORDER BY, LIMIT and OFFSET after a WHERE of `n` parameters, and all its parameters. */
+function listPage(f: VmFilter, params: unknown[]): { page: string; pageParams: unknown[] } {
+  const n = params.length;
+  return { page: `ORDER BY seq DESC LIMIT $${n + 1} OFFSET $${n + 2}`, pageParams: [...params, f.limit, f.offset] };
+}
+
+async function countListed(db: Pick<Db, 'query'>, w: string, params: unknown[]): Promise<number> {
+  return (await db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params)).rows[0]!.n;
+}
+
+export async function listVms(
+  db: Pick<Db, 'kind' | 'query'>,
+  f: VmFilter,
+): Promise<{ rows: ListedVmRow[]; total: number }> {
+  const { w, params } = listWhere(f);
+  const { page, pageParams } = listPage(f, params);
   if (f.userId !== undefined) {
     // One user's VMs are few: the page and their count come in one query (one round trip, one connection).
     // A page past the end has no row to carry the count, which is then asked for alone.
     const sql = `SELECT ${LISTED}, count(*) OVER ()::int8 AS total FROM vms ${w} ${page}`;
     const { rows, total } = await readCountedPage(db, sql, pageParams);
     if (rows.length > 0 || f.offset === 0) return { rows, total: total ?? 0 };
-    return { rows: [], total: await count() };
+    return { rows: [], total: await countListed(db, w, params) };
   }
   // The whole fleet (an operator's list): the page and the count at once (on a pool, two connections;
   // the embedded database runs them in turn), so the page stops at its last row.
   const [rows, total] = await Promise.all([
     readListed(db, `SELECT ${LISTED} FROM vms ${w} ${page}`, pageParams),
-    count(),
+    countListed(db, w, params),
   ]);
   return { rows, total };
+}
+
+/**
+ * A VM row's version: its `xmin`, the transaction that wrote the row as it now stands. Every write of a row
+ * (an UPDATE, even of one column to the value it had) makes a new row with the writing transaction's id, so
+ * two reads of a row that give the same version gave the same values. Transaction ids are 32 bits and come
+ * round after about four billion transactions; a row would have to be written again by exactly the
+ * transaction whose id is the one it was last written by, four billion transactions later, to look unchanged.
+ */
+const VERSION = 'xmin::text';
+
+export interface VmVersion {
+  id: string;
+  version: string;
+}
+
+/** A user's page of VMs as ids and row versions, newest first, and the number of VMs the filter matches. */
+export async function listVmVersions(
+  db: Pick<Db, 'query'>,
+  f: VmFilter & { userId: number },
+): Promise<{ refs: VmVersion[]; total: number }> {
+  const { w, params } = listWhere(f);
+  const { page, pageParams } = listPage(f, params);
+  const r = await db.query<VmVersion & { total: number }>(
+    `SELECT id, ${VERSION} AS version, count(*) OVER ()::int8 AS total FROM vms ${w} ${page}`,
+    pageParams,
+  );
+  const refs = r.rows.map(({ id, version }) => ({ id, version }));
+  if (refs.length > 0 || f.offset === 0) return { refs, total: r.rows[0]?.total ?? 0 };
+  return { refs, total: await countListed(db, w, params) };
+}
+
+/** What the records of these VMs show, each with its row version, in no particular order. */
+export async function listedVmsByIds(
+  db: Pick<Db, 'kind' | 'query'>,
+  ids: readonly string[],
+): Promise<(ListedVmRow & { version: string })[]> {
+  const sql = `SELECT ${LISTED}, ${VERSION} AS version FROM vms WHERE id = ANY($1::uuid[])`;
+  if (db.kind === 'pglite') {
+    return (
+      await db.query<{ v: ListedVmJson; version: string }>(`SELECT ${LISTED_JSON} AS v, version FROM (${sql}) p`, [ids])
+    ).rows.map((x) => ({ ...fromJson(x.v), version: x.version }));
+  }
+  return (await db.query<ListedVmRow & { version: string }>(sql, [ids])).rows;
 }
 
 /** Writes the columns a transition or an action result changed. */

@@ -19,6 +19,7 @@ import type { TokenService } from '../auth/tokens.js';
 import type { ReservationService } from '../reservations/service.js';
 import type { VmEvent } from './lifecycle.js';
 import * as repo from './repository.js';
+import { VmRecordCache } from './record-cache.js';
 import type { VmRow } from './repository.js';
 import * as transitions from './transitions.js';
 import type { ApplyTransition, StatusReason, TransitionHook } from './transitions.js';
@@ -61,6 +62,8 @@ export class VmService {
     this.applyTransition(tx, vm, event, now, extra, why);
   /** What actions.ts, outcomes.ts and auto-restart.ts need; status changes go through this.applyTransition. */
   private readonly deps: ActionDeps;
+  /** Records of listed VMs at their row versions (list()). */
+  private readonly records = new VmRecordCache();
 
   constructor(
     private readonly db: Db,
@@ -165,12 +168,37 @@ export class VmService {
 
   // ---- read ----
 
-  async list(
-    userId: number | undefined,
-    f: Omit<repo.VmFilter, 'userId'>,
-  ): Promise<{ items: VmRecord[]; total: number }> {
-    const r = await repo.listVms(this.db, { ...f, userId });
-    return { items: r.rows.map(toVmRecord), total: r.total };
+  /**
+   * A page of the user's VMs. The page comes as ids and row versions; only the rows this process has no
+   * record of at that version are read in full (docs/architecture.md#lists-of-vms).
+   */
+  async list(userId: number, f: Omit<repo.VmFilter, 'userId'>): Promise<{ items: VmRecord[]; total: number }> {
+    const { refs, total } = await repo.listVmVersions(this.db, { ...f, userId });
+    const items: (VmRecord | undefined)[] = refs.map((r) => this.records.get(r.id, r.version));
+    const missing = refs.filter((_, i) => items[i] === undefined);
+    if (missing.length === 0) return { items: items as VmRecord[], total };
+    const rows = new Map(
+      (
+        await repo.listedVmsByIds(
+          this.db,
+          missing.map((r) => r.id),
+        )
+      ).map((v) => [v.id, v]),
+    );
+    for (const [i, ref] of refs.entries()) {
+      if (items[i] !== undefined) continue;
+      const row = rows.get(ref.id);
+      if (row?.version !== ref.version) {
+        // The row changed (or went) between the two reads: the page is read again whole, as one snapshot.
+        const r = await repo.listVms(this.db, { ...f, userId });
+        return { items: r.rows.map(toVmRecord), total: r.total };
+      }
+      const { version, ...listed } = row;
+      const record = toVmRecord(listed);
+      this.records.set(ref.id, version, record);
+      items[i] = record;
+    }
+    return { items: items as VmRecord[], total };
   }
 
   /** The operator's view: also the host devices a VM was given and the hypervisor's last error. */

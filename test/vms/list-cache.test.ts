@@ -68,6 +68,16 @@ describeEachDb('VM lists read through the record cache', (t) => {
     assert.equal(first.items.length, 4);
     assert.ok(first.items.every((v) => v.status === 'running'));
 
+    /** The list's bytes are each VM's as GET /vms/{vm_id} writes it, in the list's order, as JSON. */
+    const sameBytes = async () => {
+      const list = await onA.get('/vms', { query: { include_destroyed: true } });
+      assert.equal(list.status, 200, list.text);
+      assert.equal(list.headers['content-type'], 'application/json; charset=utf-8');
+      const one = await Promise.all(list.body.map((v) => onA.get('/vms/{vm_id}', { params: { vm_id: v.id } })));
+      assert.equal(list.text, `[${one.map((r) => r.text).join(',')}]`);
+    };
+    await sameBytes();
+
     // A stop through B reads as stopped through A on the next request, and the other way round.
     assert.equal((await onB.post('/vms/{vm_id}/stop', { params: { vm_id: made[1]! } })).status, 200);
     await t().services.clock.advance(1);
@@ -85,6 +95,7 @@ describeEachDb('VM lists read through the record cache', (t) => {
     assert.equal((await same('a bare UPDATE')).items.find((v) => v.id === made[3])!.cpu_percent, 42);
     await t().db.query(`UPDATE vms SET cpu_percent = cpu_percent WHERE id = $1`, [made[3]]);
     await same('an UPDATE that changed nothing');
+    await sameBytes();
 
     // A destroyed VM leaves the default list and stays in the one that includes it; filters and pages agree too.
     assert.equal((await onB.delete('/vms/{vm_id}', { params: { vm_id: made[0]! } })).status, 200);

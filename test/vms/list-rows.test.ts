@@ -1,13 +1,21 @@
 /**
  * A page of VMs is read as one JSON object per row on the embedded database and as columns on PostgreSQL
- * (vms/repository.ts). Both shapes must give the same rows: each is run here against the same database, over
+ * (vms/repository.ts), and a page's ids and row versions as one text value on the embedded database and as
+ * columns on PostgreSQL. Both shapes must give the same rows: each is run here against the same database, over
  * VMs in every kind of state (timestamps set and null, labels, a destroyed VM), for a page and for one VM.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
 import { world } from '../helpers/world.js';
-import { findListedVm, findVm, LISTED_COLUMNS, listVms, type VmFilter } from '../../src/modules/vms/repository.js';
+import {
+  findListedVm,
+  findVm,
+  LISTED_COLUMNS,
+  listVms,
+  listVmVersions,
+  type VmFilter,
+} from '../../src/modules/vms/repository.js';
 
 describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
   test('for a user and for the fleet, with every filter and past the last page', async () => {
@@ -43,6 +51,7 @@ describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
       { ...base, limit: 1, offset: 20 },
     ];
     let compared = 0;
+    let versioned = 0;
     for (const f of filters) {
       const json = await listVms(as('pglite'), f);
       const columns = await listVms(as('postgres'), f);
@@ -54,7 +63,25 @@ describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
         }
       }
       compared += json.rows.length;
+      if (f.userId !== undefined) {
+        // The page as ids and row versions: one text value on the embedded database, columns on PostgreSQL.
+        const uf = { ...f, userId: f.userId };
+        const text = await listVmVersions(as('pglite'), uf);
+        assert.deepEqual(text, await listVmVersions(as('postgres'), uf), `versions ${JSON.stringify(f)}`);
+        assert.deepEqual(
+          text.refs.map((r) => r.id),
+          columns.rows.map((v) => v.id),
+          `the versions' page is the rows' page: ${JSON.stringify(f)}`,
+        );
+        assert.equal(text.total, columns.total);
+        assert.ok(
+          text.refs.every((r) => /^\d+$/.test(r.version)),
+          'a version is a transaction id',
+        );
+        versioned += text.refs.length;
+      }
     }
+    assert.ok(versioned >= 8, `compared ${versioned} versions`);
     // The comparisons saw every kind of value: a destroyed VM, a stopped one, a label, timestamps set.
     const all = (await listVms(as('pglite'), { ...base, userId: w.user.id, includeDestroyed: true })).rows;
     assert.equal(all.length, 4);

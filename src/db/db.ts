@@ -8,7 +8,7 @@ import { PGlite } from '@electric-sql/pglite';
 import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { collectAfterCommit, runBeforeCommit } from './commit-hook.js';
-import { runStatement, type ParserOf } from './pglite-statement.js';
+import { runStatement, type ParserOf, type Prepared } from './pglite-statement.js';
 import { AdvisoryLockPresence, SoleProcessPresence, type Presence } from './presence.js';
 
 export type Row = Record<string, unknown>;
@@ -83,11 +83,14 @@ function statement(sql: string, params: readonly unknown[]): pg.QueryConfig {
  * `*`): PostgreSQL refuses to run it. The statement gets a new name, so every connection prepares it afresh, and
  * the caller runs it again.
  */
-function replannedAfter(err: unknown, sql: string): boolean {
-  if (pgErrorCode(err) !== PG.featureNotSupported || !/cached plan must not change result type/.test(String(err)))
-    return false;
-  preparedNames.delete(sql);
+function replannedAfter(err: unknown, sql: string, names: Map<string, unknown> = preparedNames): boolean {
+  if (!resultTypeChanged(err)) return false;
+  names.delete(sql);
   return true;
+}
+
+function resultTypeChanged(err: unknown): boolean {
+  return pgErrorCode(err) === PG.featureNotSupported && /cached plan must not change result type/.test(String(err));
 }
 
 export class PostgresDb implements Db {
@@ -207,7 +210,27 @@ export class PgliteDb implements Db {
     }
     return parse;
   };
+  /** Statement text -> its prepared statement in PGlite's one session (as PostgreSQL's: statement()). */
+  private readonly prepared = new Map<string, Prepared>();
+  private namesGiven = 0;
   private constructor(readonly pg: PGlite) {}
+
+  /**
+   * With parameters, a statement runs prepared by name, as on PostgreSQL (docs/configuration.md#prepared-statements).
+   */
+  private statement(sql: string, params: readonly unknown[]): Prepared | undefined {
+    if (params.length === 0) return undefined;
+    let p = this.prepared.get(sql);
+    if (p === undefined && this.prepared.size < MAX_PREPARED) {
+      p = { name: `gpucloud_${++this.namesGiven}`, parsed: false };
+      this.prepared.set(sql, p);
+    }
+    return p;
+  }
+
+  private run(sql: string, params: readonly unknown[]) {
+    return runStatement(this.pg, sql, params, this.parserOf, this.statement(sql, params));
+  }
 
   /** `snapshot`: a dumped data dir to start from (tests load a migrated one). */
   static async open(dataDir?: string, snapshot?: Blob): Promise<PgliteDb> {
@@ -229,7 +252,15 @@ export class PgliteDb implements Db {
     const pglite = this.pg;
     await pglite._checkReady();
     const r = await pglite._runExclusiveTransaction(() =>
-      pglite.runExclusive(async () => runStatement(pglite, sql, params, this.parserOf)),
+      pglite.runExclusive(async () => {
+        try {
+          return this.run(sql, params);
+        } catch (err) {
+          // A table changed shape under the prepared statement: it is prepared afresh under a new name.
+          if (!replannedAfter(err, sql, this.prepared)) throw err;
+          return this.run(sql, params);
+        }
+      }),
     );
     await pglite.syncToFs();
     return r as QueryResult<T>;
@@ -240,6 +271,19 @@ export class PgliteDb implements Db {
   }
 
   async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      let replanned = false;
+      try {
+        return await this.transactionOnce(fn, () => (replanned = true));
+      } catch (err) {
+        // The transaction is rolled back: it runs again from the start, with the statement prepared afresh.
+        if (replanned && attempt < 5) continue;
+        throw err;
+      }
+    }
+  }
+
+  private async transactionOnce<T>(fn: (tx: Transaction) => Promise<T>, replanned: () => void): Promise<T> {
     let committed: () => void = () => {};
     let callbacks: (() => void)[] = [];
     const pglite = this.pg;
@@ -248,9 +292,12 @@ export class PgliteDb implements Db {
       const tx: Transaction = {
         query: async <R = Row>(sql: string, params: readonly unknown[] = []) => {
           if (!open) throw new Error('the transaction is over');
-          return (await pglite.runExclusive(async () =>
-            runStatement(pglite, sql, params, this.parserOf),
-          )) as QueryResult<R>;
+          try {
+            return (await pglite.runExclusive(async () => this.run(sql, params))) as QueryResult<R>;
+          } catch (err) {
+            if (replannedAfter(err, sql, this.prepared)) replanned();
+            throw err;
+          }
         },
         exec: async (sql: string) => {
           await t.exec(sql);

@@ -36,18 +36,44 @@ const FIELDS: Record<string, 'code' | 'detail' | 'constraint' | 'severity'> = {
   V: 'severity',
 };
 
-/** Runs one statement; the caller holds PGlite's query lock. */
+/**
+ * A statement prepared by name in PGlite's one session: parsed and planned once, then only bound and executed.
+ * `parsed` turns true once PGlite has answered its Parse (docs/configuration.md#prepared-statements).
+ */
+export interface Prepared {
+  readonly name: string;
+  parsed: boolean;
+}
+
+/** Runs one statement (named if `prepared` is given); the caller holds PGlite's query lock. */
 export function runStatement(
   pglite: PGlite,
   sql: string,
   params: readonly unknown[],
   parserOf: ParserOf,
+  prepared?: Prepared,
 ): { rows: Record<string, unknown>[]; rowCount: number } {
   const values = params.map((v) => pgUtils.prepareValue(v) ?? null);
+  const bind = serialize.bind({ values, statement: prepared?.name ?? '' });
   const out = pglite.execProtocolRawSync(
-    Buffer.concat([serialize.parse({ text: sql }), serialize.bind({ values }), TAIL]),
+    prepared?.parsed
+      ? Buffer.concat([bind, TAIL])
+      : Buffer.concat([serialize.parse({ text: sql, name: prepared?.name ?? '' }), bind, TAIL]),
   );
-  return readAnswer(Buffer.from(out.buffer, out.byteOffset, out.byteLength), parserOf);
+  const buf = Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+  // Once the Parse worked the name exists, whatever the Execute then did.
+  if (prepared && !prepared.parsed) prepared.parsed = parseCompleted(buf);
+  return readAnswer(buf, parserOf);
+}
+
+/** Whether the answer holds a ParseComplete: it comes before any row, and an error ends the answer before it. */
+function parseCompleted(buf: Buffer): boolean {
+  for (let at = 0; at + 5 <= buf.length; at += 1 + buf.readUInt32BE(at + 1)) {
+    const type = buf[at]!;
+    if (type === 0x31) return true;
+    if (type === 0x45 || type === 0x44) return false;
+  }
+  return false;
 }
 
 /** Reads the backend messages of one statement's answer: its rows, the count its command tag gives, or its error. */

@@ -117,8 +117,36 @@ for (const kind of DB_KINDS) {
       // Another instance migrates the table: the statement's result has a column more.
       const other = await t.openAnother();
       await other.exec(`ALTER TABLE stmt_shape ADD COLUMN label text NOT NULL DEFAULT 'x'`);
-      for (const r of await readAll()) assert.equal(r.rows[0]!.label, 'x');
+      // In a transaction first (the one session of the embedded database then meets the change there).
       for (const rows of await inTransactions()) assert.deepEqual(rows, [{ id: 1, label: 'x' }]);
+      for (const r of await readAll()) assert.equal(r.rows[0]!.label, 'x');
+    });
+
+    test('a statement with parameters is prepared by name, also when its first run failed', async () => {
+      const sql = 'INSERT INTO stmt_t (id, name) VALUES ($1, $2) RETURNING id';
+      await t.db.query(`INSERT INTO stmt_t (id, name) VALUES (40, 'taken')`);
+      // Parsed, then failed at execution.
+      await assert.rejects(t.db.query(sql, [41, 'taken']), (err: unknown) => pgErrorCode(err) === PG.uniqueViolation);
+      // Refused before its parse: the transaction it ran in had already failed.
+      const sum = 'SELECT $1::int + 1 AS n';
+      await assert.rejects(
+        t.db.transaction(async (tx) => {
+          await tx.query(`SELECT 1/0`).catch(() => {});
+          await tx.query(sum, [1]);
+        }),
+        (err: unknown) => pgErrorCode(err) === '25P02',
+      );
+      assert.equal((await t.db.query<{ n: number }>(sum, [1])).rows[0]!.n, 2);
+      assert.equal((await t.db.query<{ n: number }>(sum, [2])).rows[0]!.n, 3);
+      const names = await t.db.transaction(async (tx) => {
+        assert.deepEqual((await tx.query(sql, [42, 'new'])).rows, [{ id: 42 }]);
+        return (
+          await tx.query<{ name: string }>(`SELECT name FROM pg_prepared_statements WHERE statement = $1`, [sql])
+        ).rows.map((r) => r.name);
+      });
+      assert.equal(names.length, 1, 'this connection holds the statement under one name');
+      assert.match(names[0]!, /^gpucloud_\d+$/);
+      assert.equal((await t.db.query(sql, [43, 'newer'])).rowCount, 1);
     });
   });
 }

@@ -177,14 +177,8 @@ export class VmService {
     const items: (VmRecord | undefined)[] = refs.map((r) => this.records.get(r.id, r.version));
     const missing = refs.filter((_, i) => items[i] === undefined);
     if (missing.length === 0) return { items: items as VmRecord[], total };
-    const rows = new Map(
-      (
-        await repo.listedVmsByIds(
-          this.db,
-          missing.map((r) => r.id),
-        )
-      ).map((v) => [v.id, v]),
-    );
+    const ids = missing.map((r) => r.id);
+    const rows = new Map((await repo.listedVmsByIds(this.db, ids)).map((v) => [v.id, v]));
     for (const [i, ref] of refs.entries()) {
       if (items[i] !== undefined) continue;
       const row = rows.get(ref.id);

@@ -56,41 +56,53 @@ export function pgErrorCode(err: unknown): string | undefined {
 
 const RETRYABLE = new Set<string>([PG.serializationFailure, PG.deadlock]);
 
-/** At most this many statement texts are prepared; beyond them (SQL of a varying shape) statements run unnamed. */
 const MAX_PREPARED = 1000;
-/** Statement text -> its name, the same on every connection of the process. */
-const preparedNames = new Map<string, string>();
-let namesGiven = 0;
 
 /**
- * A statement with parameters as node-postgres runs it: named, so that each connection parses and plans it once
- * and then only binds and executes it (docs/configuration.md#prepared-statements).
+ * Statements with parameters, by text, as each runs prepared: under a name of its own, so that a connection parses
+ * and plans it once and then only binds and executes it (docs/configuration.md#prepared-statements). At most
+ * MAX_PREPARED texts are prepared; beyond them (SQL of a varying shape) statements run unnamed.
  */
+class PreparedStatements<T> {
+  private readonly byText = new Map<string, T>();
+  private namesGiven = 0;
+
+  /** `make`: what a statement is prepared as, from the name it is given. */
+  constructor(private readonly make: (name: string) => T) {}
+
+  /** What `sql` runs as; undefined: unnamed (no parameters, or past the bound). */
+  for(sql: string, params: readonly unknown[]): T | undefined {
+    if (params.length === 0) return undefined;
+    let p = this.byText.get(sql);
+    if (p === undefined && this.byText.size < MAX_PREPARED) {
+      p = this.make(`gpucloud_${++this.namesGiven}`);
+      this.byText.set(sql, p);
+    }
+    return p;
+  }
+
+  /**
+   * A prepared statement whose result columns changed under it (a migration changed a table it reads with `*`):
+   * the database refuses to run it. The statement gets a new name, so that it is prepared afresh, and the caller
+   * runs it again.
+   */
+  replannedAfter(err: unknown, sql: string): boolean {
+    if (pgErrorCode(err) !== PG.featureNotSupported || !/cached plan must not change result type/.test(String(err)))
+      return false;
+    this.byText.delete(sql);
+    return true;
+  }
+}
+
+/** Statement text -> its name, the same on every connection of the process. */
+const prepared = new PreparedStatements((name) => name);
+
+/** A statement as node-postgres runs it: named when it has parameters. */
 function statement(sql: string, params: readonly unknown[]): pg.QueryConfig {
   if (params.length === 0) return { text: sql };
-  let name = preparedNames.get(sql);
-  if (name === undefined && preparedNames.size < MAX_PREPARED) {
-    name = `gpucloud_${++namesGiven}`;
-    preparedNames.set(sql, name);
-  }
-  return name === undefined
-    ? { text: sql, values: params as unknown[] }
-    : { name, text: sql, values: params as unknown[] };
-}
-
-/**
- * A prepared statement whose result columns changed under it (another instance migrated a table it reads with
- * `*`): PostgreSQL refuses to run it. The statement gets a new name, so every connection prepares it afresh, and
- * the caller runs it again.
- */
-function replannedAfter(err: unknown, sql: string, names: Map<string, unknown> = preparedNames): boolean {
-  if (!resultTypeChanged(err)) return false;
-  names.delete(sql);
-  return true;
-}
-
-function resultTypeChanged(err: unknown): boolean {
-  return pgErrorCode(err) === PG.featureNotSupported && /cached plan must not change result type/.test(String(err));
+  const name = prepared.for(sql, params);
+  const values = params as unknown[];
+  return name === undefined ? { text: sql, values } : { name, text: sql, values };
 }
 
 export class PostgresDb implements Db {
@@ -126,7 +138,7 @@ export class PostgresDb implements Db {
     try {
       r = await this.pool.query(statement(sql, params));
     } catch (err) {
-      if (!replannedAfter(err, sql)) throw err;
+      if (!prepared.replannedAfter(err, sql)) throw err;
       r = await this.pool.query(statement(sql, params));
     }
     return { rows: r.rows as T[], rowCount: r.rowCount ?? 0 };
@@ -149,7 +161,7 @@ export class PostgresDb implements Db {
               return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
             } catch (err) {
               // The transaction is aborted: it runs again from the start, with the statement prepared afresh.
-              if (replannedAfter(err, sql)) replanned = true;
+              if (prepared.replannedAfter(err, sql)) replanned = true;
               throw err;
             }
           },
@@ -210,26 +222,12 @@ export class PgliteDb implements Db {
     }
     return parse;
   };
-  /** Statement text -> its prepared statement in PGlite's one session (as PostgreSQL's: statement()). */
-  private readonly prepared = new Map<string, Prepared>();
-  private namesGiven = 0;
+  /** Statement text -> its prepared statement in PGlite's one session, as on PostgreSQL. */
+  private readonly prepared = new PreparedStatements<Prepared>((name) => ({ name, parsed: false }));
   private constructor(readonly pg: PGlite) {}
 
-  /**
-   * With parameters, a statement runs prepared by name, as on PostgreSQL (docs/configuration.md#prepared-statements).
-   */
-  private statement(sql: string, params: readonly unknown[]): Prepared | undefined {
-    if (params.length === 0) return undefined;
-    let p = this.prepared.get(sql);
-    if (p === undefined && this.prepared.size < MAX_PREPARED) {
-      p = { name: `gpucloud_${++this.namesGiven}`, parsed: false };
-      this.prepared.set(sql, p);
-    }
-    return p;
-  }
-
   private run(sql: string, params: readonly unknown[]) {
-    return runStatement(this.pg, sql, params, this.parserOf, this.statement(sql, params));
+    return runStatement(this.pg, sql, params, this.parserOf, this.prepared.for(sql, params));
   }
 
   /** `snapshot`: a dumped data dir to start from (tests load a migrated one). */
@@ -257,7 +255,7 @@ export class PgliteDb implements Db {
           return this.run(sql, params);
         } catch (err) {
           // A table changed shape under the prepared statement: it is prepared afresh under a new name.
-          if (!replannedAfter(err, sql, this.prepared)) throw err;
+          if (!this.prepared.replannedAfter(err, sql)) throw err;
           return this.run(sql, params);
         }
       }),
@@ -295,7 +293,7 @@ export class PgliteDb implements Db {
           try {
             return (await pglite.runExclusive(async () => this.run(sql, params))) as QueryResult<R>;
           } catch (err) {
-            if (replannedAfter(err, sql, this.prepared)) replanned();
+            if (this.prepared.replannedAfter(err, sql)) replanned();
             throw err;
           }
         },

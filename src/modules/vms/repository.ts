@@ -208,19 +208,33 @@ async function countListed(db: Pick<Db, 'query'>, w: string, params: unknown[]):
   return (await db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms ${w}`, params)).rows[0]!.n;
 }
 
+/**
+ * The total of a user's page read with `count(*) OVER ()`: the count its rows carry. A page past the end has no
+ * row to carry it, and the count is then asked for alone.
+ */
+async function pageTotal(
+  db: Pick<Db, 'query'>,
+  f: VmFilter,
+  where: { w: string; params: unknown[] },
+  rows: number,
+  carried: number | undefined,
+): Promise<number> {
+  if (rows > 0 || f.offset === 0) return carried ?? 0;
+  return countListed(db, where.w, where.params);
+}
+
 export async function listVms(
   db: Pick<Db, 'kind' | 'query'>,
   f: VmFilter,
 ): Promise<{ rows: ListedVmRow[]; total: number }> {
-  const { w, params } = listWhere(f);
+  const where = listWhere(f);
+  const { w, params } = where;
   const { page, pageParams } = listPage(f, params);
   if (f.userId !== undefined) {
     // One user's VMs are few: the page and their count come in one query (one round trip, one connection).
-    // A page past the end has no row to carry the count, which is then asked for alone.
     const sql = `SELECT ${LISTED}, count(*) OVER ()::int8 AS total FROM vms ${w} ${page}`;
     const { rows, total } = await readCountedPage(db, sql, pageParams);
-    if (rows.length > 0 || f.offset === 0) return { rows, total: total ?? 0 };
-    return { rows: [], total: await countListed(db, w, params) };
+    return { rows, total: await pageTotal(db, f, where, rows.length, total) };
   }
   // The whole fleet (an operator's list): the page and the count at once (on a pool, two connections;
   // the embedded database runs them in turn), so the page stops at its last row.
@@ -254,7 +268,8 @@ export async function listVmVersions(
   db: Pick<Db, 'kind' | 'query'>,
   f: VmFilter & { userId: number },
 ): Promise<{ refs: VmVersion[]; total: number }> {
-  const { w, params } = listWhere(f);
+  const where = listWhere(f);
+  const { w, params } = where;
   const { page, pageParams } = listPage(f, params);
   const sql = (cols: string) =>
     `SELECT ${cols}, ${VERSION} AS version, count(*) OVER ()::int8 AS total FROM vms ${w} ${page}`;
@@ -276,8 +291,7 @@ export async function listVmVersions(
     refs = r.rows.map(({ id, version }) => ({ id, version }));
     total = r.rows[0]?.total;
   }
-  if (refs.length > 0 || f.offset === 0) return { refs, total: total ?? 0 };
-  return { refs, total: await countListed(db, w, params) };
+  return { refs, total: await pageTotal(db, f, where, refs.length, total) };
 }
 
 /** What the records of these VMs show, each with its row version, in no particular order. */

@@ -220,7 +220,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
       },
     },
     async (req, reply) => {
-      const { items, total } = await vms.list(requirePrincipal(req.principal).userId, {
+      const listed = await vms.list(requirePrincipal(req.principal).userId, {
         includeDestroyed: req.query.include_destroyed ?? false,
         status: req.query.status,
         ...paging(req.query),
@@ -236,11 +236,8 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         }
         return j;
       };
-      reply
-        .header('X-Total-Count', String(total))
-        .type('application/json; charset=utf-8')
-        .serializer((page: VmRecord[]) => `[${page.map(json).join(',')}]`);
-      return items;
+      reply.type('application/json; charset=utf-8').serializer((items: VmRecord[]) => `[${items.map(json).join(',')}]`);
+      return page(reply, listed);
     },
   );
 

@@ -127,17 +127,25 @@ export async function world<const O extends WorldOptions = {}>(t: TestApp, opts?
   if (nodes[0]) w.node = nodes[0];
 
   if (vmSpec) {
-    const node = nodes[0]!;
-    const made = await user.api.post('/vms', {
-      body: { node: node.node, gpu_type: node.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100, ...vmSpec },
-    });
-    assert.equal(made.status, 201, made.text);
+    const made = await createVm(user.api, nodes[0]!, vmSpec);
     // The simulator provisions after GPUCLOUD_SIM_PROVISION_MS (0 in tests): settle that due work.
     await t.services.clock.advance(t.config.simProvisionMs / 1000);
-    const vm = await user.api.get('/vms/{vm_id}', { params: { vm_id: made.body.id } });
+    const vm = await user.api.get('/vms/{vm_id}', { params: { vm_id: made.id } });
     assert.equal(vm.status, 200, vm.text);
     assert.equal(vm.body.status, 'running', `world: the VM is ${vm.body.status}`);
     w.vm = vm.body;
   }
   return w as World<O>;
+}
+
+/**
+ * POST /vms through `client` on `node` with the world's defaults (its GPU type, 1 GPU, 50 GB, template 100) under
+ * `spec`; asserts the 201 and gives the VM it answered (still `creating`).
+ */
+export async function createVm(client: Api, node: NodeRecord, spec: VmSpec = {}) {
+  const made = await client.post('/vms', {
+    body: { node: node.node, gpu_type: node.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100, ...spec },
+  });
+  assert.equal(made.status, 201, made.text);
+  return made.body;
 }

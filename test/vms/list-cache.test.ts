@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { describeEachDb, request, type TestApp } from '../helpers/app.js';
 import { api } from '../helpers/api.js';
-import { world } from '../helpers/world.js';
+import { createVm, world } from '../helpers/world.js';
 import { listVms, type VmFilter } from '../../src/modules/vms/repository.js';
 import { toVmRecord } from '../../src/modules/vms/records.js';
 import { VmRecordCache } from '../../src/modules/vms/record-cache.js';
@@ -35,13 +35,7 @@ describeEachDb('VM lists read through the record cache', (t) => {
     const onA = w.user.api;
     const onB = api(via(b), w.user.token);
     const made = [w.vm.id];
-    for (let i = 0; i < 3; i++) {
-      const r = await onA.post('/vms', {
-        body: { node: w.node.node, gpu_type: w.node.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-      });
-      assert.equal(r.status, 201, r.text);
-      made.push(r.body.id);
-    }
+    for (let i = 0; i < 3; i++) made.push((await createVm(onA, w.node)).id);
     await t().services.clock.advance(1);
     const base = { userId: w.user.id, includeDestroyed: false, limit: 50, offset: 0 } satisfies VmFilter;
 

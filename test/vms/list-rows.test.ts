@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
-import { world } from '../helpers/world.js';
+import { createVm, world } from '../helpers/world.js';
 import {
   findListedVm,
   findVm,
@@ -22,13 +22,7 @@ describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
     const w = await world(t(), { nodes: 1, vm: { instance_label: 'first' } });
     const { api } = w.user;
     const made: string[] = [w.vm.id];
-    for (let i = 0; i < 3; i++) {
-      const r = await api.post('/vms', {
-        body: { node: w.node.node, gpu_type: w.node.gpu_type, gpu_count: 1, storage_gb: 50, template_vmid: 100 },
-      });
-      assert.equal(r.status, 201, r.text);
-      made.push(r.body.id);
-    }
+    for (let i = 0; i < 3; i++) made.push((await createVm(api, w.node)).id);
     await t().services.clock.advance(1);
     assert.equal((await api.post('/vms/{vm_id}/stop', { params: { vm_id: made[1]! } })).status, 200);
     assert.equal((await api.delete('/vms/{vm_id}', { params: { vm_id: made[2]! } })).status, 200);

@@ -5,7 +5,10 @@
  *   - one billing period of every VM (`close N`), and
  *   - a day of missed periods, as after a worker was down (`catch-up N`),
  * each checked afterwards: one usage log per VM and period, every balance
- * equal to the sum of its transactions. Runs the meter in this process on a
+ * equal to the sum of its transactions; and the seconds an operator's
+ * `status: offline` takes for a node with 1,000 VMs (every VM offline
+ * afterwards, its open period closed, every balance still the sum of its
+ * transactions). Runs the meter in this process on a
  * scratch database (PostgreSQL: a schema on DATABASE_URL; embedded: an
  * in-memory PGlite). On PostgreSQL it also starts a real worker
  * (`serve --role worker`, system clock) on a fleet of 50,000 accruing VMs with
@@ -22,6 +25,10 @@ import { ManualClock } from '../src/clock.js';
 import { PgliteDb, PostgresDb, type Db } from '../src/db/db.js';
 import { migrate } from '../src/db/migrate.js';
 import { Meter } from '../src/modules/billing/meter.js';
+import { createServices } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { ClockService } from '../src/modules/clock/service.js';
+import { MemoryRateLimitStore } from '../src/http/rate-limit-store.js';
 import type { BenchResult } from './run.js';
 import type { Scope } from './cleanup.js';
 import { withScope } from './cleanup.js';
@@ -54,6 +61,14 @@ async function scratchDb(scope: Scope, kind: DbKind): Promise<Db> {
   return db;
 }
 
+/** Fails unless every balance is the sum of its transactions. */
+async function checkBalances(db: Db): Promise<void> {
+  const off = await db.query(
+    `SELECT b.user_id FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(sum(t.amount_micros), 0) LIMIT 1`,
+  );
+  if (off.rows.length) throw new Error('metering bench: a balance differs from the sum of its transactions');
+}
+
 /** Fails unless every VM has exactly `periods` usage logs and every balance is the sum of its transactions. */
 async function check(db: Db, vms: number, periods: number): Promise<void> {
   const logs = await db.query<{ n: number; vms: number; max: number; min: number }>(
@@ -65,10 +80,65 @@ async function check(db: Db, vms: number, periods: number): Promise<void> {
       `metering bench: expected ${periods} period(s) for each of ${vms} VMs, found ${l.n} logs over ${l.vms} VMs`,
     );
   }
-  const off = await db.query(
-    `SELECT b.user_id FROM balances b LEFT JOIN transactions t ON t.user_id = b.user_id GROUP BY b.user_id HAVING b.balance_micros <> COALESCE(sum(t.amount_micros), 0) LIMIT 1`,
-  );
-  if (off.rows.length) throw new Error('metering bench: a balance differs from the sum of its transactions');
+  await checkBalances(db);
+}
+
+const OFFLINE_NODE = 'bench-offline';
+
+/**
+ * An operator takes a node with `vms` VMs offline (PATCH /admin/nodes/{node}'s service call), half-way through a
+ * billing period: each VM goes offline in the one transaction, its open period closed and charged.
+ */
+export async function timeNodeOffline(kind: DbKind, vms = 1000): Promise<BenchResult> {
+  return withScope(async (scope) => {
+    const db = await scratchDb(scope, kind);
+    await seedFleet(db, vms, T0);
+    const jwtSecret = randomBytes(24).toString('hex');
+    const config = loadConfig({
+      GPUCLOUD_CLOCK: 'manual',
+      GPUCLOUD_JWT_SECRET: jwtSecret,
+      GPUCLOUD_BILLING_INTERVAL_S: String(INTERVAL_S),
+      LOG_LEVEL: 'silent',
+    });
+    const clock = await ClockService.create(db, 'manual', T0 + (INTERVAL_S * 1000) / 2);
+    const services = createServices({ config, db, clock, rateLimitStore: new MemoryRateLimitStore(), jwtSecret });
+    await services.inventory.ensureDefaultPricing();
+    // More VMs than a node of 64 GPUs could hold: the seeded fleet moved onto one node.
+    await services.inventory.createNode({
+      node: OFFLINE_NODE,
+      gpu_type: '4090',
+      gpu_count: 64,
+      ram_gb: 2048,
+      cpu_cores: 256,
+      cpu_model: 'Bench EPYC',
+      pcie_gen: '4.0',
+      max_storage_gb: 100_000,
+      location: 'bench',
+      cluster_name: 'bench',
+    });
+    await db.query('UPDATE vms SET node = $1', [OFFLINE_NODE]);
+    const running = Number(
+      (await db.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM vms WHERE status = 'running'`)).rows[0]!.n,
+    );
+    const started = performance.now();
+    await services.inventory.patchNode(OFFLINE_NODE, { status: 'offline' });
+    const seconds = (performance.now() - started) / 1000;
+    const after = (
+      await db.query<{ offline: number; logs: number }>(
+        `SELECT (SELECT count(*) FROM vms WHERE status = 'offline')::int8 AS offline,
+                (SELECT count(DISTINCT vm_id) FROM usage_logs)::int8 AS logs`,
+      )
+    ).rows[0]!;
+    if (Number(after.offline) !== vms || Number(after.logs) !== running) {
+      throw new Error(
+        `node-offline bench: expected ${vms} VMs offline and ${running} periods closed, found ${after.offline} and ${after.logs}`,
+      );
+    }
+    await checkBalances(db);
+    const name = `a node with ${vms} VMs goes offline`;
+    console.log(`${name} (${kind}): ${seconds.toFixed(2)} s`);
+    return { kind: 'metering', name, db: kind, seconds };
+  });
 }
 
 /** `workers` meters, each on a connection pool of its own (PostgreSQL), close at once. */

@@ -16,6 +16,10 @@
  *             the tables; on PostgreSQL also an idle worker's transactions
  *             per second at 50,000 VMs and its SIGTERM-to-exit time during a
  *             close (bench/metering.ts)
+ *   node-offline
+ *             seconds an operator's `status: offline` takes for a node with
+ *             1,000 VMs, seeded the same way, half-way through a billing
+ *             period (bench/metering.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -32,7 +36,7 @@ import { parseArgs } from 'node:util';
 import { REPO_ROOT } from '../scripts/soak/server.js';
 import { releaseOnSignals } from './cleanup.js';
 import { httpBench, SERVICE_CASES } from './http.js';
-import { meteringBench } from './metering.js';
+import { meteringBench, timeNodeOffline } from './metering.js';
 import { realVmBench } from './real-vm.js';
 import type { DbKind } from './service.js';
 import { startupBench } from './startup.js';
@@ -77,7 +81,7 @@ export interface BenchOptions {
 }
 
 const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
-const CASES = [...HTTP_CASES, 'startup', 'metering', 'real-vm'];
+const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'real-vm'];
 
 interface Args {
   cases: string[];
@@ -128,6 +132,10 @@ async function runCases(a: Args): Promise<BenchResult[]> {
     if (a.cases.includes('metering')) {
       console.log(`== metering (${db})`);
       results.push(...(await meteringBench(db, o.repo)));
+    }
+    if (a.cases.includes('node-offline')) {
+      console.log(`== node-offline (${db})`);
+      results.push(await timeNodeOffline(db));
     }
   }
   if (a.cases.includes('real-vm')) {

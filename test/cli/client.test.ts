@@ -37,7 +37,7 @@ type ReservationsOut = BodyFor<'/reservations', 'get', 200>;
 type CancelledOut = BodyFor<'/reservations/{reservation_id}', 'delete', 200>;
 type EventsOut = BodyFor<'/events', 'get', 200>;
 import { createNode, createUser, credit, tokensOf, type TestUser } from '../helpers/factories.js';
-import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
+import { generateKey } from '../ssh-keys/keygen.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import { runCli } from '../../src/cli/index.js';
 import { COMMANDS } from '../../src/cli/commands.js';
@@ -74,7 +74,6 @@ describe('gpucloud client commands', () => {
   });
   after(async () => {
     await t?.close();
-    cleanupKeys();
     dirs.forEach((d) => rmSync(d, { recursive: true, force: true }));
   });
 

@@ -1,7 +1,7 @@
 /**
  * Idempotency-Key on POST /ssh-keys and POST /api-keys (docs/errors.md#idempotency-keys).
  */
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
@@ -11,9 +11,7 @@ import { describeEachDb, type Res } from '../helpers/app.js';
 import { PostgresDb } from '../../src/db/db.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
 import { api, codeOf, type RequestBody } from '../helpers/api.js';
-import { cleanupKeys, generateKey } from '../ssh-keys/keygen.js';
-
-after(cleanupKeys);
+import { generateKey } from '../ssh-keys/keygen.js';
 
 /** Asserts that `b` answered as `a` did; narrows `b` to the status of `a`. */
 function same<A extends Res, B extends Res>(a: A, b: B, what = 'replay'): asserts b is B & { status: A['status'] } {

@@ -28,19 +28,6 @@ export interface GeneratedKey {
   bits: number;
 }
 
-let dir: string | undefined;
-let n = 0;
-function workDir(): string {
-  dir ??= mkdtempSync(join(tmpdir(), 'gpucloud-sshkeys-'));
-  return dir;
-}
-
-/** Cleans up the generated files (call from an after hook). */
-export function cleanupKeys(): void {
-  if (dir) rmSync(dir, { recursive: true, force: true });
-  dir = undefined;
-}
-
 /** What `ssh-keygen -l -E sha256 -f <file>` says: bits and fingerprint. */
 export function keygenFingerprint(pubFile: string): { bits: number; fingerprint: string } {
   const out = execFileSync('ssh-keygen', ['-l', '-E', 'sha256', '-f', pubFile], { encoding: 'utf8' });
@@ -61,18 +48,24 @@ interface KeyOptions {
   comment?: string;
 }
 
-/** `ssh-keygen -q -t <type> [-b bits] -N '' -C <comment> -f <tmp>`. */
-function freshKey(type: KeyType, opts: KeyOptions): GeneratedKey {
+/** `make(file)` in a folder of its own, removed afterwards. */
+function inScratchDir<T>(make: (file: string) => T): T {
   const dir = mkdtempSync(join(tmpdir(), 'gpucloud-sshkey-'));
   try {
-    const file = join(dir, 'k');
+    return make(join(dir, 'k'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** `ssh-keygen -q -t <type> [-b bits] -N '' -C <comment> -f <tmp>`. */
+function freshKey(type: KeyType, opts: KeyOptions): GeneratedKey {
+  return inScratchDir((file) => {
     const args = ['-q', '-t', type, '-N', '', '-C', opts.comment ?? 'me@laptop', '-f', file];
     if (opts.bits) args.push('-b', String(opts.bits));
     execFileSync('ssh-keygen', args);
     return describe(`${file}.pub`);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 const POOL = join(tmpdir(), 'gpucloud-ssh-key-pool');
@@ -131,7 +124,8 @@ const sshString = (b: Buffer | string) => {
 export function skEd25519Key(comment = 'yubikey'): GeneratedKey {
   const type = 'sk-ssh-ed25519@openssh.com';
   const blob = Buffer.concat([sshString(type), sshString(randomBytes(32)), sshString('ssh:')]);
-  const file = join(workDir(), `sk${++n}.pub`);
-  writeFileSync(file, `${type} ${blob.toString('base64')} ${comment}\n`);
-  return describe(file);
+  return inScratchDir((file) => {
+    writeFileSync(file, `${type} ${blob.toString('base64')} ${comment}\n`);
+    return describe(file);
+  });
 }

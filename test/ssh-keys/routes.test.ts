@@ -2,15 +2,13 @@
  * /ssh-keys over HTTP (upload, list, get, delete, limits, ownership, scopes): real keys made by
  * ssh-keygen, fingerprints compared with `ssh-keygen -l -E sha256`.
  */
-import { after, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describeEachDb } from '../helpers/app.js';
 import { api, type Api, type BodyFor } from '../helpers/api.js';
 import { world } from '../helpers/world.js';
-import { cleanupKeys, generateKey, skEd25519Key, type GeneratedKey } from './keygen.js';
-
-after(cleanupKeys);
+import { generateKey, skEd25519Key, type GeneratedKey } from './keygen.js';
 
 const RECORD_FIELDS = ['created_at', 'fingerprint', 'id', 'key_type', 'label'];
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

@@ -105,6 +105,61 @@ for (const kind of DB_KINDS) {
       assert.equal(n, 1);
     });
 
+    test("a transaction's first statement runs inside it, whatever it is and however it ends", async () => {
+      const txid = 'SELECT txid_current()::int8 AS id';
+      // One after another, so that connections come back to the pool and are used again (their BEGIN prepared).
+      for (let i = 0; i < 6; i++) {
+        const [a, b] = await t.db.transaction(async (tx) => [
+          (await tx.query<{ id: number }>(i % 2 ? txid : `${txid} WHERE $1::int > 0`, i % 2 ? [] : [1])).rows[0]!.id,
+          (await tx.query<{ id: number }>(txid)).rows[0]!.id,
+        ]);
+        assert.equal(a, b, 'both statements ran in one transaction');
+      }
+      for (let i = 0; i < 4; i++) {
+        // An insert first (with parameters or without), then the transaction fails in JS: nothing stays.
+        await assert.rejects(
+          t.db.transaction(async (tx) => {
+            if (i % 2) await tx.query(`INSERT INTO stmt_t (id, name) VALUES (${50 + i}, 'gone-${i}')`);
+            else await tx.query(`INSERT INTO stmt_t (id, name) VALUES ($1, $2)`, [50 + i, `gone-${i}`]);
+            throw new Error('changed my mind');
+          }),
+          /changed my mind/,
+        );
+        // The first statement fails: nothing of the transaction runs after it, and the connection goes on.
+        await assert.rejects(
+          t.db.transaction(async (tx) => {
+            await tx.query(`INSERT INTO stmt_t (id, name) VALUES ($1, $2)`, [60 + i, 'dup']);
+            await tx.query(`INSERT INTO stmt_t (id, name) VALUES ($1, $2)`, [70 + i, 'never']);
+          }),
+          (err: unknown) => pgErrorCode(err) === PG.uniqueViolation,
+        );
+        await assert.rejects(
+          t.db.transaction((tx) => tx.query(`SELEC 1`)),
+          (err: unknown) => pgErrorCode(err) === '42601',
+        );
+      }
+      const left = await t.db.query(`SELECT id FROM stmt_t WHERE id >= 50 AND id < 80`);
+      assert.deepEqual(left.rows, []);
+      // A script first, then a failure: rolled back as well.
+      await assert.rejects(
+        t.db.transaction(async (tx) => {
+          await tx.exec(
+            `INSERT INTO stmt_t (id, name) VALUES (80, 'script-a'); INSERT INTO stmt_t (id, name) VALUES (81, 'script-b')`,
+          );
+          throw new Error('no');
+        }),
+        /no/,
+      );
+      assert.equal((await t.db.query(`SELECT id FROM stmt_t WHERE id IN (80, 81)`)).rows.length, 0);
+      // A transaction that runs no statement gives its value and changes nothing.
+      assert.equal(await t.db.transaction(async () => 'nothing'), 'nothing');
+      const n = await t.db.transaction(async (tx) => {
+        await tx.query(`INSERT INTO stmt_t (id, name) VALUES ($1, $2)`, [90, 'kept']);
+        return (await tx.query<{ n: number }>(`SELECT count(*)::int8 AS n FROM stmt_t WHERE id = 90`)).rows[0]!.n;
+      });
+      assert.equal(n, 1);
+    });
+
     test('a statement is planned once per connection, and again when its table changes shape', async () => {
       await t.db.exec(`CREATE TABLE stmt_shape (id int PRIMARY KEY); INSERT INTO stmt_shape VALUES (1), (2)`);
       const sql = 'SELECT * FROM stmt_shape WHERE id = $1';

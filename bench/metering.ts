@@ -40,7 +40,8 @@ const INTERVAL_S = 3600;
 const T0 = Date.UTC(2026, 0, 1);
 const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
-async function scratchDb(scope: Scope, kind: DbKind): Promise<Db> {
+/** A migrated scratch database: an in-memory PGlite, or a schema of its own on DATABASE_URL. */
+export async function scratchDb(scope: Scope, kind: DbKind): Promise<Db> {
   if (kind === 'embedded') {
     const db = await PgliteDb.open();
     scope.defer(() => db.close());

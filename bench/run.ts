@@ -20,6 +20,11 @@
  *             seconds an operator's `status: offline` takes for a node with
  *             1,000 VMs, seeded the same way, half-way through a billing
  *             period (bench/metering.ts)
+ *   history   milliseconds of the reads of request paths and background
+ *             loops behind a long history (200,000 destroyed or failed VMs
+ *             on PostgreSQL, 20,000 embedded, with their events, webhook
+ *             deliveries, refresh tokens...) seeded into the tables
+ *             (bench/history.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -36,14 +41,15 @@ import { parseArgs } from 'node:util';
 import { REPO_ROOT } from '../scripts/soak/server.js';
 import { releaseOnSignals } from './cleanup.js';
 import { httpBench, SERVICE_CASES } from './http.js';
+import { historyBench } from './history.js';
 import { meteringBench, timeNodeOffline } from './metering.js';
 import { realVmBench } from './real-vm.js';
 import type { DbKind } from './service.js';
 import { startupBench } from './startup.js';
 
 export interface BenchResult {
-  /** Which table prints it: HTTP load, start-up, or (absent) the real-VM timings. */
-  kind?: 'http' | 'startup' | 'metering';
+  /** Which table prints it: HTTP load, start-up, metering, history reads, or (absent) the real-VM timings. */
+  kind?: 'http' | 'startup' | 'metering' | 'history';
   name: string;
   db: string;
   /** HTTP: successful answers per second and their latency; null where not measured. */
@@ -65,6 +71,8 @@ export interface BenchResult {
   rss_5s_mb?: number | null;
   /** HTTP: length of the measured run; start-up: time to ready; real-VM: the median. */
   seconds?: number;
+  /** History: the median milliseconds of the read. */
+  ms?: number;
   min_s?: number;
   max_s?: number;
   runs?: number;
@@ -81,7 +89,7 @@ export interface BenchOptions {
 }
 
 const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
-const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'real-vm'];
+const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'real-vm'];
 
 interface Args {
   cases: string[];
@@ -136,6 +144,10 @@ async function runCases(a: Args): Promise<BenchResult[]> {
     if (a.cases.includes('node-offline')) {
       console.log(`== node-offline (${db})`);
       results.push(await timeNodeOffline(db));
+    }
+    if (a.cases.includes('history')) {
+      console.log(`== history (${db})`);
+      results.push(...(await historyBench(db)));
     }
   }
   if (a.cases.includes('real-vm')) {
@@ -198,6 +210,11 @@ function printMetering(rows: BenchResult[]): void {
   for (const r of rows) console.log([r.name.padEnd(46), r.db.padEnd(9), num(r.seconds).padStart(8)].join(' '));
 }
 
+function printHistory(rows: BenchResult[]): void {
+  console.log(['history'.padEnd(72), 'db'.padEnd(9), 'ms'.padStart(8)].join(' '));
+  for (const r of rows) console.log([r.name.padEnd(72), r.db.padEnd(9), num(r.ms).padStart(8)].join(' '));
+}
+
 function printRealVm(rows: BenchResult[]): void {
   console.log(
     [
@@ -229,6 +246,7 @@ function print(results: BenchResult[]): void {
     ['http', printHttp],
     ['startup', printStartup],
     ['metering', printMetering],
+    ['history', printHistory],
     [undefined, printRealVm],
   ];
   for (const [kind, printer] of tables) {

@@ -1,8 +1,8 @@
 -- Reads that must not slow down as history piles up (docs/architecture.md#history): a customer who
 -- has created and destroyed thousands of VMs creates the next one, and lists the live ones, as fast
 -- as on the first day, and the background loops cost the same in a service's fifth year as in its
--- first. Destroyed VMs, finished webhook deliveries, spent refresh tokens and old idempotency keys
--- stay in their tables (for the record, or until housekeeping removes them).
+-- first. Destroyed VMs stay in their table for the record; finished webhook deliveries, expired
+-- refresh tokens and old idempotency keys until housekeeping removes them.
 
 -- A user's VMs that are not destroyed, newest first: the VM and GPU limits of a create or start,
 -- the default VM list, and the hourly spend.
@@ -25,6 +25,10 @@ CREATE INDEX webhook_attempts_delivery ON webhook_attempts (webhook_id, event_id
 
 -- A user's live refresh tokens: signing out everywhere, a new password or two-factor change revokes them.
 CREATE INDEX refresh_tokens_user_live ON refresh_tokens (user_id) WHERE revoked_at IS NULL;
+
+-- Housekeeping of refresh tokens and two-factor challenges long expired.
+CREATE INDEX refresh_tokens_expires ON refresh_tokens (expires_at);
+CREATE INDEX auth_challenges_expires ON auth_challenges (expires_at);
 
 -- Housekeeping of idempotency keys past their 24 hours.
 CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);

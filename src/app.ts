@@ -217,6 +217,7 @@ export function createServices(deps: AppDeps): Services {
     run: async (now) => {
       await purgeExpiredIdempotencyKeys(deps.db, now);
       await webhooks.purge(now);
+      await auth.purgeExpired(now);
       return 0; // housekeeping: never a reason for another pass
     },
   });

@@ -400,6 +400,35 @@ describeEachDb('sessions', (t) => {
     await ok(other.access_token, u.id);
   });
 
+  test('records: an expired refresh token is kept 30 days past its expiry, then forgotten', async () => {
+    const tokenRows = async (userId: number) =>
+      Number(
+        (
+          await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM refresh_tokens WHERE user_id = $1', [
+            userId,
+          ])
+        ).rows[0]!.n,
+      );
+    const u = await createUser(t());
+    const rotated = await refresh(u.refresh);
+    assert.equal(rotated.status, 200, rotated.text);
+    const other = await createUser(t());
+    assert.equal(await tokenRows(u.id), 2);
+    // Both expire with the session, 30 days after the login; kept 30 days more.
+    await advance(60 * DAY - 120);
+    assert.equal(await tokenRows(u.id), 2, 'kept until 30 days past expiry');
+    assertUnauthorized(await refresh(rotated.body.refresh_token), 'expired');
+    const later = await login(u); // a new session, to log the old one out with
+    assert.equal((await logout(later.access_token, u.refresh)).status, 204, 'an expired token still names its session');
+    await advance(240); // the housekeeping pass of the advance forgets them
+    assert.equal(await tokenRows(u.id), 1, "only the new session's token is left");
+    assertUnauthorized(await logout(later.access_token, rotated.body.refresh_token), 'forgotten: an unknown token');
+    const goesOn = await refresh(later.refresh_token);
+    assert.equal(goesOn.status, 200, goesOn.text);
+    await ok(goesOn.body.access_token, u.id, 'the new session goes on');
+    assert.equal(await tokenRows(other.id), 0, "another user's expired token went too");
+  });
+
   test("logout: unknown token 401, someone else's token 401 and untouched, no bearer 401, bad body 422", async () => {
     const u = await createUser(t());
     const victim = await createUser(t());

@@ -534,4 +534,24 @@ describeEachDb('two-factor', (t) => {
     }
     await assertTokens(await verify(ch, at(0)), u.id, 'otpauth current step');
   });
+  test('records: a login challenge is forgotten 30 days after it expired', async () => {
+    const u = await createUser(t());
+    const { secret } = await enable2fa(u);
+    const ch = await challenge(u);
+    const rows = async () =>
+      Number(
+        (
+          await t().db.query<{ n: number }>('SELECT count(*)::int8 AS n FROM auth_challenges WHERE user_id = $1', [
+            u.id,
+          ])
+        ).rows[0]!.n,
+      );
+    assert.equal(await rows(), 1);
+    await advance(300 + 30 * 86_400 - 60);
+    assert.equal(await rows(), 1, 'kept until 30 days past its expiry');
+    expectError(await verify(ch, code(secret)), 401, 'unauthorized', undefined, 'expired');
+    await advance(120);
+    assert.equal(await rows(), 0, 'forgotten by the housekeeping pass');
+    expectError(await verify(ch, code(secret)), 401, 'unauthorized', undefined, 'unknown');
+  });
 });

@@ -283,3 +283,21 @@ export async function updateUserAdmin(
   );
   return r.rows[0];
 }
+
+// ---- housekeeping ----
+
+/**
+ * Forgets up to `limit` refresh tokens and up to `limit` two-factor challenges that expired before `before`;
+ * returns how many.
+ */
+export async function purgeExpired(q: Queryable, before: Date, limit: number): Promise<number> {
+  const tokens = await q.query(
+    'DELETE FROM refresh_tokens WHERE id IN (SELECT id FROM refresh_tokens WHERE expires_at < $1 LIMIT $2)',
+    [before, limit],
+  );
+  const challenges = await q.query(
+    'DELETE FROM auth_challenges WHERE id IN (SELECT id FROM auth_challenges WHERE expires_at < $1 LIMIT $2)',
+    [before, limit],
+  );
+  return tokens.rowCount + challenges.rowCount;
+}

@@ -23,6 +23,13 @@ export interface LoginClient {
 }
 
 export const REFRESH_TTL_MS = 30 * 24 * 3600 * 1000;
+/**
+ * How long the record of an expired refresh token or two-factor challenge is kept: until then, logging out with
+ * an expired refresh token still ends its session (docs/authentication.md#refresh-tokens).
+ */
+export const KEEP_EXPIRED_MS = 30 * 24 * 3600 * 1000;
+/** At most this many of each are forgotten per housekeeping pass, so that a backlog goes in short statements. */
+const PURGE_BATCH = 5_000;
 export const CHALLENGE_TTL_S = 300;
 export const CHALLENGE_MAX_ATTEMPTS = 5;
 /** Wrong second-factor codes in a row (across logins) that lock an account's second factor ... */
@@ -266,6 +273,11 @@ export class AuthService {
       await repo.revokeFamily(tx, row.family_id, userId, this.clock.now(), 'logout');
     });
     this.forgetUser(userId);
+  }
+
+  /** Housekeeping: forgets refresh tokens and two-factor challenges expired for longer than KEEP_EXPIRED_MS. */
+  async purgeExpired(now: Date): Promise<number> {
+    return repo.purgeExpired(this.db, new Date(now.getTime() - KEEP_EXPIRED_MS), PURGE_BATCH);
   }
 
   // ---- the operator's view of accounts (modules/admin): the users table is written here only ----

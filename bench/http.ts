@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import { must } from '../scripts/soak/client.js';
 import { REPO_ROOT, startChildServer } from '../scripts/soak/server.js';
 import { withScope, type Scope } from './cleanup.js';
-import { CONNECTIONS, measure, type Load, type Measurement } from './load.js';
+import { CONNECTIONS, measure, WARMUP_S, type Load, type Measurement } from './load.js';
 import type { BenchOptions, BenchResult } from './run.js';
 import { BENCH_RATE_LIMIT, benchAdmin, freshDatabase, startService, type ServiceDb } from './service.js';
 import { CYCLE_CUSTOMERS, liveVms, login, setupWorld, vmRequest, type World } from './setup.js';
@@ -246,13 +246,14 @@ async function measureService(
   const world = await setupWorld(service.url, admin, tmpDir, CONNECTIONS);
   const searchBody = await (await fetch(`${service.url}/search`)).text();
   const measured = new Map<ServiceCase, Measurement>();
-  let window = { start: 0, requests: 0 };
+  let lastRequests = 0;
   for (const c of cases) {
-    window = await roomInRateLimitWindow(window);
+    await afterRateLimitWindow(lastRequests);
     const m = await measure(await c.load(world), o.durationS);
     console.log(describe(c.title, m));
     measured.set(c, m);
-    window.requests += m.requests;
+    // The warm-up's requests count too: 2 s at the measured rate.
+    lastRequests = m.requests * (1 + WARMUP_S / o.durationS);
   }
   await service.stop();
   return { measured, inputs: { world, db, searchBody, tmpDir } };
@@ -263,15 +264,13 @@ const RATE_WINDOW_MS = 60_000;
 /**
  * The bench's anonymous requests all come from one address, and its rate limits count per fixed minute of the
  * wall clock: on a quick machine two cases in one minute (`/search` then `/pricing`, 50,000 req/s each) pass the
- * most the configuration allows. A case starts in the next minute when this one has counted more than 40 % of
- * the limit already. Returns the window the next case runs in, with what it has counted so far.
+ * most the configuration allows. After a case that sent more than 40 % of the limit (with its warm-up), the next
+ * one starts at the next minute, where nothing of it counts.
  */
-async function roomInRateLimitWindow(w: { start: number; requests: number }) {
-  const start = Math.floor(Date.now() / RATE_WINDOW_MS) * RATE_WINDOW_MS;
-  if (start !== w.start) return { start, requests: 0 };
-  if (w.requests <= 0.4 * BENCH_RATE_LIMIT) return w;
-  await new Promise((r) => setTimeout(r, start + RATE_WINDOW_MS - Date.now() + 100));
-  return { start: start + RATE_WINDOW_MS, requests: 0 };
+async function afterRateLimitWindow(lastRequests: number): Promise<void> {
+  if (lastRequests <= 0.4 * BENCH_RATE_LIMIT) return;
+  const now = Date.now();
+  await new Promise((r) => setTimeout(r, Math.floor(now / RATE_WINDOW_MS + 1) * RATE_WINDOW_MS - now + 100));
 }
 
 function baselineEnv(mode: Baseline['mode'], inputs: BaselineInputs): Record<string, string> {

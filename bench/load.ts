@@ -9,7 +9,7 @@
 import autocannon from 'autocannon';
 
 export const CONNECTIONS = 50;
-const WARMUP_S = 2;
+export const WARMUP_S = 2;
 
 export interface Load {
   url: string;

@@ -451,3 +451,29 @@ describeEachDb('sessions', (t) => {
     assert.equal((await refresh(u.refresh)).status, 200);
   });
 });
+
+describeEachDb(
+  'sessions longer than a refresh token',
+  (t) => {
+    const refresh = (refresh_token: string) => api(t()).post('/auth/refresh', { body: { refresh_token } });
+    const advance = (s: number) => t().services.clock.advance(s);
+
+    test("a session's length still counts from its login after its first tokens are forgotten", async () => {
+      const u = await createUser(t());
+      let token = u.refresh;
+      // Refreshed every 20 days: by day 80 the tokens of the first 20 days expired more than 30 days ago.
+      for (let day = 20; day <= 80; day += 20) {
+        await advance(20 * DAY);
+        const r = await refresh(token);
+        assert.equal(r.status, 200, `day ${day}: ${r.text}`);
+        token = r.body.refresh_token;
+      }
+      await advance(10 * DAY + 60); // day 90 and a minute: the session is 90 days old
+      assertUnauthorized(await refresh(token), 'past GPUCLOUD_SESSION_MAX_DAYS');
+      // Every token of the session is kept while the session can be alive: its first one says when it began.
+      const kept = await t().db.query('SELECT 1 FROM refresh_tokens WHERE user_id = $1', [u.id]);
+      assert.equal(kept.rows.length, 5);
+    });
+  },
+  { env: { GPUCLOUD_SESSION_MAX_DAYS: '90' } },
+);

@@ -288,11 +288,16 @@ export async function updateUserAdmin(
 
 /**
  * Forgets up to `limit` refresh tokens and up to `limit` two-factor challenges that expired before `before`;
- * returns how many.
+ * returns how many. A session's tokens go only together, once the last of them expired before `before`: its
+ * first token says when it began, which bounds its length.
  */
 export async function purgeExpired(q: Queryable, before: Date, limit: number): Promise<number> {
   const tokens = await q.query(
-    'DELETE FROM refresh_tokens WHERE id IN (SELECT id FROM refresh_tokens WHERE expires_at < $1 LIMIT $2)',
+    `DELETE FROM refresh_tokens WHERE id IN (
+       SELECT r.id FROM refresh_tokens r
+        WHERE r.expires_at < $1
+          AND NOT EXISTS (SELECT 1 FROM refresh_tokens n WHERE n.family_id = r.family_id AND n.expires_at >= $1)
+        LIMIT $2)`,
     [before, limit],
   );
   const challenges = await q.query(

@@ -24,8 +24,9 @@ export interface LoginClient {
 
 export const REFRESH_TTL_MS = 30 * 24 * 3600 * 1000;
 /**
- * How long the record of an expired refresh token or two-factor challenge is kept: until then, logging out with
- * an expired refresh token still ends its session (docs/authentication.md#refresh-tokens).
+ * How long the records of a session whose refresh tokens all expired, or of an expired two-factor challenge, are
+ * kept: until then, logging out with an expired refresh token still ends its session
+ * (docs/authentication.md#refresh-tokens).
  */
 export const KEEP_EXPIRED_MS = 30 * 24 * 3600 * 1000;
 /** At most this many of each are forgotten per housekeeping pass, so that a backlog goes in short statements. */

@@ -107,7 +107,7 @@ for (const kind of DB_KINDS) {
 
     test("a transaction's first statement runs inside it, whatever it is and however it ends", async () => {
       const txid = 'SELECT txid_current()::int8 AS id';
-      // One after another, so that connections come back to the pool and are used again (their BEGIN prepared).
+      // One after another, so that connections come back to the pool and are used again.
       for (let i = 0; i < 6; i++) {
         const [a, b] = await t.db.transaction(async (tx) => [
           (await tx.query<{ id: number }>(i % 2 ? txid : `${txid} WHERE $1::int > 0`, i % 2 ? [] : [1])).rows[0]!.id,

@@ -12,6 +12,8 @@ export interface AgentHostGpu {
   model: string;
   vfio: boolean;
   iommu_group: number | null;
+  /** The VM the device is bound to now (only a VM whose QEMU runs holds one), or null. */
+  vm_id: string | null;
 }
 
 export interface AgentVmState {
@@ -19,6 +21,7 @@ export interface AgentVmState {
   /** stopped: no QEMU process; booting: QEMU runs, SSH not up yet; running: SSH answers. */
   state: 'stopped' | 'booting' | 'running' | 'stopping';
   ssh: { host: string; port: number; user: string };
+  /** The devices bound to the VM now: given at start, given back whenever it stops. */
   gpus: string[];
   /** Why the VM last stopped without being asked to: the guest powered off, or QEMU died. */
   exit_reason: 'guest_powered_off' | 'crashed' | null;

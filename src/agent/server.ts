@@ -6,9 +6,10 @@
  *
  *   GET    /healthz               liveness, no token
  *   GET    /v1/host               the host (version, accelerator, CPU, GPUs, templates) and every VM
- *   PUT    /v1/vms/:id            provision (idempotent): disk overlay, seed, SSH port, GPUs
+ *   PUT    /v1/vms/:id            provision (idempotent): disk overlay, seed, SSH port
  *   GET    /v1/vms/:id            one VM's state
- *   POST   /v1/vms/:id/start      start QEMU; the VM is `booting` until SSH answers, then `running`
+ *   GET    /v1/vms/:id/console    the end of its serial console (text, `?bytes=` up to 65536)
+ *   POST   /v1/vms/:id/start      bind its GPUs and start QEMU; `booting` until SSH answers, then `running`
  *   POST   /v1/vms/:id/stop       {timeout_s}: ACPI power-down, a hard quit after timeout_s
  *   DELETE /v1/vms/:id            stop hard and remove every file of the VM
  */
@@ -43,6 +44,11 @@ const StopBody = Type.Object(
   { additionalProperties: false },
 );
 const IdParams = Type.Object({ id: Type.String({ pattern: UUID.source }) });
+const ConsoleQuery = Type.Object(
+  // A string: the agent never coerces types, and a query string is text.
+  { bytes: Type.Optional(Type.String({ pattern: '^[1-9][0-9]{0,4}$' })) },
+  { additionalProperties: false },
+);
 
 export interface AgentServerOptions {
   token: string;
@@ -106,20 +112,24 @@ export async function buildAgentApp(
 
   app.get('/healthz', async () => ({ status: 'ok' }));
 
-  app.get('/v1/host', async () => ({
-    agent_version: AGENT_VERSION,
-    accel: opts.accel,
-    host_cpu_model: cpuModel,
-    host_gpus: vms.gpus.map((g) => ({
-      pci_address: g.pci_address,
-      model: g.model,
-      vfio: g.vfio,
-      iommu_group: g.iommu_group,
-    })),
-    public_host: opts.publicHost,
-    templates: templates.list().map((t) => ({ vmid: t.vmid, user: t.user })),
-    vms: vms.list(),
-  }));
+  app.get('/v1/host', async () => {
+    const holders = vms.gpuHolders();
+    return {
+      agent_version: AGENT_VERSION,
+      accel: opts.accel,
+      host_cpu_model: cpuModel,
+      host_gpus: vms.gpus.map((g) => ({
+        pci_address: g.pci_address,
+        model: g.model,
+        vfio: g.vfio,
+        iommu_group: g.iommu_group,
+        vm_id: holders.get(g.pci_address) ?? null,
+      })),
+      public_host: opts.publicHost,
+      templates: templates.list().map((t) => ({ vmid: t.vmid, user: t.user })),
+      vms: vms.list(),
+    };
+  });
 
   app.put<{ Params: Static<typeof IdParams>; Body: Static<typeof ProvisionBody> }>(
     '/v1/vms/:id',
@@ -136,6 +146,16 @@ export async function buildAgentApp(
 
   app.get<{ Params: Static<typeof IdParams> }>('/v1/vms/:id', { schema: { params: IdParams } }, async (req) =>
     vms.view(req.params.id),
+  );
+
+  app.get<{ Params: Static<typeof IdParams>; Querystring: Static<typeof ConsoleQuery> }>(
+    '/v1/vms/:id/console',
+    { schema: { params: IdParams, querystring: ConsoleQuery } },
+    async (req, reply) =>
+      reply
+        .type('text/plain; charset=utf-8')
+        .header('x-content-type-options', 'nosniff')
+        .send(vms.consoleTail(req.params.id, Math.min(65_536, Number(req.query.bytes ?? 16_384)))),
   );
 
   app.post<{ Params: Static<typeof IdParams> }>('/v1/vms/:id/start', { schema: { params: IdParams } }, async (req) =>

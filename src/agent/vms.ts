@@ -12,6 +12,17 @@
  * - One operation at a time per VM (a per-VM queue); every operation is safe
  *   to repeat: provisioning a VM that exists returns it, stopping a stopped
  *   VM or destroying a missing one does nothing.
+ * - Operations on different VMs run at the same time, so whatever two VMs
+ *   must not share (a vmid, an SSH port, a bridge address, a GPU) is claimed
+ *   synchronously, before the operation's first await, and given back if the
+ *   operation fails.
+ * - GPUs are bound only while QEMU runs: a VM gets its devices when it starts
+ *   and gives them back whenever it stops (asked, powered off by its guest,
+ *   crashed) or is destroyed. A stopped VM holds no device, so the host agrees
+ *   with the control plane, which gives a stopped VM's GPUs to the next renter
+ *   (a reserved VM's stay counted there, so its start always finds them free).
+ * - The serial console goes to a socket the agent reads into a capped log
+ *   (qemu/console.ts): a guest cannot fill the host's disk through it.
  * - A VM is `running` once its guest answers on SSH (the banner is read:
  *   user-mode networking accepts TCP before the guest listens).
  * - A VM whose QEMU ends without being asked is `stopped`, with the reason:
@@ -28,6 +39,7 @@ import { promisify } from 'node:util';
 import { qemuArgs, qmpArg, vmFiles } from './qemu/command.js';
 import { isAlive, launchQemu, readPid } from './qemu/process.js';
 import { QmpClient } from './qemu/qmp.js';
+import { ConsoleLog } from './qemu/console.js';
 import { fakeGpus, scanGpus, type HostGpu } from './gpus/scan.js';
 import { hashPassword, writeSeed } from './images/seed.js';
 import { freePortInRange, sshBanner } from './network/ssh-probe.js';
@@ -75,6 +87,9 @@ interface VmRecord {
   ram_mb: number;
   storage_gb: number;
   ssh_port: number;
+  /** How many GPUs the VM gets whenever it starts. */
+  gpu_count: number;
+  /** The devices bound to it now: set at start, emptied whenever QEMU ends. */
   gpus: string[];
   created_at: string;
   /** Bridge networking: the VM's address, MAC and tap device. */
@@ -92,6 +107,8 @@ interface Runtime {
   expectingExit: boolean;
   guestShutdown: boolean;
   generation: number;
+  /** The reader of the VM's serial console while QEMU runs. */
+  console: ConsoleLog | null;
 }
 
 /** A VM as the agent API shows it. */
@@ -118,6 +135,11 @@ export class VmManager {
   private readonly records = new Map<string, VmRecord>();
   private readonly runtime = new Map<string, Runtime>();
   private readonly queues = new Map<string, Promise<unknown>>();
+  /** SSH ports of every VM, and of provisions under way. */
+  private readonly ports = new Set<number>();
+  /** vmids and bridge addresses of provisions under way (the records hold the others). */
+  private readonly provisioningVmids = new Set<number>();
+  private readonly provisioningAddresses = new Set<string>();
   private readonly hostGpus: HostGpu[];
   private closed = false;
 
@@ -150,7 +172,10 @@ export class VmManager {
         continue;
       }
       const rec = JSON.parse(readFileSync(file, 'utf8')) as VmRecord;
+      // Records written before GPUs were bound at start held theirs from provisioning on.
+      if (typeof rec.gpu_count !== 'number') rec.gpu_count = rec.gpus.length;
       this.records.set(rec.id, rec);
+      this.ports.add(rec.ssh_port);
       // After a host reboot the taps are gone; a running VM still holds its own.
       if (bridge && rec.net) await ensureTap(rec.net.tap);
       const rt = this.rt(rec.id);
@@ -159,6 +184,7 @@ export class VmManager {
       if (pid !== null && isAlive(pid, qmpArg(dir))) {
         try {
           await this.attach(rec, pid);
+          this.readConsole(rec);
           rt.state = (await sshBanner(this.probe(rec).host, this.probe(rec).port, 1500)) ? 'running' : 'booting';
           if (rt.state === 'booting') void this.watchBoot(rec, rt.generation);
           this.log('re-attached to a running VM', { vm: rec.id, pid, state: rt.state });
@@ -170,6 +196,7 @@ export class VmManager {
         }
       } else {
         this.cleanRunFiles(dir);
+        this.releaseGpus(rec); // its QEMU ended while no agent ran
       }
     }
     await this.syncForwards();
@@ -188,11 +215,15 @@ export class VmManager {
     await applyForwards(bridge.subnet, forwards);
   }
 
+  /** Claims a free bridge address (given back with `provisioningAddresses.delete` if the provision fails). */
   private allocateAddress(subnet: Subnet): string {
     const used = new Set([...this.records.values()].map((r) => r.net?.ip));
     for (let host = 2; host <= hostCount(subnet) + 1; host++) {
       const ip = vmAddress(subnet, host);
-      if (!used.has(ip)) return ip;
+      if (!used.has(ip) && !this.provisioningAddresses.has(ip)) {
+        this.provisioningAddresses.add(ip);
+        return ip;
+      }
     }
     throw new AgentError(409, 'no_addresses', 'no free address left in the VM subnet');
   }
@@ -212,6 +243,7 @@ export class VmManager {
         expectingExit: false,
         guestShutdown: false,
         generation: 0,
+        console: null,
       };
       this.runtime.set(id, r);
     }
@@ -280,6 +312,25 @@ export class VmManager {
     return [...this.records.values()].some((r) => r.template_vmid === vmid);
   }
 
+  /** Which VM holds each bound GPU, by PCI address. */
+  gpuHolders(): Map<string, string> {
+    const holders = new Map<string, string>();
+    for (const r of this.records.values()) for (const g of r.gpus) holders.set(g, r.id);
+    return holders;
+  }
+
+  /** The end of a VM's serial console (the capped log the agent keeps). */
+  consoleTail(id: string, bytes: number): Buffer {
+    return ConsoleLog.tail(vmFiles(this.dir(this.mustGet(id))).consoleLog, bytes);
+  }
+
+  /** Writes vm.json whole (a temporary file renamed into place). */
+  private save(rec: VmRecord): void {
+    const file = join(this.dir(rec), 'vm.json');
+    writeFileSync(`${file}.tmp`, JSON.stringify(rec, null, 2) + '\n', { mode: 0o600 });
+    renameSync(`${file}.tmp`, file);
+  }
+
   provision(id: string, spec: ProvisionSpec): Promise<VmView> {
     if (!UUID.test(id)) throw new AgentError(422, 'validation_error', 'the VM id must be a UUID');
     return this.serial(id, async () => {
@@ -291,6 +342,8 @@ export class VmManager {
       for (const r of this.records.values()) {
         if (r.vmid === spec.vmid) throw new AgentError(409, 'conflict', `vmid ${spec.vmid} belongs to VM ${r.id}`);
       }
+      if (this.provisioningVmids.has(spec.vmid))
+        throw new AgentError(409, 'conflict', `vmid ${spec.vmid} is being provisioned for another VM`);
       const template = this.templates.get(spec.template_vmid);
       if (!template) {
         throw new AgentError(
@@ -299,99 +352,148 @@ export class VmManager {
           `template ${spec.template_vmid} is not on this host (add it with: gpucloud agent template add ${spec.template_vmid} FILE)`,
         );
       }
-      const gpus = this.allocateGpus(spec.gpu_count);
-      const taken = new Set([...this.records.values()].map((r) => r.ssh_port));
-      const port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, taken, this.opts.forwardHost);
-      if (port === null)
-        throw new AgentError(
-          409,
-          'no_ports',
-          `no free SSH port in ${this.opts.sshPorts.from}-${this.opts.sshPorts.to}`,
-        );
+      this.checkGpuCapacity(spec.gpu_count);
+      // Claimed before the first await, given back in `finally` unless the VM was recorded.
+      this.provisioningVmids.add(spec.vmid);
       const bridge = this.bridge();
-      const address = bridge ? this.allocateAddress(bridge.subnet) : null;
-      const rec: VmRecord = {
-        id,
-        vmid: spec.vmid,
-        template_vmid: spec.template_vmid,
-        user: template.user,
-        cpu_cores: spec.cpu_cores,
-        ram_mb: spec.ram_mb,
-        storage_gb: spec.storage_gb,
-        ssh_port: port,
-        gpus,
-        created_at: new Date().toISOString(),
-        ...(address ? { net: { ip: address, mac: macOf(address), tap: tapName(spec.vmid) } } : {}),
-      };
-      // Built in a temporary folder and renamed into place: a crash leaves no half VM behind.
-      const dir = this.dir(rec);
-      const tmp = `${dir}.tmp-${process.pid}`;
-      rmSync(tmp, { recursive: true, force: true });
-      mkdirSync(tmp, { mode: 0o700 });
+      let address: string | null = null;
+      let port: number | null = null;
+      let recorded = false;
       try {
-        await run('qemu-img', [
-          'create',
-          '-q',
-          '-f',
-          'qcow2',
-          '-F',
-          'qcow2',
-          '-b',
-          template.path,
-          join(tmp, 'disk.qcow2'),
-          `${spec.storage_gb}G`,
-        ]);
-        await writeSeed(tmp, {
-          instanceId: id,
-          hostname: `gpucloud-${spec.vmid}`,
+        address = bridge ? this.allocateAddress(bridge.subnet) : null;
+        port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, this.ports, this.opts.forwardHost);
+        if (port === null)
+          throw new AgentError(
+            409,
+            'no_ports',
+            `no free SSH port in ${this.opts.sshPorts.from}-${this.opts.sshPorts.to}`,
+          );
+        const rec: VmRecord = {
+          id,
+          vmid: spec.vmid,
+          template_vmid: spec.template_vmid,
           user: template.user,
-          authMethod: spec.auth_method,
-          sshPublicKeys: spec.auth_method === 'ssh_key' && spec.ssh_public_key ? [spec.ssh_public_key] : [],
-          passwordHash: spec.auth_method === 'password' && spec.password ? await hashPassword(spec.password) : null,
-          ...(bridge && rec.net
-            ? {
-                network: {
-                  mac: rec.net.mac,
-                  address: `${rec.net.ip}/${bridge.subnet.prefix}`,
-                  gateway: gatewayOf(bridge.subnet),
-                  nameservers: bridge.nameservers,
-                },
-              }
-            : {}),
-        });
-        if (rec.net) await ensureTap(rec.net.tap);
-        // The seed's source files held the hash; the ISO is all QEMU needs.
-        for (const f of ['user-data', 'meta-data', 'network-config']) rmSync(join(tmp, f), { force: true });
-        writeFileSync(join(tmp, 'vm.json'), JSON.stringify(rec, null, 2) + '\n', { mode: 0o600 });
-        renameSync(tmp, dir);
-      } catch (err) {
-        rmSync(tmp, { recursive: true, force: true });
-        if (rec.net) await removeTap(rec.net.tap).catch(() => undefined);
-        if (err instanceof AgentError) throw err;
-        const detail = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
-        throw new AgentError(422, 'provision_failed', `could not build the VM's disk or seed: ${detail}`);
+          cpu_cores: spec.cpu_cores,
+          ram_mb: spec.ram_mb,
+          storage_gb: spec.storage_gb,
+          ssh_port: port,
+          gpu_count: spec.gpu_count,
+          gpus: [],
+          created_at: new Date().toISOString(),
+          ...(address ? { net: { ip: address, mac: macOf(address), tap: tapName(spec.vmid) } } : {}),
+        };
+        await this.build(rec, template.path, spec);
+        this.records.set(id, rec);
+        recorded = true;
+        this.rt(id).state = 'stopped';
+        await this.syncForwards();
+        this.log('provisioned', { vm: id, vmid: rec.vmid, port });
+        return this.view(id);
+      } finally {
+        this.provisioningVmids.delete(spec.vmid);
+        if (address) this.provisioningAddresses.delete(address);
+        if (!recorded && port !== null) this.ports.delete(port);
       }
-      this.records.set(id, rec);
-      this.rt(id).state = 'stopped';
-      await this.syncForwards();
-      this.log('provisioned', { vm: id, vmid: rec.vmid, port, gpus });
-      return this.view(id);
     });
   }
 
-  private allocateGpus(count: number): string[] {
-    if (count === 0) return [];
-    const used = new Set([...this.records.values()].flatMap((r) => r.gpus));
-    const usable = this.hostGpus.filter((g) => !used.has(g.pci_address) && (g.vfio || this.opts.fakeGpus > 0));
-    if (usable.length < count) {
-      const unbound = this.hostGpus.filter((g) => !used.has(g.pci_address) && !g.vfio).length;
+  /** The VM's folder: built in a temporary folder and renamed into place, so a crash leaves no half VM behind. */
+  private async build(rec: VmRecord, templatePath: string, spec: ProvisionSpec): Promise<void> {
+    const bridge = this.bridge();
+    const dir = this.dir(rec);
+    const tmp = `${dir}.tmp-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp, { mode: 0o700 });
+    try {
+      await run('qemu-img', [
+        'create',
+        '-q',
+        '-f',
+        'qcow2',
+        '-F',
+        'qcow2',
+        '-b',
+        templatePath,
+        join(tmp, 'disk.qcow2'),
+        `${spec.storage_gb}G`,
+      ]);
+      await writeSeed(tmp, {
+        instanceId: rec.id,
+        hostname: `gpucloud-${spec.vmid}`,
+        user: rec.user,
+        authMethod: spec.auth_method,
+        sshPublicKeys: spec.auth_method === 'ssh_key' && spec.ssh_public_key ? [spec.ssh_public_key] : [],
+        passwordHash: spec.auth_method === 'password' && spec.password ? await hashPassword(spec.password) : null,
+        ...(bridge && rec.net
+          ? {
+              network: {
+                mac: rec.net.mac,
+                address: `${rec.net.ip}/${bridge.subnet.prefix}`,
+                gateway: gatewayOf(bridge.subnet),
+                nameservers: bridge.nameservers,
+              },
+            }
+          : {}),
+      });
+      if (rec.net) await ensureTap(rec.net.tap);
+      // The seed's source files held the hash; the ISO is all QEMU needs.
+      for (const f of ['user-data', 'meta-data', 'network-config']) rmSync(join(tmp, f), { force: true });
+      writeFileSync(join(tmp, 'vm.json'), JSON.stringify(rec, null, 2) + '\n', { mode: 0o600 });
+      renameSync(tmp, dir);
+    } catch (err) {
+      rmSync(tmp, { recursive: true, force: true });
+      if (rec.net) await removeTap(rec.net.tap).catch(() => undefined);
+      if (err instanceof AgentError) throw err;
+      const detail = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
+      throw new AgentError(422, 'provision_failed', `could not build the VM's disk or seed: ${detail}`);
+    }
+  }
+
+  /** GPUs that can be passed through: bound to vfio-pci, or the stand-ins of --fake-gpus. */
+  private usableGpus(): HostGpu[] {
+    return this.hostGpus.filter((g) => g.vfio || this.opts.fakeGpus > 0);
+  }
+
+  /** A VM that asks more GPUs than the host could ever give is refused when it is provisioned. */
+  private checkGpuCapacity(count: number): void {
+    const usable = this.usableGpus().length;
+    if (count <= usable) return;
+    const unbound = this.hostGpus.length - usable;
+    throw new AgentError(
+      409,
+      'gpus_unavailable',
+      `${count} GPU(s) asked, this host has ${usable}${unbound ? ` (${unbound} more are not bound to vfio-pci)` : ''}`,
+    );
+  }
+
+  /**
+   * Binds the VM's GPUs (synchronously: no other start can take the same
+   * device) and records them. A VM that holds its devices already (re-attached
+   * while running) keeps them.
+   */
+  private bindGpus(rec: VmRecord): void {
+    if (rec.gpus.length === rec.gpu_count) return;
+    rec.gpus = [];
+    if (rec.gpu_count === 0) return this.save(rec);
+    const held = this.gpuHolders();
+    const free = this.usableGpus().filter((g) => !held.has(g.pci_address));
+    if (free.length < rec.gpu_count) {
+      const unbound = this.hostGpus.filter((g) => !held.has(g.pci_address)).length - free.length;
       throw new AgentError(
         409,
         'gpus_unavailable',
-        `${count} GPU(s) asked, ${usable.length} free on this host${unbound ? ` (${unbound} more are not bound to vfio-pci)` : ''}`,
+        `${rec.gpu_count} GPU(s) asked, ${free.length} free on this host${unbound ? ` (${unbound} more are not bound to vfio-pci)` : ''}`,
       );
     }
-    return usable.slice(0, count).map((g) => g.pci_address);
+    rec.gpus = free.slice(0, rec.gpu_count).map((g) => g.pci_address);
+    this.save(rec);
+  }
+
+  /** Gives the VM's devices back (its QEMU has ended). */
+  private releaseGpus(rec: VmRecord): void {
+    if (rec.gpus.length === 0 || !this.records.has(rec.id)) return;
+    rec.gpus = [];
+    this.save(rec);
   }
 
   start(id: string): Promise<VmView> {
@@ -399,44 +501,65 @@ export class VmManager {
     return this.serial(id, async () => {
       const rt = this.rt(id);
       if (rt.state !== 'stopped') return this.view(id);
-      const dir = this.dir(rec);
-      this.cleanRunFiles(dir);
-      const args = qemuArgs({
-        binary: this.opts.qemuBinary,
-        name: `gpucloud-${rec.vmid}`,
-        vmDir: dir,
-        accel: this.opts.accel,
-        cpuCores: rec.cpu_cores,
-        ramMb: rec.ram_mb,
-        diskPath: join(dir, 'disk.qcow2'),
-        seedPath: join(dir, 'seed.iso'),
-        // Stand-in GPUs of a host without any are never passed to QEMU.
-        gpus: this.opts.fakeGpus > 0 ? [] : rec.gpus,
-        net: rec.net
-          ? { kind: 'tap', ifname: rec.net.tap, mac: rec.net.mac }
-          : { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
-      });
-      if (rec.net) await ensureTap(rec.net.tap);
+      this.bindGpus(rec); // before any await
       try {
-        await launchQemu(args, { binary: this.opts.qemuBinary });
+        await this.launch(rec, rt);
       } catch (err) {
-        throw new AgentError(500, 'start_failed', `QEMU did not start: ${(err as Error).message}`);
-      }
-      const pid = readPid(vmFiles(dir).pidFile);
-      if (pid === null) throw new AgentError(500, 'start_failed', 'QEMU started but wrote no pid file');
-      rt.exitReason = null;
-      rt.guestShutdown = false;
-      rt.expectingExit = false;
-      rt.state = 'booting';
-      try {
-        await this.attach(rec, pid);
-      } catch (err) {
-        this.log('QMP did not answer after start', { vm: id, err: String(err) });
+        this.releaseGpus(rec);
+        throw err;
       }
       void this.watchBoot(rec, rt.generation);
-      this.log('started', { vm: id, pid });
+      this.log('started', { vm: id, pid: rt.pid, gpus: rec.gpus });
       return this.view(id);
     });
+  }
+
+  private async launch(rec: VmRecord, rt: Runtime): Promise<void> {
+    const dir = this.dir(rec);
+    this.cleanRunFiles(dir);
+    const args = qemuArgs({
+      binary: this.opts.qemuBinary,
+      name: `gpucloud-${rec.vmid}`,
+      vmDir: dir,
+      accel: this.opts.accel,
+      cpuCores: rec.cpu_cores,
+      ramMb: rec.ram_mb,
+      diskPath: join(dir, 'disk.qcow2'),
+      seedPath: join(dir, 'seed.iso'),
+      // Stand-in GPUs of a host without any are never passed to QEMU.
+      gpus: this.opts.fakeGpus > 0 ? [] : rec.gpus,
+      net: rec.net
+        ? { kind: 'tap', ifname: rec.net.tap, mac: rec.net.mac }
+        : { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
+    });
+    if (rec.net) await ensureTap(rec.net.tap);
+    try {
+      await launchQemu(args, { binary: this.opts.qemuBinary });
+    } catch (err) {
+      throw new AgentError(500, 'start_failed', `QEMU did not start: ${(err as Error).message}`);
+    }
+    const pid = readPid(vmFiles(dir).pidFile);
+    if (pid === null) throw new AgentError(500, 'start_failed', 'QEMU started but wrote no pid file');
+    rt.exitReason = null;
+    rt.guestShutdown = false;
+    rt.expectingExit = false;
+    rt.state = 'booting';
+    try {
+      await this.attach(rec, pid);
+    } catch (err) {
+      this.log('QMP did not answer after start', { vm: rec.id, err: String(err) });
+    }
+    this.readConsole(rec);
+  }
+
+  /** Reads the VM's serial console into its capped log while QEMU runs. */
+  private readConsole(rec: VmRecord): void {
+    const rt = this.rt(rec.id);
+    rt.console?.close();
+    const files = vmFiles(this.dir(rec));
+    const log = new ConsoleLog(files.consoleSocket, files.consoleLog);
+    rt.console = log;
+    void log.open();
   }
 
   /** Connects to the VM's QMP socket and follows its events and its end. */
@@ -481,7 +604,10 @@ export class VmManager {
     rt.state = 'stopped';
     rt.qmp = null;
     rt.pid = null;
+    rt.console?.close();
+    rt.console = null;
     this.cleanRunFiles(this.dir(rec));
+    this.releaseGpus(rec);
     if (!expected) this.log('VM ended by itself', { vm: rec.id, reason: rt.exitReason });
   }
 
@@ -523,6 +649,7 @@ export class VmManager {
     const pid = rt.pid;
     if (rt.state === 'stopped' || pid === null) {
       rt.state = 'stopped';
+      this.releaseGpus(rec);
       return;
     }
     rt.expectingExit = true;
@@ -558,10 +685,13 @@ export class VmManager {
     rt.qmp?.close();
     rt.qmp = null;
     rt.pid = null;
+    rt.console?.close();
+    rt.console = null;
     rt.state = 'stopped';
     rt.exitReason = null;
     rt.expectingExit = false;
     this.cleanRunFiles(this.dir(rec));
+    this.releaseGpus(rec);
   }
 
   /** Removes the VM and every file of it. A VM that is not here counts as destroyed. */
@@ -574,6 +704,7 @@ export class VmManager {
       rmSync(this.dir(rec), { recursive: true, force: true });
       this.records.delete(id);
       this.runtime.delete(id);
+      this.ports.delete(rec.ssh_port);
       if (rec.net) {
         await removeTap(rec.net.tap);
         await this.syncForwards();
@@ -585,6 +716,7 @@ export class VmManager {
   private cleanRunFiles(dir: string): void {
     const f = vmFiles(dir);
     rmSync(f.qmpSocket, { force: true });
+    rmSync(f.consoleSocket, { force: true });
     rmSync(f.pidFile, { force: true });
   }
 
@@ -594,6 +726,7 @@ export class VmManager {
     for (const rt of this.runtime.values()) {
       rt.generation++;
       rt.qmp?.close();
+      rt.console?.close();
     }
   }
 }

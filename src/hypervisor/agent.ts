@@ -62,7 +62,7 @@ export class AgentDriver implements HypervisorDriver {
     });
   }
 
-  async start(vm: VmRef): Promise<{ ipAddress?: string }> {
+  async start(vm: VmRef): Promise<{ ipAddress?: string; gpuDevices?: string[] }> {
     return this.wrap('start', async () => {
       const agent = await this.client(vm.node, 'start');
       let state: AgentVmState = await agent.start(vm.id);
@@ -85,7 +85,7 @@ export class AgentDriver implements HypervisorDriver {
           if (!(err instanceof AgentCallError) || err.status !== 0) throw err;
         }
       }
-      return { ipAddress: state.ssh.host };
+      return { ipAddress: state.ssh.host, gpuDevices: state.gpus };
     });
   }
 
@@ -136,7 +136,7 @@ export class PerNodeDriver implements HypervisorDriver {
   async provision(spec: VmSpec): Promise<Provisioned> {
     return (await this.pick(spec.node)).provision(spec);
   }
-  async start(vm: VmRef): Promise<{ ipAddress?: string }> {
+  async start(vm: VmRef): Promise<{ ipAddress?: string; gpuDevices?: string[] }> {
     return (await this.pick(vm.node)).start(vm);
   }
   async stop(vm: VmRef): Promise<void> {

@@ -43,7 +43,8 @@ export interface HypervisorDriver {
   readonly name: 'simulator' | 'agent' | 'per-node';
   /** Clones the template, sets resources, keys or password; does not start it. */
   provision(spec: VmSpec): Promise<Provisioned>;
-  start(vm: VmRef): Promise<{ ipAddress?: string }>;
+  /** Starts the VM; `gpuDevices` are the host devices bound to it for this run, when the driver knows. */
+  start(vm: VmRef): Promise<{ ipAddress?: string; gpuDevices?: string[] }>;
   stop(vm: VmRef): Promise<void>;
   /** Removes the VM and its disks; a VM that does not exist counts as destroyed. */
   destroy(vm: VmRef): Promise<void>;

@@ -117,17 +117,21 @@ export class Reconciler {
     // outcome back must not turn a VM the hypervisor built into a `failed` one.
     try {
       let ipAddress: string | undefined;
+      let gpuDevices: string[] | undefined;
       if (!vm.provisioned && (action === 'provision' || action === 'start')) {
         // A VM preempted before it was ever built is built when it starts again; one already
         // built (its node went offline as the build finished) is not built twice.
         built = await this.driver.provision(this.vms.specOf(vm));
         ipAddress = built.ipAddress;
       }
-      if (action === 'start')
-        ipAddress = (await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef })).ipAddress ?? ipAddress;
+      if (action === 'start') {
+        const up = await this.driver.start({ ...ref, hvRef: built?.hvRef ?? ref.hvRef });
+        ipAddress = up.ipAddress ?? ipAddress;
+        gpuDevices = up.gpuDevices;
+      }
       if (action === 'stop') await this.driver.stop(ref);
       if (action === 'destroy') await this.driver.destroy(ref);
-      outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built };
+      outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built, gpuDevices };
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
       this.log?.warn({ vm: vm.id, node: vm.node, action, err: message }, 'hypervisor action failed');

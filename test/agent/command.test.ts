@@ -47,8 +47,10 @@ const common = (accel: 'kvm' | 'tcg', cores: string, ram: string): string[] => [
   'none',
   '-vga',
   'none',
+  '-chardev',
+  'socket,id=serial0,path=/var/lib/gpucloud/vms/vm-1/con.sock,server=on,wait=off',
   '-serial',
-  'file:/var/lib/gpucloud/vms/vm-1/console.log',
+  'chardev:serial0',
   '-qmp',
   'unix:/var/lib/gpucloud/vms/vm-1/qmp.sock,server=on,wait=off',
   '-pidfile',
@@ -108,6 +110,7 @@ describe('qemuArgs', () => {
     assert.deepEqual(vmFiles('/v/x'), {
       qmpSocket: '/v/x/qmp.sock',
       pidFile: '/v/x/qemu.pid',
+      consoleSocket: '/v/x/con.sock',
       consoleLog: '/v/x/console.log',
     });
     assert.equal(qmpArg('/v/x'), 'unix:/v/x/qmp.sock,server=on,wait=off');

@@ -5,7 +5,9 @@
  * SSH, and SSH with exactly what access-info says runs a command. Then stop,
  * start, the agent killed and started again (the VM runs on and is managed
  * again), the QEMU process killed (the VM becomes stopped), destroy (no
- * process and no file left), and a VM with auth_method=password.
+ * process and no file left), a guest flooding its serial console (capped on
+ * the host), a stopped VM's GPUs rented to the next customer, and a VM with
+ * auth_method=password.
  *
  * Under the manual clock an advance returns once the due hypervisor work is
  * done, so each step below is settled when its advance returns.
@@ -68,6 +70,15 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal(r.status, 200, r.text);
     assert.ok(r.body.ssh, r.text);
     return r.body.ssh;
+  };
+  /** Waits until the last lines of the VM's serial console log, as the agent keeps it, hold `text`. */
+  const consoleShows = async (vmid: number, text: string) => {
+    const file = join(dataDir, 'vms', String(vmid), 'console.log');
+    for (let i = 0; i < 120; i++) {
+      if (existsSync(file) && readFileSync(file, 'latin1').slice(-4096).includes(text)) return;
+      await sleep(250);
+    }
+    assert.fail(`the console log's last lines do not show ${text}`);
   };
   const vmDirs = () => (existsSync(join(dataDir, 'vms')) ? readdirSync(join(dataDir, 'vms')) : []);
   /** Heartbeats until `check` holds (real time: the agent notices, then the control plane asks). */
@@ -160,6 +171,17 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal(out.status, 0, out.stderr);
     assert.equal(out.stdout.trim(), `hello from gpucloud-${c.body.vmid}`);
 
+    // A guest flooding its serial port fills nothing on the host: at most two files of 1 MiB, the newest kept.
+    const flood = ssh(
+      info.command,
+      "dd if=/dev/zero bs=65536 count=48 2>/dev/null | tr '\\0' A > /dev/ttyS0; echo END-OF-FLOOD > /dev/ttyS0",
+      { key: keyFile },
+    );
+    assert.equal(flood.status, 0, flood.stderr);
+    await consoleShows(c.body.vmid, 'END-OF-FLOOD');
+    const logFile = join(dataDir, 'vms', String(c.body.vmid), 'console.log');
+    for (const f of [logFile, `${logFile}.1`]) assert.ok(statSync(f).size <= 1024 * 1024, `${f}: ${statSync(f).size}`);
+
     // Stop: an ACPI power-down; QEMU ends.
     await command('stop', c.body.id);
     await advance(t, admin.token, 1);
@@ -179,6 +201,8 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal(ssh(info.command, 'true', { key: keyFile }).status, 0, 'the guest answers while no agent runs');
     agent = await startAgentProcess(agentArgs);
     assert.match(agent.output(), /re-attached to a running VM/);
+    assert.equal(ssh(info.command, 'echo AFTER-RESTART > /dev/ttyS0', { key: keyFile }).status, 0);
+    await consoleShows(c.body.vmid, 'AFTER-RESTART');
     await until('the node is online again', async () => {
       const n = await api(t, admin.token).get('/admin/nodes/{node}', { params: { node } });
       assert.equal(n.status, 200, n.text);
@@ -214,6 +238,63 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
     assert.equal((await vm(c.body.id)).status, 'destroyed');
     assert.deepEqual(vmDirs(), [], 'the disk and seed are gone');
     assert.deepEqual(qemuPidsUnder(dataDir), []);
+  });
+
+  test("a stopped VM's GPUs go to the next renter, whose VM runs; the first starts again once they are free", async () => {
+    const other = await createUser(t);
+    await credit(t, admin.token, other.id, 100);
+    const asOther = api(t, other.token);
+    const body = {
+      node,
+      gpu_type: '4090',
+      gpu_count: 2,
+      storage_gb: 50,
+      template_vmid: 100,
+      auth_method: 'password',
+      password: 'a password for the gpu test',
+    } as const;
+    const host = async () =>
+      (await (await fetch(`${agent.url}/v1/host`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as {
+        host_gpus: { vm_id: string | null }[];
+      };
+    const a = await renterApi().post('/vms', { body });
+    assert.equal(a.status, 201, a.text);
+    await advance(t, admin.token, 5);
+    assert.equal((await vm(a.body.id)).status, 'running');
+    assert.deepEqual(
+      (await host()).host_gpus.map((g) => g.vm_id),
+      [a.body.id, a.body.id],
+    );
+    await command('stop', a.body.id);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(a.body.id)).status, 'stopped');
+    assert.deepEqual(
+      (await host()).host_gpus.map((g) => g.vm_id),
+      [null, null],
+      'the host gave the devices back',
+    );
+
+    const b = await asOther.post('/vms', { body });
+    assert.equal(b.status, 201, b.text);
+    await advance(t, admin.token, 5);
+    const bVm = await asOther.get('/vms/{vm_id}', { params: { vm_id: b.body.id } });
+    assert.equal(bVm.status, 200, bVm.text);
+    assert.equal(bVm.body.status, 'running', "the next renter's VM runs on the freed GPUs");
+    assert.deepEqual(
+      (await host()).host_gpus.map((g) => g.vm_id),
+      [b.body.id, b.body.id],
+    );
+    const refused = await renterApi().post('/vms/{vm_id}/start', { params: { vm_id: a.body.id } });
+    assert.equal(refused.status, 400, refused.text);
+
+    assert.equal((await asOther.delete('/vms/{vm_id}', { params: { vm_id: b.body.id } })).status, 200);
+    await advance(t, admin.token, 1);
+    await command('start', a.body.id);
+    await advance(t, admin.token, 1);
+    assert.equal((await vm(a.body.id)).status, 'running', 'the first VM starts again on the free GPUs');
+    await destroy(a.body.id);
+    await advance(t, admin.token, 1);
+    assert.deepEqual(vmDirs(), []);
   });
 
   test('a password VM logs in with its password, and not with another', async () => {

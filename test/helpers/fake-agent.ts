@@ -15,6 +15,8 @@ export interface FakeVm {
   spec: Record<string, unknown>;
   rx: number;
   tx: number;
+  /** Devices bound while it runs, as the real agent binds them at start. */
+  gpus: string[];
 }
 
 export interface FakeCall {
@@ -27,6 +29,8 @@ export class FakeAgent {
   readonly vms = new Map<string, FakeVm>();
   readonly calls: FakeCall[] = [];
   templates = [{ vmid: 100, user: 'root' }];
+  /** The host's GPUs: 0000:01:00.0, 0000:02:00.0, ... */
+  hostGpus = 1;
   /** Polls of a booting VM before it answers on SSH. */
   bootPolls = 1;
   private polls = new Map<string, number>();
@@ -61,6 +65,25 @@ export class FakeAgent {
     this.server = undefined;
   }
 
+  /** What GET /v1/host answers. */
+  async hostView(): Promise<{ host_gpus: { pci_address: string; vm_id: string | null }[] }> {
+    const r = await fetch(`${this.url}/v1/host`, { headers: { authorization: `Bearer ${this.token}` } });
+    return (await r.json()) as { host_gpus: { pci_address: string; vm_id: string | null }[] };
+  }
+
+  private devices(): string[] {
+    return Array.from({ length: this.hostGpus }, (_, i) => `0000:${String(i + 1).padStart(2, '0')}:00.0`);
+  }
+
+  /** The VM stops by itself (its guest powered off, or QEMU died): its devices are given back. */
+  endVm(id: string, reason: 'guest_powered_off' | 'crashed'): void {
+    const vm = this.vms.get(id);
+    if (!vm) return;
+    vm.state = 'stopped';
+    vm.exit_reason = reason;
+    vm.gpus = [];
+  }
+
   private view(vm: FakeVm) {
     return {
       id: vm.id,
@@ -70,7 +93,7 @@ export class FakeAgent {
         port: vm.port,
         user: this.templates.find((t) => t.vmid === vm.spec.template_vmid)?.user ?? 'root',
       },
-      gpus: Array.from({ length: Number(vm.spec.gpu_count) }, (_, i) => `0000:0${i + 1}:00.0`),
+      gpus: vm.gpus,
       exit_reason: vm.state === 'stopped' ? vm.exit_reason : null,
       traffic: { rx_bytes: vm.rx, tx_bytes: vm.tx, counted: true },
     };
@@ -93,7 +116,13 @@ export class FakeAgent {
         agent_version: '9.9.9-fake',
         accel: 'tcg',
         host_cpu_model: 'Fake CPU @ 1 GHz',
-        host_gpus: [{ pci_address: '0000:01:00.0', model: 'NVIDIA GeForce RTX 4090', vfio: true, iommu_group: 12 }],
+        host_gpus: this.devices().map((pci_address, i) => ({
+          pci_address,
+          model: 'NVIDIA GeForce RTX 4090',
+          vfio: true,
+          iommu_group: 12 + i,
+          vm_id: [...this.vms.values()].find((v) => v.gpus.includes(pci_address))?.id ?? null,
+        })),
         public_host: this.publicHost,
         templates: this.templates,
         vms: [...this.vms.values()].map((v) => this.view(v)),
@@ -116,6 +145,7 @@ export class FakeAgent {
         spec: body,
         rx: 0,
         tx: 0,
+        gpus: [],
       };
       this.vms.set(id, created);
       return send(200, this.view(created));
@@ -135,6 +165,15 @@ export class FakeAgent {
     }
     if (req.method === 'POST' && m[2] === '/start') {
       if (vm.state === 'stopped') {
+        const held = new Set([...this.vms.values()].flatMap((v) => v.gpus));
+        const free = this.devices().filter((d) => !held.has(d));
+        const count = Number(vm.spec.gpu_count);
+        if (free.length < count)
+          return send(409, {
+            detail: `${count} GPU(s) asked, ${free.length} free on this host`,
+            code: 'gpus_unavailable',
+          });
+        vm.gpus = free.slice(0, count);
         vm.state = this.bootPolls === 0 ? 'running' : 'booting';
         vm.exit_reason = null;
         this.polls.set(id, 0);
@@ -144,6 +183,7 @@ export class FakeAgent {
     if (req.method === 'POST' && m[2] === '/stop') {
       vm.state = 'stopped';
       vm.exit_reason = null;
+      vm.gpus = [];
       return send(200, this.view(vm));
     }
     return send(404, { detail: 'no such route', code: 'not_found' });

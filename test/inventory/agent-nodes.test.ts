@@ -54,6 +54,12 @@ describeEachDb(
       return r;
     };
     const ofVm = (id: string) => ({ params: { vm_id: id } });
+    /** The host devices an operator sees a VM holding. */
+    const devicesOf = async (node: string, id: string) => {
+      const r = await asAdmin.get('/admin/vms', { query: { node } });
+      assert.equal(r.status, 200, r.text);
+      return r.body.find((v) => v.id === id)?.gpu_devices;
+    };
     /** One heartbeat round; the checks are claimed on real time, so wait out the interval first. */
     const heartbeat = async () => {
       await sleep(600);
@@ -68,6 +74,7 @@ describeEachDb(
       await credit(t(), admin.token, renter.id, 1000);
       await uploadSshKey(t(), renter.token);
       agent = new FakeAgent(TOKEN);
+      agent.hostGpus = 8; // one host stands in for the nodes of every test here
       await agent.start();
       t().forbidSecret(TOKEN);
     });
@@ -85,9 +92,13 @@ describeEachDb(
         assert.equal(n.agent_version, '9.9.9-fake');
         assert.equal(n.accel, 'tcg');
         assert.equal(n.host_cpu_model, 'Fake CPU @ 1 GHz');
-        assert.deepEqual(n.host_gpus, [
-          { pci_address: '0000:01:00.0', model: 'NVIDIA GeForce RTX 4090', vfio: true, iommu_group: 12 },
-        ]);
+        assert.equal(n.host_gpus?.length, agent.hostGpus);
+        assert.deepEqual(n.host_gpus?.[0], {
+          pci_address: '0000:01:00.0',
+          model: 'NVIDIA GeForce RTX 4090',
+          vfio: true,
+          iommu_group: 12,
+        });
         assert.ok(!('agent_token' in n));
         const again = await asAdmin.get('/admin/nodes/{node}', { params: { node: n.node } });
         assert.deepEqual(again.body, n);
@@ -211,11 +222,69 @@ describeEachDb(
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         assert.equal(calls().filter((x) => x.startsWith('PUT')).length, 0, 'a built VM is not built again');
+        const devices = () => devicesOf(n.node, c.body.id);
+        assert.deepEqual(await devices(), [agent.vms.get(c.body.id)!.gpus[0]], 'the devices of this run');
+        assert.equal((await asRenter.post('/vms/{vm_id}/stop', ofVm(c.body.id))).status, 200);
+        await advance(t(), admin.token, 1);
+        assert.deepEqual(await devices(), [], 'a stopped VM holds no device');
+        assert.equal((await asRenter.post('/vms/{vm_id}/start', ofVm(c.body.id))).status, 200);
+        await advance(t(), admin.token, 1);
         assert.equal((await asRenter.delete('/vms/{vm_id}', ofVm(c.body.id))).status, 200);
         await advance(t(), admin.token, 1);
         assert.equal((await vmOf(c.body.id)).status, 'destroyed');
         assert.ok(calls().includes('DELETE /v1/vms/:id'));
         assert.equal(agent.vms.has(c.body.id), false, 'nothing of it is left on the host');
+      });
+
+      test("a stopped VM's GPU goes to the next renter on a one-GPU host, and comes back when free", async () => {
+        const small = new FakeAgent(TOKEN);
+        small.hostGpus = 1;
+        await small.start();
+        try {
+          const n = await node({ agent_url: small.url });
+          const other = await createUser(t());
+          await credit(t(), admin.token, other.id, 100);
+          await uploadSshKey(t(), other.token);
+          const asOther = api(t(), other.token);
+          const spec = { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100 } as const;
+          const a = await createVm(spec);
+          await advance(t(), admin.token, 5);
+          assert.equal((await vmOf(a.body.id)).status, 'running');
+          assert.deepEqual(small.vms.get(a.body.id)!.gpus, ['0000:01:00.0']);
+          assert.equal((await asRenter.post('/vms/{vm_id}/stop', ofVm(a.body.id))).status, 200);
+          await advance(t(), admin.token, 1);
+          assert.deepEqual(small.vms.get(a.body.id)!.gpus, [], 'the host gave the device back');
+
+          const b = await asOther.post('/vms', { body: spec });
+          assert.equal(b.status, 201, b.text);
+          await advance(t(), admin.token, 5);
+          const bVm = await asOther.get('/vms/{vm_id}', ofVm(b.body.id));
+          assert.equal(bVm.status, 200, bVm.text);
+          assert.equal(bVm.body.status, 'running', "the next renter's VM runs on the freed GPU");
+          const host = await small.hostView();
+          assert.deepEqual(
+            host.host_gpus.map((g) => g.vm_id),
+            [b.body.id],
+            'the host reports which VM holds the device',
+          );
+
+          const refused = await asRenter.post('/vms/{vm_id}/start', ofVm(a.body.id));
+          assert.equal(refused.status, 400, refused.text);
+          assert.equal((refused.body as { code: string }).code, 'gpu_unavailable');
+          assert.equal((await asOther.post('/vms/{vm_id}/stop', ofVm(b.body.id))).status, 200);
+          await advance(t(), admin.token, 1);
+          assert.equal((await asRenter.post('/vms/{vm_id}/start', ofVm(a.body.id))).status, 200);
+          await advance(t(), admin.token, 1);
+          assert.equal((await vmOf(a.body.id)).status, 'running', 'the first VM starts again once the GPU is free');
+          for (const [who, id] of [
+            [asRenter, a.body.id],
+            [asOther, b.body.id],
+          ] as const)
+            assert.equal((await who.delete('/vms/{vm_id}', ofVm(id))).status, 200);
+          await advance(t(), admin.token, 1);
+        } finally {
+          await small.stop();
+        }
       });
 
       test("a template the host lacks: the VM ends failed with the agent's reason", async () => {
@@ -347,8 +416,8 @@ describeEachDb(
         await advance(t(), admin.token, 600);
         assert.equal((await vmOf(c.body.id)).status, 'running');
         const fake = agent.vms.get(c.body.id)!;
-        fake.state = 'stopped';
-        fake.exit_reason = 'guest_powered_off';
+        assert.equal(fake.gpus.length, 1);
+        agent.endVm(c.body.id, 'guest_powered_off');
         fake.rx = 1000;
         fake.tx = 500;
         await heartbeat();
@@ -372,6 +441,7 @@ describeEachDb(
           [c.body.id],
         );
         assert.equal(traffic.rows[0]!.b, '1500');
+        assert.deepEqual(await devicesOf(n.node, c.body.id), [], 'a VM whose QEMU ended holds no device');
         // The customer starts it again like any stopped VM.
         assert.equal((await asRenter.post('/vms/{vm_id}/start', ofVm(c.body.id))).status, 200);
         await advance(t(), admin.token, 1);

@@ -10,10 +10,13 @@
  * - `sshBanner` never throws: a refused, reset, silent or non-SSH peer, a
  *   timeout and bad arguments all give null. It sends nothing.
  * - `freePortInRange` returns the lowest port of [from, to] outside `taken`
- *   that can be bound on `host` right now (the port is released again, so a
- *   caller must still cope with losing a race). Ports in use or refused
- *   (EADDRINUSE, EACCES) are skipped; any other bind error (an address that
- *   is not local, say) is thrown, as it would fail for every port.
+ *   that can be bound on `host` right now, and leaves it in `taken`: each
+ *   candidate is added to `taken` before its probe and removed again if the
+ *   probe fails, so callers that share one set never get the same port, however
+ *   their probes interleave. The probe's socket is closed again: a program
+ *   outside the agent may still take the port before QEMU does. Ports in use
+ *   or refused (EADDRINUSE, EACCES) are skipped; any other bind error (an
+ *   address that is not local, say) is thrown, as it would fail for every port.
  */
 import net from 'node:net';
 
@@ -70,7 +73,14 @@ export async function freePortInRange(
   }
   for (let port = from; port <= to; port++) {
     if (taken.has(port)) continue;
-    if (await canBind(host, port)) return port;
+    taken.add(port); // claimed before the first await: a concurrent caller skips it
+    let free = false;
+    try {
+      free = await canBind(host, port);
+    } finally {
+      if (!free) taken.delete(port);
+    }
+    if (free) return port;
   }
   return null;
 }

@@ -6,8 +6,9 @@
  *   inject options. Paths must be absolute and normalized (an absolute path
  *   also keeps `-drive file=` from reading a `proto:` prefix), and printable.
  * - Everything QEMU leaves behind for the agent lives in `vmDir`: the QMP
- *   socket `qmp.sock`, the pid file `qemu.pid` and the serial log
- *   `console.log`. A unix socket path is at most 107 bytes, which limits
+ *   socket `qmp.sock`, the pid file `qemu.pid` and the serial console's socket
+ *   `con.sock`, which the agent reads into a capped `console.log`
+ *   (qemu/console.ts). A unix socket path is at most 107 bytes, which limits
  *   `vmDir`'s length.
  * - QEMU always daemonizes (`-daemonize`): it returns once QMP listens and the
  *   VM outlives the agent. `-nodefaults` keeps out every device not listed.
@@ -53,8 +54,18 @@ const BINARY_NAME = /^[A-Za-z0-9._-]+$/;
 const SUN_PATH_MAX = 107;
 
 /** The files QEMU writes for a VM, by its directory. */
-export function vmFiles(vmDir: string): { qmpSocket: string; pidFile: string; consoleLog: string } {
-  return { qmpSocket: `${vmDir}/qmp.sock`, pidFile: `${vmDir}/qemu.pid`, consoleLog: `${vmDir}/console.log` };
+export function vmFiles(vmDir: string): {
+  qmpSocket: string;
+  pidFile: string;
+  consoleSocket: string;
+  consoleLog: string;
+} {
+  return {
+    qmpSocket: `${vmDir}/qmp.sock`,
+    pidFile: `${vmDir}/qemu.pid`,
+    consoleSocket: `${vmDir}/con.sock`,
+    consoleLog: `${vmDir}/console.log`,
+  };
 }
 
 /** The `-qmp` value: also what `isAlive(pid, expectArg)` can look for in a VM's cmdline. */
@@ -75,7 +86,7 @@ export function qemuArgs(spec: QemuLaunchSpec): string[] {
   const name = match(spec.name, NAME, 'name');
   const vmDir = absPath(spec.vmDir, 'vmDir');
   const files = vmFiles(vmDir);
-  if (Buffer.byteLength(files.qmpSocket) > SUN_PATH_MAX)
+  if (Math.max(Buffer.byteLength(files.qmpSocket), Buffer.byteLength(files.consoleSocket)) > SUN_PATH_MAX)
     throw new TypeError(`vmDir too long for a unix socket: ${vmDir}`);
   if (spec.accel !== 'kvm' && spec.accel !== 'tcg') throw new TypeError(`bad accel: ${JSON.stringify(spec.accel)}`);
   const cores = intIn(spec.cpuCores, 1, 256, 'cpuCores');
@@ -102,8 +113,10 @@ export function qemuArgs(spec: QemuLaunchSpec): string[] {
     'none',
     '-vga',
     'none',
+    '-chardev',
+    `socket,id=serial0,path=${files.consoleSocket},server=on,wait=off`,
     '-serial',
-    `file:${files.consoleLog}`,
+    'chardev:serial0',
     '-qmp',
     qmpArg(vmDir),
     '-pidfile',

@@ -14,7 +14,7 @@ import type { ApplyTransition } from './transitions.js';
 
 /** What a reconciler learnt from the hypervisor; `built` when a failed start had provisioned the VM first. */
 export type ActionOutcome =
-  | { ok: true; hvRef?: string; ipAddress?: string; built?: Provisioned }
+  | { ok: true; hvRef?: string; ipAddress?: string; built?: Provisioned; gpuDevices?: string[] }
   | { ok: false; error: string; built?: Provisioned };
 
 export interface OutcomeDeps {
@@ -139,6 +139,8 @@ export async function completeAction(
       const up = await deps.apply(tx, vm, 'started', now, {
         ...done,
         ...builtColumns(outcome.built, vm, outcome),
+        // The host binds devices at each start: these are the ones this run holds.
+        ...(outcome.gpuDevices ? { gpu_devices: outcome.gpuDevices } : {}),
         cpu_percent: 5 + (vm.vmid % 40),
         ram_percent: 10 + (vm.vmid % 50),
       });

@@ -94,7 +94,8 @@ const AdminVmSchema = Type.Object(
   {
     ...VmSchema.properties,
     gpu_devices: Type.Union([Type.Array(Type.String()), Type.Null()], {
-      description: 'Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes',
+      description:
+        "Host PCI devices passed through to the VM's current run (nodes with an agent; `[]` while it is not running, since a host binds devices at each start); null on simulated nodes",
     }),
     last_error: Type.Union([Type.String(), Type.Null()], {
       description: "The hypervisor's last error for this VM, if any",

@@ -44,6 +44,9 @@ const REASON_OF: Record<VmEvent, StatusReason> = {
   destroy: 'user',
 };
 
+/** Statuses in which no QEMU process of the VM runs on its host. */
+const ENDED = new Set<string>(['stopped', 'interrupted', 'failed', 'destroyed']);
+
 /** Called inside the transaction of every status change (metering subscribes here). */
 export type TransitionHook = (tx: Queryable, before: VmRow, after: VmRow, now: Date) => Promise<void>;
 
@@ -91,6 +94,9 @@ export async function applyTransition(
   }
   if (t.setStoppedAt) patch.stopped_at = now;
   if (t.to === 'destroyed') patch.destroyed_at = now;
+  // A host binds a VM's devices only while it runs: one that ended holds none (docs/agent.md#gpus).
+  if (ENDED.has(t.to) && vm.gpu_devices && vm.gpu_devices.length > 0 && extra.gpu_devices === undefined)
+    patch.gpu_devices = [];
   const after = await repo.updateVm(tx, vm.id, patch);
   if (after.status !== vm.status) {
     const data = {

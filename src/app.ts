@@ -270,6 +270,23 @@ declare module 'fastify' {
 }
 
 const REQUEST_ID_RE = /^[\w.:-]{1,128}$/;
+
+/** What the HTTP parser refused, by its error code (llhttp's `HPE_*`), for the detail of the 400 it gets. */
+const NOT_HTTP: Record<string, string> = {
+  HPE_INVALID_URL: 'the request target has a character that is not allowed (percent-encode bytes outside ASCII)',
+  HPE_INVALID_METHOD: 'the request line does not start with a method',
+  HPE_INVALID_VERSION: 'the HTTP version is not supported',
+  HPE_INVALID_HEADER_TOKEN: 'a header name or value has a character that is not allowed',
+  HPE_INVALID_CONTENT_LENGTH: 'the body cannot be framed: Content-Length is not valid',
+  HPE_UNEXPECTED_CONTENT_LENGTH: 'the body cannot be framed: Content-Length is repeated or not allowed here',
+  HPE_INVALID_TRANSFER_ENCODING:
+    'the body cannot be framed: Transfer-Encoding is not chunked, or comes with Content-Length',
+  HPE_INVALID_CHUNK_SIZE: 'the body cannot be framed: a chunk size is not valid',
+};
+const notHttpDetail = (code: string | undefined): string => {
+  const what = code === undefined ? undefined : NOT_HTTP[code];
+  return what ? `The request is not valid HTTP: ${what}` : 'The request is not valid HTTP';
+};
 const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations'];
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
@@ -302,12 +319,11 @@ export async function buildApp(deps: AppDeps, services: Services = createService
           ? [431, 'Request Header Fields Too Large', 'The request headers are too large (at most 16 KiB in all)']
           : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
             ? [408, 'Request Timeout', `The request did not arrive within ${deps.config.requestTimeoutS} s`]
-            : [400, 'Bad Request', 'The request is not valid HTTP'];
+            : [400, 'Bad Request', notHttpDetail(err.code)];
       const requestId = newId();
-      const body = JSON.stringify({
-        detail: `${detail} (request id ${requestId})`,
-        code: status === 400 ? 'malformed_json' : 'validation_error',
-      });
+      // Never `malformed_json`: no body was parsed. The closed list's code for a request that is not acceptable as
+      // sent is `validation_error`, whatever the status (docs/errors.md#request-bodies).
+      const body = JSON.stringify({ detail: `${detail} (request id ${requestId})`, code: 'validation_error' });
       socket.end(
         `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
           `X-Request-Id: ${requestId}\r\nAPI-Version: ${API_VERSION}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n${body}`,

@@ -8,6 +8,8 @@ export type ClockMode = 'system' | 'manual';
 
 export interface RateLimitConfig {
   login: number;
+  /** Failed logins to one email from all addresses together (`login` counts those from one address). */
+  loginAccount: number;
   /** Logins per client address, whatever the email. */
   loginPerIp: number;
   /** Logins to the whole service (every instance, with Redis). */
@@ -243,6 +245,8 @@ export function loadConfig(env: Env = process.env): Config {
       throw new ConfigError('GPUCLOUD_CORS_ORIGINS', `"${o}" is not an origin like https://console.example.com`);
     }
   }
+  // Failed logins per email from one address; from all addresses together, four times as many by default.
+  const loginLimit = int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN', 5, 1, 1_000_000);
   return {
     port: int(env, 'PORT', 8080, 0, 65535),
     host: str(env, 'HOST') ?? '127.0.0.1',
@@ -263,7 +267,8 @@ export function loadConfig(env: Env = process.env): Config {
     corsOrigins,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
     rateLimits: {
-      login: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN', 5, 1, 1_000_000),
+      login: loginLimit,
+      loginAccount: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT', 4 * loginLimit, 1, 10_000_000),
       loginPerIp: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN_IP', 30, 1, 1_000_000),
       loginGlobal: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL', 600, 1, 10_000_000),
       auth: int(env, 'GPUCLOUD_RATE_LIMIT_AUTH', 10, 1, 1_000_000),

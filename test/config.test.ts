@@ -44,6 +44,7 @@ describe('config defaults, as documented', () => {
     assert.equal(c.logLevel, 'info');
     assert.deepEqual(c.rateLimits, {
       login: 5,
+      loginAccount: 20,
       loginPerIp: 30,
       loginGlobal: 600,
       auth: 10,
@@ -97,6 +98,14 @@ describe('config defaults, as documented', () => {
     assert.equal(c.rateLimits.login, 5);
   });
 
+  test('failed logins to one email from all addresses default to four times the limit from one address', () => {
+    assert.equal(loadConfig({ GPUCLOUD_RATE_LIMIT_LOGIN: '7' }).rateLimits.loginAccount, 28);
+    assert.equal(
+      loadConfig({ GPUCLOUD_RATE_LIMIT_LOGIN: '7', GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT: '9' }).rateLimits.loginAccount,
+      9,
+    );
+  });
+
   test('every variable is read', () => {
     const c = loadConfig({
       PORT: '9000',
@@ -120,6 +129,7 @@ describe('config defaults, as documented', () => {
       GPUCLOUD_RATE_LIMIT_DEFAULT: '4',
       GPUCLOUD_RATE_LIMIT_LOGIN_IP: '5',
       GPUCLOUD_RATE_LIMIT_LOGIN_GLOBAL: '6',
+      GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT: '7',
       GPUCLOUD_AGENT_HEARTBEAT_S: '7',
       GPUCLOUD_AGENT_STOP_TIMEOUT_S: '8',
       GPUCLOUD_AGENT_BOOT_TIMEOUT_S: '90',
@@ -146,6 +156,7 @@ describe('config defaults, as documented', () => {
     assert.equal(c.logLevel, 'debug');
     assert.deepEqual(c.rateLimits, {
       login: 1,
+      loginAccount: 7,
       loginPerIp: 5,
       loginGlobal: 6,
       auth: 2,
@@ -345,6 +356,7 @@ describe('config errors name the variable and stop the start', () => {
     ['billing interval not a number', { GPUCLOUD_BILLING_INTERVAL_S: 'hourly' }, 'GPUCLOUD_BILLING_INTERVAL_S'],
     ['login limit zero', { GPUCLOUD_RATE_LIMIT_LOGIN: '0' }, 'GPUCLOUD_RATE_LIMIT_LOGIN'],
     ['login limit fractional', { GPUCLOUD_RATE_LIMIT_LOGIN: '5.5' }, 'GPUCLOUD_RATE_LIMIT_LOGIN'],
+    ['account login limit zero', { GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT: '0' }, 'GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT'],
     ['auth limit not a number', { GPUCLOUD_RATE_LIMIT_AUTH: 'ten' }, 'GPUCLOUD_RATE_LIMIT_AUTH'],
     ['VM limit negative', { GPUCLOUD_RATE_LIMIT_VM_MUTATIONS: '-30' }, 'GPUCLOUD_RATE_LIMIT_VM_MUTATIONS'],
     ['default limit not a number', { GPUCLOUD_RATE_LIMIT_DEFAULT: '300/min' }, 'GPUCLOUD_RATE_LIMIT_DEFAULT'],

@@ -24,8 +24,9 @@ POST /reservations/calculate).
 **Lists** take \`limit\` (1..100, default 50) and \`offset\`, return a bare array newest first, and
 set \`X-Total-Count\`.
 
-**Rate limits** (per user, per email for login, per IP before authentication), 60 s windows:
-login 5, other /auth 10, VM mutations 30, everything else 300. Headers \`X-RateLimit-Limit\`,
+**Rate limits** (per user, per IP before authentication), 60 s windows: failed logins 5 per email from one
+address and 20 per email from all addresses (a successful login uses up nothing), other /auth 10, VM mutations
+30, everything else 300. Headers \`X-RateLimit-Limit\`,
 \`X-RateLimit-Remaining\`, \`X-RateLimit-Reset\` (seconds); 429 carries \`Retry-After\`.
 
 **Idempotency.** \`Idempotency-Key\` (up to 255 characters) on POST /vms, /ssh-keys, /api-keys, /webhooks and

@@ -109,6 +109,23 @@ export class BatchingRateLimitStore implements RateLimitStore {
   }
 
   /**
+   * Takes back a local hit not yet sent if the key has one in that window; otherwise one in the shared store.
+   * The count held here then follows, one lower.
+   */
+  async unhit(key: string, windowMs: number, nowMs: number): Promise<number> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const entry = this.entries.get(key);
+    const held = entry !== undefined && entry.windowStart === windowOf(windowMs, nowMs).windowStart;
+    if (held && entry.pending > 0) {
+      entry.pending -= 1;
+      return entry.base + entry.inflight + entry.pending;
+    }
+    const count = await this.shared.unhit(key, windowMs, nowMs);
+    if (held) entry.base = Math.max(0, entry.base - 1);
+    return count;
+  }
+
+  /**
    * Sends the entry's local hits to the shared store at `nowMs`; its count and read time follow the
    * answer. On failure, all but `dropOnFailure` of them wait for the next flush.
    */

@@ -49,6 +49,13 @@ export interface RateLimitStore {
    * this first, so a hit counted in memory costs no promise.
    */
   hitLocal?(key: string, windowMs: number, nowMs: number, opts?: HitOptions): RateLimitHit | undefined;
+  /**
+   * Takes back one hit counted on `key` in the window that contains `nowMs` (a counted attempt that turned out
+   * not to be what the limit counts: a login that succeeded). Never below zero, and never makes a counter where
+   * there is none. Resolves to the key's count in that window afterwards. The caller passes the current time and
+   * skips the call when the hit's window has ended since: it no longer limits anything.
+   */
+  unhit(key: string, windowMs: number, nowMs: number): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -115,6 +122,14 @@ export class MemoryRateLimitStore implements RateLimitStore {
     return this.count(key, windowMs, nowMs, n);
   }
 
+  async unhit(key: string, windowMs: number, nowMs: number): Promise<number> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const entry = this.entries.get(`${windowOf(windowMs, nowMs).windowStart}:${key}`);
+    if (entry === undefined) return 0;
+    if (entry.count > 0) entry.count -= 1;
+    return entry.count;
+  }
+
   private count(key: string, windowMs: number, nowMs: number, n: number): RateLimitHit {
     if (this.closed) throw new Error('rate-limit store is closed');
     const { windowStart, windowEnd, resetMs } = windowOf(windowMs, nowMs);
@@ -178,9 +193,19 @@ end
 return c
 `;
 
-/** The script above as a command of the client (ioredis `defineCommand`). */
+/** DECR that never goes below zero nor makes a key (so never one without a TTL); DECR keeps the key's TTL. */
+const UNHIT_SCRIPT = `
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c <= 0 then
+  return 0
+end
+return redis.call('DECR', KEYS[1])
+`;
+
+/** The scripts above as commands of the client (ioredis `defineCommand`). */
 interface HitCommand {
   gpucloudHit(key: string, ttlMs: string, n: string): Promise<unknown>;
+  gpucloudUnhit(key: string): Promise<unknown>;
 }
 
 /** Extra TTL beyond the window end, to tolerate small clock skew between instances. */
@@ -207,6 +232,7 @@ export class RedisRateLimitStore implements RateLimitStore {
     });
     // Sent as EVALSHA (ioredis loads the script on first use): the script's text does not travel with every hit.
     this.client.defineCommand('gpucloudHit', { numberOfKeys: 1, lua: HIT_SCRIPT });
+    this.client.defineCommand('gpucloudUnhit', { numberOfKeys: 1, lua: UNHIT_SCRIPT });
     // Connection errors surface through rejected commands; keep the last one
     // for diagnostics and avoid ioredis' "Unhandled error event" output.
     this.client.on('error', (err: Error) => {
@@ -244,6 +270,23 @@ export class RedisRateLimitStore implements RateLimitStore {
       throw new Error(`rate-limit store: unexpected Redis reply ${String(reply)}`);
     }
     return { count, resetMs };
+  }
+
+  async unhit(key: string, windowMs: number, nowMs: number): Promise<number> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const redisKey = this.keyFor(key, windowOf(windowMs, nowMs).windowStart);
+    let reply: unknown;
+    try {
+      reply = await (this.client as unknown as HitCommand).gpucloudUnhit(redisKey);
+    } catch (err) {
+      const cause = err instanceof Error ? err : new Error(String(err));
+      throw new Error(`rate-limit store: Redis command failed: ${cause.message}`, { cause });
+    }
+    const count = Number(reply);
+    if (!Number.isInteger(count) || count < 0) {
+      throw new Error(`rate-limit store: unexpected Redis reply ${String(reply)}`);
+    }
+    return count;
   }
 
   async close(): Promise<void> {
@@ -295,6 +338,16 @@ export class PostgresRateLimitStore implements RateLimitStore {
       [key, windowStart, windowEnd, n],
     );
     return { count: Number(r.rows[0]!.count), resetMs };
+  }
+
+  async unhit(key: string, windowMs: number, nowMs: number): Promise<number> {
+    if (this.closed) throw new Error('rate-limit store is closed');
+    const r = await this.db.query<Pick<Row<'rate_limit_hits'>, 'count'>>(
+      `UPDATE rate_limit_hits SET count = count - 1 WHERE key = $1 AND window_start = $2 AND count > 0
+       RETURNING count`,
+      [key, windowOf(windowMs, nowMs).windowStart],
+    );
+    return r.rows.length === 0 ? 0 : Number(r.rows[0]!.count);
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,9 @@
 /**
  * Rate limits (docs/security.md#rate-limits): fixed 60 s windows on real time, per user when
- * authenticated, per email for login (and per client address and in all, so
- * that guessing across many emails is limited too), per client IP otherwise. Every response
+ * authenticated, per client IP otherwise. Logins: failed ones per email and client address, and per
+ * email from all addresses together (a correct password is never held back by someone else's wrong
+ * ones, while one account sprayed from many addresses stays limited); every attempt per client
+ * address and in all, so that guessing across many emails is limited too. Every response
  * of a limited route carries X-RateLimit-Limit/-Remaining/-Reset (seconds);
  * past the limit: 429 `rate_limited` with Retry-After.
  */
@@ -16,6 +18,7 @@ import {
   MemoryRateLimitStore,
   PostgresRateLimitStore,
   RedisRateLimitStore,
+  windowOf,
   type RateLimitHit,
   type RateLimitStore,
 } from './rate-limit-store.js';
@@ -38,8 +41,24 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set once the request has been counted (or the store failed): it is never counted twice. */
     rateLimitCounted?: boolean;
+    /** The failure counters a login attempt was counted on, taken back when it turns out not to be a failure. */
+    loginFailures?: CountedFailure[];
   }
 }
+
+/** A login attempt counted, in advance, as a failure on `key` at `atMs` (real time). */
+interface CountedFailure {
+  key: string;
+  atMs: number;
+  /** The limit whose X-RateLimit headers the answer carries, if this counter's. */
+  headersOf?: number;
+}
+
+/**
+ * Whether a login's answer is a failed attempt: anything but a sign-in (200, tokens or a two-factor
+ * challenge), an answer of a rate limit (429, which checked no password) or a server error.
+ */
+const isFailedLogin = (status: number) => status !== 200 && status !== 429 && status < 500;
 
 export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, limits: RateLimitConfig): void {
   /**
@@ -109,21 +128,98 @@ export function registerRateLimit(app: FastifyInstance, store: RateLimitStore, l
     counted.then(() => done(), done);
   });
 
-  // Login is limited per email, which needs the parsed body: counted
-  // before validation, so that an invalid body is counted (and answered with
-  // the headers) like any other attempt. Without an email, per client IP.
+  // Login is limited per email, which needs the parsed body: counted before validation, so that an
+  // invalid body is counted (and answered with the headers) like any other attempt. Without an email,
+  // per client IP.
+  //
+  // An attempt is counted as a failure before the password is checked, so that attempts running at
+  // once cannot all pass the limit, and taken back (onSend below) when it turns out not to be one:
+  // a correct password never uses up a limit. Failures are counted per email and client address
+  // (GPUCLOUD_RATE_LIMIT_LOGIN, whose headers the answer carries), so that someone else's wrong
+  // passwords do not lock the owner out from another address; and per email from all addresses
+  // together (GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT), so that guessing one account's password from many
+  // addresses stays limited. An attempt refused by a limit is not counted on the later ones.
   const isLogin = (req: FastifyRequest) => bucketOf(req) === 'login';
   app.addHook(
     'preValidation',
     hookWhen(isLogin, async (req, reply) => {
       const email = (req.body as { email?: unknown } | null | undefined)?.email;
-      const subject = typeof email === 'string' && email.trim() !== '' ? `e:${normalizeEmail(email)}` : `ip:${req.ip}`;
-      await consume(req, reply, 'login', subject);
+      const account = typeof email === 'string' && email.trim() !== '' ? `e:${normalizeEmail(email)}` : undefined;
+      if (account === undefined) {
+        await consume(req, reply, 'login', `ip:${req.ip}`);
+      } else {
+        req.rateLimitCounted = true;
+        req.loginFailures = [];
+        await failure(req, reply, `login:${account}|ip:${req.ip}`, limits.login, 'for this email from this address');
+      }
       // Guessing across many emails: limited per client address, and in all (each attempt costs a
       // password hash). These do not replace the per-email headers; past them the answer is 429 too.
       await extra(req, reply, `login-ip:${req.ip}`, limits.loginPerIp, 'logins from this address');
       await extra(req, reply, 'login-all', limits.loginGlobal, 'logins to this service');
+      if (account !== undefined) {
+        await failure(req, reply, `login-account:${account}`, limits.loginAccount, 'for this email');
+      }
     }),
+  );
+
+  /**
+   * Counts the login attempt as a failure on `key` (it is taken back if the attempt is not one) and,
+   * past `limit`, refuses it. The first counter sets the X-RateLimit headers of the answer.
+   */
+  async function failure(req: FastifyRequest, reply: FastifyReply, key: string, limit: number, what: string) {
+    const atMs = realTimeMs();
+    let hit: RateLimitHit;
+    try {
+      hit = await store.hit(key, limits.windowMs, atMs);
+    } catch (err) {
+      return failOpen(req, err);
+    }
+    const headers = req.loginFailures!.length === 0;
+    req.loginFailures!.push({ key, atMs, ...(headers ? { headersOf: limit } : {}) });
+    const resetS = Math.max(1, Math.ceil(hit.resetMs / 1000));
+    if (headers || hit.count > limit) {
+      reply.header('X-RateLimit-Limit', String(limit));
+      reply.header('X-RateLimit-Remaining', String(Math.max(0, limit - hit.count)));
+      reply.header('X-RateLimit-Reset', String(resetS));
+    }
+    if (hit.count <= limit) return;
+    throw new AppError(
+      'rate_limited',
+      `Rate limit of ${limit} failed logins per minute ${what} exceeded; retry in ${resetS} s`,
+      undefined,
+      { 'retry-after': String(resetS) },
+    );
+  }
+
+  // A login that signed in, or that no password was checked for (a limit refused it, the service
+  // failed), takes back the failures it was counted as, in the window it was counted in.
+  addRouteHook(
+    app,
+    'onSend',
+    (route: RouteOptions) => route.config?.rateLimit === 'login',
+    onSendWhen(
+      (req) => req.loginFailures !== undefined && req.loginFailures.length > 0,
+      async (req, reply, payload) => {
+        const counted = req.loginFailures!;
+        req.loginFailures = [];
+        if (isFailedLogin(reply.statusCode)) return payload;
+        const nowMs = realTimeMs();
+        for (const c of counted) {
+          if (windowOf(limits.windowMs, c.atMs).windowStart !== windowOf(limits.windowMs, nowMs).windowStart) continue;
+          let left: number;
+          try {
+            left = await store.unhit(c.key, limits.windowMs, nowMs);
+          } catch (err) {
+            failOpen(req, err);
+            continue;
+          }
+          if (c.headersOf !== undefined && reply.statusCode === 200) {
+            reply.header('X-RateLimit-Remaining', String(Math.max(0, c.headersOf - left)));
+          }
+        }
+        return payload;
+      },
+    ),
   );
 
   async function extra(

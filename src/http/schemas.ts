@@ -118,7 +118,8 @@ export const SHARED_ERROR_RESPONSES = {
   },
   MalformedRequest: {
     status: 400,
-    description: 'The body is not valid JSON, or Content-Length does not match it (code: malformed_json)',
+    description:
+      'The body is not valid JSON, or Content-Length does not match it (code: malformed_json). A request that is not valid HTTP (a raw byte outside ASCII in the path, a body that cannot be framed) is 400 too, with code validation_error, and its connection is closed',
   },
   Unauthorized: { status: 401, description: 'Missing, expired or invalid credentials (code: unauthorized)' },
   Forbidden: {

@@ -52,6 +52,24 @@ describe('BatchingRateLimitStore', () => {
     await store.close();
   });
 
+  test('unhit takes back a local hit not yet sent, else one in the shared store', async () => {
+    const shared = new SharedMemory();
+    const store = new BatchingRateLimitStore(shared, { flushEveryMs: 60_000 });
+    for (let i = 1; i <= 4; i++) await store.hit('k', WINDOW, NOW, { localBelow: 10 });
+    assert.equal(await store.unhit('k', WINDOW, NOW), 3, 'a local hit');
+    assert.equal(await shared.total('k'), 1, 'the shared store was not asked');
+    await store.flush();
+    assert.equal(await shared.total('k'), 3);
+    assert.equal(await store.unhit('k', WINDOW, NOW), 2, 'nothing local left: the shared store');
+    assert.equal(await shared.total('k'), 2);
+    // The login counters: every hit in the shared store, and so every unhit.
+    for (let i = 1; i <= 3; i++) await store.hit('login', WINDOW, NOW);
+    assert.equal(await store.unhit('login', WINDOW, NOW), 2);
+    assert.equal((await store.hit('login', WINDOW, NOW)).count, 3);
+    assert.equal(await shared.total('login'), 3);
+    await store.close();
+  });
+
   test('without localBelow every hit is counted in the shared store', async () => {
     const shared = new SharedMemory();
     const store = new BatchingRateLimitStore(shared);

@@ -80,6 +80,32 @@ function behaviouralSuite(getStore: () => RateLimitStore, uniq: () => string): v
     const store = getStore();
     await assert.rejects(store.hit(`bad-${uniq()}`, 0, BASE), RangeError);
   });
+
+  test('unhit takes back one hit of its window, never below zero, and never touches another window', async () => {
+    const store = getStore();
+    const key = `unhit-${uniq()}`;
+    assert.equal(await store.unhit(key, WINDOW, BASE + 1), 0, 'nothing to take back');
+    assert.equal((await store.hit(key, WINDOW, BASE + 2)).count, 1, 'nothing was left below zero');
+    assert.equal((await store.hit(key, WINDOW, BASE + 3)).count, 2);
+    assert.equal(await store.unhit(key, WINDOW, BASE + 4), 1);
+    assert.equal((await store.hit(key, WINDOW, BASE + 5)).count, 2);
+    assert.equal(await store.unhit(key, WINDOW, BASE + 2 * WINDOW + 1), 0, 'a later window has nothing of it');
+    assert.equal((await store.hit(key, WINDOW, BASE + 6)).count, 3, 'its own window kept its count');
+    for (const left of [2, 1, 0, 0]) assert.equal(await store.unhit(key, WINDOW, BASE + 7), left);
+    assert.equal((await store.hit(key, WINDOW, BASE + 8)).count, 1);
+  });
+
+  test('concurrent hits and unhits leave the exact difference', async () => {
+    const store = getStore();
+    const key = `unhit-concurrent-${uniq()}`;
+    for (let i = 0; i < 30; i++) await store.hit(key, WINDOW, BASE + 1);
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        i % 2 ? store.unhit(key, WINDOW, BASE + 2) : store.hit(key, WINDOW, BASE + 2),
+      ),
+    );
+    assert.equal((await store.hit(key, WINDOW, BASE + 3)).count, 31);
+  });
 }
 
 describe('MemoryRateLimitStore', () => {
@@ -279,6 +305,17 @@ describe('RedisRateLimitStore', { skip: !REDIS_URL }, () => {
     // later hits keep the expiry
     await store.hit('ttl', WINDOW, now + 1);
     assert.ok((await admin.pttl(`${prefix}rl:ttl:${windowStart}`)) > 0);
+  });
+
+  test('unhit keeps the expiry and makes no key', async () => {
+    const now = Date.now();
+    const windowStart = Math.floor(now / WINDOW) * WINDOW;
+    await store.hit('ttl-unhit', WINDOW, now);
+    await store.hit('ttl-unhit', WINDOW, now);
+    assert.equal(await store.unhit('ttl-unhit', WINDOW, now + 1), 1);
+    assert.ok((await admin.pttl(`${prefix}rl:ttl-unhit:${windowStart}`)) > 0);
+    assert.equal(await store.unhit('never-hit', WINDOW, now), 0);
+    assert.equal(await admin.exists(`${prefix}rl:never-hit:${windowStart}`), 0);
   });
 
   test('50 concurrent hits give exactly the counts 1..50', async () => {

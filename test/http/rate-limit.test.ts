@@ -1,5 +1,6 @@
 /**
- * Rate limits through the HTTP API: per email for login, per
+ * Rate limits through the HTTP API: failed logins per email and address and
+ * per email from all addresses, every login per address and in all; per
  * user when authenticated, per client IP otherwise; fixed 60 s windows on real
  * time; X-RateLimit-* headers; 429 `rate_limited` with Retry-After; counters
  * shared between instances through Redis.
@@ -17,9 +18,10 @@ import { api, type ErrorBody } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
 
 const WINDOW_MS = 60_000;
-const LIMITS = { login: 5, loginIp: 12, auth: 4, vm: 6, default: 8 };
+const LIMITS = { login: 5, loginAccount: 9, loginIp: 12, auth: 4, vm: 6, default: 8 };
 const ENV = {
   GPUCLOUD_RATE_LIMIT_LOGIN: String(LIMITS.login),
+  GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT: String(LIMITS.loginAccount),
   GPUCLOUD_RATE_LIMIT_VM_MUTATIONS: String(LIMITS.vm),
   GPUCLOUD_RATE_LIMIT_LOGIN_IP: String(LIMITS.loginIp),
   GPUCLOUD_RATE_LIMIT_AUTH: String(LIMITS.auth),
@@ -156,14 +158,14 @@ for (const kind of DB_KINDS) {
       assert.equal(elsewhere.status, 401, elsewhere.text);
     });
 
-    test('login: the 6th attempt for one email in a window is 429; other emails go on', async () => {
+    test('login: a 6th failure for one email from one address is 429 there; sign-ins never count', async () => {
       const a = await makeUser(t);
       const b = await makeUser(t);
       const ip = randomIp();
       await freshWindow();
       const seen: number[] = [];
-      for (let i = 1; i <= LIMITS.login; i++) {
-        // wrong and right passwords count alike
+      for (let i = 1; i <= 2 * LIMITS.login - 1; i++) {
+        // wrong and right passwords in turn: only the wrong ones count
         const password = i % 2 === 0 ? a.password : 'wrong-password-' + i;
         const r = await api(t).post('/auth/login', { body: { email: a.email, password }, remoteAddress: ip });
         assert.equal(r.status, i % 2 === 0 ? 200 : 401, r.text);
@@ -172,23 +174,28 @@ for (const kind of DB_KINDS) {
         seen.push(l.remaining);
         if (r.status === 200) t.forbidSecret(tokensOf(r.body).refresh_token);
       }
-      assert.deepEqual(seen, [4, 3, 2, 1, 0], 'X-RateLimit-Remaining counts down');
+      assert.deepEqual(seen, [4, 4, 3, 3, 2, 2, 1, 1, 0], 'X-RateLimit-Remaining counts the failures down');
 
       const sixth = await api(t).post('/auth/login', {
         body: { email: a.email, password: a.password },
         remoteAddress: ip,
       });
       assertLimited(sixth, LIMITS.login);
+      assert.match(sixth.body.detail, /failed logins per minute for this email from this address/);
       assert.equal(
         (sixth.body as { access_token?: unknown }).access_token,
         undefined,
-        'no tokens past the limit, even with the right password',
+        'no tokens past the limit from that address, even with the right password',
+      );
+      assertLimited(
+        await api(t).post('/auth/login', { body: { email: a.email, password: 'wrong-again' }, remoteAddress: ip }),
+        LIMITS.login,
       );
 
-      // Per email, not per spelling and not per address.
+      // Per email, not per spelling.
       const upper = await api(t).post('/auth/login', {
         body: { email: `  ${a.email.toUpperCase()} `, password: a.password },
-        remoteAddress: randomIp(),
+        remoteAddress: ip,
       });
       assertLimited(upper, LIMITS.login);
 
@@ -199,19 +206,21 @@ for (const kind of DB_KINDS) {
       });
       assert.equal(other.status, 200, other.text);
       t.forbidSecret(tokensOf(other.body).refresh_token);
-      assert.equal(limits(other).remaining, LIMITS.login - 1);
+      assert.equal(limits(other).remaining, LIMITS.login, 'a sign-in uses up nothing');
 
-      // Unknown emails are limited the same way (no account enumeration by rate).
+      // Unknown emails are limited the same way (no account enumeration by rate); from another address, as this
+      // one has nearly used up GPUCLOUD_RATE_LIMIT_LOGIN_IP.
       const ghost = uniqueEmail('ghost');
+      const ip2 = randomIp();
       for (let i = 0; i < LIMITS.login; i++) {
         const r = await api(t).post('/auth/login', {
           body: { email: ghost, password: 'whatever-password' },
-          remoteAddress: ip,
+          remoteAddress: ip2,
         });
         assert.equal(r.status, 401);
       }
       assertLimited(
-        await api(t).post('/auth/login', { body: { email: ghost, password: 'whatever-password' }, remoteAddress: ip }),
+        await api(t).post('/auth/login', { body: { email: ghost, password: 'whatever-password' }, remoteAddress: ip2 }),
         LIMITS.login,
       );
 
@@ -219,6 +228,132 @@ for (const kind of DB_KINDS) {
       const refresh = await api(t).post('/auth/refresh', { body: { refresh_token: 'nope' }, remoteAddress: ip });
       assert.equal(refresh.status, 401);
       assert.deepEqual([limits(refresh).limit, limits(refresh).remaining], [LIMITS.auth, LIMITS.auth - 1]);
+    });
+
+    test('login: wrong passwords from one address never lock the owner out from another', async () => {
+      const owner = await makeUser(t);
+      const attacker = randomIp();
+      const home = randomIp();
+      await freshWindow();
+      for (let i = 1; i <= LIMITS.login; i++) {
+        const r = await api(t).post('/auth/login', {
+          body: { email: owner.email, password: `guess-${i}` },
+          remoteAddress: attacker,
+        });
+        assert.equal(r.status, 401, `guess ${i}: ${r.text}`);
+      }
+      // The attacker's address goes on guessing: every attempt refused, none counted against the account.
+      for (let i = 0; i < 3 * LIMITS.loginAccount; i++) {
+        const r = await api(t).post('/auth/login', {
+          body: { email: owner.email, password: `more-${i}` },
+          remoteAddress: attacker,
+        });
+        assertLimited(r, LIMITS.login);
+      }
+      // Meanwhile the owner signs in from home, as often as they like.
+      for (let i = 0; i < 2 * LIMITS.login; i++) {
+        const r = await api(t).post('/auth/login', {
+          body: { email: owner.email, password: owner.password },
+          remoteAddress: home,
+        });
+        assert.equal(r.status, 200, `sign-in ${i} from another address: ${r.text}`);
+        t.forbidSecret(tokensOf(r.body).refresh_token);
+        assert.deepEqual([limits(r).limit, limits(r).remaining], [LIMITS.login, LIMITS.login]);
+      }
+      // The owner's own typo counts from home only.
+      const typo = await api(t).post('/auth/login', {
+        body: { email: owner.email, password: 'a-typo' },
+        remoteAddress: home,
+      });
+      assert.equal(typo.status, 401);
+      assert.equal(limits(typo).remaining, LIMITS.login - 1);
+      // And the attacker's address is still refused, the right password included.
+      assertLimited(
+        await api(t).post('/auth/login', {
+          body: { email: owner.email, password: owner.password },
+          remoteAddress: attacker,
+        }),
+        LIMITS.login,
+      );
+    });
+
+    test('login: one email guessed from many addresses stops at GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT', async () => {
+      const victim = await makeUser(t);
+      const bystander = await makeUser(t);
+      await freshWindow();
+      const addresses: string[] = [];
+      let failures = 0;
+      while (failures < LIMITS.loginAccount) {
+        const ip = randomIp();
+        addresses.push(ip);
+        for (let i = 0; i < LIMITS.login && failures < LIMITS.loginAccount; i++, failures++) {
+          const r = await api(t).post('/auth/login', {
+            body: { email: victim.email, password: `spray-${failures}` },
+            remoteAddress: ip,
+          });
+          assert.equal(r.status, 401, `failure ${failures + 1} from ${ip}: ${r.text}`);
+        }
+      }
+      assert.ok(addresses.length > 1, 'several addresses were needed');
+      // From yet another address: the account's failures are used up, whatever the password.
+      const fresh = randomIp();
+      const over = await api(t).post('/auth/login', {
+        body: { email: victim.email, password: 'spray-again' },
+        remoteAddress: fresh,
+      });
+      assertLimited(over, LIMITS.loginAccount);
+      assert.match(over.body.detail, /failed logins per minute for this email exceeded/);
+      const right = await api(t).post('/auth/login', {
+        body: { email: victim.email.toUpperCase(), password: victim.password },
+        remoteAddress: randomIp(),
+      });
+      assertLimited(right, LIMITS.loginAccount);
+      // A refused attempt is no failure, and changes nothing: still refused.
+      assertLimited(
+        await api(t).post('/auth/login', {
+          body: { email: victim.email, password: 'x-long-guess' },
+          remoteAddress: fresh,
+        }),
+        LIMITS.loginAccount,
+      );
+      // Other accounts, from the same addresses, are not affected.
+      for (const ip of [...addresses, fresh]) {
+        const r = await api(t).post('/auth/login', {
+          body: { email: bystander.email, password: bystander.password },
+          remoteAddress: ip,
+        });
+        assert.equal(r.status, 200, `${ip}: ${r.text}`);
+        t.forbidSecret(tokensOf(r.body).refresh_token);
+      }
+    });
+
+    test('login: attempts running at once never pass a failure limit together', async () => {
+      const u = await makeUser(t);
+      const ip = randomIp();
+      await freshWindow();
+      const burst = await Promise.all(
+        Array.from({ length: 3 * LIMITS.login }, (_, i) =>
+          api(t).post('/auth/login', { body: { email: u.email, password: `burst-${i}` }, remoteAddress: ip }),
+        ),
+      );
+      const tally = (rs: { status: number }[]) => rs.map((r) => r.status).sort((x, y) => x - y);
+      assert.deepEqual(tally(burst), [
+        ...Array<number>(LIMITS.login).fill(401),
+        ...Array<number>(2 * LIMITS.login).fill(429),
+      ]);
+      const other = await makeUser(t);
+      const spread = await Promise.all(
+        Array.from({ length: 2 * LIMITS.loginAccount }, (_, i) =>
+          api(t).post('/auth/login', {
+            body: { email: other.email, password: `spread-${i}` },
+            remoteAddress: randomIp(),
+          }),
+        ),
+      );
+      assert.deepEqual(tally(spread), [
+        ...Array<number>(LIMITS.loginAccount).fill(401),
+        ...Array<number>(LIMITS.loginAccount).fill(429),
+      ]);
     });
 
     test('login: invalid and unreadable bodies are counted too, and answered with the headers', async () => {
@@ -230,10 +365,16 @@ for (const kind of DB_KINDS) {
       assert.deepEqual([limits(noPassword).limit, limits(noPassword).remaining], [LIMITS.login, LIMITS.login - 1]);
       const empty = await api(t).post('/auth/login', {
         body: { email: c.email.toUpperCase(), password: '' },
-        remoteAddress: randomIp(),
+        remoteAddress: ip,
       });
       assert.equal(empty.status, 422);
-      assert.equal(limits(empty).remaining, LIMITS.login - 2, 'counted for the email, whatever the address');
+      assert.equal(limits(empty).remaining, LIMITS.login - 2, 'counted for the email from this address');
+      const elsewhere = await api(t).post('/auth/login', {
+        body: { email: c.email, password: '' },
+        remoteAddress: randomIp(),
+      });
+      assert.equal(elsewhere.status, 422);
+      assert.equal(limits(elsewhere).remaining, LIMITS.login - 1, 'another address has a count of its own');
 
       // Without a usable email: per address.
       const malformed = await api(t).post('/auth/login', { rawBody: '{"email":', remoteAddress: ip });
@@ -250,7 +391,7 @@ for (const kind of DB_KINDS) {
       });
       assert.equal(ok.status, 200);
       t.forbidSecret(tokensOf(ok.body).refresh_token);
-      assert.equal(limits(ok).remaining, LIMITS.login - 3);
+      assert.equal(limits(ok).remaining, LIMITS.login - 2, 'the sign-in itself counts for nothing');
     });
 
     test('other /auth operations: GPUCLOUD_RATE_LIMIT_AUTH per address before login', async () => {
@@ -519,6 +660,33 @@ describe('rate limits shared by two instances through Redis', { skip: sharedReas
       await call(t.app, 'POST', '/auth/login', { body: { email: u.email, password: u.password } }),
       LIMITS.login,
     );
+  });
+
+  test('failed logins for one email from all addresses are one counter across instances', async () => {
+    const u = await makeUser(t);
+    await freshWindow();
+    for (let i = 1; i <= LIMITS.loginAccount; i++) {
+      const r = await call(i % 2 ? b : t.app, 'POST', '/auth/login', {
+        body: { email: u.email, password: `wrong-${i}` },
+        ip: randomIp(),
+      });
+      assert.equal(r.status, 401, r.text);
+      if (i === 3) {
+        // A sign-in on the other instance in between: counted, then taken back, in the shared counters.
+        const ok = await call(i % 2 ? t.app : b, 'POST', '/auth/login', {
+          body: { email: u.email, password: u.password },
+          ip: randomIp(),
+        });
+        assert.equal(ok.status, 200, ok.text);
+        assert.equal(limits(ok).remaining, LIMITS.login);
+      }
+    }
+    for (const app of [t.app, b]) {
+      assertLimited(
+        await call(app, 'POST', '/auth/login', { body: { email: u.email, password: u.password }, ip: randomIp() }),
+        LIMITS.loginAccount,
+      );
+    }
   });
 
   test('unauthenticated calls from one address are one counter across instances', async () => {

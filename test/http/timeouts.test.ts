@@ -85,7 +85,7 @@ describe('request timeouts', () => {
     assert.equal(body.code, 'validation_error');
     const junk = await slowClient(port, 'THIS IS NOT HTTP\r\n\r\n', '', 1000);
     assert.match(junk.reply, /^HTTP\/1\.1 400 /);
-    assert.equal(JSON.parse(junk.reply.slice(junk.reply.indexOf('\r\n\r\n') + 4)).code, 'malformed_json');
+    assert.equal(JSON.parse(junk.reply.slice(junk.reply.indexOf('\r\n\r\n') + 4)).code, 'validation_error');
   });
 
   test('a normal request is unaffected', async () => {

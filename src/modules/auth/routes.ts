@@ -112,7 +112,7 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         operationId: 'login',
         summary: 'Log in with email and password',
         description:
-          'Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Limited to 5 attempts per minute per email.',
+          'Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Failed attempts are limited per email: 5 a minute from one client address and 20 from all addresses together (the defaults); a successful login uses up nothing. Every attempt also counts towards a limit per client address. Past a limit: 429 with Retry-After.',
         security: [],
         body: Type.Object(
           {

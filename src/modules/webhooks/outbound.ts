@@ -1,10 +1,11 @@
 /**
  * Requests the service makes to addresses its customers name (webhook
  * endpoints), safe against server-side request forgery: only http and https;
- * every address a name resolves to must be public (not loopback, private,
- * link-local, multicast, reserved or a cloud metadata address), checked on
- * the connection itself so a name cannot resolve to one address when checked
- * and another when used; no redirects; at most 64 KB of the answer read; one
+ * every address a name resolves to must be outside every range of the IANA
+ * special-purpose address registries (loopback, private, link-local and the
+ * cloud metadata addresses among them) and outside multicast, checked on the
+ * connection itself so a name cannot resolve to one address when checked and
+ * another when used; no redirects; at most 64 KB of the answer read; one
  * deadline for the whole exchange. See docs/webhooks.md, "Safety".
  */
 import { BlockList, isIP } from 'node:net';
@@ -12,72 +13,128 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 
-const blocked = new BlockList();
-const V4: Array<[string, number]> = [
-  ['0.0.0.0', 8], // "this network"
-  ['10.0.0.0', 8], // private
-  ['100.64.0.0', 10], // carrier-grade NAT (also Alibaba's metadata address, 100.100.100.200)
-  ['127.0.0.0', 8], // loopback
-  ['169.254.0.0', 16], // link-local, with the metadata address of most clouds (169.254.169.254)
-  ['172.16.0.0', 12], // private
-  ['192.0.0.0', 24], // protocol assignments (Oracle's metadata address, 192.0.0.192)
-  ['192.0.2.0', 24], // documentation
-  ['192.88.99.0', 24], // 6to4 relays
-  ['192.168.0.0', 16], // private
-  ['198.18.0.0', 15], // benchmarking
-  ['198.51.100.0', 24], // documentation
-  ['203.0.113.0', 24], // documentation
-  ['224.0.0.0', 4], // multicast
-  ['240.0.0.0', 4], // reserved, and the broadcast address
-];
-const V6: Array<[string, number]> = [
-  ['::', 96], // unspecified, loopback and IPv4-compatible addresses
-  ['100::', 64], // discard
-  ['2001::', 32], // Teredo (an IPv4 address behind it cannot be checked)
-  ['2001:db8::', 32], // documentation
-  ['fc00::', 7], // unique local (AWS's IPv6 metadata address, fd00:ec2::254)
-  ['fe80::', 10], // link-local
-  ['fec0::', 10], // site-local (deprecated)
-  ['ff00::', 8], // multicast
-];
-for (const [net, prefix] of V4) blocked.addSubnet(net, prefix, 'ipv4');
-for (const [net, prefix] of V6) blocked.addSubnet(net, prefix, 'ipv6');
+/** A range of addresses no webhook is sent to. */
+export interface SpecialRange {
+  /** The range in CIDR notation, as its registry writes it. */
+  cidr: string;
+  /** What it is for, as the message of a refusal names it. */
+  name: string;
+  /** Where it is defined. */
+  rfc: string;
+}
 
-/** The 16 bytes of an IPv6 address (valid input assumed: it comes from isIP or the resolver). */
-function ipv6Bytes(address: string): number[] {
-  let a = address.split('%')[0]!;
-  const dotted = /(\d+\.\d+\.\d+\.\d+)$/.exec(a);
-  if (dotted) {
-    const p = dotted[1]!.split('.').map(Number);
-    a =
-      a.slice(0, -dotted[1]!.length) + `${((p[0]! << 8) | p[1]!).toString(16)}:${((p[2]! << 8) | p[3]!).toString(16)}`;
-  }
-  const [head, tail] = a.includes('::') ? a.split('::') : [a, undefined];
-  const h = head ? head.split(':') : [];
-  const t = tail ? tail.split(':') : [];
-  const groups = tail === undefined ? h : [...h, ...Array<string>(8 - h.length - t.length).fill('0'), ...t];
-  return groups.flatMap((g) => {
-    const n = parseInt(g, 16);
-    return [n >> 8, n & 0xff];
+/**
+ * Every entry of the IANA IPv4 Special-Purpose Address Registry, whether the registry marks it globally
+ * reachable or not (an anycast service or a relay is no receiver of webhooks, and one rule without exceptions
+ * leaves nothing to get wrong), plus multicast. Keep it in step with the registry and docs/webhooks.md#safety.
+ */
+export const SPECIAL_PURPOSE_V4: readonly SpecialRange[] = [
+  { cidr: '0.0.0.0/8', name: '"this network"', rfc: 'RFC 791' },
+  { cidr: '0.0.0.0/32', name: '"this host on this network"', rfc: 'RFC 1122' },
+  { cidr: '10.0.0.0/8', name: 'private use', rfc: 'RFC 1918' },
+  { cidr: '100.64.0.0/10', name: 'shared address space (carrier-grade NAT)', rfc: 'RFC 6598' },
+  { cidr: '127.0.0.0/8', name: 'loopback', rfc: 'RFC 1122' },
+  { cidr: '169.254.0.0/16', name: 'link-local (cloud metadata services)', rfc: 'RFC 3927' },
+  { cidr: '172.16.0.0/12', name: 'private use', rfc: 'RFC 1918' },
+  { cidr: '192.0.0.0/24', name: 'IETF protocol assignments', rfc: 'RFC 6890' },
+  { cidr: '192.0.0.0/29', name: 'IPv4 service continuity prefix', rfc: 'RFC 7335' },
+  { cidr: '192.0.0.8/32', name: 'IPv4 dummy address', rfc: 'RFC 7600' },
+  { cidr: '192.0.0.9/32', name: 'Port Control Protocol anycast', rfc: 'RFC 7723' },
+  { cidr: '192.0.0.10/32', name: 'TURN anycast', rfc: 'RFC 8155' },
+  { cidr: '192.0.0.170/32', name: 'NAT64/DNS64 discovery', rfc: 'RFC 8880' },
+  { cidr: '192.0.0.171/32', name: 'NAT64/DNS64 discovery', rfc: 'RFC 8880' },
+  { cidr: '192.0.2.0/24', name: 'documentation (TEST-NET-1)', rfc: 'RFC 5737' },
+  { cidr: '192.31.196.0/24', name: 'AS112-v4', rfc: 'RFC 7535' },
+  { cidr: '192.52.193.0/24', name: 'AMT', rfc: 'RFC 7450' },
+  { cidr: '192.88.99.0/24', name: 'deprecated 6to4 relay anycast', rfc: 'RFC 7526' },
+  { cidr: '192.88.99.2/32', name: '6a44 relay anycast', rfc: 'RFC 6751' },
+  { cidr: '192.168.0.0/16', name: 'private use', rfc: 'RFC 1918' },
+  { cidr: '192.175.48.0/24', name: 'direct delegation AS112 service', rfc: 'RFC 7534' },
+  { cidr: '198.18.0.0/15', name: 'benchmarking', rfc: 'RFC 2544' },
+  { cidr: '198.51.100.0/24', name: 'documentation (TEST-NET-2)', rfc: 'RFC 5737' },
+  { cidr: '203.0.113.0/24', name: 'documentation (TEST-NET-3)', rfc: 'RFC 5737' },
+  { cidr: '240.0.0.0/4', name: 'reserved', rfc: 'RFC 1112' },
+  { cidr: '255.255.255.255/32', name: 'limited broadcast', rfc: 'RFC 919' },
+  // Not in the special-purpose registry (it has one of its own), never a receiver:
+  { cidr: '224.0.0.0/4', name: 'multicast', rfc: 'RFC 5771' },
+];
+
+/**
+ * Every entry of the IANA IPv6 Special-Purpose Address Registry, globally reachable or not, plus multicast and
+ * the forms that carry an IPv4 address or were retired from unicast use. Whole ranges are refused, never judged
+ * by an IPv4 address they may carry: a translator's or a relay's own mapping is not the service's to read.
+ */
+export const SPECIAL_PURPOSE_V6: readonly SpecialRange[] = [
+  { cidr: '::1/128', name: 'loopback', rfc: 'RFC 4291' },
+  { cidr: '::/128', name: 'unspecified', rfc: 'RFC 4291' },
+  { cidr: '::ffff:0:0/96', name: 'IPv4-mapped', rfc: 'RFC 4291' },
+  { cidr: '64:ff9b::/96', name: 'IPv4-IPv6 translation (NAT64)', rfc: 'RFC 6052' },
+  { cidr: '64:ff9b:1::/48', name: 'IPv4-IPv6 translation, local use (NAT64)', rfc: 'RFC 8215' },
+  { cidr: '100::/64', name: 'discard-only', rfc: 'RFC 6666' },
+  { cidr: '100:0:0:1::/64', name: 'dummy IPv6 prefix', rfc: 'RFC 9780' },
+  { cidr: '2001::/23', name: 'IETF protocol assignments', rfc: 'RFC 2928' },
+  { cidr: '2001::/32', name: 'Teredo', rfc: 'RFC 4380' },
+  { cidr: '2001:1::1/128', name: 'Port Control Protocol anycast', rfc: 'RFC 7723' },
+  { cidr: '2001:1::2/128', name: 'TURN anycast', rfc: 'RFC 8155' },
+  { cidr: '2001:1::3/128', name: 'DNS-SD service registration anycast', rfc: 'RFC 9665' },
+  { cidr: '2001:2::/48', name: 'benchmarking', rfc: 'RFC 5180' },
+  { cidr: '2001:3::/32', name: 'AMT', rfc: 'RFC 7450' },
+  { cidr: '2001:4:112::/48', name: 'AS112-v6', rfc: 'RFC 7535' },
+  { cidr: '2001:10::/28', name: 'deprecated ORCHID', rfc: 'RFC 4843' },
+  { cidr: '2001:20::/28', name: 'ORCHIDv2', rfc: 'RFC 7343' },
+  { cidr: '2001:30::/28', name: 'drone remote ID entity tags', rfc: 'RFC 9374' },
+  { cidr: '2001:db8::/32', name: 'documentation', rfc: 'RFC 3849' },
+  { cidr: '2002::/16', name: '6to4', rfc: 'RFC 3056' },
+  { cidr: '2620:4f:8000::/48', name: 'direct delegation AS112 service', rfc: 'RFC 7534' },
+  { cidr: '3fff::/20', name: 'documentation', rfc: 'RFC 9637' },
+  { cidr: '5f00::/16', name: 'segment routing (SRv6) SIDs', rfc: 'RFC 9602' },
+  { cidr: 'fc00::/7', name: 'unique local (AWS metadata service)', rfc: 'RFC 4193' },
+  { cidr: 'fe80::/10', name: 'link-local', rfc: 'RFC 4291' },
+  // Not in the special-purpose registry, never a receiver:
+  { cidr: '::/96', name: 'IPv4-compatible (deprecated)', rfc: 'RFC 4291' },
+  { cidr: '::ffff:0:0:0/96', name: 'IPv4-translated', rfc: 'RFC 2765' },
+  { cidr: 'fec0::/10', name: 'site-local (deprecated)', rfc: 'RFC 3879' },
+  { cidr: 'ff00::/8', name: 'multicast', rfc: 'RFC 4291' },
+];
+
+interface Compiled extends SpecialRange {
+  prefix: number;
+  list: BlockList;
+}
+
+/**
+ * One BlockList per range, each holding one family only: a BlockList with an IPv6 rule for ::ffff:0:0/96 also
+ * matches every IPv4 address it is asked about, so the families never share a list.
+ */
+function compile(ranges: readonly SpecialRange[], family: 'ipv4' | 'ipv6'): Compiled[] {
+  return ranges.map((r) => {
+    const [net, bits] = r.cidr.split('/') as [string, string];
+    const list = new BlockList();
+    list.addSubnet(net, Number(bits), family);
+    return { ...r, prefix: Number(bits), list };
   });
 }
+const V4 = compile(SPECIAL_PURPOSE_V4, 'ipv4');
+const V6 = compile(SPECIAL_PURPOSE_V6, 'ipv6');
 
-/** An IPv4 address carried inside an IPv6 one (NAT64 64:ff9b::/96, 6to4 2002::/16), if any. */
-function embeddedV4(address: string): string | undefined {
-  const b = ipv6Bytes(address);
-  if (b.slice(0, 12).join('.') === '0.100.255.155.0.0.0.0.0.0.0.0') return b.slice(12).join('.');
-  if (b[0] === 0x20 && b[1] === 0x02) return b.slice(2, 6).join('.');
-  return undefined;
+/** An address without its IPv6 zone (fe80::1%eth0: the zone says which interface, not where). */
+const unzoned = (address: string) => address.split('%')[0]!;
+
+/** The special-purpose range `address` is in (the narrowest, when ranges nest), or undefined (also for a non-IP). */
+export function specialRangeOf(address: string): SpecialRange | undefined {
+  const a = unzoned(address);
+  const family = isIP(a);
+  if (family === 0) return undefined;
+  let found: Compiled | undefined;
+  for (const r of family === 4 ? V4 : V6) {
+    if ((found === undefined || r.prefix > found.prefix) && r.list.check(a, family === 4 ? 'ipv4' : 'ipv6')) found = r;
+  }
+  return found && { cidr: found.cidr, name: found.name, rfc: found.rfc };
 }
 
-/** Whether a webhook may never be sent to this address (IPv4-mapped IPv6 addresses count as their IPv4 address). */
+/** Whether a webhook may never be sent to this address: in a special-purpose range, or not an IP address at all. */
 export function isForbiddenAddress(address: string): boolean {
-  const family = isIP(address);
-  if (family === 4) return blocked.check(address, 'ipv4');
-  if (family !== 6) return true;
-  if (blocked.check(address, 'ipv6')) return true;
-  const v4 = embeddedV4(address);
-  return v4 !== undefined && blocked.check(v4, 'ipv4');
+  return isIP(unzoned(address)) === 0 || specialRangeOf(address) !== undefined;
 }
 
 /** Why this URL can never receive a webhook (its form alone), or undefined. */
@@ -112,10 +169,12 @@ const resolveAll = (host: string, family = 0) =>
     ),
   );
 
-const forbiddenMessage = (host: string, address: string) =>
-  host === address
-    ? `${address} is a loopback, private, link-local, multicast or reserved address`
-    : `${host} resolves to ${address}, a loopback, private, link-local, multicast or reserved address`;
+/** Why `address` (what `host` resolves to) cannot receive a webhook: the special-purpose range it is in. */
+const forbiddenMessage = (host: string, address: string) => {
+  const r = specialRangeOf(address);
+  const what = r ? `a special-purpose address (${r.cidr}, ${r.name})` : 'not an IP address';
+  return host === address ? `${address} is ${what}` : `${host} resolves to ${address}, ${what}`;
+};
 
 /**
  * Why the URL's host cannot receive webhooks now (a forbidden address, a name

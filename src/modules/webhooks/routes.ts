@@ -12,7 +12,7 @@ const Url = Type.String({
   minLength: 1,
   maxLength: 2048,
   description:
-    'Where to POST: an http or https URL whose host resolves only to public addresses (not loopback, private, link-local, multicast or a metadata address). Redirects are not followed.',
+    'Where to POST: an http or https URL whose host resolves only to addresses outside every special-purpose range of the IANA IPv4 and IPv6 registries and outside multicast (so not loopback, private, link-local, a metadata address, NAT64, 6to4, Teredo or an IPv4-mapped or -translated form). Redirects are not followed.',
 });
 const EventTypes = Nullable(Type.Array(Type.String(), { minItems: 1, maxItems: 64 }), {
   description: `The event types to send; null or left out: every type, including types added later. The types: ${SUBSCRIBABLE_TYPES.join(', ')}`,
@@ -118,7 +118,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         tags: ['webhooks'],
         operationId: 'createWebhook',
         summary: 'Add a webhook endpoint',
-        description: `Events of the chosen types are POSTed to \`url\` as they happen, signed per Standard Webhooks (headers \`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`), retried with backoff for about a day until a 2xx comes back. The signing \`secret\` appears in this response only. At most ${MAX_WEBHOOKS} per account (400 \`limit_exceeded\`); a URL that cannot receive (not http or https, or a host that resolves to a loopback, private, link-local, multicast or metadata address) is 422. ${MANAGE} Honours Idempotency-Key.`,
+        description: `Events of the chosen types are POSTed to \`url\` as they happen, signed per Standard Webhooks (headers \`webhook-id\`, \`webhook-timestamp\`, \`webhook-signature\`), retried with backoff for about a day until a 2xx comes back. The signing \`secret\` appears in this response only. At most ${MAX_WEBHOOKS} per account (400 \`limit_exceeded\`); a URL that cannot receive (not http or https, or a host that resolves to a special-purpose or multicast address: loopback, private, link-local, metadata and the rest) is 422. ${MANAGE} Honours Idempotency-Key.`,
         body: Type.Object(
           { url: Url, event_types: Type.Optional(EventTypes), description: Type.Optional(Description) },
           {

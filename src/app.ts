@@ -19,7 +19,7 @@ import { registerOpenApi, API_VERSION } from './http/openapi.js';
 import { consoleDir, registerConsole } from './http/console.js';
 import { registerMetrics } from './http/metrics.js';
 import { registerAuthentication, registerAuthorization } from './http/authenticate.js';
-import { identifier } from './modules/auth/identify.js';
+import { identifier, rechecker } from './modules/auth/identify.js';
 import { registerRateLimit } from './http/rate-limit.js';
 import { purgeExpiredIdempotencyKeys, registerIdempotency } from './http/idempotency.js';
 import { registerInputGuards } from './http/input-guards.js';
@@ -522,7 +522,13 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     },
   );
   apiKeyRoutes(app, services.apiKeys);
-  eventRoutes(app, deps.db);
+  // Open streams are checked again as the requests are, from the database; the manual clock first
+  // catches up with an advance made through another instance, so an access token expires everywhere.
+  const recheck = rechecker(services.auth, services.apiKeys);
+  eventRoutes(app, deps.db, async (credentials) => {
+    await services.clock.sync();
+    return recheck(credentials);
+  });
   webhookRoutes(app, services.webhooks);
   sshKeyRoutes(app, services.sshKeys);
   adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db));

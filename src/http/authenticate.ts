@@ -21,16 +21,29 @@ export function isPublic(req: FastifyRequest): boolean {
   return !req.routeOptions.url || (req.routeOptions.config.auth ?? 'user') === 'public';
 }
 
-/** The caller a credential names, or why it names none (an API key, else an access token). */
-export type Identify = (credential: string) => Promise<(Principal & { suspended: boolean }) | string>;
+/** Who a credential names, with the account's suspension. */
+export type Identified = Principal & { suspended: boolean };
 
-async function principalFrom(
-  header: string,
-  identify: Identify,
-): Promise<(Principal & { suspended: boolean }) | string> {
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  if (!m) return 'Authorization header must be "Bearer <token or API key>"';
-  return identify(m[1]!);
+/** The caller a credential names, or why it names none (an API key, else an access token). */
+export type Identify = (credential: string) => Promise<Identified | string>;
+
+/**
+ * Identify for many credentials at once, for connections that outlive their request (an event
+ * stream): straight from the database, never from remembered answers. Each credential maps to who
+ * it names now, or to why it stopped working: revoked (a revoked key, an ended session, a user
+ * gone) or expired (by the service clock).
+ */
+export type Recheck = (credentials: readonly string[]) => Promise<Map<string, Identified | 'revoked' | 'expired'>>;
+
+/** The credential of an `Authorization: Bearer <credential>` header, or undefined. */
+export function bearerOf(header: string | undefined): string | undefined {
+  return /^Bearer\s+(\S+)\s*$/i.exec(header ?? '')?.[1];
+}
+
+async function principalFrom(header: string, identify: Identify): Promise<Identified | string> {
+  const credential = bearerOf(header);
+  if (credential === undefined) return 'Authorization header must be "Bearer <token or API key>"';
+  return identify(credential);
 }
 
 /** Runs first: identifies the caller, never rejects (so the rate limiter can count failures by IP). */
@@ -63,9 +76,9 @@ const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;
 /** Whether the metrics token or the loopback rule lets `req` read /metrics without an account. */
 export function metricsAllowed(req: FastifyRequest, access: MetricsAccess): boolean {
   if (access.loopback && LOOPBACK.test(req.socket.remoteAddress ?? '')) return true;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-  if (!access.token || !m) return false;
-  const a = createHash('sha256').update(m[1]!).digest();
+  const credential = bearerOf(req.headers.authorization);
+  if (!access.token || credential === undefined) return false;
+  const a = createHash('sha256').update(credential).digest();
   return timingSafeEqual(a, createHash('sha256').update(access.token).digest());
 }
 

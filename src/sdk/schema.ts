@@ -96,7 +96,7 @@ export interface paths {
         put?: never;
         /**
          * Log in with email and password
-         * @description Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Limited to 5 attempts per minute per email.
+         * @description Returns a token pair, or, when two-factor authentication is on, `{two_factor_required, challenge_token, expires_in}` to complete with POST /auth/2fa/verify. Failed attempts are limited per email: 5 a minute from one client address and 20 from all addresses together (the defaults); a successful login uses up nothing. Every attempt also counts towards a limit per client address. Past a limit: 429 with Retry-After.
          */
         post: operations["login"];
         delete?: never;
@@ -378,7 +378,7 @@ export interface paths {
         };
         /**
          * Follow events as they happen
-         * @description Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID. An account holds at most 20 streams at once per instance; one more is 429 `rate_limited`.
+         * @description Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID. The stream lasts only as long as its credential: within about a second of the key being revoked, the session ending, the access token expiring, the account being suspended or its role changing (through any instance), it ends with the comment line `: closed: <reason>` (`credential_revoked`, `credential_expired`, `account_suspended`, `role_changed`), and hands on no live event written after that. An account holds at most 20 streams at once per instance; one more is 429 `rate_limited`.
          */
         get: operations["streamEvents"];
         put?: never;
@@ -404,7 +404,7 @@ export interface paths {
         put?: never;
         /**
          * Add a webhook endpoint
-         * @description Events of the chosen types are POSTed to `url` as they happen, signed per Standard Webhooks (headers `webhook-id`, `webhook-timestamp`, `webhook-signature`), retried with backoff for about a day until a 2xx comes back. The signing `secret` appears in this response only. At most 10 per account (400 `limit_exceeded`); a URL that cannot receive (not http or https, or a host that resolves to a loopback, private, link-local, multicast or metadata address) is 422. Needs a login session or a read_write API key (a webhook's URL may itself be a credential). Honours Idempotency-Key.
+         * @description Events of the chosen types are POSTed to `url` as they happen, signed per Standard Webhooks (headers `webhook-id`, `webhook-timestamp`, `webhook-signature`), retried with backoff for about a day until a 2xx comes back. The signing `secret` appears in this response only. At most 10 per account (400 `limit_exceeded`); a URL that cannot receive (not http or https, or a host that resolves to a special-purpose or multicast address: loopback, private, link-local, metadata and the rest) is 422. Needs a login session or a read_write API key (a webhook's URL may itself be a credential). Honours Idempotency-Key.
          */
         post: operations["createWebhook"];
         delete?: never;
@@ -1185,7 +1185,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description The body is not valid JSON, or Content-Length does not match it (code: malformed_json) */
+        /** @description The body is not valid JSON, or Content-Length does not match it (code: malformed_json). A request that is not valid HTTP (a raw byte outside ASCII in the path, a body that cannot be framed) is 400 too, with code validation_error, and its connection is closed */
         MalformedRequest: {
             headers: {
                 "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -2198,7 +2198,7 @@ export interface operations {
                  *     }
                  */
                 "application/json": {
-                    /** @description Where to POST: an http or https URL whose host resolves only to public addresses (not loopback, private, link-local, multicast or a metadata address). Redirects are not followed. */
+                    /** @description Where to POST: an http or https URL whose host resolves only to addresses outside every special-purpose range of the IANA IPv4 and IPv6 registries and outside multicast (so not loopback, private, link-local, a metadata address, NAT64, 6to4, Teredo or an IPv4-mapped or -translated form). Redirects are not followed. */
                     url: string;
                     /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
                     event_types?: string[] | null;
@@ -2381,7 +2381,7 @@ export interface operations {
                  *     }
                  */
                 "application/json": {
-                    /** @description Where to POST: an http or https URL whose host resolves only to public addresses (not loopback, private, link-local, multicast or a metadata address). Redirects are not followed. */
+                    /** @description Where to POST: an http or https URL whose host resolves only to addresses outside every special-purpose range of the IANA IPv4 and IPv6 registries and outside multicast (so not loopback, private, link-local, a metadata address, NAT64, 6to4, Teredo or an IPv4-mapped or -translated form). Redirects are not followed. */
                     url?: string;
                     /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
                     event_types?: string[] | null;
@@ -4622,7 +4622,7 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
-                        /** @description Host PCI devices passed through to the VM (nodes with an agent); null on simulated nodes */
+                        /** @description Host PCI devices passed through to the VM's current run (nodes with an agent; `[]` while it is not running, since a host binds devices at each start); null on simulated nodes */
                         gpu_devices: string[] | null;
                         /** @description The hypervisor's last error for this VM, if any */
                         last_error: string | null;

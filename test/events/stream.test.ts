@@ -2,14 +2,18 @@
  * GET /events/stream over a real port: live events within about a second,
  * resuming after Last-Event-ID with what was missed first, filters, other
  * users' events never shown, an event written through another instance
- * arriving, and streams ended when the server closes. The poller's handling
+ * arriving, and streams ended when the server closes. A stream ends soon
+ * after its credential stops working (a revoked key, an ended session, an
+ * expired access token, a suspension, a new role), through whichever
+ * instance, and hands on nothing committed after that. The poller's handling
  * of events that commit out of order is checked against PostgreSQL.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { describeEachDb } from '../helpers/app.js';
-import { createApiKey, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
+import { createApiKey, createNode, createUser, credit, uploadSshKey, type TestUser } from '../helpers/factories.js';
+import { api } from '../helpers/api.js';
 import { DB_KINDS, createTestDb } from '../helpers/db.js';
 import { EventHub } from '../../src/modules/events/hub.js';
 import { MAX_STREAMS_PER_USER } from '../../src/modules/events/routes.js';
@@ -21,6 +25,8 @@ type Ev = { id: string; type: string; created_at: string; vm_id: string | null; 
 /** An open stream: the events received so far, in order, and a way to wait for more. */
 class Stream {
   readonly events: (Ev & { sseId: string; sseEvent: string })[] = [];
+  /** Comment lines received, without the colon (`ping`, `closed: <reason>`). */
+  readonly comments: string[] = [];
   status = 0;
   private readonly abort = new AbortController();
   private done: Promise<void> = Promise.resolve();
@@ -50,6 +56,7 @@ class Stream {
           for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
             const block = buf.slice(0, i);
             buf = buf.slice(i + 2);
+            for (const l of block.split('\n')) if (l.startsWith(':')) s.comments.push(l.slice(1).trim());
             const fields = Object.fromEntries(
               block
                 .split('\n')
@@ -79,11 +86,30 @@ class Stream {
     );
   }
 
+  /** Waits until the server ended the stream (at most `ms`); returns how long that took. */
+  async waitEnded(ms = 5000): Promise<number> {
+    const started = Date.now();
+    while (!this.ended && Date.now() - started < ms) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(this.ended, `the stream is still open after ${ms} ms`);
+    return Date.now() - started;
+  }
+
+  /** The reason given by the last line of a stream the server ended, if any. */
+  get closedBecause(): string | undefined {
+    return this.comments.find((c) => c.startsWith('closed: '))?.slice('closed: '.length);
+  }
+
   async close(): Promise<void> {
     this.abort.abort();
     await this.done;
   }
 }
+
+/** The `exp` claim of an access token (seconds). */
+const expOf = (token: string): number =>
+  (JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { exp: number }).exp;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function listen(app: FastifyInstance): Promise<string> {
   await app.listen({ port: 0, host: '127.0.0.1' });
@@ -266,6 +292,153 @@ describeEachDb('event stream', (t) => {
     const until = Date.now() + 5000;
     while (!s.ended && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
     assert.ok(s.ended, 'the stream ended with the server');
+  });
+
+  test('a revoked API key: its stream ends within a few seconds, saying why, and hands on nothing from then on', async () => {
+    const owner = await createUser(t());
+    const made = await api(t(), owner.token).post('/api-keys', { body: { name: 'ro', scope: 'read_only' } });
+    assert.equal(made.status, 201, made.text);
+    t().forbidSecret(made.body.key);
+    const mine = await createApiKey(t(), owner.token, 'read_only', 'stays');
+    const s = await Stream.open(base, made.body.key);
+    const kept = await Stream.open(base, mine);
+    assert.deepEqual([s.status, kept.status], [200, 200]);
+    await uploadSshKey(t(), owner.token);
+    await Promise.all([s.waitFor(1), kept.waitFor(1)]);
+
+    const revokedAt = Date.now();
+    const del = await api(t(), owner.token).delete('/api-keys/{key_id}', { params: { key_id: made.body.id } });
+    assert.equal(del.status, 204, del.text);
+    await uploadSshKey(t(), owner.token);
+    const took = await s.waitEnded();
+    assert.ok(Date.now() - revokedAt < 4000, `ended ${Date.now() - revokedAt} ms after the revocation (${took})`);
+    assert.equal(s.closedBecause, 'credential_revoked');
+    assert.deepEqual(
+      s.events.map((e) => e.type),
+      ['ssh_key.created'],
+      'not even the revocation itself: it committed with the revocation',
+    );
+    // The owner's other key was not touched: its stream goes on and sees what came after.
+    await kept.waitFor(3);
+    assert.deepEqual(
+      kept.events.map((e) => e.type),
+      ['ssh_key.created', 'api_key.revoked', 'ssh_key.created'],
+    );
+    assert.equal(kept.ended, false);
+    assert.equal((await Stream.open(base, made.body.key)).status, 401);
+    await Promise.all([s.close(), kept.close()]);
+  });
+
+  test("logging out everywhere ends the session's streams", async () => {
+    const who = await createUser(t());
+    const s = await Stream.open(base, who.token);
+    assert.equal(s.status, 200);
+    await sleep(700); // a poll or so: an open stream is not ended while its session stands
+    assert.equal(s.ended, false);
+    assert.equal((await api(t(), who.token).post('/auth/logout-all')).status, 204);
+    await credit(t(), adminKey, who.id, 5);
+    await s.waitEnded();
+    assert.equal(s.closedBecause, 'credential_revoked');
+    assert.deepEqual(s.events, []);
+    await s.close();
+  });
+
+  test("a suspension ends the account's streams, by key and by session", async () => {
+    const who = await createUser(t());
+    const whoKey = await createApiKey(t(), who.token, 'read_only', 'ro');
+    const byKey = await Stream.open(base, whoKey);
+    const bySession = await Stream.open(base, who.token);
+    assert.deepEqual([byKey.status, bySession.status], [200, 200]);
+    const r = await api(t(), adminKey).patch('/admin/users/{user_id}', {
+      params: { user_id: who.id },
+      body: { suspended: true },
+    });
+    assert.equal(r.status, 200, r.text);
+    await credit(t(), adminKey, who.id, 5);
+    await Promise.all([byKey.waitEnded(), bySession.waitEnded()]);
+    assert.deepEqual([byKey.closedBecause, bySession.closedBecause], ['account_suspended', 'account_suspended']);
+    assert.deepEqual([...byKey.events, ...bySession.events], []);
+    assert.equal((await Stream.open(base, whoKey)).status, 403);
+    await Promise.all([byKey.close(), bySession.close()]);
+  });
+
+  test("a demoted administrator's stream ends, and the nodes' events with it", async () => {
+    const op = await createUser(t(), { admin: true });
+    const s = await Stream.open(base, op.token, '?type=node.offline,node.online');
+    assert.equal(s.status, 200);
+    const setNode = async (status: 'offline' | 'active') =>
+      assert.equal(
+        (await api(t(), adminKey).patch('/admin/nodes/{node}', { params: { node }, body: { status } })).status,
+        200,
+      );
+    await setNode('offline');
+    await s.waitFor(1);
+    const r = await api(t(), adminKey).patch('/admin/users/{user_id}', {
+      params: { user_id: op.id },
+      body: { role: 'user' },
+    });
+    assert.equal(r.status, 200, r.text);
+    await setNode('active');
+    await s.waitEnded();
+    assert.equal(s.closedBecause, 'role_changed');
+    assert.deepEqual(
+      s.events.map((e) => e.type),
+      ['node.offline'],
+    );
+    // Open again, the stream is a customer's: no node events.
+    const again = await Stream.open(base, op.token, '?type=node.offline,node.online');
+    assert.equal(again.status, 200);
+    await setNode('offline');
+    await setNode('active');
+    await sleep(1200);
+    assert.deepEqual(again.events, []);
+    await Promise.all([s.close(), again.close()]);
+  });
+
+  test('a revocation made through another instance ends a stream held by this one', async () => {
+    const second = await t().another();
+    const who = await createUser(t());
+    const made = await api(t(), who.token).post('/api-keys', { body: { name: 'elsewhere', scope: 'read_only' } });
+    assert.equal(made.status, 201, made.text);
+    t().forbidSecret(made.body.key);
+    const byKey = await Stream.open(base, made.body.key);
+    const bySession = await Stream.open(base, who.token);
+    assert.deepEqual([byKey.status, bySession.status], [200, 200]);
+    // This instance has just answered for both credentials: what it remembers of them is fresh.
+    assert.equal((await api(t(), made.body.key).get('/events')).status, 200);
+    const inject = (method: 'DELETE' | 'POST', url: string) =>
+      second.inject({ method, url, headers: { authorization: `Bearer ${who.token}` } });
+    assert.equal((await inject('DELETE', `/api-keys/${made.body.id}`)).statusCode, 204);
+    await byKey.waitEnded();
+    assert.equal(byKey.closedBecause, 'credential_revoked');
+    assert.equal(bySession.ended, false);
+    assert.equal((await inject('POST', '/auth/logout-all')).statusCode, 204);
+    await bySession.waitEnded();
+    assert.equal(bySession.closedBecause, 'credential_revoked');
+    assert.deepEqual(byKey.events, [], "the key's stream did not hand on its own revocation");
+    assert.deepEqual(
+      bySession.events.map((e) => e.type),
+      ['api_key.revoked'],
+      'the session stood then',
+    );
+    await Promise.all([byKey.close(), bySession.close(), second.close()]);
+  });
+
+  // Last: it moves the service clock past the life of every access token made so far.
+  test('an access token ends its stream when it expires, by the service clock; an API key goes on', async () => {
+    const who = await createUser(t());
+    const s = await Stream.open(base, who.token);
+    const byKey = await Stream.open(base, key);
+    assert.deepEqual([s.status, byKey.status], [200, 200]);
+    const left = expOf(who.token) - Math.floor(t().clock.nowMs() / 1000);
+    await t().services.clock.advance(left - 1);
+    await sleep(1200);
+    assert.equal(s.ended, false, 'a second before its expiry');
+    await t().services.clock.advance(1);
+    await s.waitEnded();
+    assert.equal(s.closedBecause, 'credential_expired');
+    assert.equal(byKey.ended, false);
+    await Promise.all([s.close(), byKey.close()]);
   });
 });
 

@@ -63,15 +63,33 @@ export async function revokeKey(q: Queryable, userId: number, id: string, now: D
   return r.rows.map((row) => row.id);
 }
 
-export async function findActiveKeyByHash(q: Queryable, keyHash: string) {
-  const r = await q.query<ApiKeyRow & { role: Role; suspended: boolean; email: string }>(
-    `SELECT k.id, k.user_id, k.name, k.scope, k.prefix, k.created_at, k.expires_at, k.last_used_at,
-            u.role, u.suspended, u.email
-       FROM api_keys k JOIN users u ON u.id = k.user_id
+export type ActiveKeyRow = ApiKeyRow & { role: Role; suspended: boolean; email: string };
+
+/** A key with its owner's role, suspension and email. */
+const ACTIVE_KEY_COLS = `k.id, k.user_id, k.name, k.scope, k.prefix, k.created_at, k.expires_at, k.last_used_at,
+                         u.role, u.suspended, u.email`;
+
+export async function findActiveKeyByHash(q: Queryable, keyHash: string): Promise<ActiveKeyRow | undefined> {
+  const r = await q.query<ActiveKeyRow>(
+    `SELECT ${ACTIVE_KEY_COLS} FROM api_keys k JOIN users u ON u.id = k.user_id
       WHERE k.key_hash = $1 AND k.revoked_at IS NULL`,
     [keyHash],
   );
   return r.rows[0];
+}
+
+/** findActiveKeyByHash for many keys in one round trip: the active ones among them, each with its hash. */
+export async function findActiveKeysByHash(
+  q: Queryable,
+  keyHashes: readonly string[],
+): Promise<(ActiveKeyRow & { key_hash: string })[]> {
+  if (keyHashes.length === 0) return [];
+  const r = await q.query<ActiveKeyRow & { key_hash: string }>(
+    `SELECT k.key_hash, ${ACTIVE_KEY_COLS} FROM api_keys k JOIN users u ON u.id = k.user_id
+      WHERE k.key_hash = ANY($1::text[]) AND k.revoked_at IS NULL`,
+    [keyHashes],
+  );
+  return r.rows;
 }
 
 /** Written at most once every `everyMs` per key (instances that remembered an older value do not write again). */

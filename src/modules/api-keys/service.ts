@@ -13,6 +13,10 @@ import { recordEvent } from '../events/service.js';
 import type { ApiKeyRow } from './repository.js';
 import { CredentialCache } from '../../credential-cache.js';
 
+/** A key stops working at its expiry, by the service clock. */
+const expired = (row: Pick<ApiKeyRow, 'expires_at'>, now: Date) =>
+  row.expires_at !== null && row.expires_at.getTime() <= now.getTime();
+
 /** How often a key's last_used_at is written at most. */
 const TOUCH_EVERY_MS = 60_000;
 
@@ -132,12 +136,33 @@ export class ApiKeyService {
     );
     if (!row) return null;
     const now = this.clock.now();
-    if (row.expires_at && row.expires_at.getTime() <= now.getTime()) return null;
+    if (expired(row, now)) return null;
     if (!row.last_used_at || now.getTime() - row.last_used_at.getTime() > TOUCH_EVERY_MS) {
       row.last_used_at = now;
       await repo.touchKey(this.db, row.id, now, TOUCH_EVERY_MS);
     }
     return row;
+  }
+
+  /**
+   * `authenticate` for many keys at once, for a connection that outlives its request (an event
+   * stream): one query, straight from the database rather than the remembered answers, and no
+   * last_used_at write. Each key maps to its row, or to why it no longer works: 'revoked' (or
+   * unknown) or 'expired' (by the service clock).
+   */
+  async recheck(keys: readonly string[]): Promise<Map<string, repo.ActiveKeyRow | 'revoked' | 'expired'>> {
+    const out = new Map<string, repo.ActiveKeyRow | 'revoked' | 'expired'>();
+    const hashOf = new Map([...new Set(keys)].map((k) => [k, sha256Hex(k)]));
+    if (hashOf.size === 0) return out;
+    const rows = new Map<string, repo.ActiveKeyRow>();
+    for (const { key_hash, ...row } of await repo.findActiveKeysByHash(this.db, [...hashOf.values()]))
+      rows.set(key_hash, row);
+    const now = this.clock.now();
+    for (const [key, hash] of hashOf) {
+      const row = rows.get(hash);
+      out.set(key, !row ? 'revoked' : expired(row, now) ? 'expired' : row);
+    }
+    return out;
   }
 
   /** Forgets what was remembered about the user's keys (after a change to them or their owner has committed). */

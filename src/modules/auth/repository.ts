@@ -51,26 +51,40 @@ export async function setPasswordAndRole(
   return r.rows[0];
 }
 
+/** A session's user, and whether the session can no longer be used. */
+export type SessionUser = Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean };
+
+/** Whether the session family `family` (an SQL expression) is unusable for the user `u` (see findUserForSession). */
+const familyRevoked = (family: string) =>
+  `(EXISTS (SELECT 1 FROM revoked_families f WHERE f.family_id = ${family})
+    OR NOT EXISTS (SELECT 1 FROM refresh_tokens r
+                    WHERE r.family_id = ${family} AND r.user_id = u.id AND r.revoked_at IS NULL))`;
+
+const USER_FOR_SESSION = `SELECT u.id, u.email, u.role, u.suspended, ${familyRevoked('$2')} AS family_revoked
+                            FROM users u WHERE u.id = $1`;
+
 /**
  * For authentication of a JWT: the user plus whether its session family is
  * unusable, in one round trip. A family is live while it is not revoked and
  * still holds an unrevoked refresh token of this very user: a well-signed
  * token naming a family that was never issued, or another user's, is refused.
  */
-export async function findUserForSession(
+export async function findUserForSession(q: Queryable, id: number, familyId: string): Promise<SessionUser | undefined> {
+  return (await q.query<SessionUser>(USER_FOR_SESSION, [id, familyId])).rows[0];
+}
+
+/** findUserForSession for many (user, family) pairs in one round trip; a pair whose user is gone has no row. */
+export async function findUsersForSessions(
   q: Queryable,
-  id: number,
-  familyId: string,
-): Promise<(Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean }) | undefined> {
-  const r = await q.query<Pick<UserRow, 'id' | 'email' | 'role' | 'suspended'> & { family_revoked: boolean }>(
-    `SELECT u.id, u.email, u.role, u.suspended,
-            (EXISTS (SELECT 1 FROM revoked_families f WHERE f.family_id = $2)
-             OR NOT EXISTS (SELECT 1 FROM refresh_tokens r
-                             WHERE r.family_id = $2 AND r.user_id = u.id AND r.revoked_at IS NULL)) AS family_revoked
-       FROM users u WHERE u.id = $1`,
-    [id, familyId],
+  sessions: readonly { userId: number; familyId: string }[],
+): Promise<(SessionUser & { family_id: string })[]> {
+  if (sessions.length === 0) return [];
+  const r = await q.query<SessionUser & { family_id: string }>(
+    `SELECT s.family_id, u.id, u.email, u.role, u.suspended, ${familyRevoked('s.family_id')} AS family_revoked
+       FROM unnest($1::int8[], $2::uuid[]) AS s(user_id, family_id) JOIN users u ON u.id = s.user_id`,
+    [sessions.map((s) => s.userId), sessions.map((s) => s.familyId)],
   );
-  return r.rows[0];
+  return r.rows;
 }
 
 // ---- refresh tokens ----

@@ -326,6 +326,36 @@ export class AuthService {
     return { user: u, sessionId: claims.sid };
   }
 
+  /**
+   * `authenticateAccessToken` for many tokens at once, for a connection that outlives its request
+   * (an event stream): one query, straight from the database rather than the remembered answers.
+   * Each token maps to its user and session, or to why it no longer works: 'expired' (its `exp`,
+   * by the service clock) or 'revoked' (its session ended, or its user is gone).
+   */
+  async recheckAccessTokens(
+    tokens: readonly string[],
+  ): Promise<Map<string, { user: repo.SessionUser; sessionId: string } | 'expired' | 'revoked'>> {
+    const out = new Map<string, { user: repo.SessionUser; sessionId: string } | 'expired' | 'revoked'>();
+    const live: { token: string; userId: number; sid: string }[] = [];
+    for (const token of new Set(tokens)) {
+      const claims = await this.tokens.verifyAccess(token);
+      if (claims) live.push({ token, userId: claims.userId, sid: claims.sid });
+      else out.set(token, 'expired');
+    }
+    if (live.length === 0) return out;
+    // Family ids come back from the uuid column in lower case.
+    const pair = (userId: number, sid: string) => `${userId}:${sid.toLowerCase()}`;
+    const sessions = new Map(live.map((l) => [pair(l.userId, l.sid), { userId: l.userId, familyId: l.sid }]));
+    const found = new Map<string, repo.SessionUser>();
+    for (const { family_id, ...u } of await repo.findUsersForSessions(this.db, [...sessions.values()]))
+      found.set(pair(Number(u.id), family_id), u);
+    for (const l of live) {
+      const u = found.get(pair(l.userId, l.sid));
+      out.set(l.token, !u || u.family_revoked ? 'revoked' : { user: u, sessionId: l.sid });
+    }
+    return out;
+  }
+
   /** Forgets what was remembered about the user's sessions (after a change to them has committed). */
   forgetUser(userId: number): void {
     this.sessions.forgetUser(userId);

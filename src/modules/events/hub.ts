@@ -11,6 +11,9 @@
  * floor below which every number is settled (seen, or a gap older than
  * GRACE_MS: a rolled-back insert never fills its gap) and re-reads above it,
  * handing on each event once.
+ *
+ * Every poll also re-checks the open streams' credentials (`beforeDeliver`)
+ * between reading the new events and handing them on.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../db/db.js';
@@ -53,7 +56,19 @@ export class EventHub {
 
   constructor(
     private readonly db: Db,
-    private readonly opts: { pollMs?: number; graceMs?: number; log?: FastifyBaseLogger } = {},
+    private readonly opts: {
+      pollMs?: number;
+      graceMs?: number;
+      log?: FastifyBaseLogger;
+      /**
+       * Runs after each read of new events (at least once a poll) and before
+       * they are handed on. A stream it unsubscribes gets none of them: the
+       * streams' credentials are checked here, so that a stream never hands
+       * on an event committed after its credential stopped working (what was
+       * read had committed before the check began).
+       */
+      beforeDeliver?: () => Promise<void>;
+    } = {},
   ) {}
 
   /**
@@ -107,8 +122,9 @@ export class EventHub {
     if (this.floor === null || this.subs.size === 0) return;
     const floor = this.floor;
     let cursor = floor;
-    for (;;) {
+    for (let first = true; ; first = false) {
       const rows = await eventsAfter(this.db, cursor, PAGE);
+      if (first || rows.length) await this.opts.beforeDeliver?.();
       if (this.floor !== floor) return; // started afresh meanwhile (every stream closed)
       for (const e of rows) {
         const seq = Number(e.seq);

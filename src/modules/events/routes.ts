@@ -7,6 +7,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
+import { bearerOf, type Recheck } from '../../http/authenticate.js';
+import { CredentialWatch, type CredentialLapse } from '../../http/credential-watch.js';
 import { AppError, validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
 import { listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
@@ -40,9 +42,14 @@ const Event = Type.Object(
 
 const MAX_LIMIT = 200;
 
-export function eventRoutes(app: FastifyInstance, db: Db): void {
+/**
+ * `recheck` is the request authentication's check for many credentials at once: every poll of the
+ * hub runs it over the open streams' credentials before handing on what it read.
+ */
+export function eventRoutes(app: FastifyInstance, db: Db, recheck: Recheck): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const hub = new EventHub(db, { log: app.log });
+  const credentials = new CredentialWatch(recheck);
+  const hub = new EventHub(db, { log: app.log, beforeDeliver: () => credentials.check() });
   const open = new Set<() => void>();
   /** Streams open on this instance, by user. */
   const streamsOf = new Map<number, number>();
@@ -102,6 +109,7 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
           'Server-Sent Events (text/event-stream): each event as `id:` (its id), `event:` (its type) and `data:` (the event as GET /events gives it). ' +
           'Resumes after `Last-Event-ID` (or `after`), sending what was missed first; without either, only events from now on. An event written through any instance arrives within about a second. ' +
           'A comment line every 15 s keeps proxies from closing the connection; a client that falls more than 1 MB behind is disconnected and resumes with Last-Event-ID. ' +
+          'The stream lasts only as long as its credential: within about a second of the key being revoked, the session ending, the access token expiring, the account being suspended or its role changing (through any instance), it ends with the comment line `: closed: <reason>` (`credential_revoked`, `credential_expired`, `account_suspended`, `role_changed`), and hands on no live event written after that. ' +
           `An account holds at most ${MAX_STREAMS_PER_USER} streams at once per instance; one more is 429 \`rate_limited\`.`,
         querystring: Type.Object(
           {
@@ -136,6 +144,9 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
     },
     async (req, reply) => {
       const reader = readerOf(req.principal);
+      const principal = requirePrincipal(req.principal);
+      const credential = bearerOf(req.headers.authorization);
+      if (credential === undefined) throw new Error('a stream reached without a bearer credential');
       const types = parseTypes(req.query.type);
       const header = req.headers['last-event-id'];
       const [from, field] =
@@ -193,17 +204,21 @@ export function eventRoutes(app: FastifyInstance, db: Db): void {
         return;
       }
       const ping = setInterval(() => res.write(': ping\n\n'), PING_MS);
-      const end = () => {
+      // A stream lasts only as long as its credential: the last line says why it ended.
+      const unwatch = credentials.watch(credential, principal, (why) => end(why));
+      const end = (why?: CredentialLapse) => {
         if (ended) return;
         ended = true;
         release();
         clearInterval(ping);
         unsubscribe();
+        unwatch();
         open.delete(end);
+        if (why) res.write(`: closed: ${why}\n\n`);
         res.end();
       };
       open.add(end);
-      req.raw.once('close', end);
+      req.raw.once('close', () => end());
       try {
         for (let seq = afterSeq; seq !== null && !ended;) {
           const page = await listEvents(db, reader, { afterSeq: seq, types, vmId: filter.vmId, limit: CATCH_UP_PAGE });

@@ -1,10 +1,23 @@
 // Builds a tiny Linux guest disk image for testing gpucloud's VM lifecycle with
 // real QEMU: it boots by itself like a cloud image (SeaBIOS -> syslinux ->
 // Debian's cloud kernel + an initramfs that holds the whole root: busybox,
-// dropbear, a few modules), reads a cloud-init NoCloud seed (an ISO9660
-// labelled "cidata": hostname, users, SSH keys, password hash), gets its address
-// by DHCP, runs dropbear on port 22 and powers off on the ACPI power button
-// (QMP system_powerdown).
+// dropbear, websocketd, a few modules), reads a cloud-init NoCloud seed (an
+// ISO9660 labelled "cidata": hostname, users, SSH keys, password hash), gets its
+// address by DHCP, runs dropbear on port 22 and powers off on the ACPI power
+// button (QMP system_powerdown).
+//
+// It also serves HTTP on the web ports templates declare (7860, 8188, 6080,
+// 8888, 8000), one websocketd a port on all addresses, to test web access end
+// to end (dropbear starts only once all of them listen):
+//   GET /          200 text/html, the body "gpucloud-test-guest vm=HOSTNAME port=PORT"
+//                  (HOSTNAME as the seed set it, PORT the guest port)
+//   ANY /echo      200 text/plain: "METHOD PATH?QUERY" as it came, one
+//                  "name: value" line a request header (lowercase, sorted),
+//                  an empty line, then the request body verbatim (a chunked
+//                  request body gets 400: Go's CGI host wants a length)
+//   GET /download  200 application/octet-stream, 4194304 bytes of
+//                  "0123456789abcde\n" repeated, generated as it is sent
+//   WebSocket /ws  each text message comes back (any path upgrades)
 //
 //   npm run test-image -- OUT.qcow2
 //   node scripts/test-image.mjs OUT.qcow2
@@ -15,22 +28,23 @@
 //   qemu-system-x86_64 -machine q35 -accel tcg -m 512 -nodefaults -display none \
 //     -serial file:console.log -drive file=overlay.qcow2,if=virtio,format=qcow2 \
 //     -drive file=seed.iso,if=virtio,format=raw,readonly=on \
-//     -netdev user,id=n0,hostfwd=tcp:127.0.0.1:2222-:22 -device virtio-net-pci,netdev=n0
+//     -netdev user,id=n0,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:7860-:7860 \
+//     -device virtio-net-pci,netdev=n0
 //
 // Everything comes from Debian packages: linux-image-*-cloud-amd64,
-// busybox-static, dropbear-bin and the libraries dropbear links. The .debs are
-// fetched with `apt-get download` into a cache ($GPUCLOUD_TEST_IMAGE_CACHE, else
-// ~/.cache/gpucloud-test-image), so later builds need no network. Host tools
-// (Debian packages): apt, dpkg, kmod (depmod), fdisk (sfdisk), dosfstools
-// (mkfs.vfat), mtools (mcopy), syslinux + syslinux-common, qemu-utils (qemu-img);
-// xz-utils/zstd only if the kernel's modules are compressed. No root, loop
-// devices or mounts are needed (apt-get update, run only when a package cannot
-// be found or fetched, needs root).
+// busybox-static, dropbear-bin, websocketd and the libraries those two link
+// (checked with ld.so). The .debs are fetched with `apt-get download` into a
+// cache ($GPUCLOUD_TEST_IMAGE_CACHE, else ~/.cache/gpucloud-test-image), so
+// later builds need no network. Host tools (Debian packages): apt, dpkg, kmod
+// (depmod), fdisk (sfdisk), dosfstools (mkfs.vfat), mtools (mcopy), syslinux +
+// syslinux-common, qemu-utils (qemu-img); xz-utils/zstd only if the kernel's
+// modules are compressed. No root, loop devices or mounts are needed (apt-get
+// update, run only when a package cannot be found or fetched, needs root).
 //
 // The disk: an MBR (syslinux's mbr.bin) and one bootable FAT partition holding
 // ldlinux.sys, syslinux.cfg, vmlinuz and initrd.img. The root file system lives
 // in RAM, so the guest does not grow anything to the overlay's size. The guest's
-// scripts are in scripts/test-image/.
+// scripts are in scripts/test-image/ (the web app: service, cgi-echo, cgi-download).
 import { spawn } from 'node:child_process';
 import {
   chmodSync,
@@ -62,7 +76,8 @@ const ASSETS = join(dirname(fileURLToPath(import.meta.url)), 'test-image');
 const KERNEL_META = 'linux-image-cloud-amd64';
 const BUSYBOX_PKG = 'busybox-static';
 const DROPBEAR_PKG = 'dropbear-bin';
-// dropbear-bin's libraries (bookworm); the build checks with ld.so that these cover it.
+const WEBSOCKETD_PKG = 'websocketd';
+// The libraries of dropbear-bin and websocketd (bookworm); the build checks with ld.so that these cover them.
 const LIB_PKGS = ['libc6', 'libcrypt1', 'libtomcrypt1', 'libtommath1', 'libgmp10', 'zlib1g'];
 const MODULES = [
   'virtio_ring',
@@ -425,32 +440,48 @@ async function installBusybox(deb, work, root) {
   return n;
 }
 
-async function installDropbear(debs, work, root) {
-  const stage = join(work, 'dropbear');
+// The dynamically linked programs: each package's file at the same path in the image.
+const PROGRAMS = [
+  { name: 'dropbear', pkg: DROPBEAR_PKG, path: 'usr/sbin/dropbear' },
+  { name: 'websocketd', pkg: WEBSOCKETD_PKG, path: 'usr/bin/websocketd' },
+];
+
+/**
+ * Installs PROGRAMS, the libraries they link (asked of the packaged ld.so, so
+ * only LIB_PKGS can provide them) and the loader; returns program -> sonames.
+ */
+async function installPrograms(debs, work, root) {
+  const stage = join(work, 'programs');
   for (const deb of debs) await extractDeb(deb, stage);
-  const bin = join(stage, 'usr', 'sbin', 'dropbear');
-  if (!existsSync(bin)) fail('dropbear-bin has no usr/sbin/dropbear');
-  copyInto(root, 'usr/sbin/dropbear', bin, 0o755);
   const libDirs = ['lib/x86_64-linux-gnu', 'usr/lib/x86_64-linux-gnu'].map((d) => join(stage, d));
   const ldso = libDirs.map((d) => join(d, 'ld-linux-x86-64.so.2')).find((p) => existsSync(p));
   if (!ldso) fail('libc6 has no ld-linux-x86-64.so.2');
-  // Ask the packaged dynamic loader which libraries dropbear needs, looking only in the packages.
-  const out = (await run(ldso, ['--library-path', libDirs.join(':'), '--list', bin])).stdout;
-  const libs = [];
-  for (const line of out.split('\n')) {
-    const m = line.match(/^\s*(\S+) => (.*?)\s*(\(0x[0-9a-f]+\))?$/);
-    if (!m || m[1].includes('/')) continue; // the loader itself is installed below
-    if (m[2] === 'not found' || !m[2].startsWith(stage)) {
-      fail(`dropbear needs ${m[1]}, which none of ${LIB_PKGS.join(', ')} provides; add its package to LIB_PKGS`);
+  const libs = new Map(); // soname -> file
+  const linked = new Map(); // program -> sonames
+  for (const { name, pkg, path } of PROGRAMS) {
+    const bin = join(stage, path);
+    if (!existsSync(bin)) fail(`${pkg} has no ${path}`);
+    copyInto(root, path, bin, 0o755);
+    // Ask the packaged dynamic loader which libraries it needs, looking only in the packages.
+    const out = (await run(ldso, ['--library-path', libDirs.join(':'), '--list', bin])).stdout;
+    const sonames = [];
+    for (const line of out.split('\n')) {
+      const m = line.match(/^\s*(\S+) => (.*?)\s*(\(0x[0-9a-f]+\))?$/);
+      if (!m || m[1].includes('/')) continue; // the loader itself is installed below
+      if (m[2] === 'not found' || !m[2].startsWith(stage)) {
+        fail(`${name} needs ${m[1]}, which none of ${LIB_PKGS.join(', ')} provides; add its package to LIB_PKGS`);
+      }
+      sonames.push(m[1]);
+      libs.set(m[1], realpathSync(m[2]));
     }
-    libs.push({ soname: m[1], file: realpathSync(m[2]) });
+    linked.set(name, sonames);
   }
-  if (!libs.some((l) => l.soname.startsWith('libcrypt.so')))
+  if (!linked.get('dropbear').some((l) => l.startsWith('libcrypt.so')))
     fail('dropbear is not linked with libcrypt (password login needs it)');
-  for (const { soname, file } of libs) copyInto(root, join('lib/x86_64-linux-gnu', soname), file, 0o755);
+  for (const [soname, file] of libs) copyInto(root, join('lib/x86_64-linux-gnu', soname), file, 0o755);
   copyInto(root, 'lib/x86_64-linux-gnu/ld-linux-x86-64.so.2', realpathSync(ldso), 0o755);
   linkInto(root, 'lib64/ld-linux-x86-64.so.2', '/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2');
-  return libs.map((l) => l.soname);
+  return linked;
 }
 
 function installConfig(root) {
@@ -482,6 +513,8 @@ function installConfig(root) {
   copyInto(root, 'etc/gpucloud/service', asset('service'), 0o755);
   copyInto(root, 'usr/share/udhcpc/default.script', asset('udhcpc.script'), 0o755);
   copyInto(root, 'etc/acpi/PWRF/00000080', asset('power-button'), 0o755);
+  copyInto(root, 'etc/gpucloud/cgi-bin/echo', asset('cgi-echo'), 0o755);
+  copyInto(root, 'etc/gpucloud/cgi-bin/download', asset('cgi-download'), 0o755);
   writeInto(root, 'etc/passwd', 'root:x:0:0:root:/root:/bin/sh\n');
   writeInto(root, 'etc/group', 'root:x:0:\ntty:x:5:\n');
   writeInto(root, 'etc/shadow', 'root:*:19000:0:99999:7:::\n', 0o600);
@@ -654,7 +687,7 @@ async function main() {
   try {
     log(`package cache ${cache}`);
     const kpkg = await kernelPackage(cache);
-    const debs = await fetchDebs(cache, [kpkg, BUSYBOX_PKG, DROPBEAR_PKG, ...LIB_PKGS]);
+    const debs = await fetchDebs(cache, [kpkg, BUSYBOX_PKG, DROPBEAR_PKG, WEBSOCKETD_PKG, ...LIB_PKGS]);
     for (const f of readdirSync(cache)) {
       // Kernels of older ABIs (another package name) are not needed any more.
       if (/^linux-image-.*-cloud-amd64_.*\.deb$/.test(f) && join(cache, f) !== debs.get(kpkg))
@@ -667,12 +700,14 @@ async function main() {
     const kernel = await installKernel(debs.get(kpkg), work, root);
     log(`kernel ${kernel.version}; modules: ${kernel.modules.map((m) => m.replace(/\.ko$/, '')).join(' ')}`);
     const applets = await installBusybox(debs.get(BUSYBOX_PKG), work, root);
-    const libs = await installDropbear(
-      [DROPBEAR_PKG, ...LIB_PKGS].map((p) => debs.get(p)),
+    const linked = await installPrograms(
+      [...PROGRAMS.map((p) => p.pkg), ...LIB_PKGS].map((p) => debs.get(p)),
       work,
       root,
     );
-    log(`busybox (${applets} applets), dropbear with ${libs.join(' ')}`);
+    log(
+      `busybox (${applets} applets), ${[...linked].map(([name, sonames]) => `${name} with ${sonames.join(' ')}`).join(', ')}`,
+    );
     installConfig(root);
 
     const initrd = join(work, 'initrd.img');

@@ -10,6 +10,9 @@ import { ConfigError, type Config } from './config.js';
 import type { Db } from './db/db.js';
 import { newId } from './ids.js';
 import { deriveKey } from './crypto.js';
+import { Portal } from './modules/portal/service.js';
+import { PortalLinks } from './modules/portal/links.js';
+import { refuseUpgrade } from './modules/portal/pages.js';
 import { enterRequestScope } from './db/commit-hook.js';
 import { validatorCompiler } from './http/validation.js';
 import { LazySchemas } from './http/lazy-schemas.js';
@@ -77,6 +80,8 @@ export interface AppDeps {
 
 export interface Services {
   clock: ClockService;
+  /** The access portal: VM web services on host names of their own (docs/portal.md). */
+  portal: Portal;
   passwords: PasswordHasher;
   tokens: TokenService;
   auth: AuthService;
@@ -143,10 +148,20 @@ export function createServices(deps: AppDeps): Services {
   const reservations: ReservationService = new ReservationService(deps.db, clock, inventory, meter, (tx, vmId, now) =>
     vms.convertToOnDemand(tx, vmId, now),
   );
+  const links = new PortalLinks(deps.config.portalUrl);
   const vms: VmService = new VmService(deps.db, clock, inventory, sshKeys, tokens, reservations, {
     provisionDelayMs: deps.config.simProvisionMs,
     secret: deps.jwtSecret,
-    portalUrl: deps.config.portalUrl,
+    links,
+  });
+  const portal = new Portal({
+    db: deps.db,
+    clock,
+    tokens,
+    links,
+    agentEndpoint: (node) => inventory.agentEndpoint(node),
+    cookieKey: deriveKey(deps.jwtSecret, 'portal-cookie'),
+    log: deps.log,
   });
   const usage = new UsageService(deps.db, clock);
   const metrics = new JobMetrics();
@@ -218,6 +233,7 @@ export function createServices(deps: AppDeps): Services {
       await purgeExpiredIdempotencyKeys(deps.db, now);
       await webhooks.purge(now);
       await auth.purgeExpired(now);
+      await portal.purge(now);
       return 0; // housekeeping: never a reason for another pass
     },
   });
@@ -240,6 +256,7 @@ export function createServices(deps: AppDeps): Services {
   deps.clock.limitAdvance((toMs) => meter.refuseLargeAdvance(toMs));
   return {
     clock: deps.clock,
+    portal,
     passwords,
     tokens,
     auth,
@@ -291,7 +308,7 @@ const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
   const schemas = new LazySchemas();
-  const app = Fastify({
+  const app: FastifyInstance = Fastify({
     schemaController: schemas.schemaController(),
     ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
     bodyLimit: BODY_LIMIT,
@@ -338,11 +355,22 @@ export async function buildApp(deps: AppDeps, services: Services = createService
           keepAliveTimeout: 5000,
           connectionsCheckingInterval: 1000,
         },
-        handler,
+        (req, res) => {
+          // A VM's web service, by its host name, goes to the access portal; anything else to the API.
+          const target = services.portal.target(req);
+          if (target) void services.portal.handle(req, res, target);
+          else handler(req, res);
+        },
       );
+      server.on('upgrade', (req, socket, head) => {
+        const target = services.portal.target(req);
+        if (target) void services.portal.upgrade(req, socket, head, target);
+        else refuseUpgrade(socket, 404, 'not_found', 'The API upgrades no connection; VM services are on the portal');
+      });
       return server;
     },
   });
+  app.addHook('onClose', async () => services.portal.close());
   app.decorate('services', services);
   app.decorate('schemas', schemas);
   // First of all hooks, and synchronous: the request's scope for work that must commit with its change.

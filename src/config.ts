@@ -42,8 +42,13 @@ export interface Config {
   nodeEnv: string;
   /** Price per GB of VM network traffic, in micro-units, added to each usage period (default 0). */
   networkPricePerGbMicros: number;
-  /** Base URL of the web portal that serves the WebUI/Jupyter links of templates 102-104. */
+  /**
+   * The access portal's base (docs/portal.md): each VM's web service gets the host name
+   * `VMID-SERVICE.` + this host, on this scheme and port. Always `scheme://host[:port]`.
+   */
   portalUrl: string;
+  /** Whether portalUrl is the local default (neither GPUCLOUD_PORTAL_URL nor GPUCLOUD_PORTAL_DOMAIN set). */
+  portalLocal: boolean;
   /** Max password hashes computed at once (memory bound for login floods). */
   passwordHashConcurrency: number;
   /** argon2id's cost: `test` (cheap) only for test suites, refused in production. */
@@ -168,6 +173,29 @@ function url(env: Env, name: string, protocols: string[], requireHost = false): 
   return raw;
 }
 
+const DOMAIN_RE = /^(?=.{1,200}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+/**
+ * The access portal's base URL: GPUCLOUD_PORTAL_URL (`https://portal.example.com`, a port allowed, no
+ * path), or GPUCLOUD_PORTAL_DOMAIN (`portal.example.com`, meaning https on 443), else the local default
+ * `http://localhost:PORT`, whose `*.localhost` names browsers resolve to this machine. The host must be
+ * a domain name: each VM's service is a name under it.
+ */
+function portalBase(env: Env, port: number): string {
+  const fromUrl = url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:'], true);
+  const domain = str(env, 'GPUCLOUD_PORTAL_DOMAIN');
+  if (fromUrl !== undefined && domain !== undefined)
+    throw new ConfigError('GPUCLOUD_PORTAL_DOMAIN', 'set GPUCLOUD_PORTAL_URL or GPUCLOUD_PORTAL_DOMAIN, not both');
+  const name = fromUrl !== undefined ? 'GPUCLOUD_PORTAL_URL' : 'GPUCLOUD_PORTAL_DOMAIN';
+  if (fromUrl === undefined && domain === undefined) return `http://localhost:${port === 0 ? 8080 : port}`;
+  const u = new URL(fromUrl ?? `https://${domain}`);
+  if ((u.pathname !== '/' && u.pathname !== '') || u.search || u.hash || u.username || u.password)
+    throw new ConfigError(name, 'must be a scheme, a host and an optional port, like https://portal.example.com');
+  if (!DOMAIN_RE.test(u.hostname))
+    throw new ConfigError(name, `must name a domain (each VM gets a name under it), got "${u.hostname}"`);
+  return `${u.protocol}//${u.host}`;
+}
+
 /** A base URL clients are given: http(s), a host, no query or fragment; kept without a trailing slash. Unset: `/`. */
 function publicUrl(env: Env, name: string): string {
   const raw = url(env, name, ['https:', 'http:'], true);
@@ -278,10 +306,8 @@ export function loadConfig(env: Env = process.env): Config {
     },
     nodeEnv,
     networkPricePerGbMicros: money(env, 'GPUCLOUD_NETWORK_PRICE_GB'),
-    portalUrl: (url(env, 'GPUCLOUD_PORTAL_URL', ['https:', 'http:']) ?? 'https://portal.gpucloud.example').replace(
-      /\/+$/,
-      '',
-    ),
+    portalUrl: portalBase(env, int(env, 'PORT', 8080, 0, 65535)),
+    portalLocal: str(env, 'GPUCLOUD_PORTAL_URL') === undefined && str(env, 'GPUCLOUD_PORTAL_DOMAIN') === undefined,
     passwordHashConcurrency: int(env, 'GPUCLOUD_PASSWORD_HASH_CONCURRENCY', 4, 1, 64),
     passwordHashCost,
     agentHeartbeatS: int(env, 'GPUCLOUD_AGENT_HEARTBEAT_S', 10, 1, 3600),

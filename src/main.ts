@@ -23,7 +23,7 @@ const RATE_LIMIT_STORES: Record<RateLimitStoreKind, string> = {
 const USAGE = `gpucloud: rent GPU virtual machines
 
 Server commands:
-  gpucloud serve [--role api|worker|all] [--local-agent]
+  gpucloud serve [--role api|worker|portal|all] [--local-agent]
                                            Start the API and/or the background jobs (default: all);
                                            --local-agent also runs this host's VMs (GPUCLOUD_LOCAL_AGENT=1)
   gpucloud migrate                         Apply database migrations and exit
@@ -87,8 +87,8 @@ async function serve(args: string[]): Promise<void> {
     strict: true,
   });
   const role = values.role as Role;
-  if (!['api', 'worker', 'all'].includes(role))
-    throw new UsageError(`--role must be api, worker or all, got "${role}"`);
+  if (!['api', 'worker', 'portal', 'all'].includes(role))
+    throw new UsageError(`--role must be api, worker, portal or all, got "${role}"`);
   const cfg = await config();
   if (values['local-agent']) cfg.localAgent = true;
   const { startServer } = await import('./server.js');
@@ -97,6 +97,7 @@ async function serve(args: string[]): Promise<void> {
   if (server.url) {
     lines.push(`  API:   ${server.url}`, `  Docs:  ${server.url}/docs`, `  Web console: ${server.url}/console/`);
   }
+  if (server.portalUrl) lines.push(`  Access portal: VM web services at VMID-SERVICE names under ${server.portalUrl}`);
   lines.push(`  Role:  ${role}`, `  Database: ${cfg.databaseUrl ? 'PostgreSQL' : `embedded (${cfg.dataDir})`}`);
   lines.push(`  Rate limits: ${RATE_LIMIT_STORES[server.rateLimitStore]}`);
   if (server.metricsUrl) lines.push(`  Metrics: ${server.metricsUrl}`);

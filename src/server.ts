@@ -1,8 +1,9 @@
 /**
  * Starting the service: configuration, database, migrations, secrets, the
  * administrator from GPUCLOUD_ADMIN_EMAIL/PASSWORD, demo data, the HTTP API and
- * the background jobs, by role (`serve --role api|worker|all`).
+ * the background jobs, by role (`serve --role api|worker|portal|all`).
  */
+import { createServer, type Server } from 'node:http';
 import { startFromTemplate } from './db/template.js';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -19,8 +20,9 @@ import { pino } from 'pino';
 import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit.js';
 import { serveWorkerMetrics } from './http/metrics.js';
 import { seedDemo, type DemoLogin } from './seed.js';
+import { refuseUpgrade } from './modules/portal/pages.js';
 
-export type Role = 'api' | 'worker' | 'all';
+export type Role = 'api' | 'worker' | 'portal' | 'all';
 
 export interface RunningServer {
   app?: FastifyInstance;
@@ -33,6 +35,8 @@ export interface RunningServer {
   rateLimitStore: RateLimitStoreKind;
   /** A worker's /metrics, when GPUCLOUD_METRICS_PORT is set. */
   metricsUrl?: string;
+  /** Where the access portal answers: VMID-SERVICE under this base (docs/portal.md). */
+  portalUrl?: string;
   close(): Promise<void>;
 }
 
@@ -113,6 +117,46 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
   }
 }
 
+/**
+ * `serve --role portal`: the access portal on its own, for instances behind a load balancer of their
+ * own. Requests to a VM service's host name go to the portal; `/healthz` answers on any other name.
+ */
+async function servePortal(services: Services, config: Config): Promise<Server> {
+  const requestMs = config.requestTimeoutS * 1000;
+  const server = createServer(
+    {
+      requestTimeout: requestMs,
+      headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000),
+      keepAliveTimeout: 5000,
+    },
+    (req, res) => {
+      const target = services.portal.target(req);
+      if (target) return void services.portal.handle(req, res, target);
+      const health = req.url === '/healthz' || req.url === '/readyz';
+      const body = JSON.stringify(
+        health
+          ? { status: 'ok' }
+          : {
+              detail: `This is the gpucloud access portal: VM services answer on VMID-SERVICE names under ${services.portal.links.base}`,
+              code: 'not_found',
+            },
+      );
+      res.writeHead(health ? 200 : 404, { 'content-type': 'application/json; charset=utf-8' });
+      res.end(body);
+    },
+  );
+  server.on('upgrade', (req, socket, head) => {
+    const target = services.portal.target(req);
+    if (target) void services.portal.upgrade(req, socket, head, target);
+    else refuseUpgrade(socket, 404, 'not_found', 'Not a VM service of this portal');
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, () => resolve());
+  });
+  return server;
+}
+
 async function start(config: Config, role: Role): Promise<RunningServer> {
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
@@ -156,6 +200,14 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
     await app.listen({ port: config.port, host: config.host });
     url = urlOf(app, config);
   }
+  // The portal alone: VM services on their host names, and a health check for a load balancer.
+  let portalServer: Server | undefined;
+  if (role === 'portal') portalServer = await servePortal(services, config);
+  // The local default names the port the server listens on, known only now when it was 0.
+  const listening = (app?.server ?? portalServer)?.address();
+  if (config.port === 0 && config.portalLocal && listening && typeof listening === 'object')
+    services.portal.links.setBase(`http://localhost:${listening.port}`);
+  const portalUrl = role === 'worker' ? undefined : services.portal.links.base;
   // Background jobs: with a system clock, a loop claims due work every second. With the manual
   // clock work runs only when POST /admin/clock/advance settles it, so states are deterministic.
   const runJobs = role === 'worker' || role === 'all';
@@ -186,7 +238,13 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
     localAgent,
     rateLimitStore: rateLimitKind,
     metricsUrl,
+    portalUrl,
     close: async () => {
+      if (portalServer) {
+        portalServer.closeAllConnections();
+        await new Promise((r) => portalServer!.close(r));
+      }
+      services.portal.close();
       await localAgent?.close();
       await services.agents.stop();
       await services.webhooks.stop();

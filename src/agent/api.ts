@@ -48,4 +48,12 @@ export interface AgentProvisionSpec {
   auth_method: 'ssh_key' | 'password';
   ssh_public_key: string | null;
   password: string | null;
+  /**
+   * The guest ports the access portal may reach through the agent's tunnel (the template's web
+   * services and the customer's own HTTP ports); any other port is refused. Absent: none.
+   */
+  web_ports?: number[];
 }
+
+/** The HTTP upgrade that opens a tunnel to a VM's web port: `GET /v1/vms/{id}/tunnel?port=N`. */
+export const TUNNEL_PROTOCOL = 'gpucloud-tunnel';

@@ -12,12 +12,14 @@
  *   POST   /v1/vms/:id/start      bind its GPUs and start QEMU; `booting` until SSH answers, then `running`
  *   POST   /v1/vms/:id/stop       {timeout_s}: ACPI power-down, a hard quit after timeout_s
  *   DELETE /v1/vms/:id            stop hard and remove every file of the VM
+ *   GET    /v1/vms/:id/tunnel?port=N   (Upgrade: gpucloud-tunnel) a TCP stream to a web port (tunnel.ts)
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { AgentError, UUID, type VmManager } from './vms.js';
+import { handleTunnel } from './tunnel.js';
 import type { TemplateStore } from './templates.js';
 
 export const AGENT_VERSION = (
@@ -35,6 +37,9 @@ const ProvisionBody = Type.Object(
     auth_method: Type.Union([Type.Literal('ssh_key'), Type.Literal('password')]),
     ssh_public_key: Type.Union([Type.String({ minLength: 1, maxLength: 16_384 }), Type.Null()]),
     password: Type.Union([Type.String({ minLength: 1, maxLength: 1024 }), Type.Null()]),
+    web_ports: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 1, maximum: 65535 }), { maxItems: 16, uniqueItems: true }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -100,11 +105,13 @@ export async function buildAgentApp(
   });
   app.setNotFoundHandler((_req, reply) => reply.code(404).send({ detail: 'no such route', code: 'not_found' }));
 
+  // Digests have one length, so the comparison takes the same time whatever was sent.
+  const authorized = (header: string | undefined) => timingSafeEqual(digest(header ?? ''), expected);
+  app.server.on('upgrade', (req, socket, head) => handleTunnel(vms, authorized, req, socket, head));
+
   app.addHook('onRequest', async (req, reply) => {
     if (req.url === '/healthz') return;
-    const given = req.headers.authorization ?? '';
-    // Digests have one length, so the comparison takes the same time whatever was sent.
-    if (!timingSafeEqual(digest(given), expected)) {
+    if (!authorized(req.headers.authorization)) {
       reply.header('WWW-Authenticate', 'Bearer');
       return reply.code(401).send({ detail: 'a valid agent token is required', code: 'unauthorized' });
     }

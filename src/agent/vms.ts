@@ -42,7 +42,7 @@ import { QmpClient } from './qemu/qmp.js';
 import { ConsoleLog } from './qemu/console.js';
 import { fakeGpus, scanGpus, type HostGpu } from './gpus/scan.js';
 import { hashPassword, writeSeed } from './images/seed.js';
-import { freePortInRange, sshBanner } from './network/ssh-probe.js';
+import { freePortInRange, loopbackPort, sshBanner } from './network/ssh-probe.js';
 import { tapCounters } from './network/traffic.js';
 import {
   applyForwards,
@@ -91,6 +91,10 @@ interface VmRecord {
   gpu_count: number;
   /** The devices bound to it now: set at start, emptied whenever QEMU ends. */
   gpus: string[];
+  /** Guest ports the portal may reach through the tunnel. */
+  web_ports?: number[];
+  /** User networking: the loopback port QEMU forwards to each web port, chosen at each start. */
+  web_forwards?: { guest: number; host: number }[];
   created_at: string;
   /** Bridge networking: the VM's address, MAC and tap device. */
   net?: { ip: string; mac: string; tap: string };
@@ -312,6 +316,22 @@ export class VmManager {
     return [...this.records.values()].some((r) => r.template_vmid === vmid);
   }
 
+  /**
+   * Where the agent connects for the portal's tunnel to a web port of a running VM: the guest's own
+   * address on the bridge, else QEMU's loopback forward of that port.
+   */
+  tunnelTarget(id: string, port: number): { host: string; port: number } {
+    const rec = this.mustGet(id);
+    if (!(rec.web_ports ?? []).includes(port))
+      throw new AgentError(403, 'port_not_declared', `port ${port} is not a web port of VM ${id}`);
+    const state = this.rt(id).state;
+    if (state !== 'running' && state !== 'booting') throw new AgentError(409, 'not_running', `VM ${id} is ${state}`);
+    if (rec.net) return { host: rec.net.ip, port };
+    const forward = rec.web_forwards?.find((f) => f.guest === port);
+    if (!forward) throw new AgentError(409, 'not_running', `VM ${id} was started without a forward for port ${port}`);
+    return { host: '127.0.0.1', port: forward.host };
+  }
+
   /** Which VM holds each bound GPU, by PCI address. */
   gpuHolders(): Map<string, string> {
     const holders = new Map<string, string>();
@@ -379,6 +399,7 @@ export class VmManager {
           ssh_port: port,
           gpu_count: spec.gpu_count,
           gpus: [],
+          web_ports: [...new Set(spec.web_ports ?? [])].sort((x, y) => x - y),
           created_at: new Date().toISOString(),
           ...(address ? { net: { ip: address, mac: macOf(address), tap: tapName(spec.vmid) } } : {}),
         };
@@ -517,6 +538,11 @@ export class VmManager {
   private async launch(rec: VmRecord, rt: Runtime): Promise<void> {
     const dir = this.dir(rec);
     this.cleanRunFiles(dir);
+    if (!rec.net) {
+      rec.web_forwards = [];
+      for (const guest of rec.web_ports ?? []) rec.web_forwards.push({ guest, host: await loopbackPort() });
+      this.save(rec);
+    }
     const args = qemuArgs({
       binary: this.opts.qemuBinary,
       name: `gpucloud-${rec.vmid}`,
@@ -530,7 +556,12 @@ export class VmManager {
       gpus: this.opts.fakeGpus > 0 ? [] : rec.gpus,
       net: rec.net
         ? { kind: 'tap', ifname: rec.net.tap, mac: rec.net.mac }
-        : { kind: 'user', hostfwdHost: this.opts.forwardHost, sshPort: rec.ssh_port },
+        : {
+            kind: 'user',
+            hostfwdHost: this.opts.forwardHost,
+            sshPort: rec.ssh_port,
+            webForwards: rec.web_forwards ?? [],
+          },
     });
     if (rec.net) await ensureTap(rec.net.tap);
     try {

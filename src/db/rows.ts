@@ -90,6 +90,12 @@ export interface InterruptionsRow {
   status: 'interrupted' | 'restored' | 'abandoned';
 }
 
+/** A row of `launch_token_uses`. */
+export interface LaunchTokenUsesRow {
+  jti: string;
+  expires_at: Date;
+}
+
 /** A row of `nodes`. */
 export interface NodesRow {
   node: string;
@@ -326,6 +332,7 @@ export interface VmsRow {
   ssh_port: number | null;
   ssh_user: string | null;
   gpu_devices: unknown | null;
+  http_ports: number[];
 }
 
 /** A row of `webhook_attempts`. */
@@ -381,6 +388,7 @@ export interface Tables {
   gpu_pricing: GpuPricingRow;
   idempotency_keys: IdempotencyKeysRow;
   interruptions: InterruptionsRow;
+  launch_token_uses: LaunchTokenUsesRow;
   nodes: NodesRow;
   rate_limit_hits: RateLimitHitsRow;
   recovery_codes: RecoveryCodesRow;

@@ -57,6 +57,7 @@ export class AgentDriver implements HypervisorDriver {
         auth_method: spec.authMethod,
         ssh_public_key: spec.authMethod === 'ssh_key' ? spec.sshPublicKey : null,
         password: spec.authMethod === 'password' ? spec.password : null,
+        web_ports: spec.webPorts,
       });
       return { hvRef: spec.id, ipAddress: vm.ssh.host, access: vm.ssh, gpuDevices: vm.gpus };
     });

@@ -17,6 +17,8 @@ export interface VmSpec {
   ramGb: number;
   cpuCores: number;
   templateVmid: number;
+  /** Guest ports the access portal may reach (the template's web services and the customer's HTTP ports). */
+  webPorts: number[];
   authMethod: 'ssh_key' | 'password';
   sshPublicKey: string | null;
   password: string | null;

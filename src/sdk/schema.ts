@@ -982,7 +982,7 @@ export interface paths {
         };
         /**
          * SSH command and web links of a running VM
-         * @description web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes: interactive access to the VM, so they are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.
+         * @description web_ui and jupyter (templates 102-104) and each of the VM's http_ports get a link to the access portal (docs/portal.md) carrying a signed launch token valid 5 minutes, which opens the service once: interactive access to the VM, so links are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.
          */
         get: operations["getVmAccessInfo"];
         put?: never;
@@ -3957,6 +3957,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
+                        http_ports: number[];
                     }[];
                 };
             };
@@ -4010,6 +4012,8 @@ export interface operations {
                     /** @description Required for auth_method password */
                     password?: string;
                     instance_label?: string | null;
+                    /** @description Up to 5 guest ports (1024-65535) to open through the access portal, each on a host name of its own behind the same one-time sign-in as the WebUI; fixed for the VM's life */
+                    http_ports?: number[];
                 };
             };
         };
@@ -4048,7 +4052,8 @@ export interface operations {
                      *       "cpu_model": "AMD EPYC 7B13",
                      *       "pcie_gen": "4.0",
                      *       "template_vmid": 101,
-                     *       "destroyed_at": null
+                     *       "destroyed_at": null,
+                     *       "http_ports": []
                      *     }
                      */
                     "application/json": {
@@ -4101,6 +4106,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
+                        http_ports: number[];
                     };
                 };
             };
@@ -4161,7 +4168,8 @@ export interface operations {
                      *       "cpu_model": "AMD EPYC 7B13",
                      *       "pcie_gen": "4.0",
                      *       "template_vmid": 101,
-                     *       "destroyed_at": null
+                     *       "destroyed_at": null,
+                     *       "http_ports": []
                      *     }
                      */
                     "application/json": {
@@ -4214,6 +4222,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
+                        http_ports: number[];
                     };
                 };
             };
@@ -4454,7 +4464,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description How to reach a running VM; web_ui and jupyter only for templates 102-104 */
+            /** @description How to reach a running VM: SSH, and through the access portal the WebUI and Jupyter of templates 102-104 and the ports opened with http_ports (docs/portal.md) */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4487,6 +4497,18 @@ export interface operations {
                             /** Format: date-time */
                             expires_at: string;
                         } | null;
+                        /** @description A portal link for each of the VM's http_ports */
+                        ports: {
+                            /** @description The guest port, from the VM's http_ports */
+                            port: number;
+                            /** @description Its portal link, signing you in once; null for a read_only key */
+                            url: string | null;
+                            /**
+                             * Format: date-time
+                             * @description When the link stops working (5 minutes)
+                             */
+                            expires_at: string | null;
+                        }[];
                     };
                 };
             };
@@ -4622,6 +4644,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
+                        http_ports: number[];
                         /** @description Host PCI devices passed through to the VM's current run (nodes with an agent; `[]` while it is not running, since a host binds devices at each start); null on simulated nodes */
                         gpu_devices: string[] | null;
                         /** @description The hypervisor's last error for this VM, if any */

@@ -75,6 +75,22 @@ describe('qemuArgs', () => {
     ]);
   });
 
+  test('user networking: web ports forwarded from loopback only', () => {
+    const net = {
+      kind: 'user' as const,
+      hostfwdHost: '0.0.0.0',
+      sshPort: 22001,
+      webForwards: [
+        { guest: 7860, host: 40001 },
+        { guest: 8888, host: 40002 },
+      ],
+    };
+    assert.deepEqual(qemuArgs({ ...base, net }).slice(-4, -2), [
+      '-netdev',
+      'user,id=net0,hostfwd=tcp:0.0.0.0:22001-:22,hostfwd=tcp:127.0.0.1:40001-:7860,hostfwd=tcp:127.0.0.1:40002-:8888',
+    ]);
+  });
+
   test('kvm with two GPUs behind distinct root ports', () => {
     assert.deepEqual(
       qemuArgs({ ...base, accel: 'kvm', cpuCores: 16, ramMb: 131072, gpus: ['0000:01:00.0', '0000:c1:00.0'] }),
@@ -168,6 +184,21 @@ describe('qemuArgs', () => {
     ['port 0', { net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: 0 } }],
     ['port 65536', { net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: 65536 } }],
     ['port fractional', { net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: 22.5 } }],
+    [
+      'web forward with injection',
+      {
+        net: {
+          kind: 'user',
+          hostfwdHost: '127.0.0.1',
+          sshPort: 22,
+          webForwards: [{ guest: '80,hostfwd=tcp:0.0.0.0:80-:80', host: 40000 }],
+        },
+      },
+    ],
+    [
+      'web forward port 0',
+      { net: { kind: 'user', hostfwdHost: '127.0.0.1', sshPort: 22, webForwards: [{ guest: 80, host: 0 }] } },
+    ],
     ['ifname too long', { net: { kind: 'tap', ifname: 'a'.repeat(16), mac: '52:54:00:00:00:01' } }],
     ['ifname with comma', { net: { kind: 'tap', ifname: 'tap0,script=/bin/sh', mac: '52:54:00:00:00:01' } }],
     ['ifname with slash', { net: { kind: 'tap', ifname: '../x', mac: '52:54:00:00:00:01' } }],

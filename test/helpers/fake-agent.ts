@@ -5,7 +5,9 @@
  * real agent (QEMU) is tested end to end in test/agent/.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import net, { type AddressInfo, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { splice } from '../../src/modules/portal/service.js';
 
 export interface FakeVm {
   id: string;
@@ -29,6 +31,10 @@ export class FakeAgent {
   readonly vms = new Map<string, FakeVm>();
   readonly calls: FakeCall[] = [];
   templates = [{ vmid: 100, user: 'root' }];
+  /** Where the tunnel to a guest port leads: a local stand-in server's port, by guest port. */
+  readonly guestPorts = new Map<number, number>();
+  /** Tunnels opened, as `vmId:port`. */
+  readonly tunnels: string[] = [];
   /** The host's GPUs: 0000:01:00.0, 0000:02:00.0, ... */
   hostGpus = 1;
   /** Polls of a booting VM before it answers on SSH. */
@@ -50,6 +56,7 @@ export class FakeAgent {
 
   async start(port = this.port): Promise<void> {
     this.server = createServer((req, res) => void this.handle(req, res));
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.tunnel(req, socket, head));
     this.server.on('connection', (s) => {
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
@@ -63,6 +70,31 @@ export class FakeAgent {
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
     this.server = undefined;
+  }
+
+  /** The tunnel as the real agent opens it (src/agent/tunnel.ts): to a declared port of a running VM. */
+  private tunnel(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const refuse = (status: number, code: string) => {
+      const body = JSON.stringify({ detail: code, code });
+      socket.end(`HTTP/1.1 ${status} X\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+    };
+    if (req.headers.authorization !== `Bearer ${this.token}`) return refuse(401, 'unauthorized');
+    const m = /^\/v1\/vms\/([^/]+)\/tunnel\?port=(\d+)$/.exec(req.url ?? '');
+    const vm = m ? this.vms.get(m[1]!) : undefined;
+    if (!m || !vm) return refuse(404, 'not_found');
+    const port = Number(m[2]);
+    if (!((vm.spec.web_ports as number[] | undefined) ?? []).includes(port)) return refuse(403, 'port_not_declared');
+    if (vm.state !== 'running') return refuse(409, 'not_running');
+    const local = this.guestPorts.get(port);
+    if (local === undefined) return refuse(502, 'guest_unreachable');
+    this.tunnels.push(`${vm.id}:${port}`);
+    const upstream = net.connect(local, '127.0.0.1', () => {
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: gpucloud-tunnel\r\n\r\n');
+      if (head.length) upstream.write(head);
+      splice(socket, upstream);
+    });
+    upstream.on('error', () => socket.destroy());
+    this.sockets.add(socket as Socket);
   }
 
   /** What GET /v1/host answers. */

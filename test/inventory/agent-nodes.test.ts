@@ -189,6 +189,7 @@ describeEachDb(
             auth_method: 'ssh_key',
             ssh_public_key: 'string',
             password: null,
+            web_ports: [],
           },
         );
         assert.deepEqual(calls().slice(0, 3), ['PUT /v1/vms/:id', 'POST /v1/vms/:id/start', 'GET /v1/vms/:id']);

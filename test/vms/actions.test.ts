@@ -464,7 +464,10 @@ describeEachDb('VM actions', (t) => {
         .sign(new TextEncoder().encode(JWT_SECRET));
       assert.equal(await t().services.tokens.verifyPurpose('launch', forged), null);
       // The token travels in the URL's fragment, which browsers never send to a server (so nothing logs it).
-      assert.ok(webUi.url.endsWith(`/#launch_token=${webUi.launch_token}`), webUi.url);
+      assert.ok(webUi.url.endsWith(`/.gpucloud/launch#launch_token=${webUi.launch_token}`), webUi.url);
+      // Each service of each VM on an origin of its own (the portal's local default: *.localhost).
+      assert.equal(new URL(webUi.url).hostname, `${v.vmid}-webui.localhost`);
+      assert.equal(new URL(info.body.jupyter?.url ?? '').hostname, `${v.vmid}-jupyter.localhost`);
       assert.ok(!webUi.url.includes('?'));
       const readOnly = await ok(api(t(), ro).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } }));
       assert.equal(readOnly.body.web_ui, null);

@@ -85,6 +85,18 @@ export async function freePortInRange(
   return null;
 }
 
+/** A TCP port on 127.0.0.1 that is free now (the system's choice); the caller binds it soon after. */
+export function loopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen({ host: '127.0.0.1', port: 0, exclusive: true }, () => {
+      const port = (server.address() as net.AddressInfo).port;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
 function canBind(host: string, port: number): Promise<boolean> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();

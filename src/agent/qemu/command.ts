@@ -28,8 +28,13 @@ import { isIPv4 } from 'node:net';
 
 export const DEFAULT_QEMU_BINARY = 'qemu-system-x86_64';
 
+/**
+ * user: QEMU's user-mode networking, the SSH port forwarded from `hostfwdHost`, and each web port
+ * of `webForwards` from a port on 127.0.0.1 only (the portal reaches it through the agent's tunnel).
+ */
 export type QemuNet =
-  { kind: 'user'; hostfwdHost: string; sshPort: number } | { kind: 'tap'; ifname: string; mac: string };
+  | { kind: 'user'; hostfwdHost: string; sshPort: number; webForwards?: { guest: number; host: number }[] }
+  | { kind: 'tap'; ifname: string; mac: string };
 
 export interface QemuLaunchSpec {
   binary?: string;
@@ -154,9 +159,14 @@ function netArgs(net: QemuNet): string[] {
     if (typeof net.hostfwdHost !== 'string' || !isIPv4(net.hostfwdHost))
       throw new TypeError(`bad hostfwdHost (IPv4 only): ${JSON.stringify(net.hostfwdHost)}`);
     const port = intIn(net.sshPort, 1, 65535, 'sshPort');
+    const web = (net.webForwards ?? []).map(
+      (f) =>
+        `,hostfwd=tcp:127.0.0.1:${intIn(f.host, 1, 65535, 'web forward host port')}-:${intIn(f.guest, 1, 65535, 'web forward guest port')}`,
+    );
+    if (web.length > 16) throw new TypeError('at most 16 web forwards');
     return [
       '-netdev',
-      `user,id=net0,hostfwd=tcp:${net.hostfwdHost}:${port}-:22`,
+      `user,id=net0,hostfwd=tcp:${net.hostfwdHost}:${port}-:22${web.join('')}`,
       '-device',
       'virtio-net-pci,netdev=net0',
     ];

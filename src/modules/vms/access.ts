@@ -1,30 +1,26 @@
 /**
- * The templates a VM is built from, and how a running VM is reached
- * (docs/vms.md#templates, docs/vms.md#labels-access-and-lists): SSH, and for
- * the web templates WebUI and Jupyter through short-lived launch tokens.
+ * How a running VM is reached (docs/vms.md#labels-access-and-lists): SSH,
+ * and through the access portal (docs/portal.md) the web services of its
+ * template and the HTTP ports the customer opened, each by a link that
+ * carries a short-lived launch token.
  */
 import type { Db } from '../../db/db.js';
 import { invalidState } from '../../errors.js';
 import type { TokenService } from '../auth/tokens.js';
+import { portService, type PortalLinks, type PortalService } from '../portal/links.js';
 import { mustFind } from './records.js';
+import { TEMPLATES, WEB_TEMPLATES } from './templates.js';
 
 export const LAUNCH_TOKEN_TTL_S = 300;
-export const WEB_TEMPLATES = new Set([102, 103, 104]);
-export const TEMPLATES: Record<number, string> = {
-  100: 'Ubuntu 22.04 with GPU drivers',
-  101: 'Ubuntu 24.04 with GPU drivers',
-  102: 'Stable Diffusion WebUI',
-  103: 'ComfyUI (node-based image/video/audio generation)',
-  104: 'Linux desktop in the browser',
-};
+export { TEMPLATES, WEB_TEMPLATES };
 
 export interface AccessDeps {
   db: Db;
   tokens: TokenService;
-  portalUrl: string;
+  links: PortalLinks;
 }
 
-/** `launchTokens`: whether the caller may have WebUI/Jupyter launch tokens (interactive access). */
+/** `launchTokens`: whether the caller may have launch tokens (interactive access to the VM). */
 export async function accessInfo(deps: AccessDeps, userId: number, ref: string, opts: { launchTokens: boolean }) {
   const vm = await mustFind(deps.db, userId, ref);
   if (vm.status !== 'running' || !vm.ip_address) {
@@ -34,7 +30,7 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
   const username = vm.ssh_user ?? 'ubuntu';
   const host = vm.ssh_host ?? vm.ip_address;
   const port = vm.ssh_port ?? 22;
-  const web = async (service: 'webui' | 'jupyter') => {
+  const launch = async (service: PortalService) => {
     const { token, expiresAt } = await deps.tokens.signPurpose(
       'launch',
       { vm_id: vm.id, user_id: vm.user_id, service },
@@ -42,12 +38,17 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
     );
     // The token rides in the fragment: browsers never send it, so no server or proxy logs it.
     return {
-      url: `${deps.portalUrl}/vms/${vm.vmid}/${service}/#launch_token=${token}`,
+      url: deps.links.launchUrl(vm.vmid, service, token),
       launch_token: token,
       expires_at: expiresAt.toISOString(),
     };
   };
   const hasWeb = WEB_TEMPLATES.has(vm.template_vmid) && opts.launchTokens;
+  const ports = [];
+  for (const p of vm.http_ports) {
+    const link = opts.launchTokens ? await launch(portService(p)!) : null;
+    ports.push({ port: p, url: link?.url ?? null, expires_at: link?.expires_at ?? null });
+  }
   return {
     vm_id: vm.id,
     status: vm.status,
@@ -57,7 +58,8 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
       username,
       command: port === 22 ? `ssh ${username}@${host}` : `ssh -p ${port} ${username}@${host}`,
     },
-    web_ui: hasWeb ? await web('webui') : null,
-    jupyter: hasWeb ? await web('jupyter') : null,
+    web_ui: hasWeb ? await launch('webui') : null,
+    jupyter: hasWeb ? await launch('jupyter') : null,
+    ports,
   };
 }

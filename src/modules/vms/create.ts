@@ -18,6 +18,7 @@ import type { RentalType } from './lifecycle.js';
 import * as repo from './repository.js';
 import type { CountedVm, VmRow } from './repository.js';
 import { LABEL_RE, LABEL_RULE, toVmRecord, type VmRecord } from './records.js';
+import { TEMPLATES } from './templates.js';
 import { committedHourly, ratesFor } from './rates.js';
 import { pickVictims, placeCreate } from './placement.js';
 import { preempt } from './preemption.js';
@@ -38,6 +39,7 @@ export interface CreateVmInput {
   ssh_key_id?: string;
   password?: string;
   instance_label?: string | null;
+  http_ports?: number[];
 }
 
 export interface CreateDeps {
@@ -75,6 +77,11 @@ function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_k
   }
   if (input.instance_label != null && !LABEL_RE.test(input.instance_label)) {
     throw validation('body.instance_label', LABEL_RULE);
+  }
+  const web = TEMPLATES[input.template_vmid]?.web ?? {};
+  for (const [name, port] of Object.entries(web)) {
+    if (input.http_ports?.includes(port))
+      throw validation('body.http_ports', `${port} is the template's ${name} port already; it has a link of its own`);
   }
 }
 
@@ -213,6 +220,7 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
       cpu_model: node.cpu_model,
       pcie_gen: node.pcie_gen,
       template_vmid: input.template_vmid,
+      http_ports: [...(input.http_ports ?? [])].sort((a, b) => a - b),
       status: 'creating',
       holds_gpus: true,
       rental_type: rental,

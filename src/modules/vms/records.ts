@@ -42,6 +42,7 @@ export interface VmRecord {
   pcie_gen: string | null;
   template_vmid: number;
   destroyed_at: string | null;
+  http_ports: number[];
 }
 
 export interface InterruptionRecord {
@@ -84,6 +85,7 @@ export const toVmRecord = (v: ListedVmRow): VmRecord => ({
   pcie_gen: v.pcie_gen,
   template_vmid: v.template_vmid,
   destroyed_at: iso(v.destroyed_at),
+  http_ports: v.http_ports,
 });
 
 export const toInterruptionRecord = (i: InterruptionRow): InterruptionRecord => ({

@@ -40,6 +40,7 @@ export const LISTED_COLUMNS = [
   'destroyed_at',
   'gpu_devices',
   'last_error',
+  'http_ports',
 ] as const satisfies readonly (keyof VmRow)[];
 
 /** A VM as a list reads it: only what its record shows (a list of wide rows spent most of its time parsing them). */
@@ -83,6 +84,7 @@ export type NewVm = Pick<
   | 'user_id'
   | 'node'
   | 'instance_label'
+  | 'http_ports'
   | 'gpu_type'
   | 'gpu_count'
   | 'storage_gb'

@@ -52,6 +52,9 @@ export const VmSchema = Type.Object(
     pcie_gen: Nullable(Type.String()),
     template_vmid: Type.Integer(),
     destroyed_at: Nullable(DateTime()),
+    http_ports: Type.Array(Type.Integer(), {
+      description: "Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life",
+    }),
   },
   {
     description: 'A virtual machine',
@@ -84,6 +87,7 @@ export const VmSchema = Type.Object(
         pcie_gen: '4.0',
         template_vmid: 101,
         destroyed_at: null,
+        http_ports: [],
       },
     ],
   },
@@ -114,6 +118,12 @@ const WebAccess = Nullable(
   }),
 );
 
+const PortAccess = Type.Object({
+  port: Type.Integer({ description: "The guest port, from the VM's http_ports" }),
+  url: Nullable(Type.String({ description: 'Its portal link, signing you in once; null for a read_only key' })),
+  expires_at: Nullable(DateTime('When the link stops working (5 minutes)')),
+});
+
 const AccessInfo = Type.Object(
   {
     vm_id: Type.String(),
@@ -121,8 +131,12 @@ const AccessInfo = Type.Object(
     ssh: Type.Object({ host: Type.String(), port: Type.Integer(), username: Type.String(), command: Type.String() }),
     web_ui: WebAccess,
     jupyter: WebAccess,
+    ports: Type.Array(PortAccess, { description: "A portal link for each of the VM's http_ports" }),
   },
-  { description: 'How to reach a running VM; web_ui and jupyter only for templates 102-104' },
+  {
+    description:
+      'How to reach a running VM: SSH, and through the access portal the WebUI and Jupyter of templates 102-104 and the ports opened with http_ports (docs/portal.md)',
+  },
 );
 
 const Interruption = Type.Object({
@@ -162,6 +176,14 @@ const CreateBody = Type.Object(
       Type.String({ minLength: 12, maxLength: 128, description: 'Required for auth_method password' }),
     ),
     instance_label: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 32 }))),
+    http_ports: Type.Optional(
+      Type.Array(Type.Integer({ minimum: 1024, maximum: 65535 }), {
+        maxItems: 5,
+        uniqueItems: true,
+        description:
+          "Up to 5 guest ports (1024-65535) to open through the access portal, each on a host name of its own behind the same one-time sign-in as the WebUI; fixed for the VM's life",
+      }),
+    ),
   },
   {
     additionalProperties: false,
@@ -364,7 +386,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         operationId: 'getVmAccessInfo',
         summary: 'SSH command and web links of a running VM',
         description:
-          'web_ui and jupyter (templates 102-104) carry signed launch tokens valid 5 minutes: interactive access to the VM, so they are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.',
+          "web_ui and jupyter (templates 102-104) and each of the VM's http_ports get a link to the access portal (docs/portal.md) carrying a signed launch token valid 5 minutes, which opens the service once: interactive access to the VM, so links are given only to a session or a read_write key (null for narrower scopes). 400 invalid_state unless running.",
         params: VmRef,
         response: { 200: AccessInfo, ...errorResponses(400, 401, 403, 404, 429) },
       },

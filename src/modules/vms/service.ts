@@ -43,6 +43,8 @@ import * as reactions from './reactions.js';
 // What callers have always imported from here.
 export { DEFAULT_MAX_VMS, DEFAULT_MAX_GPUS, type CreateVmInput } from './create.js';
 export { LAUNCH_TOKEN_TTL_S, WEB_TEMPLATES, TEMPLATES } from './access.js';
+import type { PortalLinks } from '../portal/links.js';
+import { webPortsOf } from './templates.js';
 export { LABEL_RE, toVmRecord, parseVmRef, type VmRecord, type InterruptionRecord } from './records.js';
 export { ratesFor, committedHourly } from './rates.js';
 export type { ActionOutcome } from './outcomes.js';
@@ -73,7 +75,7 @@ export class VmService {
     private readonly tokens: TokenService,
     /** Reserved VMs take their deposit from the reservation module at creation. */
     private readonly reservations: ReservationService,
-    private readonly opts: { provisionDelayMs: number; secret: string; portalUrl: string },
+    private readonly opts: { provisionDelayMs: number; secret: string; links: PortalLinks },
   ) {
     this.secretKey = deriveKey(opts.secret, 'vm-provision-secret');
     this.deps = { db, clock, inventory, apply: this.apply };
@@ -245,7 +247,7 @@ export class VmService {
 
   /** `launchTokens`: whether the caller may have WebUI/Jupyter launch tokens (interactive access). */
   async accessInfo(userId: number, ref: string, opts: { launchTokens: boolean } = { launchTokens: true }) {
-    return accessInfo({ db: this.db, tokens: this.tokens, portalUrl: this.opts.portalUrl }, userId, ref, opts);
+    return accessInfo({ db: this.db, tokens: this.tokens, links: this.opts.links }, userId, ref, opts);
   }
 
   // ---- hooks from other modules (reactions.ts) ----
@@ -285,6 +287,7 @@ export class VmService {
       ramGb: vm.ram_gb,
       cpuCores: vm.cpu_cores,
       templateVmid: vm.template_vmid,
+      webPorts: webPortsOf(vm),
       authMethod: vm.auth_method,
       sshPublicKey: vm.ssh_public_key,
       password: vm.provision_secret ? open(this.secretKey, vm.provision_secret) : null,

@@ -25,6 +25,9 @@
  *             on PostgreSQL, 20,000 embedded, with their events, webhook
  *             deliveries, refresh tokens...) seeded into the tables
  *             (bench/history.ts)
+ *   portal    the access portal next to the same HTTP server reached directly: GET / at
+ *             50 connections, a 100 MB download, 1,000 idle WebSockets' RSS
+ *             (a stand-in agent and guest app, bench/portal.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -44,6 +47,7 @@ import { httpBench, SERVICE_CASES } from './http.js';
 import { historyBench } from './history.js';
 import { meteringBench, timeNodeOffline } from './metering.js';
 import { realVmBench } from './real-vm.js';
+import { portalBench } from './portal.js';
 import type { DbKind } from './service.js';
 import { startupBench } from './startup.js';
 
@@ -89,7 +93,7 @@ export interface BenchOptions {
 }
 
 const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
-const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'real-vm'];
+const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'portal', 'real-vm'];
 
 interface Args {
   cases: string[];
@@ -148,6 +152,10 @@ async function runCases(a: Args): Promise<BenchResult[]> {
     if (a.cases.includes('history')) {
       console.log(`== history (${db})`);
       results.push(...(await historyBench(db)));
+    }
+    if (a.cases.includes('portal')) {
+      console.log(`== portal (${db})`);
+      results.push(...(await portalBench(o)));
     }
   }
   if (a.cases.includes('real-vm')) {

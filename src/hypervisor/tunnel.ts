@@ -11,8 +11,8 @@
  */
 import http from 'node:http';
 import https from 'node:https';
-import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
+import { Pool } from 'undici';
 import { TUNNEL_PROTOCOL } from '../agent/api.js';
 import type { AgentEndpoint } from './agent-client.js';
 
@@ -74,54 +74,52 @@ export function openTunnel(endpoint: AgentEndpoint, vmId: string, port: number):
   });
 }
 
-/** An http.Agent whose every connection is a tunnel to one web port of one VM. */
-class TunnelAgent extends http.Agent {
-  constructor(
-    private readonly endpoint: AgentEndpoint,
-    private readonly vmId: string,
-    private readonly port: number,
-  ) {
-    super({ keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: 120_000 });
-  }
-
-  override createConnection(_options: unknown, cb: (err: Error | null, socket?: Duplex) => void): undefined {
-    openTunnel(this.endpoint, this.vmId, this.port).then(
-      (s) => cb(null, s),
-      (err: Error) => cb(err),
-    );
-    return undefined;
-  }
-}
-
-/** The pools, by VM run and port; a pool of a run that ended is dropped with its connections. */
+/**
+ * The pools, by VM run and port: an undici Pool whose every connection is a
+ * tunnel (undici parses and writes HTTP/1.1 about twice as fast as node:http's
+ * client, which was the portal's main cost). A pool of a run that ended is
+ * closed with its connections.
+ */
 export class TunnelPool {
-  private readonly agents = new Map<string, TunnelAgent>();
+  private readonly pools = new Map<string, Pool>();
 
   /** The pool for one web port of one run of a VM (`run`: its started_at, so a restarted VM gets fresh tunnels). */
-  get(endpoint: AgentEndpoint, vmId: string, run: number, port: number): http.Agent {
+  get(endpoint: AgentEndpoint, vmId: string, run: number, port: number): Pool {
     const key = `${vmId}/${run}/${port}/${endpoint.url}`;
-    let a = this.agents.get(key);
-    if (!a) {
+    let pool = this.pools.get(key);
+    if (!pool) {
       // Pools of the VM's earlier runs lead nowhere any more.
-      for (const [k, old] of this.agents) {
+      for (const [k, old] of this.pools) {
         if (k.startsWith(`${vmId}/`) && !k.startsWith(`${vmId}/${run}/`)) {
-          old.destroy();
-          this.agents.delete(k);
+          void old.destroy();
+          this.pools.delete(k);
         }
       }
-      if (this.agents.size >= 1000) {
-        const [k, oldest] = this.agents.entries().next().value!;
-        oldest.destroy();
-        this.agents.delete(k);
+      if (this.pools.size >= 1000) {
+        const [k, oldest] = this.pools.entries().next().value!;
+        void oldest.destroy();
+        this.pools.delete(k);
       }
-      a = new TunnelAgent(endpoint, vmId, port);
-      this.agents.set(key, a);
+      pool = new Pool('http://tunnel.invalid', {
+        // As many connections kept as may be busy: a burst must not open and drop a tunnel per request.
+        connections: 256,
+        keepAliveTimeout: 60_000,
+        headersTimeout: 0,
+        bodyTimeout: 0,
+        connect: (_opts, cb) => {
+          openTunnel(endpoint, vmId, port).then(
+            (socket) => cb(null, socket),
+            (err: Error) => cb(err, null),
+          );
+        },
+      });
+      this.pools.set(key, pool);
     }
-    return a;
+    return pool;
   }
 
   close(): void {
-    for (const a of this.agents.values()) a.destroy();
-    this.agents.clear();
+    for (const p of this.pools.values()) void p.destroy();
+    this.pools.clear();
   }
 }

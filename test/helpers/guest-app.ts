@@ -5,7 +5,7 @@
  *
  *   GET /           text/html `gpucloud-test-guest vm=NAME port=PORT`
  *   ANY /echo       text/plain: `METHOD PATH`, the headers as `name: value`, an empty line, the body
- *   GET /download   4194304 bytes: `0123456789abcde\n` repeated
+ *   GET /download   4194304 bytes: `0123456789abcde\n` repeated (`?mb=N`: N MiB of it)
  *   GET /ws         (WebSocket) echoes each text message
  */
 import { createHash } from 'node:crypto';
@@ -96,9 +96,13 @@ export async function startGuestApp(name: string): Promise<{ server: Server; por
       });
       return;
     }
-    if (req.url === '/download') {
-      res.writeHead(200, { 'content-type': 'application/octet-stream' });
-      const body = downloadBody();
+    const mb = /^\/download(?:\?mb=([1-9][0-9]{0,3}))?$/.exec(req.url ?? '');
+    if (mb) {
+      // ?mb=N (the benchmark's large downloads): N MiB of the same pattern.
+      const body = mb[1]
+        ? Buffer.concat(Array.from({ length: Number(mb[1]) }, () => downloadBody().subarray(0, 1024 * 1024)))
+        : downloadBody();
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': body.length });
       let at = 0;
       const pump = () => {
         while (at < body.length) {

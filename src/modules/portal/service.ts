@@ -20,7 +20,8 @@
  * - Requests and responses stream both ways (uploads, downloads, server-sent
  *   events); connection upgrades (WebSocket) are passed through whole.
  */
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import type { Duplex } from 'node:stream';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../db/db.js';
@@ -75,6 +76,8 @@ const HOP = new Set([
   'x-forwarded-proto',
   'x-forwarded-host',
   'forwarded',
+  // The portal answered any 100-continue itself, as it reads the body.
+  'expect',
 ]);
 
 type Resolved =
@@ -348,32 +351,37 @@ export class Portal {
     target: PortalTarget,
     r: Extract<Resolved, { kind: 'agent' }>,
   ): void {
-    const upstream = http.request({
-      agent: this.pool.get(r.endpoint, r.vm.id, r.runMs, r.port),
-      method: req.method,
-      path: req.url,
-      headers: this.forwardHeaders(req, false),
-      setHost: false,
-    });
-    upstream.on('response', (up) => {
-      const headers: string[] = [];
-      for (let i = 0; i < up.rawHeaders.length; i += 2) {
-        const lower = up.rawHeaders[i]!.toLowerCase();
-        if (lower === 'connection' || lower === 'keep-alive' || lower === 'proxy-connection') continue;
-        headers.push(up.rawHeaders[i]!, up.rawHeaders[i + 1]!);
-      }
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, headers);
-      up.pipe(res);
-      up.on('error', () => res.destroy());
-    });
-    upstream.on('error', (err) => {
-      const e = this.tunnelFailure(err, target, r.port);
-      answer(req, res, e.status, e.code, e.title, e.detail);
-    });
+    const abort = new AbortController();
     res.on('close', () => {
-      if (!res.writableFinished) upstream.destroy();
+      if (!res.writableFinished) abort.abort();
     });
-    req.pipe(upstream);
+    const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;
+    this.pool
+      .get(r.endpoint, r.vm.id, r.runMs, r.port)
+      .stream(
+        {
+          method: req.method as Dispatcher.HttpMethod,
+          path: req.url ?? '/',
+          headers: this.forwardHeaders(req, false),
+          body: hasBody ? req : null,
+          signal: abort.signal,
+        },
+        ({ statusCode, headers }) => {
+          const out: Record<string, string | string[]> = {};
+          for (const [name, value] of Object.entries(headers)) {
+            if (value === undefined || name === 'connection' || name === 'keep-alive' || name === 'transfer-encoding')
+              continue;
+            out[name] = value;
+          }
+          res.writeHead(statusCode, out);
+          return res;
+        },
+      )
+      .catch((err: unknown) => {
+        if (abort.signal.aborted) return;
+        const e = this.tunnelFailure(err, target, r.port);
+        answer(req, res, e.status, e.code, e.title, e.detail);
+      });
   }
 
   /** What a failed tunnel means to the customer. */

@@ -1,6 +1,6 @@
 /** `gpucloud vm ...`: rent, watch, control and reach VMs (docs/vms.md). */
-import { spawnSync } from 'node:child_process';
-import type { CreateVmRequest, Vm, VmStatus } from '../sdk/index.js';
+import { spawn, spawnSync } from 'node:child_process';
+import type { CreateVmRequest, operations, Vm, VmStatus } from '../sdk/index.js';
 import {
   call,
   confirmOrAbort,
@@ -25,6 +25,26 @@ const TEMPLATES: Record<string, number> = {
   desktop: 104,
 };
 const TEMPLATE_NAMES = Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [v, k]));
+/** The templates whose image serves a WebUI and Jupyter (access-info links them). */
+const WEB_TEMPLATES = new Set([102, 103, 104]);
+
+type AccessInfo = operations['getVmAccessInfo']['responses'][200]['content']['application/json'];
+
+/**
+ * `--http-port` (repeatable, or separated by commas) as whole numbers. The API judges the ports themselves
+ * (1024-65535, at most 5, each once, not a port the template serves already), so its message is the one shown.
+ */
+function httpPorts(ctx: Ctx): number[] | undefined {
+  const raw = ctx.values['http-port'];
+  const parts = (Array.isArray(raw) ? raw : typeof raw === 'string' ? [raw] : [])
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter(Boolean);
+  if (parts.length === 0) return undefined;
+  const bad = parts.find((p) => !/^\d{1,6}$/.test(p));
+  if (bad !== undefined) throw new CliUsageError(`--http-port must be a port number, got "${bad}"`);
+  return parts.map(Number);
+}
 
 function onOff(raw: string | undefined): boolean {
   if (raw === 'on' || raw === 'true' || raw === 'yes') return true;
@@ -107,6 +127,7 @@ function showVm(vm: Vm): string {
       `${vm.template_vmid}${TEMPLATE_NAMES[vm.template_vmid] ? ` (${TEMPLATE_NAMES[vm.template_vmid]})` : ''}`,
     ],
     ['IP', vm.ip_address],
+    ['HTTP ports', vm.http_ports.length ? vm.http_ports.join(', ') : 'none'],
     ['Rental', vm.rental_type],
     ['Reservation', vm.reservation_id],
     ['Auto-restart', vm.auto_restart],
@@ -131,6 +152,89 @@ function shellQuote(s: string): string {
   return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
+/** A web service of a VM, as `vm open --service` names it. */
+type Service = 'webui' | 'jupyter' | number;
+
+function serviceLabel(s: Service): string {
+  return s === 'webui' ? 'the WebUI' : s === 'jupyter' ? 'Jupyter' : `port ${s}`;
+}
+
+function parseService(raw: string): Service {
+  const v = raw.trim().toLowerCase();
+  if (v === 'webui' || v === 'jupyter') return v;
+  if (/^\d{1,5}$/.test(v) && Number(v) >= 1024 && Number(v) <= 65535) return Number(v);
+  throw new CliUsageError(`--service must be webui, jupyter or a port number (1024-65535), got "${raw}"`);
+}
+
+/** The service to open when none is asked: the WebUI if the VM has one, else its first HTTP port. */
+function defaultService(vm: Vm): Service {
+  if (WEB_TEMPLATES.has(vm.template_vmid)) return 'webui';
+  const first = vm.http_ports[0];
+  if (first !== undefined) return first;
+  throw new CliFailure(
+    `VM ${vm.vmid} has no web service: its template (${TEMPLATE_NAMES[vm.template_vmid] ?? vm.template_vmid}) serves no WebUI or Jupyter, and it was created without --http-port`,
+  );
+}
+
+/** The link of one service in access-info, or why there is none. */
+function linkOf(vm: Vm, info: AccessInfo, s: Service): { url: string; expires_at: string } {
+  const noLink = `No link for ${serviceLabel(s)} of VM ${vm.vmid}: links are given to a login session or a read_write API key only (see gpucloud login)`;
+  if (typeof s === 'number') {
+    const p = info.ports.find((x) => x.port === s);
+    if (!p)
+      throw new CliFailure(
+        `VM ${vm.vmid} has no HTTP port ${s}; ${vm.http_ports.length ? `its ports: ${vm.http_ports.join(', ')}` : 'it has none'} (they are set at creation with --http-port)`,
+      );
+    if (p.url === null || p.expires_at === null) throw new CliFailure(noLink);
+    return { url: p.url, expires_at: p.expires_at };
+  }
+  const link = s === 'webui' ? info.web_ui : info.jupyter;
+  if (link) return link;
+  if (!WEB_TEMPLATES.has(vm.template_vmid))
+    throw new CliFailure(
+      `VM ${vm.vmid} has no ${s === 'webui' ? 'WebUI' : 'Jupyter'}: only templates 102-104 serve one (this VM is ${TEMPLATE_NAMES[vm.template_vmid] ?? vm.template_vmid})`,
+    );
+  throw new CliFailure(noLink);
+}
+
+/**
+ * The program that opens a URL in the default browser, by platform, run without a shell: `start` is a
+ * built-in of cmd.exe, which would read the URL as a command line, so Windows gets rundll32's URL handler.
+ */
+function browserCommand(url: string): [string, string[]] {
+  if (process.platform === 'darwin') return ['open', [url]];
+  if (process.platform === 'win32') return ['rundll32', ['url.dll,FileProtocolHandler', url]];
+  return ['xdg-open', [url]];
+}
+
+/**
+ * Opens the URL in a browser; resolves to why that failed, or undefined. An opener that has not exited
+ * after a few seconds (a browser in the foreground) is taken to have worked and left to run.
+ */
+function openInBrowser(url: string): Promise<string | undefined> {
+  const [cmd, args] = browserCommand(url);
+  return new Promise((resolve) => {
+    let child: ReturnType<typeof spawn>;
+    try {
+      child = spawn(cmd, args, { stdio: 'ignore', detached: true, shell: false });
+    } catch (err) {
+      return resolve(`${cmd}: ${(err as Error).message}`);
+    }
+    const timer = setTimeout(() => {
+      child.unref();
+      resolve(undefined);
+    }, 3000);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      resolve(`${cmd}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve(code === 0 ? undefined : `${cmd} exited with ${signal ?? `code ${code}`}`);
+    });
+  });
+}
+
 export const VM_COMMANDS: Command[] = [
   {
     path: 'vm create',
@@ -138,6 +242,7 @@ export const VM_COMMANDS: Command[] = [
     example: [
       'gpucloud vm create --node vm01 --gpu 4090 --template ubuntu-24.04 --ssh-key 6f1c... --wait',
       'gpucloud vm create --node vm02 --gpu 5090 --count 2 --reserved 3 --password "a long password" --yes',
+      'gpucloud vm create --node vm01 --gpu 4090 --template ubuntu-24.04 --http-port 8000 --http-port 6006',
     ],
     options: [
       ['--node <N>', 'The node to place it on (see gpucloud search) (required)'],
@@ -153,6 +258,11 @@ export const VM_COMMANDS: Command[] = [
       ['--password <P>', 'Log in with this password'],
       ['--ssh-key <ID>', 'Log in with this uploaded SSH key'],
       ['--label <L>', 'A label for the VM'],
+      [
+        '--http-port <PORT>',
+        'A port (1024-65535) an app in the VM serves, to open in the browser with gpucloud vm open (repeat, up to 5)',
+        { repeatable: true },
+      ],
       ['--wait', 'Wait until it is running, with a live status line'],
       ['--timeout <S>', 'With --wait: give up after S seconds (default 600)'],
       ['-y, --yes', 'Do not ask before reserving'],
@@ -201,6 +311,8 @@ export const VM_COMMANDS: Command[] = [
         body.password = password;
       }
       if (str(ctx, 'label') !== undefined) body.instance_label = str(ctx, 'label')!;
+      const ports = httpPorts(ctx);
+      if (ports) body.http_ports = ports;
       const client = ctx.client();
       if (reserved !== undefined) {
         const q = await call(
@@ -386,6 +498,53 @@ export const VM_COMMANDS: Command[] = [
       const r = spawnSync('ssh', args, { stdio: 'inherit' });
       if (r.error) throw new CliFailure(`cannot run ssh: ${r.error.message}`);
       if (r.status !== 0) throw new CliFailure('', r.status ?? 1);
+    },
+  },
+  {
+    path: 'vm open',
+    args: '<VM>',
+    summary: "A one-time sign-in link to a running VM's WebUI, Jupyter or HTTP port",
+    example: [
+      'gpucloud vm open 1234',
+      'gpucloud vm open 1234 --service jupyter --browser',
+      'gpucloud vm open 1234 --service 8000',
+    ],
+    options: [
+      [
+        '--service <S>',
+        "webui, jupyter (templates 102-104) or one of the VM's HTTP ports (default: webui, else its first HTTP port)",
+      ],
+      ['--browser', 'Also open the link in the default browser'],
+    ],
+    async run(ctx) {
+      const id = ctx.positionals[0]!;
+      const asked = str(ctx, 'service');
+      const wanted = asked === undefined ? undefined : parseService(asked);
+      const client = ctx.client();
+      const vm = await client.getVm(id);
+      if (vm.status !== 'running')
+        throw new CliFailure(
+          `VM ${vm.vmid} is ${vm.status}: its web services open only while it runs${vm.status === 'stopped' || vm.status === 'interrupted' ? ` (start it with: gpucloud vm start ${vm.vmid})` : ''}`,
+        );
+      const service = wanted ?? defaultService(vm);
+      // Each link signs in once, so it is asked for now, for this one use.
+      const info = await call(client.api.GET('/vms/{vm_id}/access-info', vmPath(vm.id)));
+      const link = linkOf(vm, info, service);
+      if (ctx.json)
+        printJson(ctx, {
+          vm_id: vm.id,
+          service: typeof service === 'number' ? String(service) : service,
+          url: link.url,
+          expires_at: link.expires_at,
+        });
+      else ctx.out(link.url);
+      ctx.err(
+        `This link opens ${serviceLabel(service)} of VM ${vm.vmid} once, within 5 minutes (until ${link.expires_at}); run gpucloud vm open again for another.`,
+      );
+      if (flag(ctx, 'browser')) {
+        const failed = await openInBrowser(link.url);
+        if (failed) ctx.err(`Could not open a browser (${failed}); open the link above yourself.`);
+      }
     },
   },
 ];

@@ -3,8 +3,10 @@
  * database, the simulator, the manual clock the test moves): sign-up,
  * sign-in with two-factor authentication, staying signed in across a reload
  * and an expired access token, an SSH key, renting from an offer to
- * `running` and destroying, an API key shown once, an operator changing a
- * price that customers then see, and the failures a user meets on the way.
+ * `running` and destroying, opening a VM's Jupyter and HTTP port through the
+ * access portal (a new tab on the VM's own origin), an API key shown once, an
+ * operator changing a price that customers then see, and the failures a user
+ * meets on the way.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,6 +24,7 @@ const PASSWORD = 'a-long-password-123';
 describe('web console in Chromium', { skip: skip ?? false }, () => {
   let t: TestApp;
   let base: string;
+  let port: number;
   let browser: Browser;
   let built: { dir: string; cleanup: () => void };
   let admin: TestUser;
@@ -32,6 +35,9 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     built = buildConsole();
     t = await buildTestApp('pglite', { consoleDir: built.dir });
     base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    port = Number(new URL(base).port);
+    // The portal's names, VMID-SERVICE.localhost, on this server's port: Chromium sends *.localhost to loopback.
+    t.services.portal.links.setBase(`http://localhost:${port}`);
     admin = await createUser(t, { admin: true });
     node = (await createNode(t, admin.token, { gpu_type: '5090', gpu_count: 4 })).node;
     browser = await launchChromium();
@@ -266,6 +272,70 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
       .first()
       .waitFor({ state: 'attached' })
       .catch(() => undefined);
+  });
+
+  test('a template-102 VM with HTTP ports: Open Jupyter and Open port open new tabs, signed in, on the portal', async () => {
+    const u = await registerApi();
+    await credit(t, await adminToken(), u.id, 500);
+    const sshKey = await api(t, u.token).post('/ssh-keys', { body: { ssh_public_key: generateKey('ed25519').line } });
+    assert.equal(sshKey.status, 201, sshKey.text);
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.goto(`/console/offers/${node}/launch`);
+    await page.getByRole('radio', { name: /Stable Diffusion/ }).check();
+    // The template's own web port is refused by the API, whose message the form shows.
+    const ports = page.getByLabel('HTTP ports (optional)');
+    await ports.fill('7860');
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /7860 is the template's webui port/ })
+      .waitFor();
+    await ports.fill('8080, 8000');
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page.waitForURL(/\/console\/vms\/[0-9a-f-]{36}$/);
+    const vmId = page.url().split('/').pop()!;
+    const vm = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: vmId } });
+    assert.equal(vm.status, 200, vm.text);
+    assert.equal(vm.body.template_vmid, 102);
+    assert.deepEqual(vm.body.http_ports, [8000, 8080]);
+    const vmid = vm.body.vmid;
+
+    await advanceUntil(
+      async () => (await page.getByRole('button', { name: 'Open Jupyter' }).count()) > 0,
+      'the VM to run and show its services',
+    );
+    for (const name of ['Open WebUI', 'Open Jupyter', 'Open port 8000', 'Open port 8080'])
+      assert.equal(await page.getByRole('button', { name, exact: true }).count(), 1, name);
+    await page.getByText('8000, 8080', { exact: true }).waitFor();
+
+    /** Clicks a service's button; the new tab, once the launch page has traded its token and landed on the app. */
+    const open = async (button: string, service: string) => {
+      const [tab] = await Promise.all([
+        page.context().waitForEvent('page'),
+        page.getByRole('button', { name: button, exact: true }).click(),
+      ]);
+      await tab.waitForURL(`http://${vmid}-${service}.localhost:${port}/`);
+      return tab;
+    };
+    const jupyter = await open('Open Jupyter', 'jupyter');
+    // The node is simulated: the portal answers itself, naming the port a real VM would serve Jupyter on.
+    await jupyter.getByRole('heading', { name: `VM ${vmid} is simulated` }).waitFor();
+    await jupyter.getByText(/port 8888/).waitFor();
+    // The tab has no way back to the console, and the console's storage is not there: another origin.
+    assert.equal(await jupyter.evaluate(() => window.opener), null);
+    assert.equal(await jupyter.evaluate(() => localStorage.length), 0);
+    assert.equal(await jupyter.evaluate(() => localStorage.getItem('gpucloud.session')), null);
+    assert.ok(await page.evaluate(() => localStorage.getItem('gpucloud.session')), 'the console keeps its session');
+
+    // Another click, another link (each signs in once): an HTTP port, on a host name of its own.
+    const app = await open('Open port 8000', '8000');
+    await app.getByText(/port 8000 of the VM/).waitFor();
+    assert.equal(await app.evaluate(() => localStorage.length), 0);
+    await jupyter.close();
+    await app.close();
+    const gone = await api(t, u.token).delete('/vms/{vm_id}', { params: { vm_id: vmId } });
+    assert.equal(gone.status, 200, gone.text);
   });
 
   test('a launch without credit shows the API message (insufficient balance)', async () => {

@@ -1,6 +1,7 @@
 /**
  * The launch form for one node's offer: rental type, GPU count, template,
- * access, disk and label, top to bottom, with a price summary that follows
+ * access (SSH key or password, HTTP ports to open through the access portal),
+ * disk and label, top to bottom, with a price summary that follows
  * every choice (and the reservation quote from the API for reserved), then
  * `Launch`. The offer is re-read every 10 s, so the GPU counts offered are
  * the ones free now.
@@ -39,6 +40,25 @@ const DEFAULT_DISK_GB = 100;
 const MIN_PASSWORD = 12;
 const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
 const POLL_MS = 10_000;
+/** The templates whose image serves a WebUI and Jupyter of its own. */
+const WEB_TEMPLATES = new Set([102, 103, 104]);
+
+/**
+ * The HTTP ports field: whole numbers separated by commas (or spaces), or
+ * nothing. Only the form is checked here; the API judges the ports (1024 to
+ * 65535, at most 5, each once, not the template's own web ports) and its
+ * message is the one shown.
+ */
+function parsePorts(raw: string): number[] | undefined {
+  const parts = raw.split(/[\s,]+/).filter(Boolean);
+  if (parts.length === 0) return undefined;
+  const bad = parts.find((p) => !/^\d{1,6}$/.test(p));
+  if (bad !== undefined)
+    throw new Error(
+      `HTTP ports: "${bad}" is not a port number. Give whole numbers separated by commas, e.g. 8000, 6006.`,
+    );
+  return parts.map(Number);
+}
 
 export const TEMPLATES: { vmid: number; name: string; about: string }[] = [
   { vmid: 100, name: 'Ubuntu 22.04', about: 'with GPU drivers' },
@@ -164,6 +184,7 @@ function LaunchForm({
   const [password, setPassword] = useState('');
   const [disk, setDisk] = useState(String(Math.min(DEFAULT_DISK_GB, Math.max(MIN_DISK_GB, offer.max_storage_gb))));
   const [label, setLabel] = useState('');
+  const [ports, setPorts] = useState('');
   const [failure, setFailure] = useState<string | undefined>(undefined);
   const idem = useRef<{ key: string; body: string } | undefined>(undefined);
 
@@ -220,6 +241,7 @@ function LaunchForm({
     if (auth === 'ssh_key' && !keyId) throw new Error('Choose an SSH key, or use a password.');
     const name = label.trim();
     if (name && !LABEL_RE.test(name)) throw new Error('The label must be 1 to 32 printable ASCII characters.');
+    const httpPorts = parsePorts(ports);
     return {
       node: offer.node,
       gpu_type: offer.gpu_type,
@@ -231,6 +253,7 @@ function LaunchForm({
       auth_method: auth,
       ...(auth === 'ssh_key' ? { ssh_key_id: keyId } : { password }),
       ...(name ? { instance_label: name } : {}),
+      ...(httpPorts ? { http_ports: httpPorts } : {}),
     };
   };
 
@@ -430,6 +453,21 @@ function LaunchForm({
               />
             </>
           )}
+          <Field
+            label="HTTP ports (optional)"
+            value={ports}
+            onInput={(e) => setPorts(e.currentTarget.value)}
+            placeholder="e.g. 8000, 6006"
+            autoComplete="off"
+            hint={
+              <>
+                Up to 5 ports (1024 to 65535) your own apps serve in the VM, separated by commas. Each opens in the
+                browser from the VM’s page, through the access portal and behind a one-time sign-in.
+                {WEB_TEMPLATES.has(template) ? ' The WebUI and Jupyter have links of their own.' : ''} Fixed for the
+                VM’s life.
+              </>
+            }
+          />
         </fieldset>
 
         <fieldset class="launch-step">

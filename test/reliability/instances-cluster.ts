@@ -45,7 +45,7 @@ export async function createDatabase(serverUrl: string): Promise<FreshDatabase> 
 
 export interface Instance {
   name: string;
-  role: 'api' | 'worker';
+  role: 'api' | 'worker' | 'portal' | 'all';
   child: ChildProcess;
   /** Everything it wrote on stdout and stderr. */
   output: () => string;
@@ -78,7 +78,7 @@ export function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 /** Starts `gpucloud serve --role <role>` and resolves once its banner says it runs. */
 export function startInstance(
   name: string,
-  role: 'api' | 'worker',
+  role: 'api' | 'worker' | 'portal' | 'all',
   env: NodeJS.ProcessEnv,
   timeoutMs = 90_000,
 ): Promise<Instance> {
@@ -121,7 +121,7 @@ export function startInstance(
     );
     const check = () => {
       if (!/gpucloud is running/.test(out) || !/Role:\s+\w+/.test(out)) return;
-      if (role === 'api') {
+      if (role === 'api' || role === 'all') {
         const m = /API:\s+(http:\/\/\S+)/.exec(out);
         if (!m) return;
         inst.url = m[1]!;

@@ -311,6 +311,8 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   const app: FastifyInstance = Fastify({
     schemaController: schemas.schemaController(),
     ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
+    // One line per request, when it is answered (the onResponse hook below), not Fastify's two.
+    disableRequestLogging: true,
     bodyLimit: BODY_LIMIT,
     trustProxy: false,
     frameworkErrors,
@@ -371,6 +373,17 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     },
   });
   app.addHook('onClose', async () => services.portal.close());
+  if (deps.log) {
+    app.addHook('onResponse', (req, reply, done) => {
+      const ms = Math.round(reply.elapsedTime * 10) / 10;
+      const user = req.principal?.userId;
+      req.log.info(
+        { method: req.method, url: req.url, status: reply.statusCode, ms, ...(user ? { user } : {}) },
+        `${req.method} ${req.url.split('?')[0]} ${reply.statusCode} ${ms} ms`,
+      );
+      done();
+    });
+  }
   app.decorate('services', services);
   app.decorate('schemas', schemas);
   // First of all hooks, and synchronous: the request's scope for work that must commit with its change.

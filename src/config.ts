@@ -38,6 +38,8 @@ export interface Config {
   adminPassword: string | undefined;
   corsOrigins: string[];
   logLevel: string;
+  /** JSON lines, or readable lines for a terminal; auto: readable when stdout is a terminal (src/log.ts). */
+  logFormat: 'auto' | 'json' | 'pretty';
   rateLimits: RateLimitConfig;
   nodeEnv: string;
   /** Price per GB of VM network traffic, in micro-units, added to each usage period (default 0). */
@@ -59,6 +61,11 @@ export interface Config {
   agentBootTimeoutS: number;
   /** Also run a host agent in this process and register this host as a node (`serve --local-agent`). */
   localAgent: boolean;
+  /**
+   * The local agent's options given to `serve` (`--fake-gpus 2`, ...: those of `gpucloud agent`); they win over its
+   * GPUCLOUD_AGENT_* variables.
+   */
+  localAgentArgs?: string[];
   /** Seconds a client has to send a whole request. */
   requestTimeoutS: number;
   /** Bearer token for Prometheus scrapers; loopback clients need none unless metricsLoopback is off. */
@@ -294,6 +301,7 @@ export function loadConfig(env: Env = process.env): Config {
     adminPassword,
     corsOrigins,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
+    logFormat: oneOf(env, 'GPUCLOUD_LOG_FORMAT', ['auto', 'json', 'pretty'] as const, 'auto'),
     rateLimits: {
       login: loginLimit,
       loginAccount: int(env, 'GPUCLOUD_RATE_LIMIT_LOGIN_ACCOUNT', 4 * loginLimit, 1, 10_000_000),

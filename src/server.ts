@@ -16,7 +16,7 @@ import { buildApp, createServices, type Services } from './app.js';
 import { ClockService } from './modules/clock/service.js';
 import { startLocalAgent, type LocalAgent } from './local-agent.js';
 import { ConfigError } from './config.js';
-import { pino } from 'pino';
+import { createLogger } from './log.js';
 import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit.js';
 import { serveWorkerMetrics } from './http/metrics.js';
 import { seedDemo, type DemoLogin } from './seed.js';
@@ -172,7 +172,7 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
     rateLimitStore,
     jwtSecret,
     // One structured log for requests and background work (a worker has no HTTP server, but logs the same way).
-    log: pino({ level: config.logLevel }),
+    log: createLogger({ level: config.logLevel, format: config.logFormat }),
   };
   const services = createServices(deps);
   await services.inventory.ensureDefaultPricing();

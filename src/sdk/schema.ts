@@ -3957,6 +3957,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed */
+                        failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
                     }[];
@@ -4053,6 +4055,7 @@ export interface operations {
                      *       "pcie_gen": "4.0",
                      *       "template_vmid": 101,
                      *       "destroyed_at": null,
+                     *       "failure_reason": null,
                      *       "http_ports": []
                      *     }
                      */
@@ -4106,6 +4109,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed */
+                        failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
                     };
@@ -4169,6 +4174,7 @@ export interface operations {
                      *       "pcie_gen": "4.0",
                      *       "template_vmid": 101,
                      *       "destroyed_at": null,
+                     *       "failure_reason": null,
                      *       "http_ports": []
                      *     }
                      */
@@ -4222,6 +4228,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed */
+                        failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
                     };
@@ -4509,6 +4517,8 @@ export interface operations {
                              */
                             expires_at: string | null;
                         }[];
+                        /** @description Set when the VM cannot be reached as described: on a simulated node its address is made up and nothing answers on it */
+                        notice: string | null;
                     };
                 };
             };
@@ -4644,6 +4654,8 @@ export interface operations {
                         template_vmid: number;
                         /** Format: date-time */
                         destroyed_at: string | null;
+                        /** @description Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed */
+                        failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
                         /** @description Host PCI devices passed through to the VM's current run (nodes with an agent; `[]` while it is not running, since a host binds devices at each start); null on simulated nodes */

@@ -196,6 +196,7 @@ describeEachDb(
         const port = agent.vms.get(c.body.id)!.port;
         const access = await asRenter.get('/vms/{vm_id}/access-info', ofVm(c.body.id));
         assert.equal(access.status, 200, access.text);
+        assert.equal(access.body.notice, null, 'a VM on a host agent is reached as access-info says');
         assert.deepEqual(access.body.ssh, {
           host: agent.publicHost,
           port,

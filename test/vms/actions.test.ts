@@ -469,6 +469,8 @@ describeEachDb('VM actions', (t) => {
       assert.equal(new URL(webUi.url).hostname, `${v.vmid}-webui.localhost`);
       assert.equal(new URL(info.body.jupyter?.url ?? '').hostname, `${v.vmid}-jupyter.localhost`);
       assert.ok(!webUi.url.includes('?'));
+      // A simulated VM's address answers nothing: access-info says so.
+      assert.match(info.body.notice ?? '', /simulated node: its address is made up/);
       const readOnly = await ok(api(t(), ro).get('/vms/{vm_id}/access-info', { params: { vm_id: v.id } }));
       assert.equal(readOnly.body.web_ui, null);
       assert.equal(readOnly.body.jupyter, null);

@@ -366,6 +366,11 @@ describeEachDb('POST /vms', (t) => {
       assert.equal(await committed(), 0.47);
       await advance(t(), admin.token, 1);
       assert.equal(await vmStatus(u, b.body.id), 'failed');
+      // A failed VM says why, to its owner; a running one has no failure reason.
+      const failed = await as(u).get('/vms/{vm_id}', { params: { vm_id: b.body.id } });
+      assert.equal(failed.status, 200, failed.text);
+      assert.match(failed.body.failure_reason ?? '', /provision/);
+      assert.equal(b.body.failure_reason, null, 'none while it was creating');
       assert.equal(await committed(), 0.02, 'failed counts nothing');
       await destroyAll(u);
       assert.equal(await committed(), 0);

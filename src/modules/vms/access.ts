@@ -61,5 +61,10 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
     web_ui: hasWeb ? await launch('webui') : null,
     jupyter: hasWeb ? await launch('jupyter') : null,
     ports,
+    // Only a host agent reports where SSH answers: a VM without that runs on the simulator.
+    notice:
+      vm.ssh_host === null
+        ? `VM ${vm.vmid} runs on a simulated node: its address is made up and nothing answers on it (its web links lead to a page saying so). To rent real VMs, run a host agent: see "Run real VMs" in the README.`
+        : null,
   };
 }

@@ -43,6 +43,7 @@ export interface VmRecord {
   template_vmid: number;
   destroyed_at: string | null;
   http_ports: number[];
+  failure_reason: string | null;
 }
 
 export interface InterruptionRecord {
@@ -86,6 +87,8 @@ export const toVmRecord = (v: ListedVmRow): VmRecord => ({
   template_vmid: v.template_vmid,
   destroyed_at: iso(v.destroyed_at),
   http_ports: v.http_ports,
+  // A failed VM says why (the hypervisor's reason, e.g. a template the host lacks); others have none.
+  failure_reason: v.status === 'failed' ? (v.last_error ?? 'provisioning failed') : null,
 });
 
 export const toInterruptionRecord = (i: InterruptionRow): InterruptionRecord => ({

@@ -52,6 +52,11 @@ export const VmSchema = Type.Object(
     pcie_gen: Nullable(Type.String()),
     template_vmid: Type.Integer(),
     destroyed_at: Nullable(DateTime()),
+    failure_reason: Nullable(
+      Type.String({
+        description: "Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed",
+      }),
+    ),
     http_ports: Type.Array(Type.Integer(), {
       description: "Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life",
     }),
@@ -87,6 +92,7 @@ export const VmSchema = Type.Object(
         pcie_gen: '4.0',
         template_vmid: 101,
         destroyed_at: null,
+        failure_reason: null,
         http_ports: [],
       },
     ],
@@ -132,6 +138,12 @@ const AccessInfo = Type.Object(
     web_ui: WebAccess,
     jupyter: WebAccess,
     ports: Type.Array(PortAccess, { description: "A portal link for each of the VM's http_ports" }),
+    notice: Nullable(
+      Type.String({
+        description:
+          'Set when the VM cannot be reached as described: on a simulated node its address is made up and nothing answers on it',
+      }),
+    ),
   },
   {
     description:

@@ -3,7 +3,13 @@
  * routes. No listening, no background jobs: those belong to main.ts.
  */
 import { createServer } from 'node:http';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import cors from '@fastify/cors';
 import { Type } from 'typebox';
 import { ConfigError, type Config } from './config.js';
@@ -312,7 +318,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
     schemaController: schemas.schemaController(),
     ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
     // One line per request, when it is answered (the onResponse hook below), not Fastify's two.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: BODY_LIMIT,
     trustProxy: false,
     frameworkErrors,

@@ -16,6 +16,7 @@ export function Link(props: {
   href: string;
   children: ComponentChildren;
   class?: string;
+  title?: string;
   'aria-current'?: 'page' | undefined;
 }) {
   const { href, children, ...rest } = props;
@@ -118,7 +119,9 @@ export function Notices() {
     <div class="notices" aria-live="polite">
       {list.map((n) => (
         <div key={n.id} class={`notice notice-${n.kind}`} role={n.kind === 'error' ? 'alert' : 'status'}>
-          <span>{n.text}</span>
+          <span>
+            <WithTimes text={n.text} />
+          </span>
           <button type="button" class="link" aria-label="Dismiss" onClick={() => dismiss(n.id)}>
             ×
           </button>
@@ -132,7 +135,7 @@ export function ErrorText({ error }: { error: string | undefined }) {
   if (!error) return null;
   return (
     <p class="error" role="alert">
-      {error}
+      <WithTimes text={error} />
     </p>
   );
 }
@@ -381,10 +384,80 @@ export function Money({
   );
 }
 
+/**
+ * How the console shows every point in time: in the browser's language and time zone, to the second,
+ * with the zone named (the API's own texts and the usage chart speak UTC), e.g. "Nov 29, 2026,
+ * 12:27:46 AM UTC". Whatever is not a time is shown as it came.
+ */
+const timeFormat = new Intl.DateTimeFormat(undefined, {
+  year: 'numeric',
+  month: 'short',
+  day: 'numeric',
+  hour: 'numeric',
+  minute: '2-digit',
+  second: '2-digit',
+  timeZoneName: 'short',
+});
+
 export function formatTime(iso: string | null | undefined): string {
   if (!iso) return '—';
   const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+  return Number.isNaN(d.getTime()) ? iso : timeFormat.format(d);
+}
+
+/** An ISO 8601 instant as the API writes them in its texts: a date, a time and a zone (Z or an offset). */
+const ISO_INSTANT = /\b\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})/g;
+
+/** A text with each ISO instant in it replaced by formatTime's reading (for a title or other plain text). */
+export function formatInstants(text: string): string {
+  return text.replace(ISO_INSTANT, (m) => formatTime(m));
+}
+
+/**
+ * A text from the API (a transaction's description, a message) with its ISO instants shown as
+ * formatTime does, each in a <time> that keeps the exact instant in its datetime and title.
+ */
+export function WithTimes({ text }: { text: string }) {
+  const parts: ComponentChildren[] = [];
+  let last = 0;
+  for (const m of text.matchAll(ISO_INSTANT)) {
+    const at = m.index ?? 0;
+    if (at > last) parts.push(text.slice(last, at));
+    const readable = formatTime(m[0]);
+    parts.push(
+      readable === m[0] ? (
+        m[0]
+      ) : (
+        <time key={at} dateTime={m[0]} title={m[0]}>
+          {readable}
+        </time>
+      ),
+    );
+    last = at + m[0].length;
+  }
+  if (last === 0) return <>{text}</>;
+  if (last < text.length) parts.push(text.slice(last));
+  return <>{parts}</>;
+}
+
+/**
+ * A length of time, to the second under a minute, to the minute under an hour, then in hours and
+ * minutes: "36 s", "12 min", "3 h 5 min". One rounding for every duration shown, so a total and
+ * its parts read alike.
+ */
+export function formatDuration(seconds: number | null): string {
+  if (seconds === null || !Number.isFinite(seconds)) return '—';
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  const m = Math.round(s / 60);
+  if (m < 60) return `${m} min`;
+  const h = Math.floor(m / 60);
+  return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
+}
+
+/** How a VM is named to people, as the CLI and the API's messages name it: its vmid, and its label if it has one. */
+export function vmName(vm: { vmid: number; instance_label?: string | null }): string {
+  return vm.instance_label ? `VM ${vm.vmid} · ${vm.instance_label}` : `VM ${vm.vmid}`;
 }
 
 /** A VM, node or reservation status, spelled exactly as the API does. */

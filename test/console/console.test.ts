@@ -6,7 +6,9 @@
  * `running` and destroying, opening a VM's Jupyter and HTTP port through the
  * access portal (a new tab on the VM's own origin), an API key shown once, an
  * operator changing a price that customers then see, and the failures a user
- * meets on the way.
+ * meets on the way; VMs named by vmid, a failed VM's reason, the simulated
+ * node's notice, billing's times and durations as people read them, the one
+ * default disk, and the API reference at /docs with a clean browser console.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -97,6 +99,45 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     const u = await createUser(t, { email, password: PASSWORD });
     return u;
   }
+
+  /** A user with credit and an SSH key, and a VM of theirs created through the API (still `creating`). */
+  async function userWithVm(over: { instance_label?: string; node?: string } = {}) {
+    const u = await registerApi();
+    await credit(t, await adminToken(), u.id, 500);
+    const sshKey = await api(t, u.token).post('/ssh-keys', { body: { ssh_public_key: generateKey('ed25519').line } });
+    assert.equal(sshKey.status, 201, sshKey.text);
+    const r = await api(t, u.token).post('/vms', {
+      body: { node: over.node ?? node, gpu_type: '5090', gpu_count: 1, storage_gb: 50, template_vmid: 101, ...over },
+    });
+    assert.equal(r.status, 201, r.text);
+    return { u, vm: r.body };
+  }
+
+  /** Advances the clock until the API shows the VM in `status`. */
+  async function advanceToStatus(u: TestUser, vmId: string, status: string): Promise<void> {
+    await advanceUntil(async () => {
+      const r = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: vmId } });
+      assert.equal(r.status, 200, r.text);
+      return r.body.status === status;
+    }, `VM ${vmId} to be ${status}`);
+  }
+
+  /** An amount as the console's Money shows a rate (up to 6 decimals), formatted by the page's own browser. */
+  async function moneyIn(page: Page, value: number): Promise<string> {
+    return page.evaluate(
+      (v) =>
+        new Intl.NumberFormat(undefined, {
+          style: 'currency',
+          currency: 'USD',
+          minimumFractionDigits: 2,
+          maximumFractionDigits: 6,
+        }).format(v),
+      value,
+    );
+  }
+
+  /** An ISO 8601 instant anywhere in a text. */
+  const ISO_INSTANT = /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}/;
 
   test('/ redirects to the console; the page carries a strict CSP', async () => {
     const res = await fetch(`${base}/`, { redirect: 'manual' });
@@ -265,13 +306,173 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     assert.equal(gone.status, 200, gone.text);
     assert.equal(gone.body.status, 'destroyed');
 
-    // The VMs page lists it by id with its status as the API spells it.
+    // The VMs page (destroyed ones shown) names it by its vmid, as the CLI does; the UUID is the link's title.
     await page.getByRole('link', { name: 'VMs', exact: true }).click();
+    await page.getByLabel('Show destroyed VMs').check();
+    const link = page.getByRole('link', { name: `VM ${vm.body.vmid}`, exact: true });
+    await link.waitFor();
+    assert.match((await link.getAttribute('title')) ?? '', new RegExp(vmId));
+    assert.equal(await page.getByRole('link', { name: vmId }).count(), 0, 'no link reads as the UUID');
+  });
+
+  test('the VM list names a VM by vmid and label (the UUID in its title); a simulated VM says its address is made up', async () => {
+    const { u, vm } = await userWithVm({ instance_label: 'train-7' });
+    await advanceToStatus(u, vm.id, 'running');
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.getByRole('link', { name: 'VMs', exact: true }).click();
+    const link = page.getByRole('link', { name: `VM ${vm.vmid} · train-7`, exact: true });
+    await link.waitFor();
+    assert.equal(await link.getAttribute('title'), `ID ${vm.id}`);
+    assert.equal(await page.getByText(vm.id).count(), 0, 'the UUID is not the text of the list');
+    await link.click();
+    await page.waitForURL(new RegExp(`/console/vms/${vm.id}$`));
+    await page.getByRole('heading', { name: `VM ${vm.vmid} · train-7` }).waitFor();
+
+    // The node is simulated: the access card says so next to the SSH command, in the API's words.
+    const info = await api(t, u.token).get('/vms/{vm_id}/access-info', { params: { vm_id: vm.id } });
+    assert.equal(info.status, 200, info.text);
+    assert.ok(info.body.notice, 'the API sets a notice for a simulated node');
+    const access = page.locator('.vm-access');
+    await access.getByTestId('ssh-command').waitFor();
+    const notice = access.getByRole('note').filter({ hasText: 'simulated node' });
+    await notice.waitFor();
+    assert.equal((await notice.textContent())?.trim(), info.body.notice);
+    await api(t, u.token).delete('/vms/{vm_id}', { params: { vm_id: vm.id } });
+  });
+
+  test('a VM whose provisioning fails says why, on its page and in the list', async () => {
+    const { u, vm } = await userWithVm();
+    const fault = await api(t, await adminToken()).post('/admin/simulator/faults', {
+      body: { node, action: 'provision', count: 1, vm_id: vm.id },
+    });
+    assert.ok(fault.status < 300, fault.text);
+    await advanceToStatus(u, vm.id, 'failed');
+    const failed = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: vm.id } });
+    assert.equal(failed.status, 200, failed.text);
+    const reason = failed.body.failure_reason;
+    assert.ok(reason, 'the API says why the VM failed');
+
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.goto(`/console/vms/${vm.id}`);
+    const alert = page.getByRole('alert').filter({ hasText: 'Why it failed' });
+    await alert.waitFor();
+    const shown = (await alert.textContent()) ?? '';
+    assert.ok(shown.includes(reason), `the reason on the page: ${shown}`);
+
+    await page.getByRole('link', { name: 'VMs', exact: true }).click();
+    const row = page.getByRole('row').filter({ has: page.getByRole('link', { name: `VM ${vm.vmid}`, exact: true }) });
+    await row.getByText('failed', { exact: true }).waitFor();
+    assert.equal(await row.locator('.vm-failure-hint').getAttribute('title'), reason);
+  });
+
+  test('billing: the usage total reads like its rows; descriptions show times, not ISO instants', async () => {
+    const { u, vm } = await userWithVm();
+    await advanceToStatus(u, vm.id, 'running');
+    await advance(180); // a few minutes of service time
+    const gone = await api(t, u.token).delete('/vms/{vm_id}', { params: { vm_id: vm.id } });
+    assert.equal(gone.status, 200, gone.text);
+    await advanceToStatus(u, vm.id, 'destroyed');
+    const usage = await api(t, u.token).get('/billing/usage');
+    assert.equal(usage.status, 200, usage.text);
+    assert.ok(usage.body.total_hours > 0 && usage.body.total_hours < 0.2, `a few minutes: ${usage.body.total_hours} h`);
+
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.getByRole('link', { name: 'Billing', exact: true }).click();
+    const total = page.getByTestId('usage-total-time');
+    await total.waitFor();
+    const row = page.getByRole('row').filter({ has: page.getByRole('link', { name: `VM ${vm.vmid}`, exact: true }) });
+    const rowTime = (await row.getByRole('cell').nth(2).textContent())?.trim();
+    const totalTime = (await total.textContent())?.trim();
+    assert.match(totalTime ?? '', /^\d+ min$/, `minutes of VM time, not "0 hours": ${totalTime}`);
+    assert.equal(totalTime, rowTime, 'one VM: the total and its row read the same');
+
+    // The charge's description names the period in readable times; the exact instants stay in <time datetime>.
+    const charge = page
+      .getByRole('row')
+      .filter({ hasText: `Usage of VM ${vm.vmid} from` })
+      .first();
+    const description = charge.locator('td.tx-description');
+    await description.waitFor();
+    const text = (await description.innerText()).split('\n')[0]!;
+    assert.doesNotMatch(text, ISO_INSTANT, `no raw ISO instant in "${text}"`);
+    const times = description.locator(':scope > time');
+    assert.equal(await times.count(), 2, 'from and to');
+    assert.match((await times.first().getAttribute('datetime')) ?? '', ISO_INSTANT);
+    // The breakdown's period is shown the same way.
+    await charge.getByText('Details').click();
+    assert.doesNotMatch(await charge.locator('details').innerText(), ISO_INSTANT);
+  });
+
+  test('one default disk, 50 GB: the launch form starts at it and the offers total includes it', async () => {
+    const own = (await createNode(t, await adminToken(), { gpu_type: '4090', gpu_count: 2 })).node;
+    const u = await registerApi();
+    const page = await newPage();
+    await signIn(page, u.email);
+    const offer = async (rental: 'on_demand' | 'interruptible') => {
+      const r = await api(t).get('/search', { query: { rental_type: rental, gpu_type: '4090', limit: 100 } });
+      assert.equal(r.status, 200, r.text);
+      const o = r.body.find((x) => x.node === own);
+      assert.ok(o, `${own} is offered`);
+      return o;
+    };
+
+    // The API's total is for the GPUs and 50 GB of disk; the page shows it.
+    const onDemand = await offer('on_demand');
+    const micro = (x: number) => Math.round(x * 1e6);
+    assert.equal(
+      micro(onDemand.total_price_hourly),
+      micro(onDemand.gpu_count * onDemand.gpu_price_hourly) + micro(50 * onDemand.storage_price_hourly),
+    );
+    await page.getByRole('link', { name: 'Offers', exact: true }).click();
+    await page.getByText('plus a 50 GB disk').waitFor();
+    const total = () => page.getByRole('row').filter({ hasText: own }).getByRole('cell').nth(7);
+    await total()
+      .getByText(await moneyIn(page, onDemand.total_price_hourly))
+      .waitFor();
+
+    // For interruptible the console works the total out itself, with the same 50 GB.
+    const interruptible = await offer('interruptible');
+    await page.goto('/console/offers?rental_type=interruptible');
+    const expected =
+      (micro(interruptible.gpu_count * interruptible.interruptible_rate) +
+        micro(50 * interruptible.storage_price_hourly)) /
+      1e6;
+    await total()
+      .getByText(await moneyIn(page, expected))
+      .waitFor();
+
+    // The launch form starts at the same 50 GB, and prices it.
+    await page.goto(`/console/offers/${own}/launch`);
+    const disk = page.getByLabel('Disk size (GB)');
+    await disk.waitFor();
+    assert.equal(await disk.inputValue(), '50');
     await page
-      .getByText(vmId)
-      .first()
-      .waitFor({ state: 'attached' })
-      .catch(() => undefined);
+      .locator('.launch-price')
+      .getByText(/^50 GB ×/)
+      .waitFor();
+  });
+
+  test('/docs renders the API reference with no Content Security Policy violation in the console', async () => {
+    const page = await newPage();
+    const messages: string[] = [];
+    page.on('console', (m) => {
+      if (m.type() === 'error' || m.type() === 'warning') messages.push(`${m.type()}: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => messages.push(`pageerror: ${e.message}`));
+    const res = await page.goto('/docs');
+    assert.equal(res?.status(), 200);
+    assert.match((await res?.headerValue('content-security-policy')) ?? '', /style-src 'self'/);
+    await page.getByRole('heading', { name: /gpucloud API/ }).waitFor();
+    await page.locator('.opblock').first().waitFor();
+    // The top bar has rendered (its logo is put in after it), so everything that draws has drawn.
+    await page.locator('.topbar img').waitFor();
+    await page.waitForTimeout(300);
+    const csp = messages.filter((m) => /content.security.policy/i.test(m));
+    assert.deepEqual(csp, [], 'no CSP violation');
+    assert.deepEqual(messages, [], 'a clean console');
   });
 
   test('a template-102 VM with HTTP ports: Open Jupyter and Open port open new tabs, signed in, on the portal', async () => {

@@ -21,6 +21,7 @@ import {
   parseIntField,
   useAsync,
   useDebounced,
+  vmName,
 } from '../ui.js';
 
 type AdminVm = paths['/admin/vms']['get']['responses'][200]['content']['application/json'][number];
@@ -186,7 +187,7 @@ export function AllVms(_props: Record<string, unknown>) {
                     {items.map((v) => (
                       <tr key={v.id}>
                         <td>
-                          {v.instance_label ?? `vm ${v.vmid}`}
+                          {vmName(v)}
                           <div class="muted adm-small">
                             <code title={v.id}>{v.id.slice(0, 8)}</code> · #{v.vmid}
                           </div>

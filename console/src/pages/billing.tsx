@@ -3,7 +3,19 @@ import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
-import { Empty, Link, Loaded, Money, Page, formatMoney, formatTime, useAsync } from '../ui.js';
+import {
+  Empty,
+  Link,
+  Loaded,
+  Money,
+  Page,
+  WithTimes,
+  formatDuration,
+  formatMoney,
+  formatTime,
+  useAsync,
+  vmName,
+} from '../ui.js';
 
 type Usage = paths['/billing/usage']['get']['responses'][200]['content']['application/json'];
 type Transaction = paths['/billing/transactions']['get']['responses'][200]['content']['application/json'][number];
@@ -105,7 +117,7 @@ export function Billing() {
                     {spend.vms.map((v) => (
                       <tr key={v.vm_id}>
                         <td>
-                          <Link href={`/vms/${v.vm_id}`}>vm {v.vmid}</Link>
+                          <Link href={`/vms/${v.vm_id}`}>{vmName(v)}</Link>
                         </td>
                         <td>
                           {v.gpu_count} × {v.gpu_type}
@@ -154,6 +166,11 @@ function formatHours(h: number): string {
   return `${Math.max(0, Math.round(h * 60))} minutes`;
 }
 
+/** VM time in the usage report (the API gives hours): the total and each VM's share read the same way. */
+function vmTime(hours: number): string {
+  return formatDuration(hours * 3600);
+}
+
 /** YYYY-MM-DD of a UTC day, from a time in ms. */
 function utcDay(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
@@ -181,7 +198,8 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
     <>
       <p class="muted">
         {usage.period_start} to {usage.period_end} (UTC): <Money value={usage.total_cost} currency={currency} /> for{' '}
-        {usage.total_hours.toLocaleString(undefined, { maximumFractionDigits: 1 })} hours of VM time.
+        <span data-testid="usage-total-time">{usage.total_hours > 0 ? vmTime(usage.total_hours) : 'no'}</span> of VM
+        time.
       </p>
       <div class="card chart-wrap">
         <UsageChart
@@ -200,7 +218,7 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
               <tr>
                 <th>VM</th>
                 <th>GPU</th>
-                <th class="num">Hours</th>
+                <th class="num">VM time</th>
                 <th class="num">Cost</th>
               </tr>
             </thead>
@@ -208,10 +226,10 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
               {usage.vm_breakdown.map((v) => (
                 <tr key={v.vm_id}>
                   <td>
-                    <Link href={`/vms/${v.vm_id}`}>vm {v.vmid}</Link>
+                    <Link href={`/vms/${v.vm_id}`}>{vmName(v)}</Link>
                   </td>
                   <td>{v.gpu_model}</td>
-                  <td class="num">{v.hours.toLocaleString(undefined, { maximumFractionDigits: 2 })}</td>
+                  <td class="num">{vmTime(v.hours)}</td>
                   <td class="num">
                     <Money value={v.cost} currency={currency} />
                   </td>
@@ -328,7 +346,7 @@ function Transactions({ currency }: { currency: string }) {
                         <span class={`status tx-${t.type}`}>{t.type}</span>
                       </td>
                       <td class="tx-description">
-                        {t.description}
+                        <WithTimes text={t.description} />
                         <Breakdown t={t} />
                       </td>
                       <td class={`num ${t.amount >= 0 ? 'tx-in' : 'tx-out'}`}>
@@ -381,7 +399,9 @@ function Breakdown({ t }: { t: Transaction }) {
         {entries.map(([k, v]) => (
           <Fragment key={k}>
             <dt>{k.replace(/_/g, ' ')}</dt>
-            <dd>{typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}</dd>
+            <dd>
+              <WithTimes text={typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)} />
+            </dd>
           </Fragment>
         ))}
       </dl>

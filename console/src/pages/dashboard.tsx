@@ -3,7 +3,7 @@
  * low.
  */
 import { api, call } from '../api.js';
-import { Empty, Link, Loaded, Money, Page, Status, useAsync } from '../ui.js';
+import { Empty, Link, Loaded, Money, Page, Status, useAsync, vmName } from '../ui.js';
 
 /** Below this many hours of credit at the current spend, the dashboard warns. */
 const LOW_HOURS = 24;
@@ -81,7 +81,9 @@ export function Dashboard() {
                       {running.map((v) => (
                         <tr key={v.id}>
                           <td>
-                            <Link href={`/vms/${v.id}`}>{v.instance_label ?? `vm ${v.vmid}`}</Link>
+                            <Link href={`/vms/${v.id}`} title={`ID ${v.id}`}>
+                              {vmName(v)}
+                            </Link>
                           </td>
                           <td>
                             {v.gpu_count} × {v.gpu_type}

@@ -26,7 +26,15 @@ import {
   useAsync,
   useDebounced,
 } from '../ui.js';
-import { RENTAL_LABELS, formatRam, isRentalType, sumMoney, unitPrice, type RentalType } from './offers.js';
+import {
+  DEFAULT_DISK_GB,
+  RENTAL_LABELS,
+  formatRam,
+  isRentalType,
+  sumMoney,
+  unitPrice,
+  type RentalType,
+} from './offers.js';
 
 type GpuCount = CreateVmRequest['gpu_count'];
 type Months = 1 | 3 | 6;
@@ -35,8 +43,8 @@ type Quote = operations['calculateReservation']['responses'][200]['content']['ap
 
 const GPU_COUNTS: GpuCount[] = [1, 2, 4, 8];
 const MONTHS: Months[] = [1, 3, 6];
+/** The API's smallest storage_gb. */
 const MIN_DISK_GB = 50;
-const DEFAULT_DISK_GB = 100;
 const MIN_PASSWORD = 12;
 const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
 const POLL_MS = 10_000;

@@ -21,8 +21,12 @@ export const RENTAL_LABELS: Record<RentalType, string> = {
 };
 export const GPU_TYPES: GpuType[] = ['5090', '4090', 'pro6000'];
 const POLL_MS = 10_000;
-/** Disk included in the API's total_price_hourly (the smallest disk a VM can have). */
-export const MIN_STORAGE_GB = 50;
+/**
+ * The disk size the console assumes unless told otherwise: the launch form's default and the disk in
+ * the offers' totals. It is the smallest disk a VM can have, the one the API's total_price_hourly
+ * includes and the CLI's --disk defaults to, so all three quote the same VM.
+ */
+export const DEFAULT_DISK_GB = 50;
 
 export function isRentalType(v: string | null | undefined): v is RentalType {
   return v === 'on_demand' || v === 'interruptible' || v === 'reserved';
@@ -195,7 +199,7 @@ export function Offers(_props: Record<string, unknown>) {
       <p class="muted">
         {RENTAL_LABELS[rental]} prices
         {rental === 'reserved' ? ' before the reservation discount (1, 3 or 6 months)' : ''}. The total per hour is for
-        every GPU listed plus a {MIN_STORAGE_GB} GB disk. Updated every {POLL_MS / 1000} s.
+        every GPU listed plus a {DEFAULT_DISK_GB} GB disk. Updated every {POLL_MS / 1000} s.
       </p>
       <Loaded value={offers}>
         {(list) =>
@@ -246,7 +250,7 @@ function OfferTable({ offers, rental, rentalSet }: { offers: Offer[]; rental: Re
             const total =
               rental === 'on_demand'
                 ? o.total_price_hourly
-                : sumMoney(o.gpu_count * unit, MIN_STORAGE_GB * o.storage_price_hourly);
+                : sumMoney(o.gpu_count * unit, DEFAULT_DISK_GB * o.storage_price_hourly);
             return (
               <tr key={o.node}>
                 <td>

@@ -24,9 +24,13 @@ import {
   Page,
   Status,
   Submit,
+  WithTimes,
+  formatDuration,
+  formatInstants,
   formatTime,
   notify,
   useAsync,
+  vmName,
 } from '../ui.js';
 import { RENTAL_LABELS } from './offers.js';
 import { TEMPLATES } from './launch.js';
@@ -48,15 +52,6 @@ const TRANSITIONAL: Partial<Record<Vm['status'], string>> = {
 
 function templateName(vmid: number): string {
   return TEMPLATES.find((t) => t.vmid === vmid)?.name ?? `template ${vmid}`;
-}
-
-function formatDuration(seconds: number | null): string {
-  if (seconds === null) return '—';
-  if (seconds < 60) return `${seconds} s`;
-  const m = Math.round(seconds / 60);
-  if (m < 60) return `${m} min`;
-  const h = Math.floor(m / 60);
-  return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
 }
 
 // ---------------------------------------------------------------------------
@@ -118,7 +113,6 @@ export function Vms(_props: Record<string, unknown>) {
                     <tr>
                       <th scope="col">VM</th>
                       <th scope="col">Status</th>
-                      <th scope="col">Label</th>
                       <th scope="col">GPUs</th>
                       <th scope="col">Node</th>
                       <th scope="col">Rental</th>
@@ -134,22 +128,25 @@ export function Vms(_props: Record<string, unknown>) {
                         key={v.id}
                         class="clickable"
                         onClick={(e) => {
-                          // The id is a real link (keyboard, new tab); a click anywhere else on the row opens it too.
+                          // The name is a real link (keyboard, new tab); a click anywhere else on the row opens it too.
                           if ((e.target as HTMLElement).closest('a, button, input, label')) return;
                           if (getSelection()?.toString()) return;
                           navigate(`/vms/${v.id}`);
                         }}
                       >
                         <td>
-                          <Link href={`/vms/${v.id}`} class="mono">
-                            {v.id}
+                          <Link href={`/vms/${v.id}`} title={`ID ${v.id}`}>
+                            {vmName(v)}
                           </Link>
-                          <span class="cell-sub">vm {v.vmid}</span>
                         </td>
                         <td>
                           <Status status={v.status} />
+                          {v.failure_reason ? (
+                            <span class="cell-sub vm-failure-hint" title={formatInstants(v.failure_reason)}>
+                              <WithTimes text={v.failure_reason} />
+                            </span>
+                          ) : null}
                         </td>
-                        <td>{v.instance_label ?? <span class="muted">—</span>}</td>
                         <td>
                           {v.gpu_count} × {v.gpu_type}
                         </td>
@@ -262,7 +259,7 @@ export function VmDetail({ id }: { id: string }) {
 
   const v = vm.data;
   const restarting = progress !== undefined;
-  const title = v ? (v.instance_label ?? `VM ${v.vmid}`) : 'VM';
+  const title = v ? vmName(v) : 'VM';
 
   return (
     <Page
@@ -305,8 +302,8 @@ export function VmDetail({ id }: { id: string }) {
           onClose={() => setConfirming(false)}
         >
           <p>
-            <strong>{v.instance_label ?? `VM ${v.vmid}`}</strong> ({v.gpu_count} × {v.gpu_type} on {v.node}) and
-            everything on its disk are deleted for good. Billing ends now.
+            <strong>{vmName(v)}</strong> ({v.gpu_count} × {v.gpu_type} on {v.node}) and everything on its disk are
+            deleted for good. Billing ends now.
           </p>
           {v.rental_type === 'reserved' ? (
             <p class="warning">
@@ -337,6 +334,12 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
           )}
         </span>
       </div>
+
+      {vm.status === 'failed' ? (
+        <div class="error vm-failure" role="alert">
+          <strong>Why it failed:</strong> <WithTimes text={vm.failure_reason ?? 'no reason was recorded.'} />
+        </div>
+      ) : null}
 
       {running ? <AccessCard vm={vm} /> : null}
 
@@ -548,6 +551,11 @@ function AccessCard({ vm }: { vm: Vm }) {
               <p class="muted">
                 User <code>{a.ssh.username}</code> on <code>{a.ssh.host}</code>, port {a.ssh.port}.
               </p>
+              {a.notice ? (
+                <p class="warning vm-access-notice" role="note">
+                  <WithTimes text={a.notice} />
+                </p>
+              ) : null}
               {services.length ? (
                 <div class="actions vm-services">
                   {services.map((x) => (

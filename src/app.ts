@@ -16,6 +16,7 @@ import { ConfigError, type Config } from './config.js';
 import type { Db } from './db/db.js';
 import { newId } from './ids.js';
 import { deriveKey } from './crypto.js';
+import { clientAddress, readForwarded, trustFunction } from './http/client-address.js';
 import { Portal } from './modules/portal/service.js';
 import { PortalLinks } from './modules/portal/links.js';
 import { refuseUpgrade } from './modules/portal/pages.js';
@@ -155,6 +156,7 @@ export function createServices(deps: AppDeps): Services {
     vms.convertToOnDemand(tx, vmId, now),
   );
   const links = new PortalLinks(deps.config.portalUrl);
+  const trusted = trustFunction(deps.config.trustProxy);
   const vms: VmService = new VmService(deps.db, clock, inventory, sshKeys, tokens, reservations, {
     provisionDelayMs: deps.config.simProvisionMs,
     secret: deps.jwtSecret,
@@ -167,6 +169,7 @@ export function createServices(deps: AppDeps): Services {
     links,
     agentEndpoint: (node) => inventory.agentEndpoint(node),
     cookieKey: deriveKey(deps.jwtSecret, 'portal-cookie'),
+    clientAddress: (req) => clientAddress(req, trusted),
     log: deps.log,
   });
   const usage = new UsageService(deps.db, clock);
@@ -314,13 +317,14 @@ const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
   const schemas = new LazySchemas();
+  const trust = trustFunction(deps.config.trustProxy);
   const app: FastifyInstance = Fastify({
     schemaController: schemas.schemaController(),
     ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
     // One line per request, when it is answered (the onResponse hook below), not Fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: BODY_LIMIT,
-    trustProxy: false,
+    trustProxy: trust ?? false,
     frameworkErrors,
     // Echo a sane client X-Request-Id, otherwise make one.
     genReqId: (req) => {
@@ -364,6 +368,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
           connectionsCheckingInterval: 1000,
         },
         (req, res) => {
+          readForwarded(req, trust);
           // A VM's web service, by its host name, goes to the access portal; anything else to the API.
           const target = services.portal.target(req);
           if (target) void services.portal.handle(req, res, target);
@@ -371,6 +376,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
         },
       );
       server.on('upgrade', (req, socket, head) => {
+        readForwarded(req, trust);
         const target = services.portal.target(req);
         if (target) void services.portal.upgrade(req, socket, head, target);
         else refuseUpgrade(socket, 404, 'not_found', 'The API upgrades no connection; VM services are on the portal');
@@ -384,7 +390,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
       const ms = Math.round(reply.elapsedTime * 10) / 10;
       const user = req.principal?.userId;
       req.log.info(
-        { method: req.method, url: req.url, status: reply.statusCode, ms, ...(user ? { user } : {}) },
+        { method: req.method, url: req.url, status: reply.statusCode, ms, ip: req.ip, ...(user ? { user } : {}) },
         `${req.method} ${req.url.split('?')[0]} ${reply.statusCode} ${ms} ms`,
       );
       done();

@@ -3,6 +3,8 @@
  * is described in docs/configuration.md).
  * A bad value stops the start with a message naming the variable.
  */
+import { parseTrustProxy, type TrustProxy } from './http/client-address.js';
+
 export type HypervisorKind = 'simulator' | 'proxmox';
 export type ClockMode = 'system' | 'manual';
 
@@ -38,6 +40,8 @@ export interface Config {
   adminPassword: string | undefined;
   corsOrigins: string[];
   logLevel: string;
+  /** The reverse proxies whose forwarding headers name the client (src/http/client-address.ts). */
+  trustProxy: TrustProxy;
   /** JSON lines, or readable lines for a terminal; auto: readable when stdout is a terminal (src/log.ts). */
   logFormat: 'auto' | 'json' | 'pretty';
   rateLimits: RateLimitConfig;
@@ -203,6 +207,14 @@ function portalBase(env: Env, port: number): string {
   return `${u.protocol}//${u.host}`;
 }
 
+function trustProxy(env: Env): TrustProxy {
+  try {
+    return parseTrustProxy(str(env, 'GPUCLOUD_TRUST_PROXY'));
+  } catch (err) {
+    throw new ConfigError('GPUCLOUD_TRUST_PROXY', (err as Error).message);
+  }
+}
+
 /** A base URL clients are given: http(s), a host, no query or fragment; kept without a trailing slash. Unset: `/`. */
 function publicUrl(env: Env, name: string): string {
   const raw = url(env, name, ['https:', 'http:'], true);
@@ -301,6 +313,7 @@ export function loadConfig(env: Env = process.env): Config {
     adminPassword,
     corsOrigins,
     logLevel: oneOf(env, 'LOG_LEVEL', ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info'),
+    trustProxy: trustProxy(env),
     logFormat: oneOf(env, 'GPUCLOUD_LOG_FORMAT', ['auto', 'json', 'pretty'] as const, 'auto'),
     rateLimits: {
       login: loginLimit,

@@ -5,6 +5,7 @@
  * credentials, suspension, role and scope (docs/authentication.md, docs/security.md#what-each-credential-may-do).
  * A valid token or key never touches a password hash.
  */
+import { wasForwarded } from './client-address.js';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, forbidden } from '../errors.js';
@@ -75,7 +76,8 @@ const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;
 
 /** Whether the metrics token or the loopback rule lets `req` read /metrics without an account. */
 export function metricsAllowed(req: FastifyRequest, access: MetricsAccess): boolean {
-  if (access.loopback && LOOPBACK.test(req.socket.remoteAddress ?? '')) return true;
+  // Only a client on this machine itself: a proxy on this machine forwards others, and says so in a header.
+  if (access.loopback && LOOPBACK.test(req.socket.remoteAddress ?? '') && !wasForwarded(req.raw)) return true;
   const credential = bearerOf(req.headers.authorization);
   if (!access.token || credential === undefined) return false;
   const a = createHash('sha256').update(credential).digest();

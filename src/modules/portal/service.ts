@@ -54,6 +54,8 @@ export interface PortalDeps {
   /** The host agent of a node, or null for a simulated node. */
   agentEndpoint: (node: string) => Promise<AgentEndpoint | null>;
   cookieKey: Buffer;
+  /** The client's address, behind trusted proxies the one they forwarded. */
+  clientAddress?: (req: IncomingMessage) => string;
   log?: FastifyBaseLogger;
 }
 
@@ -93,6 +95,10 @@ export class Portal {
 
   constructor(private readonly deps: PortalDeps) {
     this.cookies = new CookieSigner(deps.cookieKey);
+  }
+
+  private client(req: IncomingMessage): string {
+    return this.deps.clientAddress?.(req) ?? req.socket.remoteAddress ?? '';
   }
 
   get links(): PortalLinks {
@@ -226,7 +232,7 @@ export class Portal {
       expMs: now + COOKIE_MAX_S * 1000,
     });
     this.deps.log?.info(
-      { user: vm.user_id, vm: vm.id, vmid: vm.vmid, service: target.service, client: req.socket.remoteAddress },
+      { user: vm.user_id, vm: vm.id, vmid: vm.vmid, service: target.service, client: this.client(req) },
       'portal launch',
     );
     const attrs = ['Path=/', 'HttpOnly', 'SameSite=Lax', `Max-Age=${COOKIE_MAX_S}`];
@@ -339,7 +345,7 @@ export class Portal {
     }
     const cookie = stripCookie(req.headers.cookie);
     if (cookie) out.push('Cookie', cookie);
-    out.push('X-Forwarded-For', req.socket.remoteAddress ?? '');
+    out.push('X-Forwarded-For', this.client(req));
     out.push('X-Forwarded-Proto', this.deps.links.secure ? 'https' : 'http');
     out.push('X-Forwarded-Host', req.headers.host ?? '');
     return out;

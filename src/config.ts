@@ -72,6 +72,8 @@ export interface Config {
   localAgentArgs?: string[];
   /** Seconds a client has to send a whole request. */
   requestTimeoutS: number;
+  /** Seconds a stopping instance waits for requests in flight before it cuts what is left. */
+  shutdownTimeoutS: number;
   /** Bearer token for Prometheus scrapers; loopback clients need none unless metricsLoopback is off. */
   metricsToken: string | undefined;
   metricsLoopback: boolean;
@@ -337,6 +339,7 @@ export function loadConfig(env: Env = process.env): Config {
     agentBootTimeoutS: int(env, 'GPUCLOUD_AGENT_BOOT_TIMEOUT_S', 240, 10, 270),
     localAgent: bool(env, 'GPUCLOUD_LOCAL_AGENT') ?? false,
     requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
+    shutdownTimeoutS: int(env, 'GPUCLOUD_SHUTDOWN_TIMEOUT_S', 20, 1, 600),
     metricsToken,
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
     metricsPort:

@@ -239,18 +239,35 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
     rateLimitStore: rateLimitKind,
     metricsUrl,
     portalUrl,
+    // Stopping (docs/operations.md#stopping-and-restarting): listening ends at once and new requests on open
+    // connections get 503, requests in flight finish, event streams end with a reconnect hint, background work
+    // finishes what it holds; whatever is still open after GPUCLOUD_SHUTDOWN_TIMEOUT_S (a client that never
+    // finishes its body, say) is cut, so the process always ends.
     close: async () => {
-      if (portalServer) {
-        portalServer.closeAllConnections();
-        await new Promise((r) => portalServer!.close(r));
-      }
+      const cut = setTimeout(() => {
+        app?.server.closeAllConnections();
+        portalServer?.closeAllConnections();
+      }, config.shutdownTimeoutS * 1000);
+      cut.unref();
+      const portalClosed = portalServer
+        ? new Promise<void>((r) => {
+            portalServer!.close(() => r());
+            portalServer!.closeIdleConnections();
+          })
+        : Promise.resolve();
+      await Promise.all([
+        app?.close(),
+        portalClosed,
+        (async () => {
+          await localAgent?.close();
+          await services.agents.stop();
+          await services.webhooks.stop();
+          await services.reconciler.stop();
+          await metricsApp?.close();
+        })(),
+      ]);
+      clearTimeout(cut);
       services.portal.close();
-      await localAgent?.close();
-      await services.agents.stop();
-      await services.webhooks.stop();
-      await services.reconciler.stop();
-      await metricsApp?.close();
-      await app?.close();
       await rateLimitStore.close();
       await db.close();
     },

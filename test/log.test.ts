@@ -44,12 +44,12 @@ describe('logs', () => {
         note: 'two words',
       }),
     );
-    assert.match(line, /^\d\d:\d\d:\d\d\.005 INFO  GET \/ 200  user=7 note="two words"\n$/);
+    assert.match(line, /^\d\d:\d\d:\d\d\.005 INFO {2}GET \/ 200 {2}user=7 note="two words"\n$/);
     assert.match(
       prettyLine(
         JSON.stringify({ level: 50, time: 0, msg: 'boom', err: { message: 'x', stack: 'Error: x\n    at y' } }),
       ),
-      /ERROR boom .*\nError: x\n    at y\n$/,
+      /ERROR boom .*\nError: x\n {4}at y\n$/,
     );
     assert.equal(prettyLine('not json'), 'not json\n');
   });
@@ -81,7 +81,7 @@ describe('logs', () => {
     const i = await serve({ GPUCLOUD_LOG_FORMAT: 'pretty' });
     await fetch(`${i.url}/pricing`);
     await settle();
-    assert.match(i.output(), /^\d\d:\d\d:\d\d\.\d{3} INFO  GET \/pricing 200 [\d.]+ ms  .*reqId=/m);
+    assert.match(i.output(), /^\d\d:\d\d:\d\d\.\d{3} INFO {2}GET \/pricing 200 [\d.]+ ms {2}.*reqId=/m);
     assert.ok(
       !i
         .output()

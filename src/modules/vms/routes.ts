@@ -54,7 +54,8 @@ export const VmSchema = Type.Object(
     destroyed_at: Nullable(DateTime()),
     failure_reason: Nullable(
       Type.String({
-        description: "Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed",
+        description:
+          "Why the VM failed (the host's reason, e.g. a template the host lacks); null unless status is failed",
       }),
     ),
     http_ports: Type.Array(Type.Integer(), {

@@ -92,14 +92,16 @@ function forward(line: string): void {
 /**
  * Node's arguments for the service as `npm start` runs it in `repo`: the words of
  * its start script after `node` (`--v8-pool-size=1 dist/bin/gpucloud.js serve`), so the
- * bench measures the flags the checkout ships, not a command of its own.
+ * bench measures the flags the checkout ships, not a command of its own. A leading
+ * `exec` (the shell hands its place, and the signals npm forwards, to node) is skipped.
  */
 export function startArgs(repo: string): string[] {
   const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as { scripts?: { start?: string } };
-  const words = (pkg.scripts?.start ?? '').trim().split(/\s+/);
+  const all = (pkg.scripts?.start ?? '').trim().split(/\s+/);
+  const words = all[0] === 'exec' ? all.slice(1) : all;
   // dist/main.js: a checkout from before the command was bundled.
   if (words[0] !== 'node' || !words.some((w) => /^dist\/.*\.js$/.test(w))) {
-    throw new Error(`${repo}/package.json: the start script is not "node ... dist/....js serve"`);
+    throw new Error(`${repo}/package.json: the start script is not "[exec] node ... dist/....js serve"`);
   }
   return words.slice(1);
 }

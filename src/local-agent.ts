@@ -3,8 +3,10 @@
  * agent in this process, with a token made for this start, and registers
  * this host as a node (its id from the hostname, its hardware from what the
  * agent found), so an operator with a single GPU server needs nothing else.
- * The agent reads the same GPUCLOUD_AGENT_* settings as `gpucloud agent`;
- * its data lives in GPUCLOUD_AGENT_DATA_DIR, by default DATA_DIR/agent.
+ * The agent takes the options of `gpucloud agent` (but its token), given to
+ * serve (`serve --local-agent --fake-gpus 2`) or in the same GPUCLOUD_AGENT_*
+ * variables, a flag winning; its data lives in --data-dir or
+ * GPUCLOUD_AGENT_DATA_DIR, by default DATA_DIR/agent.
  */
 import { statfsSync } from 'node:fs';
 import { cpus, hostname, totalmem } from 'node:os';
@@ -13,11 +15,14 @@ import type { Config } from './config.js';
 import type { Services } from './app.js';
 import { randomToken } from './ids.js';
 import { AgentClient } from './hypervisor/agent-client.js';
+import { parseAgentOptions, type AgentOptions } from './agent/options.js';
 import { GPU_TYPES, type GpuType } from './modules/inventory/repository.js';
 
 export interface LocalAgent {
   node: string;
   url: string;
+  /** The agent's data directory (its templates are in templates/ below it). */
+  dataDir: string;
   close(): Promise<void>;
 }
 
@@ -42,26 +47,37 @@ export function gpuTypeOf(models: string[], fallback: string | undefined): GpuTy
   return fallback && (GPU_TYPES as readonly string[]).includes(fallback) ? (fallback as GpuType) : '4090';
 }
 
+/**
+ * The local agent's options: serve's agent options over the GPUCLOUD_AGENT_* variables, with this start's token
+ * and the data directory defaulting to DATA_DIR/agent. Throws AgentOptionError naming a bad option.
+ */
+export function localAgentOptions(
+  config: Pick<Config, 'dataDir' | 'localAgentArgs'>,
+  env: Record<string, string | undefined>,
+  token: string,
+): AgentOptions {
+  return parseAgentOptions(config.localAgentArgs ?? [], {
+    ...env,
+    GPUCLOUD_AGENT_TOKEN: token,
+    GPUCLOUD_AGENT_DATA_DIR: env.GPUCLOUD_AGENT_DATA_DIR?.trim() || join(resolve(config.dataDir), 'agent'),
+  });
+}
+
 export async function startLocalAgent(
   config: Config,
   services: Services,
   env: Record<string, string | undefined> = process.env,
 ): Promise<LocalAgent> {
-  const { parseAgentOptions } = await import('./agent/options.js');
   const { startAgent } = await import('./agent/main.js');
   const token = randomToken(32);
-  const options = parseAgentOptions([], {
-    ...env,
-    GPUCLOUD_AGENT_TOKEN: token,
-    GPUCLOUD_AGENT_DATA_DIR: env.GPUCLOUD_AGENT_DATA_DIR?.trim() || join(resolve(config.dataDir), 'agent'),
-  });
+  const options = localAgentOptions(config, env, token);
   const agent = await startAgent(options);
   try {
     const host = await new AgentClient({ url: agent.url, token }, 10_000).host();
     const gpus = host.host_gpus.filter((g) => g.vfio || options.fakeGpus > 0);
     if (gpus.length === 0) {
       throw new Error(
-        `the local agent found no GPU it can pass through (${host.host_gpus.length} found, none bound to vfio-pci); bind them (docs/agent.md) or set GPUCLOUD_AGENT_FAKE_GPUS=N to try it without`,
+        `the local agent found no GPU it can pass through (${host.host_gpus.length} found, none bound to vfio-pci); bind them (docs/agent.md) or pass --fake-gpus N (GPUCLOUD_AGENT_FAKE_GPUS=N) to try it without`,
       );
     }
     const node = env.GPUCLOUD_LOCAL_NODE?.trim() || nodeIdFromHostname(hostname());
@@ -100,7 +116,7 @@ export async function startLocalAgent(
         agent_token: token,
       });
     }
-    return { node, url: agent.url, close: () => agent.close() };
+    return { node, url: agent.url, dataDir: options.dataDir, close: () => agent.close() };
   } catch (err) {
     await agent.close();
     throw err;

@@ -1,15 +1,27 @@
 #!/usr/bin/env node
 /**
- * The `gpucloud` command: serve, migrate, admin create-user / ledger-check
- * (on the database), and the client commands (src/cli, built on the SDK).
+ * The `gpucloud` command: serve, migrate, the host agent, admin create-user /
+ * ledger-check (on the database): the local commands (local-commands.ts),
+ * and the client commands (src/cli, built on the SDK).
  */
 import { parseArgs } from 'node:util';
 import type { Config } from './config.js';
-import type { Role } from './server.js';
 import type { RateLimitStoreKind } from './http/rate-limit.js';
 // The server's modules are imported when a server command runs, so that the
 // client commands start fast.
 import { clientUsage, findCommand, runCli } from './cli/index.js';
+import {
+  findLocalCommand,
+  LOCAL_COMMANDS,
+  localHelp,
+  LocalUsageError,
+  parseServeArgs,
+  requireLocalAgent,
+  usageOf,
+  wantsHelp,
+  type LocalCommand,
+  type LocalPath,
+} from './local-commands.js';
 
 let ConfigErrorClass: (new (...args: never[]) => Error) | undefined;
 
@@ -20,18 +32,24 @@ const RATE_LIMIT_STORES: Record<RateLimitStoreKind, string> = {
   memory: 'this process (one instance only)',
 };
 
-const USAGE = `gpucloud: rent GPU virtual machines
+/** The local commands' lines of `gpucloud --help`: usage and summary, the summary below a long usage. */
+function localUsage(): string {
+  const w = 41;
+  return LOCAL_COMMANDS.filter((c) => !c.group)
+    .map((c) => {
+      const usage = `  ${usageOf(c)}`;
+      return usage.length < w ? `${usage.padEnd(w)}  ${c.summary}` : `${usage}\n${' '.repeat(w + 2)}${c.summary}`;
+    })
+    .join('\n');
+}
+
+const USAGE = `Usage: gpucloud <command> [options]
+
+Rent GPU virtual machines: the server, the host agent and the client of the API.
+"gpucloud <command> --help" (or -h, or gpucloud help <command>) shows a command's help.
 
 Server commands:
-  gpucloud serve [--role api|worker|portal|all] [--local-agent]
-                                           Start the API and/or the background jobs (default: all);
-                                           --local-agent also runs this host's VMs (GPUCLOUD_LOCAL_AGENT=1)
-  gpucloud migrate                         Apply database migrations and exit
-  gpucloud agent --token TOKEN [...]       Run this host's VMs under QEMU (gpucloud agent --help)
-  gpucloud admin create-user --email E [--password P] [--name N] [--admin]
-                                           Create a user (or reset its password and role)
-  gpucloud admin ledger-check              Verify every balance and reservation against the ledger;
-                                           exits 1 naming each account that is off
+${localUsage()}
 
 Client commands (every one takes --json, --api-url, --api-key and --help):
 ${clientUsage()}
@@ -44,13 +62,22 @@ Exit codes: 0 success, 1 the API refused (its detail on stderr), 2 bad usage.
   gpucloud vm create --node vm01 --gpu 4090 --ssh-key ID --wait
 
 Server configuration comes from environment variables (PORT, HOST, DATABASE_URL, GPUCLOUD_*);
-see the README. Examples:
+see docs/configuration.md. Examples:
   gpucloud serve
   DATABASE_URL=postgres://localhost/gpucloud GPUCLOUD_JWT_SECRET=... gpucloud serve --role api
+  gpucloud serve --local-agent --fake-gpus 2 --accel tcg
   gpucloud admin create-user --email ops@example.com --admin
 `;
 
-class UsageError extends Error {}
+/** Bad usage: exit 2, with the help of the command (or the whole usage). */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly command?: LocalCommand,
+  ) {
+    super(message);
+  }
+}
 
 async function config(): Promise<Config> {
   const { ConfigError, loadConfig } = await import('./config.js');
@@ -81,16 +108,25 @@ async function readPassword(prompt: string): Promise<string> {
 }
 
 async function serve(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: { role: { type: 'string', default: 'all' }, 'local-agent': { type: 'boolean', default: false } },
-    strict: true,
-  });
-  const role = values.role as Role;
-  if (!['api', 'worker', 'portal', 'all'].includes(role))
-    throw new UsageError(`--role must be api, worker, portal or all, got "${role}"`);
+  const parsed = parseServeArgs(args);
+  const role = parsed.role;
   const cfg = await config();
-  if (values['local-agent']) cfg.localAgent = true;
+  if (parsed.localAgent) cfg.localAgent = true;
+  requireLocalAgent(parsed, cfg.localAgent);
+  if (cfg.localAgent) {
+    cfg.localAgentArgs = parsed.agentArgs;
+    // A bad agent option stops the start before anything opens or listens.
+    const { localAgentOptions } = await import('./local-agent.js');
+    const { AgentOptionError } = await import('./agent/options.js');
+    try {
+      localAgentOptions(cfg, process.env, 't'.repeat(32));
+    } catch (err) {
+      if (!(err instanceof AgentOptionError)) throw err;
+      if (err.option.startsWith('--')) throw new LocalUsageError(err.message, 'serve');
+      const { ConfigError } = await import('./config.js');
+      throw new ConfigError(err.option, err.message.slice(err.option.length + 2));
+    }
+  }
   const { startServer } = await import('./server.js');
   const server = await startServer(cfg, role);
   const lines = ['', 'gpucloud is running'];
@@ -102,10 +138,9 @@ async function serve(args: string[]): Promise<void> {
   lines.push(`  Rate limits: ${RATE_LIMIT_STORES[server.rateLimitStore]}`);
   if (server.metricsUrl) lines.push(`  Metrics: ${server.metricsUrl}`);
   if (server.localAgent) {
-    const dir = process.env.GPUCLOUD_AGENT_DATA_DIR?.trim() || `${cfg.dataDir}/agent`;
     lines.push(
       `  Local agent: ${server.localAgent.url} (node ${server.localAgent.node}); add templates with`,
-      `    gpucloud agent template add VMID FILE --data-dir ${dir}`,
+      `    gpucloud agent template add VMID FILE --data-dir ${server.localAgent.dataDir}`,
     );
   }
   if (cfg.clock === 'manual')
@@ -155,12 +190,14 @@ async function ledgerCheckCmd(): Promise<void> {
   }
 }
 
-async function adminCmd(args: string[]): Promise<void> {
-  const [sub, ...rest] = args;
-  if (sub === 'ledger-check') return ledgerCheckCmd();
-  if (sub !== 'create-user') throw new UsageError(`unknown admin command "${sub ?? ''}"`);
+/** A command that takes no argument and no option (but --help): node's refusal of anything else. */
+function noArguments(args: string[]): void {
+  parseArgs({ args, options: {}, strict: true, allowPositionals: false });
+}
+
+async function createUserCmd(args: string[]): Promise<void> {
   const { values } = parseArgs({
-    args: rest,
+    args,
     options: {
       email: { type: 'string' },
       password: { type: 'string' },
@@ -169,9 +206,10 @@ async function adminCmd(args: string[]): Promise<void> {
     },
     strict: true,
   });
-  if (!values.email) throw new UsageError('--email is required');
+  if (!values.email) throw new LocalUsageError('--email is required', 'admin create-user');
   const password = values.password ?? (await readPassword('Password (12+ characters): '));
-  if (password.length < 12) throw new UsageError('the password must be at least 12 characters');
+  if (password.length < 12)
+    throw new LocalUsageError('the password must be at least 12 characters', 'admin create-user');
   const cfg = await config();
   const db = await openDatabase(cfg);
   const { AuthService } = await import('./modules/auth/service.js');
@@ -202,39 +240,70 @@ async function adminCmd(args: string[]): Promise<void> {
   }
 }
 
+/** How each local command runs; src/local-commands.ts says what it is and its help. */
+const RUN: Record<LocalPath, (args: string[]) => Promise<void>> = {
+  serve,
+  migrate: async (args) => {
+    noArguments(args);
+    return migrateCmd();
+  },
+  agent: async (args) => (await import('./agent/main.js')).agentCommand(args),
+  'agent template': async (args) => {
+    throw new LocalUsageError(
+      args.length ? `unknown command "${args[0]}"` : 'which template command?',
+      'agent template',
+    );
+  },
+  'agent template add': async (args) => (await import('./agent/main.js')).templateAdd(args),
+  'agent template list': async (args) => (await import('./agent/main.js')).templateList(args),
+  'agent template remove': async (args) => (await import('./agent/main.js')).templateRemove(args),
+  'admin create-user': createUserCmd,
+  'admin ledger-check': async (args) => {
+    noArguments(args);
+    return ledgerCheckCmd();
+  },
+};
+
+/** The agent's own refusals are bad usage of the agent command that ran. */
+async function asLocalUsage(command: LocalCommand, work: Promise<void>): Promise<void> {
+  try {
+    await work;
+  } catch (err) {
+    const { AgentOptionError } = await import('./agent/options.js');
+    const agentUsage = command.path.startsWith('agent') && (await import('./agent/main.js')).AgentUsageError;
+    const parseArgsError = (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
+    if (err instanceof LocalUsageError)
+      throw new UsageError(
+        err.message,
+        LOCAL_COMMANDS.find((c) => c.path === (err.path ?? command.path)),
+      );
+    if (err instanceof AgentOptionError || (agentUsage && err instanceof agentUsage) || parseArgsError)
+      throw new UsageError((err as Error).message, command);
+    throw err;
+  }
+}
+
 async function main(argv: string[]): Promise<void> {
-  const [cmd, ...rest] = argv;
-  const local = cmd === 'admin' && (rest[0] === 'create-user' || rest[0] === 'ledger-check');
-  if (!local && findCommand(argv)) {
+  // `gpucloud help PATH` is `gpucloud PATH --help`.
+  if (argv[0] === 'help') argv = [...argv.slice(1), '--help'];
+  const [cmd] = argv;
+  if (cmd === undefined || cmd === '--help' || cmd === '-h') {
+    console.log(USAGE);
+    return;
+  }
+  const local = findLocalCommand(argv);
+  if (local) {
+    if (wantsHelp(local.rest)) {
+      console.log(localHelp(local.command));
+      return;
+    }
+    return asLocalUsage(local.command, RUN[local.command.path](local.rest));
+  }
+  if (findCommand(argv)) {
     process.exitCode = await runCli(argv);
     return;
   }
-  switch (cmd) {
-    case 'serve':
-      return serve(rest);
-    case 'migrate':
-      return migrateCmd();
-    case 'agent': {
-      const agent = await import('./agent/main.js');
-      try {
-        return await agent.agentCommand(rest);
-      } catch (err) {
-        const { AgentOptionError } = await import('./agent/options.js');
-        if (err instanceof AgentOptionError || err instanceof agent.AgentUsageError) throw new UsageError(err.message);
-        throw err;
-      }
-    }
-    case 'admin':
-      return adminCmd(rest);
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      console.log(USAGE);
-      return;
-    default:
-      throw new UsageError(`unknown command "${cmd}"`);
-  }
+  throw new UsageError(`unknown command "${cmd}"`);
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
@@ -242,8 +311,10 @@ main(process.argv.slice(2)).catch((err: unknown) => {
     console.error(`Configuration error: ${err.message}`);
     process.exit(2);
   }
-  if (err instanceof UsageError || (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
-    console.error(`gpucloud: ${(err as Error).message}\n\n${USAGE}`);
+  if (err instanceof UsageError) {
+    // A command's mistake comes with that command's help; an unknown command with the whole usage.
+    const c = err.command;
+    console.error(c ? `gpucloud ${c.path}: ${err.message}\n\n${localHelp(c)}` : `gpucloud: ${err.message}\n\n${USAGE}`);
     process.exit(2);
   }
   console.error(err instanceof Error ? (err.stack ?? err.message) : err);

@@ -1,12 +1,12 @@
 /**
  * `gpucloud agent`: the daemon that runs a host's VMs, and its template
- * commands. See docs/agent.md.
+ * commands (their help: src/local-commands.ts). See docs/agent.md.
  *
  *   gpucloud agent [--listen HOST:PORT] [--data-dir DIR] --token TOKEN [--public-host HOST]
  *                  [--ssh-ports FROM-TO] [--accel kvm|tcg|auto] [--fake-gpus N] [--tls-cert F --tls-key F]
- *   gpucloud agent template add VMID FILE [--user NAME]
- *   gpucloud agent template list
- *   gpucloud agent template remove VMID
+ *   gpucloud agent template add VMID FILE [--user NAME] [--data-dir DIR]
+ *   gpucloud agent template list [--data-dir DIR]
+ *   gpucloud agent template remove VMID [--data-dir DIR]
  */
 import { chmodSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -17,104 +17,109 @@ import { VmManager } from './vms.js';
 import { buildAgentApp } from './server.js';
 import { hostAccel, qemuAvailable } from './qemu/process.js';
 import { hostNameservers, parseSubnet } from './network/bridge.js';
-
-export const AGENT_USAGE = `gpucloud agent: runs this host's VMs under QEMU for the control plane
-
-  gpucloud agent --token TOKEN [options]       Start the daemon
-  gpucloud agent template add VMID FILE [--user NAME]
-                                               Store a qcow2 or raw image as template VMID
-                                               (NAME: the SSH login user, default root)
-  gpucloud agent template list                 The templates on this host
-  gpucloud agent template remove VMID          Remove a template no VM stands on
-
-Options (each also an environment variable):
-  --listen HOST:PORT     GPUCLOUD_AGENT_LISTEN      default 127.0.0.1:7070
-  --data-dir DIR         GPUCLOUD_AGENT_DATA_DIR    default ./agent-data
-  --token TOKEN          GPUCLOUD_AGENT_TOKEN       required, 32+ characters
-  --public-host HOST     GPUCLOUD_AGENT_PUBLIC_HOST where customers SSH to (default the listen host)
-  --ssh-ports FROM-TO    GPUCLOUD_AGENT_SSH_PORTS   default 22000-22999
-  --accel kvm|tcg|auto   GPUCLOUD_AGENT_ACCEL       default auto (kvm when /dev/kvm can be used)
-  --fake-gpus N          GPUCLOUD_AGENT_FAKE_GPUS   report N GPUs on a host without any (tests, demos)
-  --network user|bridge  GPUCLOUD_AGENT_NETWORK     default user (no root, traffic not counted); bridge: taps on
-                                                    bridge gcbr0 with NAT and counted traffic (root, nftables)
-  --vm-subnet CIDR       GPUCLOUD_AGENT_VM_SUBNET   VM addresses with --network bridge, default 10.88.0.0/16
-  --tls-cert F --tls-key F                          serve https
-`;
+import { createLogger, type LogFormat } from '../log.js';
 
 export class AgentUsageError extends Error {}
 
-function dataDirOf(args: string[]): string {
-  const { values } = parseArgs({
-    args,
-    options: { 'data-dir': { type: 'string' }, user: { type: 'string' } },
-    strict: false,
-    allowPositionals: true,
-  });
-  const v = (values['data-dir'] as string | undefined) ?? process.env.GPUCLOUD_AGENT_DATA_DIR;
-  return resolve(v?.trim() || './agent-data');
-}
-
-async function templateCommand(args: string[]): Promise<void> {
-  const [sub, ...rest] = args;
+/** A template command's words: its options (--data-dir, and `user` when it takes --user) and `count` positionals. */
+function templateArgs(
+  args: string[],
+  name: string,
+  count: number,
+  withUser = false,
+): { dataDir: string; user: string | undefined; positionals: string[] } {
   const { values, positionals } = parseArgs({
-    args: rest,
-    options: { user: { type: 'string' }, 'data-dir': { type: 'string' } },
+    args,
+    options: withUser
+      ? { 'data-dir': { type: 'string' }, user: { type: 'string' } }
+      : { 'data-dir': { type: 'string' } },
     strict: true,
     allowPositionals: true,
   });
-  const store = new TemplateStore(join(dataDirOf(rest), 'templates'));
+  if (positionals.length !== count)
+    throw new AgentUsageError(
+      count === 0
+        ? `template ${name} takes no argument, got "${positionals[0]}"`
+        : `template ${name} needs ${count === 1 ? 'VMID' : 'VMID and FILE'}`,
+    );
+  const v = (values['data-dir'] as string | undefined) ?? process.env.GPUCLOUD_AGENT_DATA_DIR;
+  return {
+    dataDir: resolve(v?.trim() || './agent-data'),
+    user: (values as { user?: string }).user,
+    positionals,
+  };
+}
+
+/** The store's refusals (a bad VMID, a missing file) are the user's mistakes: bad usage. */
+async function asUsage<T>(work: () => Promise<T> | T): Promise<T> {
   try {
-    if (sub === 'list') {
-      const all = store.list();
-      if (all.length === 0)
-        console.log('No templates. Add one with: gpucloud agent template add VMID FILE [--user NAME]');
-      for (const t of all)
-        console.log(`${t.vmid}\tuser ${t.user}\t${(t.size_bytes / 1048576).toFixed(1)} MB\tadded ${t.added_at}`);
-      return;
-    }
-    if (sub === 'add') {
-      if (positionals.length !== 2) throw new AgentUsageError('template add needs VMID and FILE');
-      const t = await store.add(
-        templateVmid(positionals[0]!),
-        positionals[1]!,
-        (values.user as string | undefined) ?? 'root',
-      );
-      console.log(`Template ${t.vmid} added (user ${t.user}, ${(t.size_bytes / 1048576).toFixed(1)} MB)`);
-      return;
-    }
-    if (sub === 'remove') {
-      if (positionals.length !== 1) throw new AgentUsageError('template remove needs VMID');
-      const vmid = templateVmid(positionals[0]!);
-      // VMs stand on their template: look at the VM folders without starting anything.
-      const manager = new VmManager(
-        {
-          dataDir: dataDirOf(rest),
-          accel: 'tcg',
-          publicHost: '127.0.0.1',
-          forwardHost: '127.0.0.1',
-          sshPorts: { from: 22000, to: 22999 },
-          fakeGpus: 1,
-        },
-        store,
-      );
-      await manager.load();
-      const inUse = manager.templateInUse(vmid);
-      manager.close();
-      store.remove(vmid, inUse);
-      console.log(`Template ${vmid} removed`);
-      return;
-    }
+    return await work();
   } catch (err) {
     if (err instanceof AgentUsageError) throw err;
     throw new AgentUsageError((err as Error).message);
   }
-  throw new AgentUsageError(`unknown template command "${sub ?? ''}"`);
+}
+
+/** `gpucloud agent template list`. */
+export async function templateList(args: string[]): Promise<void> {
+  const { dataDir } = templateArgs(args, 'list', 0);
+  const all = await asUsage(() => new TemplateStore(join(dataDir, 'templates')).list());
+  if (all.length === 0) console.log('No templates. Add one with: gpucloud agent template add VMID FILE [--user NAME]');
+  for (const t of all)
+    console.log(`${t.vmid}\tuser ${t.user}\t${(t.size_bytes / 1048576).toFixed(1)} MB\tadded ${t.added_at}`);
+}
+
+/** `gpucloud agent template add VMID FILE`. */
+export async function templateAdd(args: string[]): Promise<void> {
+  const { dataDir, user, positionals } = templateArgs(args, 'add', 2, true);
+  const t = await asUsage(() =>
+    new TemplateStore(join(dataDir, 'templates')).add(templateVmid(positionals[0]!), positionals[1]!, user ?? 'root'),
+  );
+  console.log(`Template ${t.vmid} added (user ${t.user}, ${(t.size_bytes / 1048576).toFixed(1)} MB)`);
+}
+
+/** `gpucloud agent template remove VMID`: refused while VMs stand on it. */
+export async function templateRemove(args: string[]): Promise<void> {
+  const { dataDir, positionals } = templateArgs(args, 'remove', 1);
+  await asUsage(async () => {
+    const vmid = templateVmid(positionals[0]!);
+    const store = new TemplateStore(join(dataDir, 'templates'));
+    // VMs stand on their template: look at the VM folders without starting anything.
+    const manager = new VmManager(
+      {
+        dataDir,
+        accel: 'tcg',
+        publicHost: '127.0.0.1',
+        forwardHost: '127.0.0.1',
+        sshPorts: { from: 22000, to: 22999 },
+        fakeGpus: 1,
+      },
+      store,
+    );
+    await manager.load();
+    const inUse = manager.templateInUse(vmid);
+    manager.close();
+    store.remove(vmid, inUse);
+    console.log(`Template ${vmid} removed`);
+  });
 }
 
 export interface RunningAgent {
   url: string;
   options: AgentOptions;
   close(): Promise<void>;
+}
+
+/** LOG_LEVEL as the control plane reads it (info when unset or unknown). */
+function logLevel(): string {
+  const l = process.env.LOG_LEVEL;
+  return l && ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(l) ? l : 'info';
+}
+
+/** GPUCLOUD_LOG_FORMAT as the control plane reads it (auto when unset or unknown). */
+function logFormat(): LogFormat {
+  const f = process.env.GPUCLOUD_LOG_FORMAT;
+  return f === 'json' || f === 'pretty' ? f : 'auto';
 }
 
 /** Starts the daemon; resolves once it listens. */
@@ -129,9 +134,9 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
   const accel = options.accel === 'auto' ? hostAccel() : options.accel;
   const forwardHost = /^(127\.|::1$|localhost$)/.test(options.publicHost) ? '127.0.0.1' : '0.0.0.0';
   const templates = new TemplateStore(join(options.dataDir, 'templates'));
-  const logLine = (msg: string, data?: Record<string, unknown>) => {
-    if (log) process.stderr.write(JSON.stringify({ time: new Date().toISOString(), msg, ...data }) + '\n');
-  };
+  // The same log as the control plane's (src/log.ts), on stderr: stdout carries the "listening on" line.
+  const logger = log ? createLogger({ level: logLevel(), format: logFormat(), fd: 2, name: 'agent' }) : null;
+  const logLine = (msg: string, data?: Record<string, unknown>) => logger?.info(data ?? {}, msg);
   if (options.network === 'bridge' && process.getuid?.() !== 0) {
     throw new AgentOptionError(
       '--network',
@@ -177,12 +182,8 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
   };
 }
 
+/** `gpucloud agent [options]`: starts the daemon and runs until SIGINT or SIGTERM. */
 export async function agentCommand(args: string[]): Promise<void> {
-  if (args[0] === '--help' || args[0] === '-h' || args[0] === 'help') {
-    console.log(AGENT_USAGE);
-    return;
-  }
-  if (args[0] === 'template') return templateCommand(args.slice(1));
   const options = parseAgentOptions(args);
   const agent = await startAgent(options);
   console.log(`gpucloud agent listening on ${agent.url}`);

@@ -48,6 +48,71 @@ export const AGENT_OPTION_SPEC = {
   'vm-subnet': { type: 'string' },
 } as const;
 
+export type AgentFlag = keyof typeof AGENT_OPTION_SPEC;
+
+/** An option as its help shows it: the value it takes, the variable it also reads, and what it does. */
+export interface AgentOptionDoc {
+  value: string;
+  variable: string;
+  /** Its help, one line per entry. */
+  help: string[];
+}
+
+/** Each option's value, variable and help, in the order the helps of `agent` and `serve --local-agent` list them. */
+export const AGENT_OPTION_DOCS: Record<AgentFlag, AgentOptionDoc> = {
+  listen: { value: 'HOST:PORT', variable: 'GPUCLOUD_AGENT_LISTEN', help: ['default 127.0.0.1:7070'] },
+  'data-dir': { value: 'DIR', variable: 'GPUCLOUD_AGENT_DATA_DIR', help: ['default ./agent-data'] },
+  token: { value: 'TOKEN', variable: 'GPUCLOUD_AGENT_TOKEN', help: ['required, 32+ characters'] },
+  'public-host': {
+    value: 'HOST',
+    variable: 'GPUCLOUD_AGENT_PUBLIC_HOST',
+    help: ['where customers SSH to (default the listen host)'],
+  },
+  'ssh-ports': { value: 'FROM-TO', variable: 'GPUCLOUD_AGENT_SSH_PORTS', help: ['default 22000-22999'] },
+  accel: {
+    value: 'kvm|tcg|auto',
+    variable: 'GPUCLOUD_AGENT_ACCEL',
+    help: ['default auto (kvm when /dev/kvm can be used)'],
+  },
+  'fake-gpus': {
+    value: 'N',
+    variable: 'GPUCLOUD_AGENT_FAKE_GPUS',
+    help: ['report N GPUs on a host without any (tests, demos)'],
+  },
+  network: {
+    value: 'user|bridge',
+    variable: 'GPUCLOUD_AGENT_NETWORK',
+    help: [
+      'default user (no root, traffic not counted); bridge: taps on',
+      'bridge gcbr0 with NAT and counted traffic (root, nftables)',
+    ],
+  },
+  'vm-subnet': {
+    value: 'CIDR',
+    variable: 'GPUCLOUD_AGENT_VM_SUBNET',
+    help: ['VM addresses with --network bridge, default 10.88.0.0/16'],
+  },
+  'tls-cert': { value: 'FILE', variable: 'GPUCLOUD_AGENT_TLS_CERT', help: ['serve https with this certificate...'] },
+  'tls-key': { value: 'FILE', variable: 'GPUCLOUD_AGENT_TLS_KEY', help: ['...and its key'] },
+};
+
+/**
+ * The options' lines of a help: flag, variable, help. `except` leaves some out; `help` replaces the help of some
+ * (a default that differs where the agent runs).
+ */
+export function agentOptionLines(
+  opts: { except?: AgentFlag[]; help?: Partial<Record<AgentFlag, string[]>> } = {},
+): string {
+  const lines: string[] = [];
+  for (const [flag, doc] of Object.entries(AGENT_OPTION_DOCS) as [AgentFlag, AgentOptionDoc][]) {
+    if (opts.except?.includes(flag)) continue;
+    const [first, ...more] = opts.help?.[flag] ?? doc.help;
+    lines.push(`  ${`--${flag} ${doc.value}`.padEnd(23)}${doc.variable.padEnd(28)}${first ?? ''}`.trimEnd());
+    for (const m of more) lines.push(`${' '.repeat(2 + 23 + 28)}${m}`);
+  }
+  return lines.join('\n');
+}
+
 const HOSTNAME =
   /^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 
@@ -66,24 +131,23 @@ function port(option: string, v: string, min = 1): number {
 export function parseAgentOptions(args: string[], env: Record<string, string | undefined> = process.env): AgentOptions {
   const { values, positionals } = parseArgs({ args, options: AGENT_OPTION_SPEC, strict: true, allowPositionals: true });
   if (positionals.length) throw new AgentOptionError('gpucloud agent', `unexpected argument "${positionals[0]}"`);
-  const pick = (
-    flag: keyof typeof AGENT_OPTION_SPEC,
-    variable: string,
-  ): { name: string; value: string | undefined } => {
+  /** A flag, else its variable: the value, and the name a refusal gives. */
+  const pick = (flag: AgentFlag): { name: string; value: string | undefined } => {
     const fromFlag = values[flag];
     if (fromFlag !== undefined) return { name: `--${flag}`, value: fromFlag.trim() };
+    const variable = AGENT_OPTION_DOCS[flag].variable;
     const fromEnv = env[variable]?.trim();
     return { name: variable, value: fromEnv === '' ? undefined : fromEnv };
   };
 
-  const listen = pick('listen', 'GPUCLOUD_AGENT_LISTEN');
+  const listen = pick('listen');
   const raw = listen.value ?? '127.0.0.1:7070';
   const m = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(raw);
   if (!m) throw new AgentOptionError(listen.name, `"${raw}" must be HOST:PORT, like 127.0.0.1:7070`);
   const listenHost = host(listen.name, m[1]!);
   const listenPort = port(listen.name, m[2]!, 0);
 
-  const token = pick('token', 'GPUCLOUD_AGENT_TOKEN');
+  const token = pick('token');
   if (!token.value)
     throw new AgentOptionError(
       '--token',
@@ -93,14 +157,14 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
   if (!/^[\x21-\x7e]+$/.test(token.value))
     throw new AgentOptionError(token.name, 'must be printable ASCII without spaces');
 
-  const pub = pick('public-host', 'GPUCLOUD_AGENT_PUBLIC_HOST');
+  const pub = pick('public-host');
   const publicHost = pub.value
     ? host(pub.name, pub.value)
     : listenHost === '0.0.0.0' || listenHost === '::'
       ? '127.0.0.1'
       : listenHost;
 
-  const ports = pick('ssh-ports', 'GPUCLOUD_AGENT_SSH_PORTS');
+  const ports = pick('ssh-ports');
   const pm = /^(\d+)-(\d+)$/.exec(ports.value ?? '22000-22999');
   if (!pm) throw new AgentOptionError(ports.name, `"${ports.value}" must be a range FROM-TO, like 22000-22999`);
   const sshPorts = { from: port(ports.name, pm[1]!, 1024), to: port(ports.name, pm[2]!, 1024) };
@@ -108,18 +172,18 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
   if (listenPort >= sshPorts.from && listenPort <= sshPorts.to)
     throw new AgentOptionError(ports.name, `includes the agent's own port ${listenPort}`);
 
-  const accel = pick('accel', 'GPUCLOUD_AGENT_ACCEL');
+  const accel = pick('accel');
   const accelValue = accel.value ?? 'auto';
   if (accelValue !== 'kvm' && accelValue !== 'tcg' && accelValue !== 'auto')
     throw new AgentOptionError(accel.name, `must be kvm, tcg or auto, got "${accelValue}"`);
 
-  const fake = pick('fake-gpus', 'GPUCLOUD_AGENT_FAKE_GPUS');
+  const fake = pick('fake-gpus');
   const fv = fake.value ?? '0';
   if (!/^\d{1,2}$/.test(fv) || Number(fv) > 64)
     throw new AgentOptionError(fake.name, `must be a number of GPUs from 0 to 64, got "${fv}"`);
 
-  const cert = pick('tls-cert', 'GPUCLOUD_AGENT_TLS_CERT');
-  const key = pick('tls-key', 'GPUCLOUD_AGENT_TLS_KEY');
+  const cert = pick('tls-cert');
+  const key = pick('tls-key');
   if (!!cert.value !== !!key.value)
     throw new AgentOptionError(cert.value ? '--tls-key' : '--tls-cert', 'TLS needs both --tls-cert and --tls-key');
   let tls: AgentOptions['tls'] = null;
@@ -129,11 +193,11 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
     tls = { cert: readFileSync(cert.value), key: readFileSync(key.value) };
   }
 
-  const net = pick('network', 'GPUCLOUD_AGENT_NETWORK');
+  const net = pick('network');
   const network = net.value ?? 'user';
   if (network !== 'user' && network !== 'bridge')
     throw new AgentOptionError(net.name, `must be user or bridge, got "${network}"`);
-  const sub = pick('vm-subnet', 'GPUCLOUD_AGENT_VM_SUBNET');
+  const sub = pick('vm-subnet');
   const vmSubnet = sub.value ?? '10.88.0.0/16';
   try {
     parseSubnet(vmSubnet);
@@ -141,7 +205,7 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
     throw new AgentOptionError(sub.name, (err as Error).message);
   }
 
-  const dir = pick('data-dir', 'GPUCLOUD_AGENT_DATA_DIR');
+  const dir = pick('data-dir');
   return {
     listenHost,
     listenPort,

@@ -8,8 +8,8 @@ const MIN_DISK_GB = 50;
 export const OFFER_COMMANDS: Command[] = [
   {
     path: 'search',
-    summary: 'Find GPU offers, cheapest first',
-    example: 'gpucloud search --gpu 4090 --min-gpus 2 --max-price 1.5',
+    summary: "Find GPU offers in the API's order: cheapest on-demand $/GPU/H first, then by node",
+    example: ['gpucloud search --gpu 4090 --min-gpus 2 --max-price 1.5', 'gpucloud search --interruptible --limit 5'],
     options: [
       ['--gpu <TYPE>', '5090, 4090 or pro6000'],
       ['--min-gpus <N>', 'At least N free GPUs'],
@@ -19,6 +19,8 @@ export const OFFER_COMMANDS: Command[] = [
       ...LIMIT_OPTS,
     ],
     async run(ctx) {
+      // The rows keep the API's order (docs/offers.md), the one the console shows and --limit/--offset page: the
+      // on-demand price per GPU-hour, then the node. Re-sorting one page here would disagree with the next page.
       const query: Record<string, string | number> = { ...page(ctx) };
       const g = gpuType(str(ctx, 'gpu'));
       if (g) query.gpu_type = g;
@@ -38,8 +40,7 @@ export const OFFER_COMMANDS: Command[] = [
         interruptible
           ? (o.gpu_count * micros(o.interruptible_rate) + MIN_DISK_GB * micros(o.storage_price_hourly)) / 1e6
           : o.total_price_hourly;
-      const sorted = [...offers].sort((a, b) => price(a) - price(b) || a.node.localeCompare(b.node));
-      if (sorted.length === 0) return ctx.out('No offers match');
+      if (offers.length === 0) return ctx.out('No offers match');
       ctx.out(
         table(
           [
@@ -54,7 +55,7 @@ export const OFFER_COMMANDS: Command[] = [
             interruptible ? '$/H (INT)' : '$/H',
             'LOCATION',
           ],
-          sorted.map((o) => [
+          offers.map((o) => [
             o.node,
             o.gpu_type,
             o.gpu_count,

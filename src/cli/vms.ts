@@ -1,6 +1,6 @@
 /** `gpucloud vm ...`: rent, watch, control and reach VMs (docs/vms.md). */
 import { spawn, spawnSync } from 'node:child_process';
-import type { CreateVmRequest, operations, Vm, VmStatus } from '../sdk/index.js';
+import { GpuCloudError, type CreateVmRequest, type operations, type Vm, type VmStatus } from '../sdk/index.js';
 import {
   call,
   confirmOrAbort,
@@ -25,10 +25,35 @@ const TEMPLATES: Record<string, number> = {
   desktop: 104,
 };
 const TEMPLATE_NAMES = Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [v, k]));
+/** The template of `vm create` without --template, the API's documented default. */
+const DEFAULT_TEMPLATE = 101;
 /** The templates whose image serves a WebUI and Jupyter (access-info links them). */
 const WEB_TEMPLATES = new Set([102, 103, 104]);
 
 type AccessInfo = operations['getVmAccessInfo']['responses'][200]['content']['application/json'];
+
+function templateLabel(vmid: number): string {
+  return `${vmid}${TEMPLATE_NAMES[vmid] ? ` (${TEMPLATE_NAMES[vmid]})` : ''}`;
+}
+
+/**
+ * access-info's notice, on stderr: set when the VM cannot be reached as described (on a simulated node nothing
+ * answers on its made-up address), so nobody waits on an ssh that never connects.
+ */
+function printNotice(ctx: Ctx, info: Pick<AccessInfo, 'notice'>): void {
+  if (info.notice) ctx.err(`Note: ${info.notice}`);
+}
+
+/** The notice of a running VM, or null (not running, or access-info refused: the notice is a courtesy). */
+async function noticeOf(ctx: Ctx, vm: Vm): Promise<Pick<AccessInfo, 'notice'>> {
+  if (vm.status !== 'running') return { notice: null };
+  try {
+    return await call(ctx.client().api.GET('/vms/{vm_id}/access-info', vmPath(vm.id)));
+  } catch (err) {
+    if (err instanceof GpuCloudError) return { notice: null };
+    throw err;
+  }
+}
 
 /**
  * `--http-port` (repeatable, or separated by commas) as whole numbers. The API judges the ports themselves
@@ -117,15 +142,13 @@ function showVm(vm: Vm): string {
     ['VMID', vm.vmid],
     ['Label', vm.instance_label],
     ['Status', vm.status],
+    ...(vm.status === 'failed' ? [['Failure reason', vm.failure_reason] as [string, string | null]] : []),
     ['Node', vm.node],
     ['GPU', `${vm.gpu_count}x ${vm.gpu_type}`],
     ['CPU', `${vm.cpu_cores} cores${vm.cpu_model ? ` (${vm.cpu_model})` : ''}`],
     ['RAM', `${vm.ram_gb} GB`],
     ['Disk', `${vm.storage_gb} GB`],
-    [
-      'Template',
-      `${vm.template_vmid}${TEMPLATE_NAMES[vm.template_vmid] ? ` (${TEMPLATE_NAMES[vm.template_vmid]})` : ''}`,
-    ],
+    ['Template', templateLabel(vm.template_vmid)],
     ['IP', vm.ip_address],
     ['HTTP ports', vm.http_ports.length ? vm.http_ports.join(', ') : 'none'],
     ['Rental', vm.rental_type],
@@ -251,7 +274,7 @@ export const VM_COMMANDS: Command[] = [
       ['--disk <GB>', 'Disk size (default 50)'],
       [
         '--template <T>',
-        '100-104 or ubuntu-22.04, ubuntu-24.04, stable-diffusion, comfyui, desktop (default ubuntu-24.04)',
+        `100-104 or ubuntu-22.04, ubuntu-24.04, stable-diffusion, comfyui, desktop (default ${templateLabel(DEFAULT_TEMPLATE)})`,
       ],
       ['--interruptible', 'An interruptible (preemptible) rental at a lower rate'],
       ['--reserved <MONTHS>', 'A reservation of 1, 3 or 6 months (shows the quote and asks)'],
@@ -263,7 +286,7 @@ export const VM_COMMANDS: Command[] = [
         'A port (1024-65535) an app in the VM serves, to open in the browser with gpucloud vm open (repeat, up to 5)',
         { repeatable: true },
       ],
-      ['--wait', 'Wait until it is running, with a live status line'],
+      ['--wait', 'Wait until it is running, with a live status line; a VM that fails says why'],
       ['--timeout <S>', 'With --wait: give up after S seconds (default 600)'],
       ['-y, --yes', 'Do not ask before reserving'],
     ],
@@ -275,12 +298,13 @@ export const VM_COMMANDS: Command[] = [
       const count = int(ctx, 'count', { def: 1 })!;
       if (![1, 2, 4, 8].includes(count)) throw new CliUsageError('--count must be 1, 2, 4 or 8');
       const disk = int(ctx, 'disk', { def: 50, min: 1 })!;
-      const tRaw = str(ctx, 'template') ?? 'ubuntu-24.04';
-      const template = /^\d+$/.test(tRaw) ? Number(tRaw) : TEMPLATES[tRaw];
+      const tRaw = str(ctx, 'template');
+      const template = tRaw === undefined ? DEFAULT_TEMPLATE : /^\d+$/.test(tRaw) ? Number(tRaw) : TEMPLATES[tRaw];
       if (template === undefined || template < 100 || template > 104)
         throw new CliUsageError(
-          `--template must be 100-104 or one of ${Object.keys(TEMPLATES).join(', ')}, got "${tRaw}"`,
+          `--template must be 100-104 or one of ${Object.keys(TEMPLATES).join(', ')} (default ${templateLabel(DEFAULT_TEMPLATE)}), got "${tRaw}"`,
         );
+      const byDefault = tRaw === undefined ? ', the default' : '';
       const reserved = int(ctx, 'reserved');
       if (reserved !== undefined && ![1, 3, 6].includes(reserved))
         throw new CliUsageError('--reserved must be 1, 3 or 6 (months)');
@@ -329,13 +353,27 @@ export const VM_COMMANDS: Command[] = [
         }
       }
       let vm = await client.createVm(body);
-      if (!ctx.json) ctx.out(`Created VM ${vm.vmid} (${vm.id}) on ${vm.node}: ${vm.status}`);
+      if (!ctx.json)
+        ctx.out(
+          `Created VM ${vm.vmid} (${vm.id}) on ${vm.node}, template ${templateLabel(vm.template_vmid)}${byDefault}: ${vm.status}`,
+        );
       if (flag(ctx, 'wait')) {
-        vm = await waitWithStatus(ctx, vm.id, 'running', timeout);
+        try {
+          vm = await waitWithStatus(ctx, vm.id, 'running', timeout);
+        } catch (err) {
+          // A VM that will not run says why (the SDK gives its failure_reason); the template may be one the user
+          // never chose.
+          if (err instanceof GpuCloudError && err.code === 'invalid_state' && byDefault)
+            throw new CliFailure(
+              `Error: ${err.detail}\nNo --template was given, so it used the default, template ${templateLabel(DEFAULT_TEMPLATE)}; choose another with --template (see gpucloud vm create --help).`,
+            );
+          throw err;
+        }
         if (!ctx.json)
           ctx.out(
             `VM ${vm.vmid} is running${vm.ip_address ? ` at ${vm.ip_address}` : ''}; connect with: gpucloud vm ssh ${vm.vmid}`,
           );
+        printNotice(ctx, await noticeOf(ctx, vm));
       }
       if (ctx.json) printJson(ctx, vm);
     },
@@ -358,12 +396,13 @@ export const VM_COMMANDS: Command[] = [
   {
     path: 'vm show',
     args: '<VM>',
-    summary: 'Show a VM (by id or vmid)',
+    summary: 'Show a VM (by id or vmid); a failed one with its reason',
     example: 'gpucloud vm show 1234',
     async run(ctx) {
       const vm = await ctx.client().getVm(ctx.positionals[0]!);
       if (ctx.json) return printJson(ctx, vm);
       ctx.out(showVm(vm));
+      printNotice(ctx, await noticeOf(ctx, vm));
     },
   },
   {
@@ -450,7 +489,7 @@ export const VM_COMMANDS: Command[] = [
   {
     path: 'vm wait',
     args: '<VM>',
-    summary: 'Wait until a VM is in a status (default running)',
+    summary: 'Wait until a VM is in a status (default running); a VM that fails says why',
     example: 'gpucloud vm wait 1234 --status stopped --timeout 120',
     options: [
       ['--status <S>', 'The status to wait for (default running)'],
@@ -472,16 +511,16 @@ export const VM_COMMANDS: Command[] = [
       if (!valid.includes(status)) throw new CliUsageError(`--status must be one of ${valid.join(', ')}`);
       const vm = await waitWithStatus(ctx, ctx.positionals[0]!, status, int(ctx, 'timeout', { def: 600, min: 1 })!);
       if (ctx.json) return printJson(ctx, vm);
-      ctx.out(`VM ${vm.vmid} is ${vm.status}`);
+      ctx.out(`VM ${vm.vmid} is ${vm.status}${vm.failure_reason ? `: ${vm.failure_reason}` : ''}`);
     },
   },
   {
     path: 'vm ssh',
     args: '<VM> [SSH_ARGS...]',
-    summary: 'Open an SSH session to a running VM',
+    summary: 'Open an SSH session to a running VM (not to one on a simulated node: nothing answers there)',
     example: ['gpucloud vm ssh 1234', 'gpucloud vm ssh 1234 --dry-run', 'gpucloud vm ssh 1234 -- nvidia-smi'],
     options: [
-      ['--dry-run', 'Print the ssh command instead of running it'],
+      ['--dry-run', 'Print the ssh command instead of running it (a simulated VM too)'],
       ['-i, --identity <F>', 'The private key file to pass to ssh'],
     ],
     async run(ctx) {
@@ -493,8 +532,11 @@ export const VM_COMMANDS: Command[] = [
       if (flag(ctx, 'dry-run')) {
         if (ctx.json) return printJson(ctx, info);
         ctx.out(['ssh', ...args].map(shellQuote).join(' '));
+        printNotice(ctx, info);
         return;
       }
+      // Nothing answers on a simulated VM's address: ssh would only hang until it times out.
+      if (info.notice) throw new CliFailure(`Note: ${info.notice}\nNot running ssh (--dry-run prints the command).`);
       const r = spawnSync('ssh', args, { stdio: 'inherit' });
       if (r.error) throw new CliFailure(`cannot run ssh: ${r.error.message}`);
       if (r.status !== 0) throw new CliFailure('', r.status ?? 1);
@@ -541,6 +583,7 @@ export const VM_COMMANDS: Command[] = [
       ctx.err(
         `This link opens ${serviceLabel(service)} of VM ${vm.vmid} once, within 5 minutes (until ${link.expires_at}); run gpucloud vm open again for another.`,
       );
+      printNotice(ctx, info);
       if (flag(ctx, 'browser')) {
         const failed = await openInBrowser(link.url);
         if (failed) ctx.err(`Could not open a browser (${failed}); open the link above yourself.`);

@@ -320,7 +320,8 @@ export class GpuCloudClient {
    * only then; with `opts.intervalMs` (or against a server without the
    * stream) it reads the VM every intervalMs instead. Throws GpuCloudError
    * `timeout` after `opts.timeoutMs`, and `invalid_state` when the VM ends
-   * `failed` or `destroyed` instead.
+   * `failed` (its detail gives the VM's `failure_reason`) or `destroyed`
+   * instead.
    */
   async waitForVm(id: string | number, status: VmStatus | VmStatus[], opts: WaitForVmOptions = {}): Promise<Vm> {
     const wanted = new Set<VmStatus>(Array.isArray(status) ? status : [status]);
@@ -337,7 +338,10 @@ export class GpuCloudClient {
         throw new GpuCloudError({
           status: 0,
           code: 'invalid_state',
-          detail: `VM ${vm.vmid} is ${vm.status}; it will not become ${[...wanted].join(' or ')}`,
+          detail:
+            vm.status === 'failed' && vm.failure_reason
+              ? `VM ${vm.vmid} failed and will not become ${[...wanted].join(' or ')}: ${vm.failure_reason}`
+              : `VM ${vm.vmid} is ${vm.status}; it will not become ${[...wanted].join(' or ')}`,
         });
       }
       return false;

@@ -2,7 +2,10 @@
  * One machine, one command: `gpucloud serve --local-agent` runs the API and
  * a host agent together, registers this host as a node from what the agent
  * found, and rents a real VM on it (system clock, the background loop).
- * A second start keeps the node and hands it the new agent token.
+ * The first start gives the agent its options as serve's flags (the names
+ * `gpucloud agent` takes: --fake-gpus, --accel, --data-dir, ...); a second
+ * start, with the same settings in GPUCLOUD_AGENT_* variables, keeps the
+ * node and hands it the new agent token.
  */
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -42,7 +45,14 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const start = async (agentPort: number, sshFrom: number): Promise<{ url: string; out: () => string }> => {
+  /** The agent's files: not the default DATA_DIR/agent, so that the flag (or variable) is seen to work. */
+  const agentDir = join(dir, 'agent-files');
+
+  const start = async (
+    agentPort: number,
+    sshFrom: number,
+    how: 'flags' | 'variables',
+  ): Promise<{ url: string; out: () => string }> => {
     const env: NodeJS.ProcessEnv = { ...process.env };
     for (const k of [
       'DATABASE_URL',
@@ -60,13 +70,21 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
       GPUCLOUD_DEMO: '0',
       GPUCLOUD_ADMIN_EMAIL: ADMIN.email,
       GPUCLOUD_ADMIN_PASSWORD: ADMIN.password,
-      GPUCLOUD_AGENT_LISTEN: `127.0.0.1:${agentPort}`,
-      GPUCLOUD_AGENT_SSH_PORTS: `${sshFrom}-${sshFrom + 4}`,
-      GPUCLOUD_AGENT_ACCEL: 'tcg',
-      GPUCLOUD_AGENT_FAKE_GPUS: '1',
       GPUCLOUD_AGENT_HEARTBEAT_S: '1',
     });
-    server = spawn(process.execPath, [gpucloudMain(), 'serve', '--local-agent'], {
+    const agentOptions = {
+      listen: `127.0.0.1:${agentPort}`,
+      'ssh-ports': `${sshFrom}-${sshFrom + 4}`,
+      accel: 'tcg',
+      'fake-gpus': '1',
+      'data-dir': agentDir,
+    };
+    const flags: string[] = [];
+    for (const [name, value] of Object.entries(agentOptions)) {
+      if (how === 'flags') flags.push(`--${name}`, value);
+      else env[`GPUCLOUD_AGENT_${name.toUpperCase().replace('-', '_')}`] = value;
+    }
+    server = spawn(process.execPath, [gpucloudMain(), 'serve', '--local-agent', ...flags], {
       cwd: ROOT,
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -91,14 +109,14 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
   test("registers this host as a node with the agent's hardware, and rents a real VM on it", async () => {
     qemu.ensure();
     const image = testImage();
-    const added = cli(['agent', 'template', 'add', '100', image, '--data-dir', join(dir, 'data', 'agent')]);
+    const added = cli(['agent', 'template', 'add', '100', image, '--data-dir', agentDir]);
     assert.equal(added.status, 0, added.stderr);
     const agentPort = await freePort();
     const sshFrom = 24000 + Math.floor(Math.random() * 3000) * 5;
-    const s = await start(agentPort, sshFrom);
+    const s = await start(agentPort, sshFrom, 'flags');
     const node = nodeIdFromHostname(hostname());
     assert.match(s.out(), new RegExp(`Local agent: http://127\\.0\\.0\\.1:${agentPort} \\(node ${node}\\)`));
-    assert.match(s.out(), /gpucloud agent template add VMID FILE --data-dir /);
+    assert.ok(s.out().includes(`gpucloud agent template add VMID FILE --data-dir ${agentDir}\n`), s.out());
 
     const api = async (method: string, path: string, token?: string, body?: unknown) => {
       const r = await fetch(`${s.url}${path}`, {
@@ -167,7 +185,8 @@ describe('gpucloud serve --local-agent', { skip: qemu.skip || qemuImg.skip || ge
 
     // A second start: the same node, with this start's token.
     await kill(server!, 'SIGTERM');
-    const again = await start(agentPort, sshFrom);
+    const again = await start(agentPort, sshFrom, 'variables');
+    assert.ok(again.out().includes(`--data-dir ${agentDir}\n`), again.out());
     const login2 = await fetch(`${again.url}/auth/login`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -85,8 +85,8 @@ async function config(): Promise<Config> {
   return loadConfig(process.env);
 }
 
-async function openDatabase(cfg: Config) {
-  return (await import('./server.js')).openDatabase(cfg);
+async function openDatabase(cfg: Config, applied?: string[]) {
+  return (await import('./server.js')).openDatabase(cfg, applied);
 }
 
 async function readPassword(prompt: string): Promise<string> {
@@ -168,9 +168,11 @@ async function serve(args: string[]): Promise<void> {
 }
 
 async function migrateCmd(): Promise<void> {
-  const db = await openDatabase(await config());
+  const applied: string[] = [];
+  const db = await openDatabase(await config(), applied);
   await db.close();
-  console.log('Database is up to date');
+  for (const name of applied) console.log(`Applied ${name}`);
+  console.log(applied.length ? 'Database is up to date' : 'Database is up to date (nothing to apply)');
 }
 
 async function ledgerCheckCmd(): Promise<void> {

@@ -78,7 +78,8 @@ export function secureDataDir(dir: string): void {
   walk(resolve(dir));
 }
 
-export async function openDatabase(config: Config): Promise<Db> {
+/** Opens and migrates the database; the names of the migrations this call applied go to `applied`. */
+export async function openDatabase(config: Config, applied: string[] = []): Promise<Db> {
   if (!config.databaseUrl) {
     // Files the embedded database creates from now on are this user's alone.
     process.umask(0o077);
@@ -89,7 +90,7 @@ export async function openDatabase(config: Config): Promise<Db> {
     dataDir: config.databaseUrl ? undefined : join(resolve(config.dataDir), 'pg'),
     template: (dir) => startFromTemplate(dir),
   });
-  await migrate(db);
+  applied.push(...(await migrate(db)));
   // The embedded database sets its own file modes as it creates files: tighten what it made. Files it
   // makes later sit in folders no one else can enter, and the next start tightens them too.
   if (!config.databaseUrl) secureDataDir(config.dataDir);

@@ -87,6 +87,8 @@ export interface AppDeps {
 
 export interface Services {
   clock: ClockService;
+  /** Set while the instance stops: every request gets 503 and Connection: close (docs/operations.md). */
+  stopping: { draining: boolean };
   /** The access portal: VM web services on host names of their own (docs/portal.md). */
   portal: Portal;
   passwords: PasswordHasher;
@@ -266,6 +268,7 @@ export function createServices(deps: AppDeps): Services {
   return {
     clock: deps.clock,
     portal,
+    stopping: { draining: false },
     passwords,
     tokens,
     auth,
@@ -313,6 +316,23 @@ const notHttpDetail = (code: string | undefined): string => {
   const what = code === undefined ? undefined : NOT_HTTP[code];
   return what ? `The request is not valid HTTP: ${what}` : 'The request is not valid HTTP';
 };
+/**
+ * The answer of a stopping instance: 503, and the connection closed after it, so a proxy that sent the
+ * request on a kept-alive connection learns to retry elsewhere instead of meeting a reset.
+ */
+function drainAnswer(res: import('node:http').ServerResponse): void {
+  const body = JSON.stringify({ detail: 'This instance is stopping: send the request again', code: 'internal' });
+  res.writeHead(503, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+    'retry-after': '1',
+    'x-request-id': newId(),
+    'api-version': API_VERSION,
+  });
+  res.end(body);
+}
+
 const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations'];
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
@@ -368,6 +388,7 @@ export async function buildApp(deps: AppDeps, services: Services = createService
           connectionsCheckingInterval: 1000,
         },
         (req, res) => {
+          if (services.stopping.draining) return drainAnswer(res);
           readForwarded(req, trust);
           // A VM's web service, by its host name, goes to the access portal; anything else to the API.
           const target = services.portal.target(req);

@@ -74,6 +74,8 @@ export interface Config {
   requestTimeoutS: number;
   /** Seconds a stopping instance waits for requests in flight before it cuts what is left. */
   shutdownTimeoutS: number;
+  /** Seconds a stopping instance keeps its open connections, answering 503, before it closes them. */
+  shutdownDrainS: number;
   /** Bearer token for Prometheus scrapers; loopback clients need none unless metricsLoopback is off. */
   metricsToken: string | undefined;
   metricsLoopback: boolean;
@@ -340,6 +342,7 @@ export function loadConfig(env: Env = process.env): Config {
     localAgent: bool(env, 'GPUCLOUD_LOCAL_AGENT') ?? false,
     requestTimeoutS: int(env, 'GPUCLOUD_REQUEST_TIMEOUT_S', 30, 1, 600),
     shutdownTimeoutS: int(env, 'GPUCLOUD_SHUTDOWN_TIMEOUT_S', 20, 1, 600),
+    shutdownDrainS: int(env, 'GPUCLOUD_SHUTDOWN_DRAIN_S', 5, 0, 600),
     metricsToken,
     metricsLoopback: bool(env, 'GPUCLOUD_METRICS_LOOPBACK') ?? true,
     metricsPort:

@@ -4,6 +4,7 @@
  * the background jobs, by role (`serve --role api|worker|portal|all`).
  */
 import { createServer, type Server } from 'node:http';
+import net from 'node:net';
 import { startFromTemplate } from './db/template.js';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -250,6 +251,16 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
         portalServer?.closeAllConnections();
       }, config.shutdownTimeoutS * 1000);
       cut.unref();
+      if (app) {
+        // Listening ends; connections already open stay, each request on them answered 503 with
+        // Connection: close, until none is left or GPUCLOUD_SHUTDOWN_DRAIN_S passed. Closing a kept-alive
+        // connection at once would reset a request a proxy had just sent on it (a POST it cannot retry).
+        services.stopping.draining = true;
+        net.Server.prototype.close.call(app.server);
+        const until = Date.now() + Math.min(config.shutdownDrainS, config.shutdownTimeoutS) * 1000;
+        const open = () => new Promise<number>((r) => app!.server.getConnections((_e, n) => r(n ?? 0)));
+        while (Date.now() < until && (await open()) > 0) await new Promise((r) => setTimeout(r, 100));
+      }
       const portalClosed = portalServer
         ? new Promise<void>((r) => {
             portalServer!.close(() => r());

@@ -44,3 +44,12 @@ export class ManualClock implements Clock {
  * claim from a live one.
  */
 export const realTimeMs = (): number => Date.now();
+
+/**
+ * Lets waiting I/O run (requests, timers) before long work goes on: the embedded database answers
+ * through promises alone, so a loop of queries would otherwise never give the event loop back and
+ * hold every request, /healthz included, until it ended (docs/architecture.md#background-loops).
+ */
+export function yieldToIo(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}

@@ -7,7 +7,7 @@
  * this at once: each VM action is claimed by exactly one of them.
  */
 import type { FastifyBaseLogger } from 'fastify';
-import type { Clock } from '../clock.js';
+import { yieldToIo, type Clock } from '../clock.js';
 import { newId } from '../ids.js';
 import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
@@ -153,6 +153,7 @@ export class Reconciler {
   async settle(maxPasses = 50): Promise<void> {
     for (let i = 0; i < maxPasses; i++) {
       if ((await this.runExclusive()) === 0) return;
+      await yieldToIo();
     }
   }
 

@@ -8,7 +8,7 @@
  * or crashes. Amounts: integer micro-units, each part rounded half-up.
  */
 import type { Db, Queryable } from '../../db/db.js';
-import type { Clock } from '../../clock.js';
+import { yieldToIo, type Clock } from '../../clock.js';
 import { newOrderedId } from '../../ids.js';
 import { mulDiv, toAmount } from '../../money.js';
 import { AppError } from '../../errors.js';
@@ -333,6 +333,7 @@ export class Meter {
           const r = await this.db.transaction((tx) => this.closeBatch(tx, lastBoundary, batch));
           written += r.written;
           if (r.claimed === 0) return;
+          await yieldToIo(); // requests waiting meanwhile go first: a catch-up of a day holds none of them
         } catch (err) {
           failed = true; // the other lane stops after its batch: nothing goes on once this call has failed
           throw err;

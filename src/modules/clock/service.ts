@@ -7,7 +7,7 @@
  */
 import * as repo from './repository.js';
 import type { Db } from '../../db/db.js';
-import { ManualClock, SystemClock, type Clock } from '../../clock.js';
+import { ManualClock, SystemClock, yieldToIo, type Clock } from '../../clock.js';
 import { invalidState } from '../../errors.js';
 
 export type DueRunner = (now: Date) => Promise<void>;
@@ -142,6 +142,7 @@ export class ClockService {
       lastRun = Math.max(next, clock.nowMs());
       clock.set(lastRun);
       for (const runner of this.runners) await runner(clock.now());
+      await yieldToIo();
     }
     clock.set(target);
     for (const runner of this.runners) await runner(clock.now());

@@ -13,7 +13,7 @@ import { describeEachDb } from '../helpers/app.js';
 import { world } from '../helpers/world.js';
 
 describeEachDb('long work and requests', (t) => {
-  test('/healthz answers within a second while an advance closes 20,000 billing periods', async () => {
+  test('/healthz answers within about a second while an advance closes 20,000 billing periods', async () => {
     const w = await world(t(), {
       admin: true,
       credit: 1_000_000,
@@ -54,6 +54,9 @@ describeEachDb('long work and requests', (t) => {
     const periods = await t().db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_logs');
     assert.ok(periods.rows[0]!.n >= 20_000, `${periods.rows[0]!.n} periods closed`);
     assert.ok(waits.length >= 3, `only ${waits.length} answers in ${took} ms: requests were held`);
-    assert.ok(Math.max(...waits) < 1000, `the slowest /healthz took ${Math.max(...waits)} ms (advance ${took} ms)`);
+    // One batch at most (a few hundred ms on an idle machine; CI runs three test files on two cores), never
+    // the whole advance, as when nothing gave the event loop back.
+    const slowest = Math.max(...waits);
+    assert.ok(slowest < 1500 && slowest < took / 2, `the slowest /healthz took ${slowest} ms (advance ${took} ms)`);
   });
 });

@@ -333,6 +333,21 @@ function drainAnswer(res: import('node:http').ServerResponse): void {
   res.end(body);
 }
 
+/**
+ * The timeouts of every HTTP server of the service (the API's, the portal's on its own): a client has
+ * GPUCLOUD_REQUEST_TIMEOUT_S to send a whole request (headers within a third of it, at most 10 s), an
+ * idle keep-alive connection closes after 5 s; checked every second.
+ */
+export function httpServerOptions(config: Config) {
+  const requestMs = config.requestTimeoutS * 1000;
+  return {
+    requestTimeout: requestMs,
+    headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000),
+    keepAliveTimeout: 5000,
+    connectionsCheckingInterval: 1000,
+  };
+}
+
 const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations'];
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
@@ -379,23 +394,14 @@ export async function buildApp(deps: AppDeps, services: Services = createService
       );
     },
     serverFactory: (handler) => {
-      const requestMs = deps.config.requestTimeoutS * 1000;
-      const server = createServer(
-        {
-          requestTimeout: requestMs,
-          headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000),
-          keepAliveTimeout: 5000,
-          connectionsCheckingInterval: 1000,
-        },
-        (req, res) => {
-          if (services.stopping.draining) return drainAnswer(res);
-          readForwarded(req, trust);
-          // A VM's web service, by its host name, goes to the access portal; anything else to the API.
-          const target = services.portal.target(req);
-          if (target) void services.portal.handle(req, res, target);
-          else handler(req, res);
-        },
-      );
+      const server = createServer(httpServerOptions(deps.config), (req, res) => {
+        if (services.stopping.draining) return drainAnswer(res);
+        readForwarded(req, trust);
+        // A VM's web service, by its host name, goes to the access portal; anything else to the API.
+        const target = services.portal.target(req);
+        if (target) void services.portal.handle(req, res, target);
+        else handler(req, res);
+      });
       server.on('upgrade', (req, socket, head) => {
         readForwarded(req, trust);
         const target = services.portal.target(req);

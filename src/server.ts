@@ -13,7 +13,8 @@ import type { Config } from './config.js';
 import { openDb, type Db } from './db/db.js';
 import { migrate } from './db/migrate.js';
 import { randomToken } from './ids.js';
-import { buildApp, createServices, type Services } from './app.js';
+import { buildApp, createServices, httpServerOptions, type Services } from './app.js';
+import { readForwarded, trustFunction } from './http/client-address.js';
 import { ClockService } from './modules/clock/service.js';
 import { startLocalAgent, type LocalAgent } from './local-agent.js';
 import { ConfigError } from './config.js';
@@ -124,30 +125,25 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
  * own. Requests to a VM service's host name go to the portal; `/healthz` answers on any other name.
  */
 async function servePortal(services: Services, config: Config): Promise<Server> {
-  const requestMs = config.requestTimeoutS * 1000;
-  const server = createServer(
-    {
-      requestTimeout: requestMs,
-      headersTimeout: Math.min(requestMs, Math.max(1000, Math.floor(requestMs / 3)), 10_000),
-      keepAliveTimeout: 5000,
-    },
-    (req, res) => {
-      const target = services.portal.target(req);
-      if (target) return void services.portal.handle(req, res, target);
-      const health = req.url === '/healthz' || req.url === '/readyz';
-      const body = JSON.stringify(
-        health
-          ? { status: 'ok' }
-          : {
-              detail: `This is the gpucloud access portal: VM services answer on VMID-SERVICE names under ${services.portal.links.base}`,
-              code: 'not_found',
-            },
-      );
-      res.writeHead(health ? 200 : 404, { 'content-type': 'application/json; charset=utf-8' });
-      res.end(body);
-    },
-  );
+  const trust = trustFunction(config.trustProxy);
+  const server = createServer(httpServerOptions(config), (req, res) => {
+    readForwarded(req, trust);
+    const target = services.portal.target(req);
+    if (target) return void services.portal.handle(req, res, target);
+    const health = req.url === '/healthz' || req.url === '/readyz';
+    const body = JSON.stringify(
+      health
+        ? { status: 'ok' }
+        : {
+            detail: `This is the gpucloud access portal: VM services answer on VMID-SERVICE names under ${services.portal.links.base}`,
+            code: 'not_found',
+          },
+    );
+    res.writeHead(health ? 200 : 404, { 'content-type': 'application/json; charset=utf-8' });
+    res.end(body);
+  });
   server.on('upgrade', (req, socket, head) => {
+    readForwarded(req, trust);
     const target = services.portal.target(req);
     if (target) void services.portal.upgrade(req, socket, head, target);
     else refuseUpgrade(socket, 404, 'not_found', 'Not a VM service of this portal');

@@ -20,26 +20,10 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { TUNNEL_PROTOCOL } from './api.js';
 import { AgentError, UUID, type VmManager } from './vms.js';
+import { rawAnswer, splice } from '../net/streams.js';
 
 const PATH = /^\/v1\/vms\/([^/?]+)\/tunnel\?port=([1-9][0-9]{0,4})$/;
 const CONNECT_TIMEOUT_MS = 5000;
-
-const REASONS: Record<number, string> = {
-  400: 'Bad Request',
-  401: 'Unauthorized',
-  403: 'Forbidden',
-  404: 'Not Found',
-  409: 'Conflict',
-  502: 'Bad Gateway',
-};
-
-function refuse(socket: Duplex, status: number, code: string, detail: string): void {
-  const body = JSON.stringify({ detail, code });
-  socket.end(
-    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\nContent-Type: application/json\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-  );
-}
 
 /** Handles one upgrade request on the agent's server; `authorized` checks the Authorization header. */
 export function handleTunnel(
@@ -51,18 +35,18 @@ export function handleTunnel(
 ): void {
   socket.on('error', () => socket.destroy());
   if (!authorized(req.headers.authorization))
-    return refuse(socket, 401, 'unauthorized', 'a valid agent token is required');
+    return rawAnswer(socket, 401, 'unauthorized', 'a valid agent token is required');
   const m = PATH.exec(req.url ?? '');
-  if (req.method !== 'GET' || !m) return refuse(socket, 404, 'not_found', 'no such route');
+  if (req.method !== 'GET' || !m) return rawAnswer(socket, 404, 'not_found', 'no such route');
   if ((req.headers.upgrade ?? '').toLowerCase() !== TUNNEL_PROTOCOL)
-    return refuse(socket, 400, 'bad_request', `the upgrade must be ${TUNNEL_PROTOCOL}`);
+    return rawAnswer(socket, 400, 'bad_request', `the upgrade must be ${TUNNEL_PROTOCOL}`);
   const [id, port] = [decodeURIComponent(m[1]!), Number(m[2])];
-  if (!UUID.test(id) || port > 65535) return refuse(socket, 404, 'not_found', 'no such VM or port');
+  if (!UUID.test(id) || port > 65535) return rawAnswer(socket, 404, 'not_found', 'no such VM or port');
   let target: { host: string; port: number };
   try {
     target = vms.tunnelTarget(id, port);
   } catch (err) {
-    if (err instanceof AgentError) return refuse(socket, err.status, err.code, err.message);
+    if (err instanceof AgentError) return rawAnswer(socket, err.status, err.code, err.message);
     throw err;
   }
   const upstream = net.connect({ host: target.host, port: target.port });
@@ -76,19 +60,15 @@ export function handleTunnel(
     upstream.setNoDelay(true);
     socket.write(`HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: ${TUNNEL_PROTOCOL}\r\n\r\n`);
     if (head.length) upstream.write(head);
-    // An end from either side ends the other once its queue is written; a close closes both.
-    socket.pipe(upstream, { end: false });
-    upstream.pipe(socket, { end: false });
-    socket.on('end', () => upstream.destroySoon());
-    upstream.on('end', () => (socket as Duplex & { destroySoon?: () => void }).destroySoon?.() ?? socket.end());
+    splice(socket, upstream);
   });
   upstream.on('error', (err) => {
     if (!open)
-      return refuse(socket, 502, 'guest_unreachable', `nothing answers on port ${port} of the VM: ${err.message}`);
+      return rawAnswer(socket, 502, 'guest_unreachable', `nothing answers on port ${port} of the VM: ${err.message}`);
     socket.destroy();
   });
-  upstream.on('close', () => {
-    if (open) socket.destroy();
+  // Until it connects, a closing socket ends the attempt; after that splice joins the two.
+  socket.on('close', () => {
+    if (!open) upstream.destroy();
   });
-  socket.on('close', () => upstream.destroy());
 }

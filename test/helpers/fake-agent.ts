@@ -7,7 +7,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import net, { type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { splice } from '../../src/modules/portal/service.js';
+import { splice } from '../../src/net/streams.js';
 
 export interface FakeVm {
   id: string;

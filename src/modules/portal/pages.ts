@@ -107,18 +107,4 @@ export function launchPage(res: ServerResponse): void {
 }
 
 /** A raw HTTP answer on a socket (an upgrade the portal refuses). */
-export function refuseUpgrade(socket: { end(s: string): void }, status: number, code: string, detail: string): void {
-  const body = JSON.stringify({ detail, code });
-  const reason: Record<number, string> = {
-    400: 'Bad Request',
-    401: 'Unauthorized',
-    403: 'Forbidden',
-    404: 'Not Found',
-    409: 'Conflict',
-    502: 'Bad Gateway',
-  };
-  socket.end(
-    `HTTP/1.1 ${status} ${reason[status] ?? 'Error'}\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-  );
-}
+export { rawAnswer as refuseUpgrade } from '../../net/streams.js';

@@ -44,6 +44,7 @@ import {
   page,
 } from './pages.js';
 import * as repo from './repository.js';
+import { splice } from '../../net/streams.js';
 import type { PortalVm } from './repository.js';
 
 export interface PortalDeps {
@@ -428,21 +429,4 @@ export class Portal {
   purge(now: Date): Promise<number> {
     return repo.purgeLaunchTokenUses(this.deps.db, now);
   }
-}
-
-/**
- * Passes bytes both ways between two streams until either side is done: an end from one side ends the
- * other once what is queued is written, and a close or an error of either closes both (no half-open
- * connection is kept waiting for a peer that has gone).
- */
-export function splice(a: Duplex, b: Duplex): void {
-  const endSoon = (s: Duplex) => (s as Duplex & { destroySoon?: () => void }).destroySoon?.() ?? s.end();
-  a.pipe(b, { end: false });
-  b.pipe(a, { end: false });
-  a.on('end', () => endSoon(b));
-  b.on('end', () => endSoon(a));
-  a.on('close', () => b.destroy());
-  b.on('close', () => a.destroy());
-  a.on('error', () => a.destroy());
-  b.on('error', () => b.destroy());
 }

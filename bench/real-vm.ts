@@ -212,7 +212,7 @@ export async function realVmBench(runs: number): Promise<BenchResult[]> {
       agentStart.push(now() - t0);
       await client.destroy(id);
     }
-    results.push(stats('agent: start -> running (SSH banner)', agentStart));
+    results.push(stats('agent: start -> running (ready for logins)', agentStart));
 
     // Bare QEMU: the same disk, seed and command line, launched directly.
     const bare: number[] = [];

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- CASE ...] [--db embedded|postgres|both] [--duration S] [--repo DIR] [--runs N]`:
+ * `npm run bench [-- CASE ...] [--db embedded|postgres|both] [--duration S] [--repo DIR] [--runs N] [--image-mb N]`:
  * the benchmarks, printed as tables and written to bench/results.json. Speed
  * targets live here, never in timed tests. Cases (all of them when none is
  * named, real-vm only when --db includes embedded; real-vm skips itself
@@ -28,6 +28,11 @@
  *   portal    the access portal next to the same HTTP server reached directly: GET / at
  *             50 connections, a 100 MB download, 1,000 idle WebSockets' RSS
  *             (a stand-in agent and guest app, bench/portal.ts)
+ *   images    a raw image (--image-mb N, default 1024) pushed in 32 MiB ranges
+ *             (MB/s), then downloaded by two real agents registered at once:
+ *             each one's MB/s (target: at least 200) and seconds to ready,
+ *             and the service's RSS growth meanwhile (target: under 50 MB)
+ *             (bench/images.ts)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -45,6 +50,7 @@ import { REPO_ROOT } from '../scripts/soak/server.js';
 import { releaseOnSignals } from './cleanup.js';
 import { httpBench, SERVICE_CASES } from './http.js';
 import { historyBench } from './history.js';
+import { imagesBench } from './images.js';
 import { meteringBench, timeNodeOffline } from './metering.js';
 import { realVmBench } from './real-vm.js';
 import { portalBench } from './portal.js';
@@ -93,7 +99,7 @@ export interface BenchOptions {
 }
 
 const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
-const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'portal', 'real-vm'];
+const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'portal', 'images', 'real-vm'];
 
 interface Args {
   cases: string[];
@@ -101,6 +107,7 @@ interface Args {
   durationS: number;
   repo: string;
   runs: number;
+  imageMb: number;
 }
 
 function parse(): Args {
@@ -110,6 +117,7 @@ function parse(): Args {
       db: { type: 'string', default: 'embedded' },
       duration: { type: 'string', default: '10' },
       repo: { type: 'string', default: REPO_ROOT },
+      'image-mb': { type: 'string', default: '1024' },
     },
     allowPositionals: true,
     strict: true,
@@ -119,13 +127,15 @@ function parse(): Args {
   const durationS = Number(values.duration);
   if (!Number.isInteger(durationS) || durationS < 1 || durationS > 3600)
     throw new Error('--duration must be 1 to 3600 (seconds)');
+  const imageMb = Number(values['image-mb']);
+  if (!Number.isInteger(imageMb) || imageMb < 64 || imageMb > 65536) throw new Error('--image-mb must be 64 to 65536');
   if (!['embedded', 'postgres', 'both'].includes(values.db)) throw new Error('--db must be embedded, postgres or both');
   const dbs: DbKind[] = values.db === 'both' ? ['embedded', 'postgres'] : [values.db as DbKind];
   for (const c of positionals)
     if (!CASES.includes(c)) throw new Error(`unknown case "${c}"; cases: ${CASES.join(', ')}`);
   // real-vm runs on the embedded database alone: not by default on --db postgres.
   const all = dbs.includes('embedded') ? CASES : CASES.filter((c) => c !== 'real-vm');
-  return { cases: positionals.length ? positionals : all, dbs, durationS, repo: resolve(values.repo), runs };
+  return { cases: positionals.length ? positionals : all, dbs, durationS, repo: resolve(values.repo), runs, imageMb };
 }
 
 async function runCases(a: Args): Promise<BenchResult[]> {
@@ -156,6 +166,10 @@ async function runCases(a: Args): Promise<BenchResult[]> {
     if (a.cases.includes('portal')) {
       console.log(`== portal (${db})`);
       results.push(...(await portalBench(o)));
+    }
+    if (a.cases.includes('images')) {
+      console.log(`== images (${db})`);
+      results.push(...(await imagesBench(o, a.imageMb)));
     }
   }
   if (a.cases.includes('real-vm')) {

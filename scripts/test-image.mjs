@@ -1,10 +1,13 @@
 // Builds a tiny Linux guest disk image for testing gpucloud's VM lifecycle with
 // real QEMU: it boots by itself like a cloud image (SeaBIOS -> syslinux ->
 // Debian's cloud kernel + an initramfs that holds the whole root: busybox,
-// dropbear, websocketd, a few modules), reads a cloud-init NoCloud seed (an
-// ISO9660 labelled "cidata": hostname, users, SSH keys, password hash), gets its
-// address by DHCP, runs dropbear on port 22 and powers off on the ACPI power
-// button (QMP system_powerdown).
+// bash, dropbear, websocketd, a few modules), reads a cloud-init NoCloud seed (an
+// ISO9660 labelled "cidata": hostname, users with their shell, groups and sudo
+// rule, SSH keys, password hash, write_files; scripts/test-image/cloud-init says
+// how it follows cloud-init), gets its address by DHCP, runs dropbear on port
+// 22, prints cloud-init's final message on the console once SSH listens (the
+// agent waits for it), and powers off on the ACPI power button (QMP
+// system_powerdown).
 //
 // It also serves HTTP on the web ports templates declare (7860, 8188, 6080,
 // 8888, 8000), one websocketd a port on all addresses, to test web access end
@@ -32,7 +35,7 @@
 //     -device virtio-net-pci,netdev=n0
 //
 // Everything comes from Debian packages: linux-image-*-cloud-amd64,
-// busybox-static, dropbear-bin, websocketd and the libraries those two link
+// busybox-static, bash-static (/bin/bash), dropbear-bin, websocketd and the libraries those two link
 // (checked with ld.so). The .debs are fetched with `apt-get download` into a
 // cache ($GPUCLOUD_TEST_IMAGE_CACHE, else ~/.cache/gpucloud-test-image), so
 // later builds need no network. Host tools (Debian packages): apt, dpkg, kmod
@@ -75,6 +78,8 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 const ASSETS = join(dirname(fileURLToPath(import.meta.url)), 'test-image');
 const KERNEL_META = 'linux-image-cloud-amd64';
 const BUSYBOX_PKG = 'busybox-static';
+// The user's login shell the seed declares (cloud images have bash); statically linked.
+const BASH_PKG = 'bash-static';
 const DROPBEAR_PKG = 'dropbear-bin';
 const WEBSOCKETD_PKG = 'websocketd';
 // The libraries of dropbear-bin and websocketd (bookworm); the build checks with ld.so that these cover them.
@@ -440,6 +445,16 @@ async function installBusybox(deb, work, root) {
   return n;
 }
 
+/** Debian's statically linked bash as /bin/bash (busybox's sh stays /bin/sh). */
+async function installBash(deb, work, root) {
+  const dir = join(work, 'bash');
+  await extractDeb(deb, dir);
+  const bin = ['bin/bash-static', 'usr/bin/bash-static'].map((p) => join(dir, p)).find((p) => existsSync(p));
+  if (!bin) fail(`${basename(deb)} has no bin/bash-static`);
+  rmSync(join(root, 'bin/bash'), { force: true }); // in case busybox has a bash applet
+  copyInto(root, 'bin/bash', bin, 0o755);
+}
+
 // The dynamically linked programs: each package's file at the same path in the image.
 const PROGRAMS = [
   { name: 'dropbear', pkg: DROPBEAR_PKG, path: 'usr/sbin/dropbear' },
@@ -518,7 +533,7 @@ function installConfig(root) {
   writeInto(root, 'etc/passwd', 'root:x:0:0:root:/root:/bin/sh\n');
   writeInto(root, 'etc/group', 'root:x:0:\ntty:x:5:\n');
   writeInto(root, 'etc/shadow', 'root:*:19000:0:99999:7:::\n', 0o600);
-  writeInto(root, 'etc/shells', '/bin/sh\n/bin/ash\n');
+  writeInto(root, 'etc/shells', '/bin/sh\n/bin/ash\n/bin/bash\n');
   writeInto(root, 'etc/nsswitch.conf', 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n');
   writeInto(root, 'etc/hosts', '127.0.0.1 localhost\n');
   writeInto(root, 'etc/hostname', 'gpucloud-test\n');
@@ -687,7 +702,7 @@ async function main() {
   try {
     log(`package cache ${cache}`);
     const kpkg = await kernelPackage(cache);
-    const debs = await fetchDebs(cache, [kpkg, BUSYBOX_PKG, DROPBEAR_PKG, WEBSOCKETD_PKG, ...LIB_PKGS]);
+    const debs = await fetchDebs(cache, [kpkg, BUSYBOX_PKG, BASH_PKG, DROPBEAR_PKG, WEBSOCKETD_PKG, ...LIB_PKGS]);
     for (const f of readdirSync(cache)) {
       // Kernels of older ABIs (another package name) are not needed any more.
       if (/^linux-image-.*-cloud-amd64_.*\.deb$/.test(f) && join(cache, f) !== debs.get(kpkg))
@@ -700,6 +715,7 @@ async function main() {
     const kernel = await installKernel(debs.get(kpkg), work, root);
     log(`kernel ${kernel.version}; modules: ${kernel.modules.map((m) => m.replace(/\.ko$/, '')).join(' ')}`);
     const applets = await installBusybox(debs.get(BUSYBOX_PKG), work, root);
+    await installBash(debs.get(BASH_PKG), work, root);
     const linked = await installPrograms(
       [...PROGRAMS.map((p) => p.pkg), ...LIB_PKGS].map((p) => debs.get(p)),
       work,

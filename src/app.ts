@@ -70,6 +70,11 @@ import { UsageService } from './modules/billing/usage.js';
 import { usageRoutes } from './modules/billing/usage-routes.js';
 import { ReservationService } from './modules/reservations/service.js';
 import { reservationRoutes } from './modules/reservations/routes.js';
+import { TemplateService } from './modules/templates/service.js';
+import { templateRoutes } from './modules/templates/routes.js';
+import { ImageService } from './modules/images/service.js';
+import { imageRoutes } from './modules/images/routes.js';
+import { DirectoryImageStore } from './modules/images/store.js';
 
 export const BODY_LIMIT = 64 * 1024; // larger bodies are 413
 
@@ -108,6 +113,10 @@ export interface Services {
   simulator: SimulatorDriver;
   reconciler: Reconciler;
   agents: AgentMonitor;
+  /** The template catalogue and what each host holds of it (docs/templates.md). */
+  templates: TemplateService;
+  /** Disk images: uploads, the image store, agents' downloads. */
+  images: ImageService;
   webhooks: WebhookService;
   /** The background work's metrics (GET /metrics serves them with the HTTP ones). */
   metrics: JobMetrics;
@@ -159,10 +168,24 @@ export function createServices(deps: AppDeps): Services {
   );
   const links = new PortalLinks(deps.config.portalUrl);
   const trusted = trustFunction(deps.config.trustProxy);
+  const templates = new TemplateService(deps.db, clock, imageBaseUrl(deps.config), () => inventory.offersChanged());
+  const images = new ImageService(
+    deps.db,
+    clock,
+    new DirectoryImageStore(deps.config.imageStore),
+    { maxBytes: deps.config.imageMaxGb * 1024 ** 3 },
+    async (node) => (await inventory.agentEndpoint(node))?.token ?? null,
+    async (node) => {
+      const row = await inventory.catalogueNode(node);
+      return new Set(row ? (await templates.desiredFor(row)).map((t) => t.sha256) : []);
+    },
+    { exists: (vmid) => templates.exists(vmid), setImage: (tx, vmid, sha) => templates.setImage(tx, vmid, sha) },
+  );
   const vms: VmService = new VmService(deps.db, clock, inventory, sshKeys, tokens, reservations, {
     provisionDelayMs: deps.config.simProvisionMs,
     secret: deps.jwtSecret,
     links,
+    templates,
   });
   const portal = new Portal({
     db: deps.db,
@@ -170,6 +193,7 @@ export function createServices(deps: AppDeps): Services {
     tokens,
     links,
     agentEndpoint: (node) => inventory.agentEndpoint(node),
+    templateWeb: (vmid) => templates.webOf(vmid),
     cookieKey: deriveKey(deps.jwtSecret, 'portal-cookie'),
     clientAddress: (req) => clientAddress(req, trusted),
     log: deps.log,
@@ -177,7 +201,7 @@ export function createServices(deps: AppDeps): Services {
   const usage = new UsageService(deps.db, clock);
   const metrics = new JobMetrics();
   const reconciler = new Reconciler(clock, driver, vms, deps.log, metrics);
-  const agents = new AgentMonitor(inventory, vms, deps.config.agentHeartbeatS, deps.log, metrics);
+  const agents = new AgentMonitor(inventory, vms, templates, deps.config.agentHeartbeatS, deps.log, metrics);
   const webhooks = new WebhookService(deps.db, clock, {
     secret: deps.jwtSecret,
     allowPrivate: deps.config.webhookAllowPrivate,
@@ -208,6 +232,8 @@ export function createServices(deps: AppDeps): Services {
     auth.forgetUser(userId);
     apiKeys.forgetUser(userId);
   });
+  // a newly registered agent is asked at once what its host holds
+  inventory.onAgentContact((node) => agents.checkNode(node));
   // an offline node takes its VMs offline
   inventory.onNodeStatusChange((tx, node, from, to, now) => vms.onNodeStatus(tx, node, from, to, now));
 
@@ -285,9 +311,21 @@ export function createServices(deps: AppDeps): Services {
     simulator,
     reconciler,
     agents,
+    templates,
+    images,
     webhooks,
     metrics,
   };
+}
+
+/**
+ * Where host agents download images from: GPUCLOUD_PUBLIC_URL when it is an absolute URL, else this
+ * instance on its own port (a server that listens on another replaces it once it listens).
+ */
+function imageBaseUrl(config: Config): string {
+  if (/^https?:\/\//.test(config.publicUrl)) return config.publicUrl;
+  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+  return `http://${host.includes(':') ? `[${host}]` : host}:${config.port}`;
 }
 
 declare module 'fastify' {
@@ -611,8 +649,10 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   });
   webhookRoutes(app, services.webhooks);
   sshKeyRoutes(app, services.sshKeys);
-  adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db));
+  adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db), deps);
   inventoryRoutes(app, services.inventory);
+  templateRoutes(app, services.templates, () => services.inventory.catalogueNodes());
+  imageRoutes(app, services.images);
   billingRoutes(app, services.billing);
   vmRoutes(app, services.vms);
   usageRoutes(app, services.usage);

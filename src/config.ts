@@ -4,6 +4,7 @@
  * A bad value stops the start with a message naming the variable.
  */
 import { parseTrustProxy, type TrustProxy } from './http/client-address.js';
+import { join, resolve } from 'node:path';
 
 export type HypervisorKind = 'simulator' | 'proxmox';
 export type ClockMode = 'system' | 'manual';
@@ -90,6 +91,10 @@ export interface Config {
    * document came from".
    */
   publicUrl: string;
+  /** The image store's directory (docs/templates.md#the-image-store); shared by every instance. */
+  imageStore: string;
+  /** The largest image, file and disk alike, in GB. */
+  imageMaxGb: number;
   /** Where customers write for help (the OpenAPI document's `contact`), if the operator names one. */
   supportEmail: string | undefined;
   /** Webhooks may go to loopback and private addresses (tests, receivers on the operator's own network). */
@@ -350,6 +355,8 @@ export function loadConfig(env: Env = process.env): Config {
     sessionMaxDays: int(env, 'GPUCLOUD_SESSION_MAX_DAYS', 30, 1, 365),
     redisPrefix,
     publicUrl: publicUrl(env, 'GPUCLOUD_PUBLIC_URL'),
+    imageStore: resolve(str(env, 'GPUCLOUD_IMAGE_STORE') ?? join(str(env, 'GPUCLOUD_DATA_DIR') ?? './data', 'images')),
+    imageMaxGb: int(env, 'GPUCLOUD_IMAGE_MAX_GB', 200, 1, 100_000),
     supportEmail: email(env, 'GPUCLOUD_SUPPORT_EMAIL'),
     webhookAllowPrivate: bool(env, 'GPUCLOUD_WEBHOOK_ALLOW_PRIVATE') ?? false,
     webhookTimeoutS: int(env, 'GPUCLOUD_WEBHOOK_TIMEOUT_S', 10, 1, 30),

@@ -18,6 +18,7 @@ export const ERROR_STATUS = {
   forbidden: 403,
   limit_exceeded: 400,
   conflict: 400,
+  template_unavailable: 400,
   idempotency_mismatch: 422,
   internal: 500,
 } as const;

@@ -1,8 +1,8 @@
 /**
  * The commands of `gpucloud` that run on this machine rather than through
- * the API (those are src/cli): serve, migrate, the host agent and its
- * templates, admin create-user and ledger-check. Here is what each one is and
- * its help, and serve's options; src/main.ts runs them. Each answers `--help`
+ * the API (those are src/cli): serve, migrate, restore, the host agent and
+ * its templates, admin create-user and ledger-check. Here is what each one is
+ * and its help, and serve's options; src/main.ts runs them. Each answers `--help`
  * and `-h` (and `gpucloud help PATH`) with its own help on stdout, exit 0.
  */
 import { parseArgs } from 'node:util';
@@ -12,6 +12,7 @@ import type { Role } from './server.js';
 export type LocalPath =
   | 'serve'
   | 'migrate'
+  | 'restore'
   | 'agent'
   | 'agent template'
   | 'agent template add'
@@ -99,6 +100,27 @@ Every start migrates too; this runs the migrations alone.
 Options:
 ${HELP_LINE}`,
     examples: ['DATABASE_URL=postgres://localhost/gpucloud gpucloud migrate'],
+  },
+  {
+    path: 'restore',
+    args: 'FILE [--data-dir DIR] [--force]',
+    summary: 'Bring back the embedded database from a backup (the service stopped)',
+    body: `FILE is an archive made by gpucloud backup. It is checked whole (gzip, tar, its manifest; a
+backup of a newer release, with migrations this one does not know, is refused), unpacked
+beside DIR/pg and opened once to prove it opens; only then does it replace DIR/pg. The database
+that was there is moved to DIR/pg.before-restore-<time> (never deleted), and the signing
+secret in the backup replaces DIR/jwt-secret the same way. A refusal changes nothing.
+
+It refuses while a gpucloud server runs on DIR (DIR/server.pid names a live process).
+
+Options:
+  --data-dir DIR         The data directory (default GPUCLOUD_DATA_DIR, else ./data)
+  --force                Replace the database DIR holds (without it, restore refuses)
+${HELP_LINE}`,
+    examples: [
+      'gpucloud restore gpucloud-backup-20260101T000000Z.tar.gz --data-dir /var/lib/gpucloud',
+      'gpucloud restore last-night.tar.gz --force   # replaces ./data/pg, kept aside',
+    ],
   },
   {
     path: 'agent',
@@ -257,4 +279,24 @@ export function requireLocalAgent(args: ServeArgs, localAgent: boolean): void {
     `${given.join(', ')} ${given.length > 1 ? 'are options' : 'is an option'} of the local agent: add --local-agent (or set GPUCLOUD_LOCAL_AGENT=1)${dataDir}`,
     'serve',
   );
+}
+
+export interface RestoreArgs {
+  file: string;
+  dataDir: string;
+  force: boolean;
+}
+
+/** restore's arguments: FILE, --data-dir (default GPUCLOUD_DATA_DIR, else ./data) and --force. */
+export function parseRestoreArgs(args: string[], env: NodeJS.ProcessEnv): RestoreArgs {
+  const { values, positionals } = parseArgs({
+    args,
+    options: { 'data-dir': { type: 'string' }, force: { type: 'boolean', default: false } },
+    strict: true,
+    allowPositionals: true,
+  });
+  if (positionals.length === 0) throw new LocalUsageError('which backup? restore needs FILE', 'restore');
+  if (positionals.length > 1) throw new LocalUsageError(`unexpected argument "${positionals[1]}"`, 'restore');
+  const dataDir = values['data-dir'] || env.GPUCLOUD_DATA_DIR?.trim() || './data';
+  return { file: positionals[0]!, dataDir, force: values.force };
 }

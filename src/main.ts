@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The `gpucloud` command: serve, migrate, the host agent, admin create-user /
+ * The `gpucloud` command: serve, migrate, restore, the host agent, admin create-user /
  * ledger-check (on the database): the local commands (local-commands.ts),
  * and the client commands (src/cli, built on the SDK).
  */
@@ -15,6 +15,7 @@ import {
   LOCAL_COMMANDS,
   localHelp,
   LocalUsageError,
+  parseRestoreArgs,
   parseServeArgs,
   requireLocalAgent,
   usageOf,
@@ -192,6 +193,41 @@ async function ledgerCheckCmd(): Promise<void> {
   }
 }
 
+async function restoreCmd(args: string[]): Promise<void> {
+  const { file, dataDir, force } = parseRestoreArgs(args, process.env);
+  const { restoreBackup, RestoreRefused } = await import('./db/restore.js');
+  let r: Awaited<ReturnType<typeof restoreBackup>>;
+  try {
+    r = await restoreBackup(file, { dataDir, force });
+  } catch (err) {
+    if (!(err instanceof RestoreRefused)) throw err;
+    console.error(`gpucloud restore: ${err.message}`);
+    process.exitCode = 1;
+    return;
+  }
+  const m = r.manifest;
+  const lines = [
+    `Restored ${file} (gpucloud ${m.service_version}, made ${m.created_at}) into ${r.database}`,
+    r.previousDatabase
+      ? `The database that was there is kept in ${r.previousDatabase}: delete it once you no longer need it`
+      : 'There was no database there before',
+  ];
+  if (r.secret)
+    lines.push(
+      `Signing secret restored into ${r.secret}${r.previousSecret ? ` (the one there is kept in ${r.previousSecret})` : ''}`,
+    );
+  else
+    lines.push(
+      'The backup holds no signing secret (it was made with GPUCLOUD_JWT_SECRET set): start the service with that same secret',
+    );
+  if (r.pendingMigrations.length)
+    lines.push(`The next start applies ${r.pendingMigrations.length} migration(s) of this release to it`);
+  if (process.env.DATABASE_URL)
+    lines.push('Note: DATABASE_URL is set, so the service uses PostgreSQL, not this data directory');
+  lines.push('Start the service again: gpucloud serve');
+  console.log(lines.join('\n'));
+}
+
 /** A command that takes no argument and no option (but --help): node's refusal of anything else. */
 function noArguments(args: string[]): void {
   parseArgs({ args, options: {}, strict: true, allowPositionals: false });
@@ -249,6 +285,7 @@ const RUN: Record<LocalPath, (args: string[]) => Promise<void>> = {
     noArguments(args);
     return migrateCmd();
   },
+  restore: restoreCmd,
   agent: async (args) => (await import('./agent/main.js')).agentCommand(args),
   'agent template': async (args) => {
     throw new LocalUsageError(

@@ -6,6 +6,7 @@
 import { createServer, type Server } from 'node:http';
 import net from 'node:net';
 import { startFromTemplate } from './db/template.js';
+import { DataDirInUse, holdDataDir } from './db/pid-file.js';
 import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -155,7 +156,32 @@ async function servePortal(services: Services, config: Config): Promise<Server> 
   return server;
 }
 
+/**
+ * Marks the embedded database's data directory as this server's while it runs (db/pid-file.ts): another server,
+ * or a restore, refuses to touch it meanwhile. Returns what releases it; nothing to hold on PostgreSQL.
+ */
+function holdEmbedded(config: Config): () => void {
+  if (config.databaseUrl) return () => {};
+  mkdirSync(resolve(config.dataDir), { recursive: true, mode: 0o700 });
+  try {
+    return holdDataDir(config.dataDir);
+  } catch (err) {
+    if (err instanceof DataDirInUse) throw new ConfigError('GPUCLOUD_DATA_DIR', err.message);
+    throw err;
+  }
+}
+
 async function start(config: Config, role: Role): Promise<RunningServer> {
+  const release = holdEmbedded(config);
+  try {
+    return await startHolding(config, role, release);
+  } catch (err) {
+    release();
+    throw err;
+  }
+}
+
+async function startHolding(config: Config, role: Role, release: () => void): Promise<RunningServer> {
   const db = await openDatabase(config);
   const jwtSecret = resolveJwtSecret(config);
   const clock = await ClockService.create(db, config.clock, config.clockStartMs);
@@ -197,6 +223,8 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
     app = await buildApp(deps, services);
     await app.listen({ port: config.port, host: config.host });
     url = urlOf(app, config);
+    // Without an absolute GPUCLOUD_PUBLIC_URL, host agents download images from this instance.
+    if (!/^https?:\/\//.test(config.publicUrl)) services.templates.useBaseUrl(url);
   }
   // The portal alone: VM services on their host names, and a health check for a load balancer.
   let portalServer: Server | undefined;
@@ -278,6 +306,7 @@ async function start(config: Config, role: Role): Promise<RunningServer> {
       services.portal.close();
       await rateLimitStore.close();
       await db.close();
+      release();
     },
   };
 }

@@ -252,7 +252,7 @@ describe('the gpucloud command in the README', () => {
 
   test('every gpucloud command the README shows exists and takes the options shown', () => {
     // The commands src/main.ts runs itself; the client commands are src/cli's.
-    const SERVER = ['serve', 'migrate', 'agent', 'admin create-user', 'admin ledger-check'];
+    const SERVER = ['serve', 'migrate', 'restore', 'agent', 'admin create-user', 'admin ledger-check'];
     const common = ['--json', '--api-url', '--api-key', '--help'];
     const problems: string[] = [];
     const uses: string[] = [];

@@ -13,6 +13,7 @@ import { SignIn, SignUp } from './pages/sign-in.js';
 import { Dashboard } from './pages/dashboard.js';
 import { Offers } from './pages/offers.js';
 import { Launch } from './pages/launch.js';
+import { Templates } from './pages/templates.js';
 import { Vms, VmDetail } from './pages/vms.js';
 import { SshKeys } from './pages/ssh-keys.js';
 import { ApiKeys } from './pages/api-keys.js';
@@ -23,11 +24,14 @@ import { Nodes } from './admin/nodes.js';
 import { Pricing } from './admin/pricing.js';
 import { Users } from './admin/users.js';
 import { AllVms } from './admin/vms.js';
+import { TemplatesAdmin } from './admin/templates.js';
+import { Images } from './admin/images.js';
 import { ThemeToggle } from './theme.js';
 
 const CUSTOMER_NAV = [
   ['/', 'Dashboard'],
   ['/offers', 'Offers'],
+  ['/templates', 'Templates'],
   ['/vms', 'VMs'],
   ['/ssh-keys', 'SSH keys'],
   ['/api-keys', 'API keys'],
@@ -40,6 +44,8 @@ const ADMIN_NAV = [
   ['/admin/pricing', 'Pricing'],
   ['/admin/users', 'Users'],
   ['/admin/vms', 'Every VM'],
+  ['/admin/templates', 'Catalogue'],
+  ['/admin/images', 'Images'],
 ] as const;
 
 export function App() {
@@ -154,6 +160,7 @@ function Route({ path, account, onAccount }: { path: string; account: Account; o
   if (path === '/') return <Dashboard />;
   if (path === '/offers') return <Offers />;
   if ((m = match('/offers/:node/launch', path))) return <Launch node={m.node!} />;
+  if (path === '/templates') return <Templates />;
   if (path === '/vms') return <Vms />;
   if ((m = match('/vms/:id', path))) return <VmDetail id={m.id!} />;
   if (path === '/ssh-keys') return <SshKeys />;
@@ -166,6 +173,8 @@ function Route({ path, account, onAccount }: { path: string; account: Account; o
     if (path === '/admin/pricing') return <Pricing />;
     if (path === '/admin/users') return <Users />;
     if (path === '/admin/vms') return <AllVms />;
+    if (path === '/admin/templates') return <TemplatesAdmin />;
+    if (path === '/admin/images') return <Images />;
   }
   return (
     <section class="page">

@@ -34,8 +34,52 @@ export interface AgentHostInfo {
   host_cpu_model: string;
   host_gpus: AgentHostGpu[];
   public_host: string;
-  templates: { vmid: number; user: string }[];
+  /** Every template the host holds or was asked to hold, with its state (agents before 1.2 send only vmid and user). */
+  templates: AgentTemplateState[];
   vms: AgentVmState[];
+}
+
+/**
+ * One template on a host. `pulled`: downloaded from the control plane's image store because the
+ * control plane asked for it (`PUT /v1/templates`); `local`: added on the host with
+ * `gpucloud agent template add` (air-gapped hosts), kept until removed there.
+ */
+export interface AgentTemplateState {
+  vmid: number;
+  user: string;
+  /** The image's SHA-256 (lowercase hex); null for a local template added before images had checksums. */
+  sha256?: string | null;
+  source?: 'pulled' | 'local';
+  /** queued: waiting for the one download at a time; ready: VMs can be built from it. */
+  state?: 'queued' | 'downloading' | 'ready' | 'failed';
+  bytes_done?: number;
+  size_bytes?: number;
+  /** Why it failed (checksum mismatch, disk full, the download refused...), else null. */
+  reason?: string | null;
+}
+
+/**
+ * `PUT /v1/templates`: the templates this host must hold, the whole set each time (the control
+ * plane sends it with every heartbeat). The agent queues downloads of what it lacks, and removes
+ * pulled images that no template in the set uses once no VM on the host is built from them.
+ * Local templates are never removed by it. Answers the states, as `GET /v1/host` does.
+ */
+export interface AgentDesiredTemplates {
+  templates: AgentDesiredTemplate[];
+}
+
+export interface AgentDesiredTemplate {
+  vmid: number;
+  /** The login user the seed creates (with passwordless sudo). */
+  user: string;
+  sha256: string;
+  size_bytes: number;
+  format: 'qcow2' | 'raw';
+  /**
+   * Where to download it: the control plane's `GET /agent/v1/nodes/{node}/images/{sha256}`, which
+   * takes this agent's own token as `Authorization: Bearer` and answers `Range` requests.
+   */
+  url: string;
 }
 
 export interface AgentProvisionSpec {

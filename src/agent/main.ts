@@ -4,6 +4,7 @@
  *
  *   gpucloud agent [--listen HOST:PORT] [--data-dir DIR] --token TOKEN [--public-host HOST]
  *                  [--ssh-ports FROM-TO] [--accel kvm|tcg|auto] [--fake-gpus N] [--tls-cert F --tls-key F]
+ *                  [--download-limit MBPS]
  *   gpucloud agent template add VMID FILE [--user NAME] [--data-dir DIR]
  *   gpucloud agent template list [--data-dir DIR]
  *   gpucloud agent template remove VMID [--data-dir DIR]
@@ -13,6 +14,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AgentOptionError, parseAgentOptions, type AgentOptions } from './options.js';
 import { TemplateStore, templateVmid } from './templates.js';
+import { ImagePuller } from './images/pull.js';
 import { VmManager } from './vms.js';
 import { buildAgentApp } from './server.js';
 import { hostAccel, qemuAvailable } from './qemu/process.js';
@@ -60,13 +62,37 @@ async function asUsage<T>(work: () => Promise<T> | T): Promise<T> {
   }
 }
 
-/** `gpucloud agent template list`. */
+const mb = (bytes: number) => `${(bytes / 1048576).toFixed(1)} MB`;
+
+/**
+ * `gpucloud agent template list`: local templates and the images the control plane asked for, with their
+ * source and state as the files show them (a running agent's `GET /v1/host` has the live progress).
+ */
 export async function templateList(args: string[]): Promise<void> {
   const { dataDir } = templateArgs(args, 'list', 0);
-  const all = await asUsage(() => new TemplateStore(join(dataDir, 'templates')).list());
+  const images = new ImagePuller({ dir: join(dataDir, 'images'), token: '' });
+  const store = new TemplateStore(join(dataDir, 'templates'), images);
+  const all = await asUsage(() => {
+    images.load();
+    return store.states();
+  });
   if (all.length === 0) console.log('No templates. Add one with: gpucloud agent template add VMID FILE [--user NAME]');
-  for (const t of all)
-    console.log(`${t.vmid}\tuser ${t.user}\t${(t.size_bytes / 1048576).toFixed(1)} MB\tadded ${t.added_at}`);
+  for (const t of all) {
+    const added = t.source === 'local' ? store.get(t.vmid)?.added_at : undefined;
+    const state =
+      t.state === 'ready' || !t.size_bytes ? t.state : `${t.state} (${mb(t.bytes_done ?? 0)} of ${mb(t.size_bytes)})`;
+    console.log(
+      [
+        t.vmid,
+        `user ${t.user}`,
+        mb(t.size_bytes ?? 0),
+        t.source,
+        state + (t.reason ? `: ${t.reason}` : ''),
+        `sha256 ${t.sha256 ?? 'unknown'}`,
+        ...(added ? [`added ${added}`] : []),
+      ].join('\t'),
+    );
+  }
 }
 
 /** `gpucloud agent template add VMID FILE`. */
@@ -133,7 +159,6 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
   chmodSync(options.dataDir, 0o700); // VM disks and seeds are the customers'
   const accel = options.accel === 'auto' ? hostAccel() : options.accel;
   const forwardHost = /^(127\.|::1$|localhost$)/.test(options.publicHost) ? '127.0.0.1' : '0.0.0.0';
-  const templates = new TemplateStore(join(options.dataDir, 'templates'));
   // The same log as the control plane's (src/log.ts), on stderr: stdout carries the "listening on" line.
   const logger = log ? createLogger({ level: logLevel(), format: logFormat(), fd: 2, name: 'agent' }) : null;
   const logLine = (msg: string, data?: Record<string, unknown>) => logger?.info(data ?? {}, msg);
@@ -147,6 +172,14 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
     options.network === 'bridge'
       ? { kind: 'bridge' as const, subnet: parseSubnet(options.vmSubnet), nameservers: hostNameservers() }
       : { kind: 'user' as const };
+  const images = new ImagePuller({
+    dir: join(options.dataDir, 'images'),
+    token: options.token,
+    limitMbps: options.downloadLimitMbps,
+    log: logLine,
+  });
+  images.load();
+  const templates = new TemplateStore(join(options.dataDir, 'templates'), images);
   const vms = new VmManager(
     {
       dataDir: options.dataDir,
@@ -161,6 +194,7 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
     templates,
   );
   await vms.load();
+  images.start(); // resumes what the last run was downloading
   const app = await buildAgentApp(vms, templates, {
     token: options.token,
     accel,
@@ -177,6 +211,7 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
     options,
     close: async () => {
       await app.close();
+      await images.close(); // a download under way stays a .part: the next start resumes it
       vms.close(); // the VMs run on; a new agent re-attaches to them
     },
   };

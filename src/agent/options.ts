@@ -22,6 +22,8 @@ export interface AgentOptions {
   /** user: QEMU's user-mode networking; bridge: taps on a bridge with counted traffic (root). */
   network: 'user' | 'bridge';
   vmSubnet: string;
+  /** The cap on image downloads in MB/s (1 MB = 1,000,000 bytes), or null: unlimited. */
+  downloadLimitMbps: number | null;
 }
 
 export class AgentOptionError extends Error {
@@ -46,6 +48,7 @@ export const AGENT_OPTION_SPEC = {
   'tls-key': { type: 'string' },
   network: { type: 'string' },
   'vm-subnet': { type: 'string' },
+  'download-limit': { type: 'string' },
 } as const;
 
 export type AgentFlag = keyof typeof AGENT_OPTION_SPEC;
@@ -92,6 +95,11 @@ export const AGENT_OPTION_DOCS: Record<AgentFlag, AgentOptionDoc> = {
     variable: 'GPUCLOUD_AGENT_VM_SUBNET',
     help: ['VM addresses with --network bridge, default 10.88.0.0/16'],
   },
+  'download-limit': {
+    value: 'MBPS',
+    variable: 'GPUCLOUD_AGENT_DOWNLOAD_LIMIT_MBPS',
+    help: ['cap image downloads at MBPS megabytes a second', '(default unlimited)'],
+  },
   'tls-cert': { value: 'FILE', variable: 'GPUCLOUD_AGENT_TLS_CERT', help: ['serve https with this certificate...'] },
   'tls-key': { value: 'FILE', variable: 'GPUCLOUD_AGENT_TLS_KEY', help: ['...and its key'] },
 };
@@ -106,7 +114,9 @@ export function agentOptionLines(
   const lines: string[] = [];
   for (const [flag, doc] of Object.entries(AGENT_OPTION_DOCS) as [AgentFlag, AgentOptionDoc][]) {
     if (opts.except?.includes(flag)) continue;
-    const [first, ...more] = opts.help?.[flag] ?? doc.help;
+    const help = opts.help?.[flag] ?? doc.help;
+    // A variable too long for its column has its help on the lines below.
+    const [first, ...more] = doc.variable.length < 28 ? help : ['', ...help];
     lines.push(`  ${`--${flag} ${doc.value}`.padEnd(23)}${doc.variable.padEnd(28)}${first ?? ''}`.trimEnd());
     for (const m of more) lines.push(`${' '.repeat(2 + 23 + 28)}${m}`);
   }
@@ -205,6 +215,17 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
     throw new AgentOptionError(sub.name, (err as Error).message);
   }
 
+  const limit = pick('download-limit');
+  let downloadLimitMbps: number | null = null;
+  if (limit.value !== undefined) {
+    if (!/^\d{1,6}(\.\d{1,3})?$/.test(limit.value) || Number(limit.value) <= 0)
+      throw new AgentOptionError(
+        limit.name,
+        `must be megabytes a second, a number above 0 like 50 or 2.5, got "${limit.value}"`,
+      );
+    downloadLimitMbps = Number(limit.value);
+  }
+
   const dir = pick('data-dir');
   return {
     listenHost,
@@ -218,5 +239,6 @@ export function parseAgentOptions(args: string[], env: Record<string, string | u
     tls,
     network,
     vmSubnet,
+    downloadLimitMbps,
   };
 }

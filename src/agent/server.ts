@@ -6,6 +6,7 @@
  *
  *   GET    /healthz               liveness, no token
  *   GET    /v1/host               the host (version, accelerator, CPU, GPUs, templates) and every VM
+ *   PUT    /v1/templates          the templates the host must hold: downloads, clean-up; answers their states
  *   PUT    /v1/vms/:id            provision (idempotent): disk overlay, seed, SSH port
  *   GET    /v1/vms/:id            one VM's state
  *   GET    /v1/vms/:id/console    the end of its serial console (text, `?bytes=` up to 65536)
@@ -20,7 +21,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { AgentError, UUID, type VmManager } from './vms.js';
 import { handleTunnel } from './tunnel.js';
-import type { TemplateStore } from './templates.js';
+import { USER_RE, type TemplateStore } from './templates.js';
 
 export const AGENT_VERSION = (
   JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
@@ -43,6 +44,49 @@ const ProvisionBody = Type.Object(
   },
   { additionalProperties: false },
 );
+
+/** The control plane's whole desired set; up to 4 MiB of it (the other routes take 64 KiB). */
+const DesiredBody = Type.Object(
+  {
+    templates: Type.Array(
+      Type.Object(
+        {
+          vmid: Type.Integer({ minimum: 1, maximum: 999_999_999 }),
+          user: Type.String({ pattern: USER_RE.source }),
+          sha256: Type.String({ pattern: '^[0-9a-f]{64}$' }),
+          size_bytes: Type.Integer({ minimum: 1, maximum: 2 ** 50 }),
+          format: Type.Union([Type.Literal('qcow2'), Type.Literal('raw')]),
+          url: Type.String({ minLength: 8, maxLength: 2048, pattern: '^https?://[!-~]+$' }),
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: 10_000 },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+/** What JSON Schema cannot say of a desired set: one entry per vmid, one format and size per checksum, real URLs. */
+function checkDesired(body: Static<typeof DesiredBody>): void {
+  const vmids = new Set<number>();
+  const images = new Map<string, string>();
+  for (const t of body.templates) {
+    if (vmids.has(t.vmid)) throw new AgentError(422, 'validation_error', `template ${t.vmid} is listed twice`);
+    vmids.add(t.vmid);
+    const shape = `${t.format}/${t.size_bytes}`;
+    if ((images.get(t.sha256) ?? shape) !== shape)
+      throw new AgentError(422, 'validation_error', `image ${t.sha256} is listed with two formats or sizes`);
+    images.set(t.sha256, shape);
+    let url: URL;
+    try {
+      url = new URL(t.url);
+    } catch {
+      throw new AgentError(422, 'validation_error', `template ${t.vmid}: url is not a URL`);
+    }
+    if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.username || url.password)
+      throw new AgentError(422, 'validation_error', `template ${t.vmid}: url must be http(s) without credentials`);
+  }
+}
 
 const StopBody = Type.Object(
   { timeout_s: Type.Integer({ minimum: 0, maximum: 3600 }) },
@@ -133,10 +177,19 @@ export async function buildAgentApp(
         vm_id: holders.get(g.pci_address) ?? null,
       })),
       public_host: opts.publicHost,
-      templates: templates.list().map((t) => ({ vmid: t.vmid, user: t.user })),
+      templates: templates.states(),
       vms: vms.list(),
     };
   });
+
+  app.put<{ Body: Static<typeof DesiredBody> }>(
+    '/v1/templates',
+    { schema: { body: DesiredBody }, bodyLimit: 4 * 1024 * 1024 },
+    async (req) => {
+      checkDesired(req.body);
+      return templates.setDesired(req.body.templates); // the list itself, as `templates` in GET /v1/host
+    },
+  );
 
   app.put<{ Params: Static<typeof IdParams>; Body: Static<typeof ProvisionBody> }>(
     '/v1/vms/:id',

@@ -23,8 +23,11 @@
  *   (a reserved VM's stay counted there, so its start always finds them free).
  * - The serial console goes to a socket the agent reads into a capped log
  *   (qemu/console.ts): a guest cannot fill the host's disk through it.
- * - A VM is `running` once its guest answers on SSH (the banner is read:
- *   user-mode networking accepts TCP before the guest listens).
+ * - A VM is `running` once its customer can log in and stay logged in: after
+ *   cloud-init's final message (the seed's boot marker) on its console and an
+ *   SSH answer, or for a guest without cloud-init once SSH answers (the banner
+ *   is read: user-mode networking accepts TCP before the guest listens);
+ *   qemu/boot.ts.
  * - A VM whose QEMU ends without being asked is `stopped`, with the reason:
  *   `guest_powered_off` after a SHUTDOWN event from the guest, `crashed`
  *   when the process died without one.
@@ -40,8 +43,9 @@ import { qemuArgs, qmpArg, vmFiles } from './qemu/command.js';
 import { isAlive, launchQemu, readPid } from './qemu/process.js';
 import { QmpClient } from './qemu/qmp.js';
 import { ConsoleLog } from './qemu/console.js';
+import { ConsoleScanner, bootedFile, isBooted, markBooted, waitForBoot } from './qemu/boot.js';
 import { fakeGpus, scanGpus, type HostGpu } from './gpus/scan.js';
-import { hashPassword, writeSeed } from './images/seed.js';
+import { bootMarker, hashPassword, writeSeed } from './images/seed.js';
 import { freePortInRange, loopbackPort, sshBanner } from './network/ssh-probe.js';
 import { tapCounters } from './network/traffic.js';
 import {
@@ -82,6 +86,8 @@ interface VmRecord {
   id: string;
   vmid: number;
   template_vmid: number;
+  /** The image the disk stands on (a pulled image or a local template); absent in older records. */
+  image?: { sha256: string | null; path: string; format: 'qcow2' | 'raw' };
   user: string;
   cpu_cores: number;
   ram_mb: number;
@@ -113,6 +119,8 @@ interface Runtime {
   generation: number;
   /** The reader of the VM's serial console while QEMU runs. */
   console: ConsoleLog | null;
+  /** What the current run's console has shown of cloud-init (qemu/boot.ts). */
+  boot: ConsoleScanner | null;
 }
 
 /** A VM as the agent API shows it. */
@@ -152,6 +160,7 @@ export class VmManager {
     private readonly templates: TemplateStore,
   ) {
     this.vmsDir = join(opts.dataDir, 'vms');
+    templates.track(() => [...this.records.values()].map((r) => r.image));
     this.hostGpus = opts.fakeGpus > 0 ? fakeGpus(opts.fakeGpus) : scanGpus(opts.sysRoot);
     // A unix socket path is at most 107 bytes: refuse a data dir that cannot hold one.
     const probe = join(this.vmsDir, '999999999', 'qmp.sock');
@@ -189,7 +198,7 @@ export class VmManager {
         try {
           await this.attach(rec, pid);
           this.readConsole(rec);
-          rt.state = (await sshBanner(this.probe(rec).host, this.probe(rec).port, 1500)) ? 'running' : 'booting';
+          rt.state = isBooted(dir) ? 'running' : 'booting';
           if (rt.state === 'booting') void this.watchBoot(rec, rt.generation);
           this.log('re-attached to a running VM', { vm: rec.id, pid, state: rt.state });
         } catch (err) {
@@ -248,6 +257,7 @@ export class VmManager {
         guestShutdown: false,
         generation: 0,
         console: null,
+        boot: null,
       };
       this.runtime.set(id, r);
     }
@@ -364,14 +374,6 @@ export class VmManager {
       }
       if (this.provisioningVmids.has(spec.vmid))
         throw new AgentError(409, 'conflict', `vmid ${spec.vmid} is being provisioned for another VM`);
-      const template = this.templates.get(spec.template_vmid);
-      if (!template) {
-        throw new AgentError(
-          422,
-          'template_missing',
-          `template ${spec.template_vmid} is not on this host (add it with: gpucloud agent template add ${spec.template_vmid} FILE)`,
-        );
-      }
       this.checkGpuCapacity(spec.gpu_count);
       // Claimed before the first await, given back in `finally` unless the VM was recorded.
       this.provisioningVmids.add(spec.vmid);
@@ -380,6 +382,8 @@ export class VmManager {
       let port: number | null = null;
       let recorded = false;
       try {
+        // 409 template_unavailable unless ready; a pulled image changed on disk is verified first.
+        const template = await this.templates.base(spec.template_vmid, id);
         address = bridge ? this.allocateAddress(bridge.subnet) : null;
         port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, this.ports, this.opts.forwardHost);
         if (port === null)
@@ -392,6 +396,7 @@ export class VmManager {
           id,
           vmid: spec.vmid,
           template_vmid: spec.template_vmid,
+          image: { sha256: template.sha256, path: template.path, format: template.format },
           user: template.user,
           cpu_cores: spec.cpu_cores,
           ram_mb: spec.ram_mb,
@@ -411,6 +416,7 @@ export class VmManager {
         this.log('provisioned', { vm: id, vmid: rec.vmid, port });
         return this.view(id);
       } finally {
+        this.templates.unlease(id);
         this.provisioningVmids.delete(spec.vmid);
         if (address) this.provisioningAddresses.delete(address);
         if (!recorded && port !== null) this.ports.delete(port);
@@ -432,7 +438,7 @@ export class VmManager {
         '-f',
         'qcow2',
         '-F',
-        'qcow2',
+        rec.image?.format ?? 'qcow2',
         '-b',
         templatePath,
         join(tmp, 'disk.qcow2'),
@@ -590,6 +596,9 @@ export class VmManager {
     const files = vmFiles(this.dir(rec));
     const log = new ConsoleLog(files.consoleSocket, files.consoleLog);
     rt.console = log;
+    const boot = new ConsoleScanner(bootMarker(rec.id));
+    rt.boot = boot;
+    log.onData((chunk) => boot.feed(chunk));
     void log.open();
   }
 
@@ -648,19 +657,26 @@ export class VmManager {
     if (!this.closed && rt.generation === generation) await this.exited(rec, generation);
   }
 
-  /** Reads the SSH banner until the guest answers; then the VM is running. */
+  /** Waits until the customer can log in and stay logged in (qemu/boot.ts); then the VM is running. */
   private async watchBoot(rec: VmRecord, generation: number): Promise<void> {
     const rt = this.rt(rec.id);
-    while (!this.closed && rt.generation === generation && rt.state === 'booting') {
-      if (await sshBanner(this.probe(rec).host, this.probe(rec).port, 1500)) {
-        if (rt.generation === generation && rt.state === 'booting') {
-          rt.state = 'running';
-          this.log('guest answers on SSH', { vm: rec.id });
-        }
-        return;
-      }
-      await sleep(250);
+    const current = () => !this.closed && rt.generation === generation && rt.state === 'booting';
+    const how = await waitForBoot({
+      scanner: rt.boot ?? new ConsoleScanner(bootMarker(rec.id)),
+      sshAnswers: async () => (await sshBanner(this.probe(rec).host, this.probe(rec).port, 1500)) !== null,
+      current,
+    });
+    if (how === null || !current()) return;
+    rt.state = 'running';
+    try {
+      markBooted(this.dir(rec), how);
+    } catch (err) {
+      this.log('could not record the boot', { vm: rec.id, err: String(err) });
     }
+    this.log(how === 'cloud-init' ? 'guest ready: cloud-init finished' : 'guest ready: SSH answers', {
+      vm: rec.id,
+      how,
+    });
   }
 
   /**
@@ -736,6 +752,7 @@ export class VmManager {
       this.records.delete(id);
       this.runtime.delete(id);
       this.ports.delete(rec.ssh_port);
+      this.templates.released(); // pulled images no template and no VM uses any more go
       if (rec.net) {
         await removeTap(rec.net.tap);
         await this.syncForwards();
@@ -749,6 +766,7 @@ export class VmManager {
     rmSync(f.qmpSocket, { force: true });
     rmSync(f.consoleSocket, { force: true });
     rmSync(f.pidFile, { force: true });
+    rmSync(bootedFile(dir), { force: true });
   }
 
   /** Lets go of the QMP connections; the VMs themselves run on. */

@@ -1,8 +1,10 @@
 /**
  * `gpucloud admin ...` through the API (an admin's credentials): nodes, pricing,
- * users, credit and everyone's VMs. `admin create-user` and `admin ledger-check`
- * work on the database instead and live in src/main.ts.
+ * users, credit and everyone's VMs, and `gpucloud backup` (backup.ts).
+ * `admin create-user` and `admin ledger-check` work on the database instead
+ * and live in src/main.ts.
  */
+import { BACKUP_COMMAND } from './backup.js';
 import { call, flag, int, LIMIT_OPTS, page, printJson, str, type Command } from './command.js';
 import { CliUsageError, money, table } from './output.js';
 
@@ -135,4 +137,5 @@ export const ADMIN_COMMANDS: Command[] = [
       );
     },
   },
+  BACKUP_COMMAND,
 ];

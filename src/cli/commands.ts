@@ -7,6 +7,8 @@
  */
 import type { Command } from './command.js';
 import { ADMIN_COMMANDS } from './admin.js';
+import { ADMIN_IMAGE_COMMANDS } from './admin-images.js';
+import { ADMIN_TEMPLATE_COMMANDS } from './admin-templates.js';
 import { AUTH_COMMANDS } from './auth.js';
 import { BILLING_COMMANDS } from './billing.js';
 import { EVENT_COMMANDS } from './events.js';
@@ -14,6 +16,7 @@ import { API_KEY_COMMANDS } from './keys.js';
 import { OFFER_COMMANDS } from './offers.js';
 import { RESERVATION_COMMANDS } from './reservations.js';
 import { SSH_KEY_COMMANDS } from './ssh-keys.js';
+import { TEMPLATE_COMMANDS } from './templates.js';
 import { VM_COMMANDS } from './vms.js';
 import { WEBHOOK_COMMANDS } from './webhooks.js';
 
@@ -23,6 +26,7 @@ export { saveTokens } from './auth.js';
 export const COMMANDS: Command[] = [
   ...AUTH_COMMANDS,
   ...OFFER_COMMANDS,
+  ...TEMPLATE_COMMANDS,
   ...SSH_KEY_COMMANDS,
   ...API_KEY_COMMANDS,
   ...EVENT_COMMANDS,
@@ -31,6 +35,8 @@ export const COMMANDS: Command[] = [
   ...BILLING_COMMANDS,
   ...RESERVATION_COMMANDS,
   ...ADMIN_COMMANDS,
+  ...ADMIN_TEMPLATE_COMMANDS,
+  ...ADMIN_IMAGE_COMMANDS,
 ];
 
 /** What each group of subcommands is for, in `gpucloud <group> --help`. */
@@ -41,5 +47,7 @@ export const GROUP_SUMMARIES: Record<string, string> = {
   vm: 'Rent, watch, control and reach VMs',
   billing: 'Your balance, usage, current spend and ledger',
   reservations: 'GPUs reserved for months at a discount',
-  admin: 'Run the service: nodes, pricing, users, credit and every VM (admin)',
+  admin: 'Run the service: nodes, pricing, users, credit, every VM, templates and images (admin)',
+  'admin templates': 'The template catalogue: add, change and delete templates (admin)',
+  'admin images': 'Disk images in the image store: push, list and delete (admin)',
 };

@@ -21,8 +21,18 @@ const COMMON_OPTIONS: OptionSpec[] = [
 const HELP_FLAGS = '-h, --help';
 const HELP_TEXT = 'Show this help';
 
-/** The groups of subcommands, for `gpucloud vm --help` and the top-level help. */
-const GROUPS = [...new Set(COMMANDS.filter((c) => c.path.includes(' ')).map((c) => c.path.split(' ')[0]!))];
+/**
+ * The groups of subcommands, for `gpucloud vm --help` and the top-level help: every leading part of a command's
+ * words ("admin", "admin templates"). A group may be a command too ("admin nodes", with "admin nodes templates").
+ */
+const GROUPS = [
+  ...new Set(
+    COMMANDS.flatMap((c) => {
+      const words = c.path.split(' ');
+      return words.slice(1).map((_, i) => words.slice(0, i + 1).join(' '));
+    }),
+  ),
+];
 
 /** The client-side lines of `gpucloud --help`. */
 export function clientUsage(): string {
@@ -36,12 +46,16 @@ function usageLine(c: Command): string {
 
 /** The command argv names, or undefined when it is not a client command. */
 export function findCommand(argv: string[]): { command?: Command; group?: string; rest: string[] } | undefined {
-  const [a, b] = argv;
-  const two = COMMANDS.find((c) => c.path === `${a} ${b}`);
-  if (two) return { command: two, rest: argv.slice(2) };
-  const one = COMMANDS.find((c) => c.path === a);
-  if (one) return { command: one, rest: argv.slice(1) };
-  if (a && GROUPS.includes(a)) return { group: a, rest: argv.slice(1) };
+  // The longest run of leading words that names a command, else a group.
+  for (let n = Math.min(3, argv.length); n >= 1; n--) {
+    const path = argv.slice(0, n).join(' ');
+    const command = COMMANDS.find((c) => c.path === path);
+    if (command) return { command, rest: argv.slice(n) };
+  }
+  for (let n = Math.min(2, argv.length); n >= 1; n--) {
+    const path = argv.slice(0, n).join(' ');
+    if (GROUPS.includes(path)) return { group: path, rest: argv.slice(n) };
+  }
   return undefined;
 }
 
@@ -118,22 +132,28 @@ function program(io: Io, chosen: (c: Chosen) => void): CliCommand {
     .helpCommand('help [command]', 'Show the help of a command')
     .addHelpOption(helpOption()) as CliCommand;
   stopsWith(root, '');
+  /** Every commander command made, groups and commands, by the words that name it. */
+  const made = new Map<string, CliCommand>([['', root]]);
   const groups = new Map<string, CliCommand>();
-  const groupOf = (name: string): CliCommand => {
-    let g = groups.get(name);
-    if (g) return g;
-    g = root
-      .command(name)
-      .description(GROUP_SUMMARIES[name] ?? '')
+  const groupOf = (path: string): CliCommand => {
+    const found = made.get(path);
+    if (found) return found; // the root, a group made already, or a command that is a group too
+    const words = path.split(' ');
+    const g = groupOf(words.slice(0, -1).join(' '))
+      .command(words[words.length - 1]!)
+      .description(GROUP_SUMMARIES[path] ?? '')
       .addHelpOption(helpOption()) as CliCommand;
-    stopsWith(g, name);
-    groups.set(name, g);
+    stopsWith(g, path);
+    made.set(path, g);
+    groups.set(path, g);
     return g;
   };
   for (const c of COMMANDS) {
     const words = c.path.split(' ');
-    const parent = words.length > 1 ? groupOf(words[0]!) : root;
-    const cmd = parent.command(words[words.length - 1]!) as CliCommand;
+    // A command that is also a group comes before its subcommands in COMMANDS.
+    if (made.has(c.path)) throw new Error(`gpucloud ${c.path} is listed after its subcommands`);
+    const cmd = groupOf(words.slice(0, -1).join(' ')).command(words[words.length - 1]!) as CliCommand;
+    made.set(c.path, cmd);
     cmd.description(c.summary);
     if (c.args) cmd.arguments(c.args);
     for (const o of c.options ?? []) cmd.addOption(commanderOption(o));
@@ -155,6 +175,9 @@ function program(io: Io, chosen: (c: Chosen) => void): CliCommand {
   }
   for (const [name, g] of groups) {
     const first = COMMANDS.find((c) => c.path.startsWith(`${name} `))!;
+    const subgroups = [...groups.keys()].filter(
+      (p) => p.startsWith(`${name} `) && !p.slice(name.length + 1).includes(' '),
+    );
     g.footer = [
       ...(name === 'admin'
         ? [
@@ -164,11 +187,19 @@ function program(io: Io, chosen: (c: Chosen) => void): CliCommand {
             '',
           ]
         : []),
+      ...(subgroups.length ? [`See also: ${subgroups.map((p) => `"gpucloud ${p} --help"`).join(', ')}.`, ''] : []),
       `Run "gpucloud ${name} <command> --help" for its options. Example:`,
       `  ${[first.example].flat()[0]}`,
     ].join('\n');
   }
   return root;
+}
+
+/** The commander command named by `path` ('' is gpucloud itself). */
+function commandAt(root: Commander, path: string): Commander {
+  let c = root;
+  for (const w of path ? path.split(' ') : []) c = c.commands.find((x) => x.name() === w)!;
+  return c;
 }
 
 /** The help of a command, with its examples. */
@@ -187,7 +218,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
   const root = program(io, (c) => (picked = c));
   if (found.group && found.rest.length === 0) {
     // A group alone: its help, as bad usage.
-    io.out(helpOf(root.commands.find((g) => g.name() === found.group)!));
+    io.out(helpOf(commandAt(root, found.group)));
     return 2;
   }
   try {

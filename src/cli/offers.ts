@@ -1,6 +1,7 @@
 /** `gpucloud search` and `pricing`: the GPU offers and the price list (docs/offers.md). */
 import { call, flag, gpuType, int, LIMIT_OPTS, num, page, printJson, str, type Command } from './command.js';
 import { money, table } from './output.js';
+import { catalogue, resolveTemplate } from './templates.js';
 
 /** The smallest disk, which an offer's total price per hour includes. */
 const MIN_DISK_GB = 50;
@@ -9,13 +10,18 @@ export const OFFER_COMMANDS: Command[] = [
   {
     path: 'search',
     summary: "Find GPU offers in the API's order: cheapest on-demand $/GPU/H first, then by node",
-    example: ['gpucloud search --gpu 4090 --min-gpus 2 --max-price 1.5', 'gpucloud search --interruptible --limit 5'],
+    example: [
+      'gpucloud search --gpu 4090 --min-gpus 2 --max-price 1.5',
+      'gpucloud search --interruptible --limit 5',
+      'gpucloud search --template stable-diffusion',
+    ],
     options: [
       ['--gpu <TYPE>', '5090, 4090 or pro6000'],
       ['--min-gpus <N>', 'At least N free GPUs'],
       ['--max-price <P>', 'At most P dollars per GPU-hour (the interruptible price with --interruptible)'],
       ['--interruptible', 'Offers for interruptible rentals (priced at the interruptible rate)'],
       ['--location <L>', 'Only in this location'],
+      ['--template <T>', 'Only nodes whose host holds this template ready (number or name; see gpucloud templates)'],
       ...LIMIT_OPTS,
     ],
     async run(ctx) {
@@ -31,6 +37,9 @@ export const OFFER_COMMANDS: Command[] = [
       const interruptible = flag(ctx, 'interruptible');
       if (interruptible) query.rental_type = 'interruptible';
       if (str(ctx, 'location')) query.location = str(ctx, 'location')!;
+      const t = str(ctx, 'template');
+      if (t !== undefined)
+        query.template_vmid = resolveTemplate(t, /^\d+$/.test(t.trim()) ? undefined : await catalogue(ctx));
       const offers = await call(ctx.client().api.GET('/search', { params: { query: query as never } }));
       if (ctx.json) return printJson(ctx, offers);
       // interruptible_rate is a price per GPU-hour; the interruptible total mirrors total_price_hourly

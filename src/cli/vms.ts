@@ -1,6 +1,5 @@
-/** `gpucloud vm ...`: rent, watch, control and reach VMs (docs/vms.md). */
-import { spawn, spawnSync } from 'node:child_process';
-import { GpuCloudError, type CreateVmRequest, type operations, type Vm, type VmStatus } from '../sdk/index.js';
+/** `gpucloud vm ...`: rent, watch and control VMs (docs/vms.md); reaching them is vm-access.ts. */
+import { GpuCloudError, type CreateVmRequest, type Template, type Vm, type VmStatus } from '../sdk/index.js';
 import {
   call,
   confirmOrAbort,
@@ -16,43 +15,46 @@ import {
 } from './command.js';
 import { CliFailure, CliUsageError, keyValues, money, table } from './output.js';
 import { quoteText } from './reservations.js';
+import { noticeOf, printNotice, vmPath, VM_ACCESS_COMMANDS } from './vm-access.js';
+import {
+  catalogue,
+  DEFAULT_TEMPLATE,
+  DEFAULT_TEMPLATE_NAME,
+  resolveTemplate,
+  templateLabel,
+  templateOf,
+} from './templates.js';
 
-const TEMPLATES: Record<string, number> = {
-  'ubuntu-22.04': 100,
-  'ubuntu-24.04': 101,
-  'stable-diffusion': 102,
-  comfyui: 103,
-  desktop: 104,
-};
-const TEMPLATE_NAMES = Object.fromEntries(Object.entries(TEMPLATES).map(([k, v]) => [v, k]));
-/** The template of `vm create` without --template, the API's documented default. */
-const DEFAULT_TEMPLATE = 101;
-/** The templates whose image serves a WebUI and Jupyter (access-info links them). */
-const WEB_TEMPLATES = new Set([102, 103, 104]);
+export { vmPath } from './vm-access.js';
 
-type AccessInfo = operations['getVmAccessInfo']['responses'][200]['content']['application/json'];
-
-function templateLabel(vmid: number): string {
-  return `${vmid}${TEMPLATE_NAMES[vmid] ? ` (${TEMPLATE_NAMES[vmid]})` : ''}`;
-}
+const DEFAULT_LABEL = `${DEFAULT_TEMPLATE} (${DEFAULT_TEMPLATE_NAME})`;
 
 /**
- * access-info's notice, on stderr: set when the VM cannot be reached as described (on a simulated node nothing
- * answers on its made-up address), so nobody waits on an ssh that never connects.
+ * Why a create was refused for its template (the API's detail), with what the user can do: the default they
+ * may not have chosen, and the templates ready on that node.
  */
-function printNotice(ctx: Ctx, info: Pick<AccessInfo, 'notice'>): void {
-  if (info.notice) ctx.err(`Note: ${info.notice}`);
-}
-
-/** The notice of a running VM, or null (not running, or access-info refused: the notice is a courtesy). */
-async function noticeOf(ctx: Ctx, vm: Vm): Promise<Pick<AccessInfo, 'notice'>> {
-  if (vm.status !== 'running') return { notice: null };
-  try {
-    return await call(ctx.client().api.GET('/vms/{vm_id}/access-info', vmPath(vm.id)));
-  } catch (err) {
-    if (err instanceof GpuCloudError) return { notice: null };
-    throw err;
+function templateUnavailable(
+  err: GpuCloudError,
+  template: number,
+  node: string,
+  known: Template[] | undefined,
+  byDefault: boolean,
+) {
+  const lines = [`Error: ${err.detail}`];
+  if (byDefault)
+    lines.push(
+      `No --template was given, so it used the default, template ${templateLabel(DEFAULT_TEMPLATE, known)}; choose another with --template (see gpucloud templates).`,
+    );
+  if (known) {
+    const ready = known.filter((t) => t.ready_on.nodes.includes(node));
+    lines.push(
+      ready.length
+        ? `Ready on ${node}: ${ready.map((t) => templateLabel(t.template_vmid, [t])).join(', ')}.`
+        : `No template is ready on ${node} yet.`,
+    );
   }
+  lines.push(`The nodes where template ${template} is ready: gpucloud search --template ${template}`);
+  return new CliFailure(lines.join('\n'));
 }
 
 /**
@@ -75,10 +77,6 @@ function onOff(raw: string | undefined): boolean {
   if (raw === 'on' || raw === 'true' || raw === 'yes') return true;
   if (raw === 'off' || raw === 'false' || raw === 'no') return false;
   throw new CliUsageError(`expected on or off, got "${raw ?? ''}"`);
-}
-
-export function vmPath(id: string) {
-  return { params: { path: { vm_id: id } } };
 }
 
 /** With GPUCLOUD_POLL_MS set, waits read the VM that often instead of following its events. */
@@ -136,7 +134,7 @@ function vmRows(vms: Vm[]): string {
   );
 }
 
-function showVm(vm: Vm): string {
+function showVm(vm: Vm, known?: Template[]): string {
   return keyValues([
     ['ID', vm.id],
     ['VMID', vm.vmid],
@@ -148,7 +146,7 @@ function showVm(vm: Vm): string {
     ['CPU', `${vm.cpu_cores} cores${vm.cpu_model ? ` (${vm.cpu_model})` : ''}`],
     ['RAM', `${vm.ram_gb} GB`],
     ['Disk', `${vm.storage_gb} GB`],
-    ['Template', templateLabel(vm.template_vmid)],
+    ['Template', templateLabel(vm.template_vmid, known)],
     ['IP', vm.ip_address],
     ['HTTP ports', vm.http_ports.length ? vm.http_ports.join(', ') : 'none'],
     ['Rental', vm.rental_type],
@@ -171,93 +169,6 @@ async function message(
   else ctx.out(data.message);
 }
 
-function shellQuote(s: string): string {
-  return /^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
-}
-
-/** A web service of a VM, as `vm open --service` names it. */
-type Service = 'webui' | 'jupyter' | number;
-
-function serviceLabel(s: Service): string {
-  return s === 'webui' ? 'the WebUI' : s === 'jupyter' ? 'Jupyter' : `port ${s}`;
-}
-
-function parseService(raw: string): Service {
-  const v = raw.trim().toLowerCase();
-  if (v === 'webui' || v === 'jupyter') return v;
-  if (/^\d{1,5}$/.test(v) && Number(v) >= 1024 && Number(v) <= 65535) return Number(v);
-  throw new CliUsageError(`--service must be webui, jupyter or a port number (1024-65535), got "${raw}"`);
-}
-
-/** The service to open when none is asked: the WebUI if the VM has one, else its first HTTP port. */
-function defaultService(vm: Vm): Service {
-  if (WEB_TEMPLATES.has(vm.template_vmid)) return 'webui';
-  const first = vm.http_ports[0];
-  if (first !== undefined) return first;
-  throw new CliFailure(
-    `VM ${vm.vmid} has no web service: its template (${TEMPLATE_NAMES[vm.template_vmid] ?? vm.template_vmid}) serves no WebUI or Jupyter, and it was created without --http-port`,
-  );
-}
-
-/** The link of one service in access-info, or why there is none. */
-function linkOf(vm: Vm, info: AccessInfo, s: Service): { url: string; expires_at: string } {
-  const noLink = `No link for ${serviceLabel(s)} of VM ${vm.vmid}: links are given to a login session or a read_write API key only (see gpucloud login)`;
-  if (typeof s === 'number') {
-    const p = info.ports.find((x) => x.port === s);
-    if (!p)
-      throw new CliFailure(
-        `VM ${vm.vmid} has no HTTP port ${s}; ${vm.http_ports.length ? `its ports: ${vm.http_ports.join(', ')}` : 'it has none'} (they are set at creation with --http-port)`,
-      );
-    if (p.url === null || p.expires_at === null) throw new CliFailure(noLink);
-    return { url: p.url, expires_at: p.expires_at };
-  }
-  const link = s === 'webui' ? info.web_ui : info.jupyter;
-  if (link) return link;
-  if (!WEB_TEMPLATES.has(vm.template_vmid))
-    throw new CliFailure(
-      `VM ${vm.vmid} has no ${s === 'webui' ? 'WebUI' : 'Jupyter'}: only templates 102-104 serve one (this VM is ${TEMPLATE_NAMES[vm.template_vmid] ?? vm.template_vmid})`,
-    );
-  throw new CliFailure(noLink);
-}
-
-/**
- * The program that opens a URL in the default browser, by platform, run without a shell: `start` is a
- * built-in of cmd.exe, which would read the URL as a command line, so Windows gets rundll32's URL handler.
- */
-function browserCommand(url: string): [string, string[]] {
-  if (process.platform === 'darwin') return ['open', [url]];
-  if (process.platform === 'win32') return ['rundll32', ['url.dll,FileProtocolHandler', url]];
-  return ['xdg-open', [url]];
-}
-
-/**
- * Opens the URL in a browser; resolves to why that failed, or undefined. An opener that has not exited
- * after a few seconds (a browser in the foreground) is taken to have worked and left to run.
- */
-function openInBrowser(url: string): Promise<string | undefined> {
-  const [cmd, args] = browserCommand(url);
-  return new Promise((resolve) => {
-    let child: ReturnType<typeof spawn>;
-    try {
-      child = spawn(cmd, args, { stdio: 'ignore', detached: true, shell: false });
-    } catch (err) {
-      return resolve(`${cmd}: ${(err as Error).message}`);
-    }
-    const timer = setTimeout(() => {
-      child.unref();
-      resolve(undefined);
-    }, 3000);
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      resolve(`${cmd}: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
-    });
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      resolve(code === 0 ? undefined : `${cmd} exited with ${signal ?? `code ${code}`}`);
-    });
-  });
-}
-
 export const VM_COMMANDS: Command[] = [
   {
     path: 'vm create',
@@ -271,11 +182,8 @@ export const VM_COMMANDS: Command[] = [
       ['--node <N>', 'The node to place it on (see gpucloud search) (required)'],
       ['--gpu <TYPE>', '5090, 4090 or pro6000 (required)'],
       ['--count <N>', 'GPUs: 1, 2, 4 or 8 (default 1)'],
-      ['--disk <GB>', 'Disk size (default 50)'],
-      [
-        '--template <T>',
-        `100-104 or ubuntu-22.04, ubuntu-24.04, stable-diffusion, comfyui, desktop (default ${templateLabel(DEFAULT_TEMPLATE)})`,
-      ],
+      ['--disk <GB>', "Disk size (default 50, or the template's minimum when it is more)"],
+      ['--template <T>', `A template by number or name (see gpucloud templates) (default ${DEFAULT_LABEL})`],
       ['--interruptible', 'An interruptible (preemptible) rental at a lower rate'],
       ['--reserved <MONTHS>', 'A reservation of 1, 3 or 6 months (shows the quote and asks)'],
       ['--password <P>', 'Log in with this password'],
@@ -297,14 +205,8 @@ export const VM_COMMANDS: Command[] = [
       if (!gpu) throw new CliUsageError('--gpu is required');
       const count = int(ctx, 'count', { def: 1 })!;
       if (![1, 2, 4, 8].includes(count)) throw new CliUsageError('--count must be 1, 2, 4 or 8');
-      const disk = int(ctx, 'disk', { def: 50, min: 1 })!;
+      const diskGiven = int(ctx, 'disk', { min: 1 });
       const tRaw = str(ctx, 'template');
-      const template = tRaw === undefined ? DEFAULT_TEMPLATE : /^\d+$/.test(tRaw) ? Number(tRaw) : TEMPLATES[tRaw];
-      if (template === undefined || template < 100 || template > 104)
-        throw new CliUsageError(
-          `--template must be 100-104 or one of ${Object.keys(TEMPLATES).join(', ')} (default ${templateLabel(DEFAULT_TEMPLATE)}), got "${tRaw}"`,
-        );
-      const byDefault = tRaw === undefined ? ', the default' : '';
       const reserved = int(ctx, 'reserved');
       if (reserved !== undefined && ![1, 3, 6].includes(reserved))
         throw new CliUsageError('--reserved must be 1, 3 or 6 (months)');
@@ -314,6 +216,10 @@ export const VM_COMMANDS: Command[] = [
       const sshKey = str(ctx, 'ssh-key');
       if (password && sshKey) throw new CliUsageError('give --password or --ssh-key, not both');
       const timeout = int(ctx, 'timeout', { def: 600, min: 1 })!;
+      // The catalogue names the templates (a name given, and the one the VM gets).
+      const known = await catalogue(ctx);
+      const template = tRaw === undefined ? DEFAULT_TEMPLATE : resolveTemplate(tRaw, known);
+      const disk = diskGiven ?? Math.max(50, known?.find((t) => t.template_vmid === template)?.min_disk_gb ?? 50);
       const body: CreateVmRequest = {
         node,
         gpu_type: gpu,
@@ -352,23 +258,22 @@ export const VM_COMMANDS: Command[] = [
           );
         }
       }
-      let vm = await client.createVm(body);
+      let vm: Vm;
+      try {
+        vm = await client.createVm(body);
+      } catch (err) {
+        // Refused before any VM was made: the node's host does not hold the template ready.
+        if (err instanceof GpuCloudError && err.code === 'template_unavailable')
+          throw templateUnavailable(err, template, node, known, tRaw === undefined);
+        throw err;
+      }
       if (!ctx.json)
         ctx.out(
-          `Created VM ${vm.vmid} (${vm.id}) on ${vm.node}, template ${templateLabel(vm.template_vmid)}${byDefault}: ${vm.status}`,
+          `Created VM ${vm.vmid} (${vm.id}) on ${vm.node}, template ${templateLabel(vm.template_vmid, known)}${tRaw === undefined ? ', the default' : ''}: ${vm.status}`,
         );
       if (flag(ctx, 'wait')) {
-        try {
-          vm = await waitWithStatus(ctx, vm.id, 'running', timeout);
-        } catch (err) {
-          // A VM that will not run says why (the SDK gives its failure_reason); the template may be one the user
-          // never chose.
-          if (err instanceof GpuCloudError && err.code === 'invalid_state' && byDefault)
-            throw new CliFailure(
-              `Error: ${err.detail}\nNo --template was given, so it used the default, template ${templateLabel(DEFAULT_TEMPLATE)}; choose another with --template (see gpucloud vm create --help).`,
-            );
-          throw err;
-        }
+        // A VM that will not run says why: the SDK's error gives its failure_reason.
+        vm = await waitWithStatus(ctx, vm.id, 'running', timeout);
         if (!ctx.json)
           ctx.out(
             `VM ${vm.vmid} is running${vm.ip_address ? ` at ${vm.ip_address}` : ''}; connect with: gpucloud vm ssh ${vm.vmid}`,
@@ -401,7 +306,8 @@ export const VM_COMMANDS: Command[] = [
     async run(ctx) {
       const vm = await ctx.client().getVm(ctx.positionals[0]!);
       if (ctx.json) return printJson(ctx, vm);
-      ctx.out(showVm(vm));
+      const t = await templateOf(ctx, vm.template_vmid).catch(() => undefined);
+      ctx.out(showVm(vm, t ? [t] : undefined));
       printNotice(ctx, await noticeOf(ctx, vm));
     },
   },
@@ -514,80 +420,5 @@ export const VM_COMMANDS: Command[] = [
       ctx.out(`VM ${vm.vmid} is ${vm.status}${vm.failure_reason ? `: ${vm.failure_reason}` : ''}`);
     },
   },
-  {
-    path: 'vm ssh',
-    args: '<VM> [SSH_ARGS...]',
-    summary: 'Open an SSH session to a running VM (not to one on a simulated node: nothing answers there)',
-    example: ['gpucloud vm ssh 1234', 'gpucloud vm ssh 1234 --dry-run', 'gpucloud vm ssh 1234 -- nvidia-smi'],
-    options: [
-      ['--dry-run', 'Print the ssh command instead of running it (a simulated VM too)'],
-      ['-i, --identity <F>', 'The private key file to pass to ssh'],
-    ],
-    async run(ctx) {
-      const [id, ...extra] = ctx.positionals;
-      const info = await call(ctx.client().api.GET('/vms/{vm_id}/access-info', vmPath(id!)));
-      const args = ['-p', String(info.ssh.port)];
-      if (str(ctx, 'identity')) args.push('-i', str(ctx, 'identity')!);
-      args.push(`${info.ssh.username}@${info.ssh.host}`, ...extra);
-      if (flag(ctx, 'dry-run')) {
-        if (ctx.json) return printJson(ctx, info);
-        ctx.out(['ssh', ...args].map(shellQuote).join(' '));
-        printNotice(ctx, info);
-        return;
-      }
-      // Nothing answers on a simulated VM's address: ssh would only hang until it times out.
-      if (info.notice) throw new CliFailure(`Note: ${info.notice}\nNot running ssh (--dry-run prints the command).`);
-      const r = spawnSync('ssh', args, { stdio: 'inherit' });
-      if (r.error) throw new CliFailure(`cannot run ssh: ${r.error.message}`);
-      if (r.status !== 0) throw new CliFailure('', r.status ?? 1);
-    },
-  },
-  {
-    path: 'vm open',
-    args: '<VM>',
-    summary: "A one-time sign-in link to a running VM's WebUI, Jupyter or HTTP port",
-    example: [
-      'gpucloud vm open 1234',
-      'gpucloud vm open 1234 --service jupyter --browser',
-      'gpucloud vm open 1234 --service 8000',
-    ],
-    options: [
-      [
-        '--service <S>',
-        "webui, jupyter (templates 102-104) or one of the VM's HTTP ports (default: webui, else its first HTTP port)",
-      ],
-      ['--browser', 'Also open the link in the default browser'],
-    ],
-    async run(ctx) {
-      const id = ctx.positionals[0]!;
-      const asked = str(ctx, 'service');
-      const wanted = asked === undefined ? undefined : parseService(asked);
-      const client = ctx.client();
-      const vm = await client.getVm(id);
-      if (vm.status !== 'running')
-        throw new CliFailure(
-          `VM ${vm.vmid} is ${vm.status}: its web services open only while it runs${vm.status === 'stopped' || vm.status === 'interrupted' ? ` (start it with: gpucloud vm start ${vm.vmid})` : ''}`,
-        );
-      const service = wanted ?? defaultService(vm);
-      // Each link signs in once, so it is asked for now, for this one use.
-      const info = await call(client.api.GET('/vms/{vm_id}/access-info', vmPath(vm.id)));
-      const link = linkOf(vm, info, service);
-      if (ctx.json)
-        printJson(ctx, {
-          vm_id: vm.id,
-          service: typeof service === 'number' ? String(service) : service,
-          url: link.url,
-          expires_at: link.expires_at,
-        });
-      else ctx.out(link.url);
-      ctx.err(
-        `This link opens ${serviceLabel(service)} of VM ${vm.vmid} once, within 5 minutes (until ${link.expires_at}); run gpucloud vm open again for another.`,
-      );
-      printNotice(ctx, info);
-      if (flag(ctx, 'browser')) {
-        const failed = await openInBrowser(link.url);
-        if (failed) ctx.err(`Could not open a browser (${failed}); open the link above yourself.`);
-      }
-    },
-  },
+  ...VM_ACCESS_COMMANDS,
 ];

@@ -315,6 +315,21 @@ export class PgliteDb implements Db {
     return result;
   }
 
+  /**
+   * The data directory as a tar archive, consistent: taken between transactions, holding the lock every
+   * transaction and statement takes first (so none is open and none starts meanwhile), after a CHECKPOINT has
+   * written every committed change into the data files. Other queries wait only for this section.
+   */
+  async dumpBetweenTransactions(): Promise<Uint8Array> {
+    const pglite = this.pg;
+    await pglite._checkReady();
+    return pglite._runExclusiveTransaction(async () => {
+      await pglite.runExclusive(async () => this.run('CHECKPOINT', []));
+      const dump = await pglite.dumpDataDir('none');
+      return new Uint8Array(await dump.arrayBuffer());
+    });
+  }
+
   async close(): Promise<void> {
     if (!this.pg.closed) await this.pg.close();
   }

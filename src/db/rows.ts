@@ -78,6 +78,26 @@ export interface IdempotencyKeysRow {
   lease_until_ms: number | null;
 }
 
+/** A row of `image_uploads`. */
+export interface ImageUploadsRow {
+  id: string;
+  size_bytes: number;
+  received_bytes: number;
+  sha256: string | null;
+  template_vmid: number | null;
+  created_at: Date;
+  expires_at: Date;
+}
+
+/** A row of `images`. */
+export interface ImagesRow {
+  sha256: string;
+  format: 'qcow2' | 'raw';
+  size_bytes: number;
+  virtual_size_bytes: number;
+  created_at: Date;
+}
+
 /** A row of `interruptions`. */
 export interface InterruptionsRow {
   id: string;
@@ -94,6 +114,19 @@ export interface InterruptionsRow {
 export interface LaunchTokenUsesRow {
   jti: string;
   expires_at: Date;
+}
+
+/** A row of `node_templates`. */
+export interface NodeTemplatesRow {
+  node: string;
+  template_vmid: number;
+  state: 'queued' | 'downloading' | 'ready' | 'failed';
+  source: 'pulled' | 'local';
+  sha256: string | null;
+  bytes_done: number;
+  size_bytes: number;
+  reason: string | null;
+  updated_at: Date;
 }
 
 /** A row of `nodes`. */
@@ -216,6 +249,22 @@ export interface SshKeysRow {
   public_key: string;
   created_at: Date;
   seq: number;
+}
+
+/** A row of `templates`. */
+export interface TemplatesRow {
+  template_vmid: number;
+  name: string;
+  description: string;
+  os: string;
+  default_user: string;
+  webui_port: number | null;
+  jupyter_port: number | null;
+  min_disk_gb: number;
+  gpu_types: string[] | null;
+  image_sha256: string | null;
+  created_at: Date;
+  updated_at: Date;
 }
 
 /** A row of `transactions`. */
@@ -387,8 +436,11 @@ export interface Tables {
   events: EventsRow;
   gpu_pricing: GpuPricingRow;
   idempotency_keys: IdempotencyKeysRow;
+  image_uploads: ImageUploadsRow;
+  images: ImagesRow;
   interruptions: InterruptionsRow;
   launch_token_uses: LaunchTokenUsesRow;
+  node_templates: NodeTemplatesRow;
   nodes: NodesRow;
   rate_limit_hits: RateLimitHitsRow;
   recovery_codes: RecoveryCodesRow;
@@ -400,6 +452,7 @@ export interface Tables {
   sim_faults: SimFaultsRow;
   sim_traffic: SimTrafficRow;
   ssh_keys: SshKeysRow;
+  templates: TemplatesRow;
   transactions: TransactionsRow;
   usage_logs: UsageLogsRow;
   users: UsersRow;

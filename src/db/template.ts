@@ -74,20 +74,21 @@ function octal(h: Uint8Array, at: number, len: number): number {
   return parseInt(text, 8);
 }
 
+/** An entry of a ustar archive: a directory, or a regular file and its content (a view into the archive). */
+export interface TarEntry {
+  /** Its path, relative (leading slashes dropped, `.` and `..` resolved). */
+  name: string;
+  type: 'dir' | 'file';
+  data: Uint8Array;
+}
+
 /**
- * Writes the files and directories of a ustar archive (what PGlite's
- * `dumpDataDir` packs: regular files and directories, paths from the data
- * directory's root) under `dir`. Every header's checksum is checked, and a
- * path that would leave `dir`, or any other kind of entry, is refused.
+ * The entries of a ustar archive (what PGlite's `dumpDataDir` packs: regular
+ * files and directories, paths from the data directory's root), in order.
+ * Every header's checksum is checked; a path that leaves the archive's root,
+ * any other kind of entry, or an archive that ends early is refused.
  */
-export function unpackTar(tar: Uint8Array, dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const made = new Set<string>([dir]);
-  const folder = (path: string) => {
-    if (made.has(path)) return;
-    mkdirSync(path, { recursive: true, mode: 0o700 });
-    made.add(path);
-  };
+export function* tarEntries(tar: Uint8Array): Generator<TarEntry> {
   let at = 0;
   while (at + BLOCK <= tar.length) {
     const h = tar.subarray(at, at + BLOCK);
@@ -97,22 +98,43 @@ export function unpackTar(tar: Uint8Array, dir: string): void {
     if (sum !== octal(h, 148, 8)) throw new Error(`tar: bad header checksum at byte ${at}`);
     const prefix = field(h, 345, 155);
     const name = posix.normalize((prefix ? `${prefix}/` : '') + field(h, 0, 100)).replace(/^\/+/, '');
-    const target = join(dir, name);
-    if (name === '' || name === '.' || name.startsWith('..') || !target.startsWith(dir + sep)) {
+    if (name === '' || name === '.' || name === '..' || name.startsWith('../')) {
       throw new Error(`tar: entry outside the directory: ${JSON.stringify(name)}`);
     }
     const size = octal(h, 124, 12);
     const type = String.fromCharCode(h[156]!);
     at += BLOCK;
-    if (type === '5') folder(target);
+    if (type === '5') yield { name: name.replace(/\/+$/, ''), type: 'dir', data: new Uint8Array(0) };
     else if (type === '0' || type === '\0') {
       if (at + size > tar.length) throw new Error(`tar: ${name} runs past the end of the archive`);
-      folder(dirname(target));
-      writeFileSync(target, tar.subarray(at, at + size), { mode: 0o600 });
+      yield { name, type: 'file', data: tar.subarray(at, at + size) };
     } else throw new Error(`tar: unsupported entry type ${JSON.stringify(type)} for ${name}`);
     at += Math.ceil(size / BLOCK) * BLOCK;
   }
   throw new Error('tar: the archive ends without its end-of-archive blocks');
+}
+
+/**
+ * Writes the files and directories of a ustar archive (tarEntries) under
+ * `dir`; a path that would leave `dir` is refused.
+ */
+export function unpackTar(tar: Uint8Array, dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const made = new Set<string>([dir]);
+  const folder = (path: string) => {
+    if (made.has(path)) return;
+    mkdirSync(path, { recursive: true, mode: 0o700 });
+    made.add(path);
+  };
+  for (const e of tarEntries(tar)) {
+    const target = join(dir, e.name);
+    if (!target.startsWith(dir + sep)) throw new Error(`tar: entry outside the directory: ${JSON.stringify(e.name)}`);
+    if (e.type === 'dir') folder(target);
+    else {
+      folder(dirname(target));
+      writeFileSync(target, e.data, { mode: 0o600 });
+    }
+  }
 }
 
 /**

@@ -58,15 +58,18 @@ export function depthOf(value: unknown, limit = Infinity): number {
 export function registerInputGuards(app: FastifyInstance): void {
   // Synchronous: a refusal is thrown, which the hook runner turns into the error answer.
   app.addHook('preValidation', (req, reply, done) => {
+    // A streamed body (an image upload's range: the request itself, whose object graph has no end) is bytes
+    // its route reads: nothing to walk.
+    const body = typeof (req.body as { pipe?: unknown } | undefined)?.pipe === 'function' ? undefined : req.body;
     for (const [where, value] of [
       ['path', req.params],
       ['query', req.query],
-      ['body', req.body],
+      ['body', body],
     ] as const) {
       const at = findNul(value, where);
       if (at) throw validation(at, 'must not contain NUL characters or a byte-order mark (U+FEFF)');
     }
-    if (req.body !== undefined && depthOf(req.body, MAX_DEPTH) > MAX_DEPTH) {
+    if (body !== undefined && depthOf(body, MAX_DEPTH) > MAX_DEPTH) {
       throw validation('body', `nests deeper than ${MAX_DEPTH} levels`);
     }
     done();

@@ -5,9 +5,22 @@
  * agent, are in src/agent/api.ts.
  */
 
-import { AGENT_API, type AgentHostInfo, type AgentProvisionSpec, type AgentVmState } from '../agent/api.js';
+import {
+  AGENT_API,
+  type AgentDesiredTemplate,
+  type AgentHostInfo,
+  type AgentProvisionSpec,
+  type AgentTemplateState,
+  type AgentVmState,
+} from '../agent/api.js';
 
-export type { AgentHostGpu, AgentHostInfo, AgentProvisionSpec, AgentVmState } from '../agent/api.js';
+export type {
+  AgentHostGpu,
+  AgentHostInfo,
+  AgentProvisionSpec,
+  AgentTemplateState,
+  AgentVmState,
+} from '../agent/api.js';
 
 export class AgentCallError extends Error {
   constructor(
@@ -70,6 +83,11 @@ export class AgentClient {
 
   host(timeoutMs?: number): Promise<AgentHostInfo> {
     return this.call('GET', '/host', undefined, timeoutMs);
+  }
+
+  /** Tells the agent which templates its host must hold; answers what it holds. */
+  templates(templates: AgentDesiredTemplate[], timeoutMs?: number): Promise<AgentTemplateState[]> {
+    return this.call('PUT', '/templates', { templates }, timeoutMs);
   }
 
   provision(id: string, spec: AgentProvisionSpec): Promise<AgentVmState> {

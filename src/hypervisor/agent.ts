@@ -76,7 +76,10 @@ export class AgentDriver implements HypervisorDriver {
         if (Date.now() > deadline) {
           // Leave nothing half-started behind: the VM goes back to stopped.
           await agent.stop(vm.id, 0).catch(() => undefined);
-          throw new DriverError('start', `the guest did not answer on SSH within ${this.opts.bootTimeoutS} s`);
+          throw new DriverError(
+            'start',
+            `the guest was not ready for logins (cloud-init finished and SSH answering) within ${this.opts.bootTimeoutS} s`,
+          );
         }
         await sleep(this.opts.pollMs ?? 250);
         try {

@@ -9,7 +9,13 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import { realTimeMs } from '../clock.js';
-import { AgentClient, type AgentHostInfo } from '../hypervisor/agent-client.js';
+import {
+  AgentCallError,
+  AgentClient,
+  type AgentHostInfo,
+  type AgentTemplateState,
+} from '../hypervisor/agent-client.js';
+import type { TemplateService } from '../modules/templates/service.js';
 import type { AgentInfo } from '../modules/inventory/repository.js';
 import type { InventoryService } from '../modules/inventory/service.js';
 import type { VmService } from '../modules/vms/service.js';
@@ -36,6 +42,7 @@ export class AgentMonitor {
   constructor(
     private readonly inventory: InventoryService,
     private readonly vms: VmService,
+    private readonly templates: TemplateService,
     private readonly heartbeatS: number,
     private readonly log?: FastifyBaseLogger,
     private readonly metrics: JobMetrics = new JobMetrics(),
@@ -52,11 +59,17 @@ export class AgentMonitor {
     return due.length;
   }
 
+  /** A heartbeat to one node now (its agent was just registered). */
+  async checkNode(node: string): Promise<void> {
+    await this.check(node, await this.inventory.agentEndpoint(node));
+  }
+
   private async check(node: string, endpoint: ReturnType<InventoryService['endpointOf']>): Promise<void> {
     if (!endpoint) return;
     let host: AgentHostInfo;
+    const client = new AgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000));
     try {
-      host = await new AgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000)).host();
+      host = await client.host();
     } catch (err) {
       this.metrics.agentMisses.inc({ node });
       const { misses, tookOffline } = await this.inventory.agentMissed(node);
@@ -67,8 +80,27 @@ export class AgentMonitor {
       return;
     }
     await this.inventory.agentAnswered(node, agentInfoOf(host));
+    await this.syncTemplates(node, client, host);
     const stopped = await this.vms.agentReport(node, Array.isArray(host.vms) ? host.vms : []);
     if (stopped.length) this.log?.info({ node, vms: stopped }, 'VMs stopped on their host');
+  }
+
+  /**
+   * Tells the host which templates it must hold and records what it holds (docs/templates.md). An agent
+   * older than the image store has no such call: what it reported in its host answer is recorded.
+   */
+  private async syncTemplates(node: string, client: AgentClient, host: AgentHostInfo): Promise<void> {
+    let states: AgentTemplateState[] = Array.isArray(host.templates) ? host.templates : [];
+    try {
+      const row = await this.inventory.catalogueNode(node);
+      if (!row) return;
+      states = await client.templates(await this.templates.desiredFor(row));
+    } catch (err) {
+      if (!(err instanceof AgentCallError && err.status === 404))
+        this.log?.warn({ node, err: err instanceof Error ? err.message : String(err) }, 'templates not synced');
+      if (!(err instanceof AgentCallError)) return;
+    }
+    await this.templates.recordStates(node, states);
   }
 
   start(): void {

@@ -121,7 +121,7 @@ export class Reconciler {
       if (!vm.provisioned && (action === 'provision' || action === 'start')) {
         // A VM preempted before it was ever built is built when it starts again; one already
         // built (its node went offline as the build finished) is not built twice.
-        built = await this.driver.provision(this.vms.specOf(vm));
+        built = await this.driver.provision(await this.vms.specOf(vm));
         ipAddress = built.ipAddress;
       }
       if (action === 'start') {

@@ -75,6 +75,12 @@ export interface GpuCloudClientOptions {
 }
 
 export type ApiEvent = JsonOf<paths['/events']['get']['responses'][200]>[number];
+/** A template of the catalogue (GET /templates). */
+export type Template = JsonOf<paths['/templates/{template_vmid}']['get']['responses'][200]>;
+/** A disk image in the image store (GET /admin/images). */
+export type Image = JsonOf<paths['/admin/images/uploads/{upload_id}/complete']['post']['responses'][201]>;
+/** An image upload in progress: `received_bytes` is where its next range starts. */
+export type ImageUpload = JsonOf<paths['/admin/images/uploads/{upload_id}']['get']['responses'][200]>;
 export type Webhook = JsonOf<paths['/webhooks/{webhook_id}']['get']['responses'][200]>;
 export type WebhookDelivery = JsonOf<paths['/webhooks/{webhook_id}/deliveries']['get']['responses'][200]>[number];
 
@@ -314,6 +320,37 @@ export class GpuCloudClient {
   }
 
   /**
+   * PUT /admin/images/uploads/{upload_id}?offset=N: one range of an image upload, its bytes streamed from
+   * `body` (application/octet-stream) as they are sent, never held whole. `body` makes the stream, and is called
+   * again when the request is replayed (after a refreshed access token, or a 429). A network error or a 5xx is
+   * not retried here: a range that did not arrive whole is dropped, so ask the upload for its `received_bytes`
+   * (GET /admin/images/uploads/{upload_id}) and send from there.
+   */
+  async putImageUploadRange(
+    uploadId: string,
+    offset: number,
+    body: () => ReadableStream<Uint8Array>,
+    opts: { signal?: AbortSignal } = {},
+  ): Promise<ImageUpload> {
+    const url = `${this.baseUrl}/admin/images/uploads/${encodeURIComponent(uploadId)}?offset=${offset}`;
+    const req = new Request(url, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/octet-stream', accept: 'application/json' },
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    const res = await this.send(req, body);
+    const text = await res.text();
+    let data: unknown = text;
+    try {
+      data = JSON.parse(text);
+    } catch {
+      // a proxy's page: GpuCloudError.from quotes it
+    }
+    if (!res.ok) throw GpuCloudError.from(res, data);
+    return data as ImageUpload;
+  }
+
+  /**
    * Waits until the VM's status is `status` (or one of them), calling
    * `opts.onStatus` at each change. It follows the VM's events on GET
    * /events/stream, so it learns of a change as it happens and reads the VM
@@ -456,11 +493,12 @@ export class GpuCloudClient {
     return p.length > 1 ? p.replace(/\/+$/, '') : p;
   }
 
-  private async send(input: Request): Promise<Response> {
+  /** `stream`: the body is streamed from what it makes (made again for a replay) instead of read whole first. */
+  private async send(input: Request, stream?: () => ReadableStream<Uint8Array>): Promise<Response> {
     const method = input.method.toUpperCase();
     const path = this.pathOf(input.url);
     const headers = new Headers(input.headers);
-    const body = input.body === null ? undefined : await input.arrayBuffer();
+    const body = stream || input.body === null ? undefined : await input.arrayBuffer();
     const idempotentRoute = method === 'POST' && IDEMPOTENT_POST.some((re) => re.test(path));
     if (idempotentRoute && !headers.has('idempotency-key')) headers.set('idempotency-key', this.newKey());
     const safe = SAFE_METHODS.has(method) || (idempotentRoute && headers.has('idempotency-key'));
@@ -474,9 +512,17 @@ export class GpuCloudClient {
       else if (manageAuth) headers.delete('authorization');
       let res: Response;
       try {
-        res = await this.fetchImpl(
-          new Request(input.url, { method, headers, body, signal: input.signal, redirect: input.redirect }),
-        );
+        const init: RequestInit & { duplex?: 'half' } = {
+          method,
+          headers,
+          signal: input.signal,
+          redirect: input.redirect,
+        };
+        if (stream) {
+          init.body = stream();
+          init.duplex = 'half'; // a streamed request body (fetch asks for it to be said)
+        } else if (body !== undefined) init.body = body;
+        res = await this.fetchImpl(new Request(input.url, init));
       } catch (err) {
         // A network error: the request may or may not have been acted on.
         if (input.signal.aborted || !safe || retries >= this.maxRetries) throw err;

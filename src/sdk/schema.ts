@@ -653,6 +653,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/backup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Back up the embedded database
+         * @description A consistent copy of the embedded database, taken while the service runs: its files are copied between two transactions (requests wait only for the copy itself, a fraction of a second on a small database), so every change committed before the request is in it. The answer is a gzipped tar archive (offered as `gpucloud-backup-<UTC time>.tar.gz`) holding a manifest (`gpucloud-backup.json`: the release, the PGlite version, the time, the migrations applied), the generated signing secret of the data directory (not when GPUCLOUD_JWT_SECRET is set: the manifest says so), and the database files under `pg/`. It holds every account and secret of the service: keep it as safe as the data directory. `gpucloud backup FILE` saves one, `gpucloud restore FILE` brings it back into a stopped service. On PostgreSQL (DATABASE_URL) 400 `invalid_state`: back that up with pg_dump or base backups. Admin role.
+         */
+        get: operations["backupDatabase"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/search": {
         parameters: {
             query?: never;
@@ -785,6 +805,218 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List templates
+         * @description No authentication. Every template a VM can be created from, by template_vmid, with its access (SSH, the WebUI and Jupyter ports the access portal reaches), minimum disk, and the active nodes where it is ready now.
+         */
+        get: operations["listTemplates"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/templates/{template_vmid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a template
+         * @description No authentication. One template, as GET /templates lists it; 404 for an unknown id.
+         */
+        get: operations["getTemplate"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Add a template
+         * @description template_vmid 100 to 999999; a taken id or name is 400 conflict. Hosts download its image once it has one (PUT an upload with template_vmid, or image_sha256 of an image in the store).
+         */
+        post: operations["createTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/templates/{template_vmid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a template
+         * @description Refused (400 conflict, with the reason) while a VM that is not destroyed was built from it. Hosts remove its image once no VM on them stands on it.
+         */
+        delete: operations["deleteTemplate"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a template
+         * @description Any of its fields. A new image_sha256 reaches the hosts at their next heartbeat; VMs built from the old image keep it.
+         */
+        patch: operations["updateTemplate"];
+        trace?: never;
+    };
+    "/admin/nodes/{node}/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The templates on a node's host
+         * @description Each template the node should hold, then any other its agent holds (added on the host): missing, queued, downloading (progress in percent), ready, or failed with the reason. A node without an agent holds every template of its GPU type.
+         */
+        get: operations["listNodeTemplates"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/images/uploads": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start an image upload
+         * @description Then PUT its bytes in ranges of at most 64 MiB (/admin/images/uploads/{upload_id}?offset=N) and complete it. With sha256, completing refuses other bytes; with template_vmid, the image becomes that template's. An upload not completed within a day is forgotten.
+         */
+        post: operations["createImageUpload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/images/uploads/{upload_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An upload in progress (where to resume it)
+         * @description received_bytes is where the next range starts; 404 once completed, cancelled or expired.
+         */
+        get: operations["getImageUpload"];
+        /**
+         * Send a range of an upload
+         * @description Content-Type application/octet-stream, at most 64 MiB, starting at the upload's received_bytes (`offset`; another offset is 400 conflict and names the right one). A range that does not arrive whole is dropped: send it again from the same offset.
+         */
+        put: operations["putImageUploadRange"];
+        post?: never;
+        /**
+         * Cancel an upload
+         * @description Its bytes are removed.
+         */
+        delete: operations["cancelImageUpload"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/images/uploads/{upload_id}/complete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete an upload: check it and store the image
+         * @description Checks the whole file: its SHA-256 (against the upload's, when given), then qcow2 or raw as qemu-img reads it, no backing file, no external data file, a consistent qcow2, a disk within GPUCLOUD_IMAGE_MAX_GB. A refused upload is discarded (422, with the reason). The image is named by its SHA-256; the same image twice is stored once.
+         */
+        post: operations["completeImageUpload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List images
+         * @description Newest first; X-Total-Count holds the total.
+         */
+        get: operations["listImages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/images/{sha256}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete an image
+         * @description Refused (400 conflict) while it is a template's image.
+         */
+        delete: operations["deleteImage"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/billing/balance": {
         parameters: {
             query?: never;
@@ -860,7 +1092,7 @@ export interface paths {
         put?: never;
         /**
          * Create a VM
-         * @description Checks, in this order: validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts `creating` (201); provisioning runs in the background. Honours Idempotency-Key.
+         * @description Checks, in this order: validation (422, including an unknown template_vmid or a storage_gb under the template's min_disk_gb); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); the node's host holds the template ready (400 template_unavailable, GET /search?template_vmid=N lists the nodes that do); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts `creating` (201); provisioning runs in the background. Honours Idempotency-Key.
          */
         post: operations["createVm"];
         delete?: never;
@@ -1166,7 +1398,7 @@ export interface components {
              * @example not_found
              * @enum {string}
              */
-            code: "insufficient_balance" | "gpu_unavailable" | "invalid_state" | "not_found" | "rate_limited" | "validation_error" | "malformed_json" | "payload_too_large" | "unsupported_media_type" | "invalid_code" | "unauthorized" | "forbidden" | "limit_exceeded" | "conflict" | "idempotency_mismatch" | "internal";
+            code: "insufficient_balance" | "gpu_unavailable" | "invalid_state" | "not_found" | "rate_limited" | "validation_error" | "malformed_json" | "payload_too_large" | "unsupported_media_type" | "invalid_code" | "unauthorized" | "forbidden" | "limit_exceeded" | "conflict" | "template_unavailable" | "idempotency_mismatch" | "internal";
             /** @description Present on 422 validation errors: one entry per offending field */
             errors?: {
                 field: string;
@@ -3087,6 +3319,32 @@ export interface operations {
             431: components["responses"]["HeadersTooLarge"];
         };
     };
+    backupDatabase: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The backup: a gzipped tar archive */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/gzip": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
     searchOffers: {
         parameters: {
             query?: {
@@ -3100,6 +3358,8 @@ export interface operations {
                 rental_type?: "on_demand" | "reserved" | "interruptible";
                 /** @description Only nodes at this location */
                 location?: string;
+                /** @description Only nodes whose host holds this template ready (GET /templates) */
+                template_vmid?: number;
                 /** @description Page size, 1..100 (default 50) */
                 limit?: number;
                 /** @description Items to skip (default 0) */
@@ -3734,6 +3994,788 @@ export interface operations {
             431: components["responses"]["HeadersTooLarge"];
         };
     };
+    listTemplates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The id a VM is created with (`template_vmid`) */
+                        template_vmid: number;
+                        /** @description Short name, e.g. ubuntu-24.04 (the CLI takes it for --template) */
+                        name: string;
+                        description: string;
+                        /** @description The operating system, e.g. Ubuntu 24.04 */
+                        os: string;
+                        /** @description The SSH login user; it has passwordless sudo */
+                        default_user: string;
+                        /** @description How a VM of this template is reached: SSH, and through the access portal its web services */
+                        access: {
+                            ssh: boolean;
+                            /** @description The guest port of the template's WebUI, or null */
+                            webui_port: number | null;
+                            /** @description The guest port of Jupyter, or null */
+                            jupyter_port: number | null;
+                        };
+                        /** @description The smallest storage_gb a VM of this template may have */
+                        min_disk_gb: number;
+                        /** @description The GPU types whose nodes hold it; null for every type's */
+                        gpu_types: string[] | null;
+                        /** @description The disk image the hosts download; null when hosts were given it by hand */
+                        image: {
+                            sha256: string;
+                            format: string;
+                            size_bytes: number;
+                        } | null;
+                        /** @description Where the template is ready */
+                        ready_on: {
+                            /** @description Active nodes where a VM of it can be created now */
+                            nodes: string[];
+                            gpu_types: string[];
+                        };
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    }[];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template id */
+                template_vmid: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A template: what a VM is built from */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "template_vmid": 102,
+                     *       "name": "stable-diffusion",
+                     *       "description": "Stable-diffusion image-generation image, pre-configured",
+                     *       "os": "Ubuntu 22.04",
+                     *       "default_user": "ubuntu",
+                     *       "access": {
+                     *         "ssh": true,
+                     *         "webui_port": 7860,
+                     *         "jupyter_port": 8888
+                     *       },
+                     *       "min_disk_gb": 50,
+                     *       "gpu_types": null,
+                     *       "image": null,
+                     *       "ready_on": {
+                     *         "nodes": [
+                     *           "vm01",
+                     *           "vm02"
+                     *         ],
+                     *         "gpu_types": [
+                     *           "4090",
+                     *           "5090"
+                     *         ]
+                     *       },
+                     *       "created_at": "2026-01-01T00:00:00.000Z",
+                     *       "updated_at": "2026-01-01T00:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description The id a VM is created with (`template_vmid`) */
+                        template_vmid: number;
+                        /** @description Short name, e.g. ubuntu-24.04 (the CLI takes it for --template) */
+                        name: string;
+                        description: string;
+                        /** @description The operating system, e.g. Ubuntu 24.04 */
+                        os: string;
+                        /** @description The SSH login user; it has passwordless sudo */
+                        default_user: string;
+                        /** @description How a VM of this template is reached: SSH, and through the access portal its web services */
+                        access: {
+                            ssh: boolean;
+                            /** @description The guest port of the template's WebUI, or null */
+                            webui_port: number | null;
+                            /** @description The guest port of Jupyter, or null */
+                            jupyter_port: number | null;
+                        };
+                        /** @description The smallest storage_gb a VM of this template may have */
+                        min_disk_gb: number;
+                        /** @description The GPU types whose nodes hold it; null for every type's */
+                        gpu_types: string[] | null;
+                        /** @description The disk image the hosts download; null when hosts were given it by hand */
+                        image: {
+                            sha256: string;
+                            format: string;
+                            size_bytes: number;
+                        } | null;
+                        /** @description Where the template is ready */
+                        ready_on: {
+                            /** @description Active nodes where a VM of it can be created now */
+                            nodes: string[];
+                            gpu_types: string[];
+                        };
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "template_vmid": 105,
+                 *       "name": "cuda-12.4",
+                 *       "description": "Ubuntu 24.04 with CUDA 12.4 and PyTorch",
+                 *       "os": "Ubuntu 24.04",
+                 *       "default_user": "ubuntu"
+                 *     }
+                 */
+                "application/json": {
+                    template_vmid: number;
+                    /** @description Short name: lowercase letters, digits, ".", "_" and "-", at most 48 */
+                    name: string;
+                    /** @description What the template is */
+                    description: string;
+                    /** @description The operating system */
+                    os: string;
+                    /** @description The login user the image has (or cloud-init creates), e.g. ubuntu or root */
+                    default_user: string;
+                    /** @description The guest port of the template's WebUI */
+                    webui_port?: number | null;
+                    /** @description The guest port of Jupyter */
+                    jupyter_port?: number | null;
+                    /** @description Smallest disk of its VMs (default 50) */
+                    min_disk_gb?: number;
+                    /** @description Only these GPU types' nodes hold it (null: every type's) */
+                    gpu_types?: ("5090" | "4090" | "pro6000")[] | null;
+                    /** @description The image (in the image store) hosts download for it */
+                    image_sha256?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A template: what a VM is built from */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "template_vmid": 102,
+                     *       "name": "stable-diffusion",
+                     *       "description": "Stable-diffusion image-generation image, pre-configured",
+                     *       "os": "Ubuntu 22.04",
+                     *       "default_user": "ubuntu",
+                     *       "access": {
+                     *         "ssh": true,
+                     *         "webui_port": 7860,
+                     *         "jupyter_port": 8888
+                     *       },
+                     *       "min_disk_gb": 50,
+                     *       "gpu_types": null,
+                     *       "image": null,
+                     *       "ready_on": {
+                     *         "nodes": [
+                     *           "vm01",
+                     *           "vm02"
+                     *         ],
+                     *         "gpu_types": [
+                     *           "4090",
+                     *           "5090"
+                     *         ]
+                     *       },
+                     *       "created_at": "2026-01-01T00:00:00.000Z",
+                     *       "updated_at": "2026-01-01T00:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description The id a VM is created with (`template_vmid`) */
+                        template_vmid: number;
+                        /** @description Short name, e.g. ubuntu-24.04 (the CLI takes it for --template) */
+                        name: string;
+                        description: string;
+                        /** @description The operating system, e.g. Ubuntu 24.04 */
+                        os: string;
+                        /** @description The SSH login user; it has passwordless sudo */
+                        default_user: string;
+                        /** @description How a VM of this template is reached: SSH, and through the access portal its web services */
+                        access: {
+                            ssh: boolean;
+                            /** @description The guest port of the template's WebUI, or null */
+                            webui_port: number | null;
+                            /** @description The guest port of Jupyter, or null */
+                            jupyter_port: number | null;
+                        };
+                        /** @description The smallest storage_gb a VM of this template may have */
+                        min_disk_gb: number;
+                        /** @description The GPU types whose nodes hold it; null for every type's */
+                        gpu_types: string[] | null;
+                        /** @description The disk image the hosts download; null when hosts were given it by hand */
+                        image: {
+                            sha256: string;
+                            format: string;
+                            size_bytes: number;
+                        } | null;
+                        /** @description Where the template is ready */
+                        ready_on: {
+                            /** @description Active nodes where a VM of it can be created now */
+                            nodes: string[];
+                            gpu_types: string[];
+                        };
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    deleteTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template id */
+                template_vmid: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    updateTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template id */
+                template_vmid: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Short name: lowercase letters, digits, ".", "_" and "-", at most 48 */
+                    name?: string;
+                    /** @description What the template is */
+                    description?: string;
+                    /** @description The operating system */
+                    os?: string;
+                    /** @description The login user the image has (or cloud-init creates), e.g. ubuntu or root */
+                    default_user?: string;
+                    /** @description The guest port of the template's WebUI */
+                    webui_port?: number | null;
+                    /** @description The guest port of Jupyter */
+                    jupyter_port?: number | null;
+                    /** @description Smallest disk of its VMs (default 50) */
+                    min_disk_gb?: number;
+                    /** @description Only these GPU types' nodes hold it (null: every type's) */
+                    gpu_types?: ("5090" | "4090" | "pro6000")[] | null;
+                    /** @description The image (in the image store) hosts download for it */
+                    image_sha256?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description A template: what a VM is built from */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "template_vmid": 102,
+                     *       "name": "stable-diffusion",
+                     *       "description": "Stable-diffusion image-generation image, pre-configured",
+                     *       "os": "Ubuntu 22.04",
+                     *       "default_user": "ubuntu",
+                     *       "access": {
+                     *         "ssh": true,
+                     *         "webui_port": 7860,
+                     *         "jupyter_port": 8888
+                     *       },
+                     *       "min_disk_gb": 50,
+                     *       "gpu_types": null,
+                     *       "image": null,
+                     *       "ready_on": {
+                     *         "nodes": [
+                     *           "vm01",
+                     *           "vm02"
+                     *         ],
+                     *         "gpu_types": [
+                     *           "4090",
+                     *           "5090"
+                     *         ]
+                     *       },
+                     *       "created_at": "2026-01-01T00:00:00.000Z",
+                     *       "updated_at": "2026-01-01T00:00:00.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description The id a VM is created with (`template_vmid`) */
+                        template_vmid: number;
+                        /** @description Short name, e.g. ubuntu-24.04 (the CLI takes it for --template) */
+                        name: string;
+                        description: string;
+                        /** @description The operating system, e.g. Ubuntu 24.04 */
+                        os: string;
+                        /** @description The SSH login user; it has passwordless sudo */
+                        default_user: string;
+                        /** @description How a VM of this template is reached: SSH, and through the access portal its web services */
+                        access: {
+                            ssh: boolean;
+                            /** @description The guest port of the template's WebUI, or null */
+                            webui_port: number | null;
+                            /** @description The guest port of Jupyter, or null */
+                            jupyter_port: number | null;
+                        };
+                        /** @description The smallest storage_gb a VM of this template may have */
+                        min_disk_gb: number;
+                        /** @description The GPU types whose nodes hold it; null for every type's */
+                        gpu_types: string[] | null;
+                        /** @description The disk image the hosts download; null when hosts were given it by hand */
+                        image: {
+                            sha256: string;
+                            format: string;
+                            size_bytes: number;
+                        } | null;
+                        /** @description Where the template is ready */
+                        ready_on: {
+                            /** @description Active nodes where a VM of it can be created now */
+                            nodes: string[];
+                            gpu_types: string[];
+                        };
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        updated_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listNodeTemplates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's name */
+                node: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        template_vmid: number;
+                        name: string | null;
+                        /**
+                         * @description The state on the host
+                         * @enum {string}
+                         */
+                        state: "missing" | "queued" | "downloading" | "ready" | "failed";
+                        /**
+                         * @description Downloaded from the image store (pulled), added on the host (local), or null when missing
+                         * @enum {string|null}
+                         */
+                        source: "pulled" | "local" | null;
+                        sha256: string | null;
+                        bytes_done: number;
+                        size_bytes: number;
+                        /** @description Percent downloaded */
+                        progress: number | null;
+                        /** @description Why it failed */
+                        reason: string | null;
+                        /** Format: date-time */
+                        updated_at: string | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    createImageUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    size_bytes: number;
+                    /** @description SHA-256, lowercase hex */
+                    sha256?: string;
+                    template_vmid?: number;
+                };
+            };
+        };
+        responses: {
+            /** @description An image upload in progress */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        size_bytes: number;
+                        /** @description Where the next range starts */
+                        received_bytes: number;
+                        /** @description The checksum the upload must have, when given */
+                        sha256: string | null;
+                        /** @description The template it becomes the image of, when given */
+                        template_vmid: number | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description An upload not completed by then is forgotten
+                         */
+                        expires_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getImageUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Upload id (uuid) */
+                upload_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An image upload in progress */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        size_bytes: number;
+                        /** @description Where the next range starts */
+                        received_bytes: number;
+                        /** @description The checksum the upload must have, when given */
+                        sha256: string | null;
+                        /** @description The template it becomes the image of, when given */
+                        template_vmid: number | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description An upload not completed by then is forgotten
+                         */
+                        expires_at: string;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    putImageUploadRange: {
+        parameters: {
+            query: {
+                /** @description Where this range starts: the upload's received_bytes */
+                offset: number;
+            };
+            header?: never;
+            path: {
+                /** @description Upload id (uuid) */
+                upload_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An image upload in progress */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        size_bytes: number;
+                        /** @description Where the next range starts */
+                        received_bytes: number;
+                        /** @description The checksum the upload must have, when given */
+                        sha256: string | null;
+                        /** @description The template it becomes the image of, when given */
+                        template_vmid: number | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /**
+                         * Format: date-time
+                         * @description An upload not completed by then is forgotten
+                         */
+                        expires_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    cancelImageUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Upload id (uuid) */
+                upload_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["MalformedRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    completeImageUpload: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Upload id (uuid) */
+                upload_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A disk image in the image store, named by its SHA-256 */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sha256: string;
+                        /** @description qcow2 or raw */
+                        format: string;
+                        size_bytes: number;
+                        /** @description The size of the disk it holds */
+                        virtual_size_bytes: number;
+                        /** @description The templates whose image it is */
+                        templates: number[];
+                        /** Format: date-time */
+                        created_at: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listImages: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        sha256: string;
+                        /** @description qcow2 or raw */
+                        format: string;
+                        size_bytes: number;
+                        /** @description The size of the disk it holds */
+                        virtual_size_bytes: number;
+                        /** @description The templates whose image it is */
+                        templates: number[];
+                        /** Format: date-time */
+                        created_at: string;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    deleteImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The image's SHA-256 */
+                sha256: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
     getBalance: {
         parameters: {
             query?: never;
@@ -3998,7 +5040,7 @@ export interface operations {
                     gpu_count: 1 | 2 | 4 | 8;
                     /** @description Disk size in GB, at least 50 (at most the node's max_storage_gb) */
                     storage_gb: number;
-                    /** @description 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop */
+                    /** @description A template of GET /templates: by default 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop. An unknown one is 422; one the node does not hold ready is 400 template_unavailable */
                     template_vmid: number;
                     /**
                      * @description Rental type

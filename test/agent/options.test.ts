@@ -25,6 +25,7 @@ describe('gpucloud agent options', () => {
       tls: null,
       network: 'user',
       vmSubnet: '10.88.0.0/16',
+      downloadLimitMbps: null,
     });
   });
 
@@ -53,6 +54,13 @@ describe('gpucloud agent options', () => {
     );
     // Listening on every address: the public host defaults to loopback, not 0.0.0.0.
     assert.equal(parseAgentOptions(['--listen', '0.0.0.0:7070', '--token', TOKEN], {}).publicHost, '127.0.0.1');
+  });
+
+  test('the download limit: megabytes a second from its variable or flag, unlimited by default', () => {
+    const env = { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_DOWNLOAD_LIMIT_MBPS: '50' };
+    assert.equal(parseAgentOptions([], env).downloadLimitMbps, 50);
+    assert.equal(parseAgentOptions(['--download-limit', '2.5'], env).downloadLimitMbps, 2.5);
+    assert.equal(parseAgentOptions([], { GPUCLOUD_AGENT_TOKEN: TOKEN }).downloadLimitMbps, null);
   });
 
   const refusals: [string, string[], Record<string, string>, RegExp][] = [
@@ -146,6 +154,18 @@ describe('gpucloud agent options', () => {
       { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_VM_SUBNET: '10.0.0.0/8' },
       /GPUCLOUD_AGENT_VM_SUBNET: .*\/16 to \/28/,
     ],
+    [
+      'a download limit that is not a number',
+      ['--download-limit', '10MB'],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN },
+      /--download-limit: must be megabytes a second/,
+    ],
+    [
+      'a download limit of 0',
+      [],
+      { GPUCLOUD_AGENT_TOKEN: TOKEN, GPUCLOUD_AGENT_DOWNLOAD_LIMIT_MBPS: '0' },
+      /GPUCLOUD_AGENT_DOWNLOAD_LIMIT_MBPS: must be megabytes a second/,
+    ],
     ['a stray argument', ['serve'], { GPUCLOUD_AGENT_TOKEN: TOKEN }, /unexpected argument "serve"/],
   ];
   for (const [name, args, env, message] of refusals) {
@@ -179,6 +199,7 @@ describe('gpucloud agent options', () => {
       '--network',
       '--vm-subnet',
       '--tls-cert',
+      '--download-limit',
       'template add',
     ])
       assert.ok(help.stdout.includes(o), o);

@@ -1,17 +1,22 @@
 /**
- * The NoCloud seed: the exact cloud-config for key and password VMs, every
- * rejected input, SHA-512 crypt checked against openssl (and mkpasswd when
- * installed), and the ISO genisoimage builds.
+ * The NoCloud seed: the exact cloud-config for key and password VMs (root and
+ * other users), every rejected input, SHA-512 crypt checked against openssl
+ * (and mkpasswd when installed), the ISO genisoimage builds, and what the
+ * agent writes checked by Debian's cloud-init itself: `cloud-init schema`
+ * validates the user-data, its network-config parser reads the bridge
+ * network-config (skipped without cloud-init, unless GPUCLOUD_REQUIRE_QEMU=1).
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  bootMarker,
   hashPassword,
   metaData,
+  networkConfig,
   normalizeSshKey,
   sha512Crypt,
   userData,
@@ -36,13 +41,21 @@ const keyVm: SeedSpec = {
 };
 const pwVm: SeedSpec = { ...keyVm, authMethod: 'password', sshPublicKeys: [], passwordHash: HASH };
 
+const FINAL = `final_message: "[gpucloud-ready ${keyVm.instanceId}] cloud-init finished after $uptime s"`;
+const USER_LINES = [
+  '    shell: /bin/bash',
+  '    sudo: "ALL=(ALL) NOPASSWD:ALL"',
+  '    groups: [adm, audio, cdrom, dialout, dip, floppy, plugdev, sudo, video]',
+];
+
 describe('userData / metaData', () => {
-  test('key VM: exact cloud-config, comments and duplicates dropped', () => {
+  test('key VM as root: exact cloud-config, comments and duplicates dropped, no sudo, shell or groups', () => {
     assert.equal(
       userData(keyVm),
       [
         '#cloud-config',
         'hostname: gpucloud-123',
+        'manage_etc_hosts: localhost',
         'disable_root: false',
         'ssh_pwauth: false',
         'users:',
@@ -51,6 +64,28 @@ describe('userData / metaData', () => {
         '    ssh_authorized_keys:',
         `      - "${ED}"`,
         `      - "${EC}"`,
+        FINAL,
+        '',
+      ].join('\n'),
+    );
+  });
+
+  test('key VM with another user: bash, passwordless sudo and the default user groups', () => {
+    assert.equal(
+      userData({ ...keyVm, user: 'debian', sshPublicKeys: [ED] }),
+      [
+        '#cloud-config',
+        'hostname: gpucloud-123',
+        'manage_etc_hosts: localhost',
+        'disable_root: false',
+        'ssh_pwauth: false',
+        'users:',
+        '  - name: debian',
+        '    lock_passwd: true',
+        ...USER_LINES,
+        '    ssh_authorized_keys:',
+        `      - "${ED}"`,
+        FINAL,
         '',
       ].join('\n'),
     );
@@ -62,15 +97,47 @@ describe('userData / metaData', () => {
       [
         '#cloud-config',
         'hostname: gpucloud-123',
+        'manage_etc_hosts: localhost',
         'disable_root: false',
         'ssh_pwauth: true',
         'users:',
         '  - name: ubuntu',
         '    lock_passwd: false',
+        ...USER_LINES,
         `    hashed_passwd: "${HASH}"`,
+        FINAL,
         '',
       ].join('\n'),
     );
+  });
+
+  test("password VM as root: sshd's drop-in lets root log in with the password", () => {
+    assert.equal(
+      userData(pwVm),
+      [
+        '#cloud-config',
+        'hostname: gpucloud-123',
+        'manage_etc_hosts: localhost',
+        'disable_root: false',
+        'ssh_pwauth: true',
+        'users:',
+        '  - name: root',
+        '    lock_passwd: false',
+        `    hashed_passwd: "${HASH}"`,
+        'write_files:',
+        '  - path: /etc/ssh/sshd_config.d/01-gpucloud-root-login.conf',
+        '    content: "PermitRootLogin yes\\n"',
+        '    owner: "root:root"',
+        '    permissions: "0644"',
+        FINAL,
+        '',
+      ].join('\n'),
+    );
+  });
+
+  test('the final message starts with the boot marker of the instance', () => {
+    assert.equal(bootMarker(keyVm.instanceId), `[gpucloud-ready ${keyVm.instanceId}]`);
+    assert.ok(FINAL.includes(bootMarker(keyVm.instanceId)));
   });
 
   test('meta-data', () => {
@@ -249,5 +316,86 @@ describe('writeSeed', { skip: genisoimage.skip }, () => {
       writeSeed(dir, keyVm, { binary: 'no-such-genisoimage' }),
       /not found \(Debian package genisoimage\)/,
     );
+  });
+});
+
+// Debian's cloud-init validates what the agent writes, offline. Without it the tests skip, unless
+// GPUCLOUD_REQUIRE_QEMU=1 (CI installs it): then they fail.
+const cloudInitMissing = qemuAvailable('cloud-init') ? false : 'cloud-init not found: apt-get install cloud-init';
+const requireTools = process.env.GPUCLOUD_REQUIRE_QEMU === '1';
+
+describe("cloud-init's own checks of the seed", { skip: requireTools ? false : cloudInitMissing }, () => {
+  let dir: string;
+  let python: string;
+  before(() => {
+    if (cloudInitMissing) throw new Error(`GPUCLOUD_REQUIRE_QEMU=1 but ${cloudInitMissing}`);
+    dir = mkdtempSync(join(tmpdir(), 'gc-schema-'));
+    // cloud-init's Python, for its network-config parser.
+    const which = spawnSync('sh', ['-c', 'command -v cloud-init'], { encoding: 'utf8' }).stdout.trim();
+    python = /^#!\s*(\S+)/.exec(readFileSync(which, 'utf8'))?.[1] ?? 'python3';
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** `cloud-init schema -c FILE` (plus args): status and output. */
+  const schema = (text: string, args: string[] = []) => {
+    const file = join(dir, `f-${Math.random().toString(36).slice(2)}`);
+    writeFileSync(file, text);
+    const r = spawnSync('cloud-init', ['schema', ...args, '-c', file], { encoding: 'utf8' });
+    return { status: r.status, out: `${r.stdout}${r.stderr}` };
+  };
+  const valid = (what: string, text: string) => {
+    const r = schema(text);
+    assert.equal(r.status, 0, `${what}: ${r.out}`);
+    assert.match(r.out, /Valid cloud-config/, what);
+    assert.doesNotMatch(r.out, /deprecations: \S/i, `${what}: nothing deprecated`);
+  };
+
+  test('the user-data of every kind of VM is valid cloud-config, with nothing deprecated', () => {
+    valid('key VM, root', userData(keyVm));
+    valid('key VM, another user', userData({ ...keyVm, user: 'debian' }));
+    valid('password VM, another user', userData({ ...pwVm, user: 'ubuntu' }));
+    valid('password VM, root', userData(pwVm));
+  });
+
+  test('the check itself refuses a wrong type', () => {
+    const broken = userData({ ...keyVm, user: 'debian' }).replace('lock_passwd: true', 'lock_passwd: [1]');
+    const r = schema(broken);
+    assert.notEqual(r.status, 0, r.out);
+  });
+
+  test("the bridge network-config: read by cloud-init's parser (and its schema where it has one)", () => {
+    const text = networkConfig({
+      mac: '52:54:00:0a:58:05',
+      address: '10.88.0.5/16',
+      gateway: '10.88.0.1',
+      nameservers: ['1.1.1.1', '9.9.9.9'],
+    });
+    const file = join(dir, 'network-config');
+    writeFileSync(file, text);
+    // Newer cloud-init validates network-config too; Debian 12's (22.4) has no --schema-type.
+    const help = spawnSync('cloud-init', ['schema', '--help'], { encoding: 'utf8' }).stdout;
+    if (help.includes('--schema-type')) {
+      const r = schema(text, ['--schema-type', 'network-config']);
+      assert.equal(r.status, 0, r.out);
+    }
+    // What a distro without netplan does with it: cloud-init's network state, rendered for systemd-networkd.
+    const script = [
+      'import sys, yaml',
+      'from cloudinit.net.network_state import parse_net_config_data',
+      'from cloudinit.net import networkd',
+      'state = parse_net_config_data(yaml.safe_load(open(sys.argv[1])), skip_broken=False)',
+      'for name, text in networkd.Renderer({})._render_content(state).items(): print(name); print(text)',
+    ].join('\n');
+    const r = spawnSync(python, ['-c', script, file], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    for (const want of [
+      /^eth0$/m,
+      /^MACAddress=52:54:00:0a:58:05$/m,
+      /^Address=10\.88\.0\.5\/16$/m,
+      /^Destination=0\.0\.0\.0\/0$/m,
+      /^Gateway=10\.88\.0\.1$/m,
+      /^DNS=1\.1\.1\.1 9\.9\.9\.9$/m,
+    ])
+      assert.match(r.stdout, want);
   });
 });

@@ -105,7 +105,19 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     ]);
     assert.equal(r.body.accel, 'tcg');
     assert.equal(r.body.host_gpus.length, 2);
-    assert.deepEqual(r.body.templates, [{ vmid: 100, user: 'ubuntu' }]);
+    assert.deepEqual(r.body.templates, [
+      {
+        vmid: 100,
+        user: 'ubuntu',
+        sha256: templates.get(100)!.sha256,
+        source: 'local',
+        state: 'ready',
+        bytes_done: templates.get(100)!.size_bytes,
+        size_bytes: templates.get(100)!.size_bytes,
+        reason: null,
+      },
+    ]);
+    assert.match(templates.get(100)!.sha256!, /^[0-9a-f]{64}$/, 'template add records the SHA-256');
     assert.equal(typeof r.body.host_cpu_model, 'string');
   });
 
@@ -181,8 +193,8 @@ describe('agent HTTP API', { skip: qemuImg.skip || genisoimage.skip }, () => {
     assert.equal((await call('PUT', `/v1/vms/${id}`, spec({ vmid: 0 }))).status, 422);
     assert.equal((await call('PUT', '/v1/vms/not-a-uuid', spec())).status, 422);
     const missing = await call('PUT', `/v1/vms/${id}`, spec({ vmid: 1002, template_vmid: 555 }));
-    assert.equal(missing.status, 422);
-    assert.equal(missing.body.code, 'template_missing');
+    assert.equal(missing.status, 409);
+    assert.equal(missing.body.code, 'template_unavailable');
     assert.match(missing.body.detail, /template 555 is not on this host/);
     const gpus = await call('PUT', `/v1/vms/${id}`, spec({ vmid: 1002, gpu_count: 3 }));
     assert.equal(gpus.status, 409, JSON.stringify(gpus.body));

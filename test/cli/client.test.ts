@@ -40,7 +40,7 @@ import { createNode, createUser, credit, tokensOf, type TestUser } from '../help
 import { generateKey } from '../ssh-keys/keygen.js';
 import { stepAt, totpAt } from '../../src/modules/auth/totp.js';
 import { runCli } from '../../src/cli/index.js';
-import { COMMANDS } from '../../src/cli/commands.js';
+import { COMMANDS, GROUP_SUMMARIES } from '../../src/cli/commands.js';
 import { configPath, writeConfig } from '../../src/cli/config.js';
 import { gpucloudMain } from '../helpers/entry.js';
 
@@ -507,17 +507,43 @@ describe('gpucloud client commands', () => {
         assert.ok(help.out.includes(flat(`${flags} ${description}`)), `${c.path}: ${flags}`);
       for (const flags of common) assert.ok(help.out.includes(flags), `${c.path}: ${flags}`);
     }
-    const groups = [...new Set(COMMANDS.filter((c) => c.path.includes(' ')).map((c) => c.path.split(' ')[0]!))];
-    assert.deepEqual(groups, ['ssh-keys', 'keys', 'webhooks', 'vm', 'billing', 'reservations', 'admin']);
+    // Groups, and groups within a group ("admin templates"), but those that are commands too ("admin nodes").
+    const groups = [
+      ...new Set(
+        COMMANDS.flatMap((c) => {
+          const words = c.path.split(' ');
+          return words.slice(1).map((_, i) => words.slice(0, i + 1).join(' '));
+        }),
+      ),
+    ].filter((g) => !COMMANDS.some((c) => c.path === g));
+    assert.deepEqual(groups, [
+      'ssh-keys',
+      'keys',
+      'webhooks',
+      'vm',
+      'billing',
+      'reservations',
+      'admin',
+      'admin templates',
+      'admin images',
+    ]);
+    const child = (g: string, path: string) => path.startsWith(`${g} `) && !path.slice(g.length + 1).includes(' ');
     for (const g of groups) {
-      const help = await run([g, '--help']);
+      const words = g.split(' ');
+      const help = await run([...words, '--help']);
       assert.equal(help.code, 0, g);
-      for (const c of COMMANDS.filter((x) => x.path.startsWith(`${g} `)))
+      // Its commands by their summary, its own groups by theirs.
+      for (const c of COMMANDS.filter((x) => child(g, x.path)))
         assert.ok(help.out.includes(flat(c.summary)), `${g}: ${c.path}`);
-      assert.deepEqual(await run([g, 'help']), help);
+      for (const sub of groups.filter((x) => child(g, x)))
+        assert.ok(help.out.includes(flat(GROUP_SUMMARIES[sub]!)), `${g}: ${sub}`);
+      assert.deepEqual(await run([...words, 'help']), help);
       // The group alone: its help, but bad usage.
-      assert.equal((await run([g])).code, 2, g);
+      assert.equal((await run(words)).code, 2, g);
     }
+    // A command that is a group too lists its subcommands.
+    const nodes = await run(['admin', 'nodes', '--help']);
+    assert.ok(nodes.out.includes(flat(COMMANDS.find((c) => c.path === 'admin nodes templates')!.summary)));
     const sub = await run(['vm', 'help', 'ssh']);
     assert.equal(sub.code, 0);
     assert.ok(sub.out.includes('gpucloud vm ssh'));

@@ -70,7 +70,15 @@ async function runAll(list: string[][]): Promise<Run[]> {
   return out;
 }
 
-const GROUPS = [...new Set(COMMANDS.filter((c) => c.path.includes(' ')).map((c) => c.path.split(' ')[0]!))];
+/** The groups of subcommands ("admin", "admin templates"), but those that are commands too ("admin nodes"). */
+const GROUPS = [
+  ...new Set(
+    COMMANDS.flatMap((c) => {
+      const words = c.path.split(' ');
+      return words.slice(1).map((_, i) => words.slice(0, i + 1).join(' '));
+    }),
+  ),
+].filter((g) => !COMMANDS.some((c) => c.path === g));
 /** Every command and subcommand, by the words that name it ('' is gpucloud itself). */
 const PATHS = ['', ...LOCAL_COMMANDS.map((c) => c.path), ...GROUPS, ...COMMANDS.map((c) => c.path)];
 
@@ -81,7 +89,18 @@ const usageLine = (path: string) => new RegExp(`^Usage: gpucloud${path ? ` ${esc
 describe('gpucloud --help', () => {
   test('every command and subcommand answers --help and -h with its own usage, exit 0, on stdout only', async () => {
     assert.equal(new Set(PATHS).size, PATHS.length, 'no command is named twice');
-    for (const path of ['serve', 'migrate', 'agent', 'agent template', 'agent template add', 'admin create-user'])
+    for (const path of [
+      'serve',
+      'migrate',
+      'agent',
+      'agent template',
+      'agent template add',
+      'admin create-user',
+      'admin templates',
+      'admin templates add',
+      'admin nodes templates',
+      'admin images push',
+    ])
       assert.ok(PATHS.includes(path), path);
     const cases = PATHS.flatMap((path) => {
       const words = path ? path.split(' ') : [];
@@ -145,6 +164,10 @@ describe('gpucloud --help', () => {
       [['migrate', 'now'], 'migrate', /Unexpected argument 'now'/],
       [['admin', 'ledger-check', '--all'], 'admin ledger-check', /Unknown option '--all'/],
       [['admin', 'create-user'], 'admin create-user', /--email is required/],
+      [['admin', 'templates', 'frob'], 'admin templates', /unknown command 'frob'/],
+      [['admin', 'nodes', 'templates'], 'admin nodes templates', /missing required argument 'NODE'/],
+      [['admin', 'images', 'push'], 'admin images push', /missing required argument 'FILE'/],
+      [['templates', 'extra'], 'templates', /too many arguments/],
     ] as [string[], string, RegExp][]) {
       const r = await gpucloud(args);
       const what = `gpucloud ${args.join(' ')}: exit ${r.code}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`;

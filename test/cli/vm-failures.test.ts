@@ -1,13 +1,15 @@
 /**
- * What the CLI says when a VM will not do what the user waits for, run as a
- * child process against a real server on both databases: `vm create --wait`
- * and `vm wait` of a VM that ends `failed` print its `failure_reason` (a host
- * agent lacking the template, a simulated provisioning fault), and name the
- * default template when the user gave none; `vm show` shows the reason. And
- * access-info's `notice`: a VM on a simulated node says that nothing answers
- * on its address (`vm create --wait`, `vm show`, `vm ssh --dry-run`), and
- * `vm ssh` refuses to run ssh for it (exit 1); a VM on a host agent has no
- * notice and `vm ssh` runs ssh.
+ * What the CLI says when a VM cannot be had or will not do what the user
+ * waits for, run as a child process against a real server on both databases:
+ * `vm create` on a host agent that lacks the template is refused at once
+ * (400 template_unavailable, no VM made), with the API's detail, the default
+ * template named when the user gave none, and the templates ready there;
+ * `vm create --wait` and `vm wait` of a VM that ends `failed` (the host
+ * refused to build it; a simulated provisioning fault) print its
+ * `failure_reason`, and `vm show` shows it. And access-info's `notice`: a VM
+ * on a simulated node says that nothing answers on its address (`vm create
+ * --wait`, `vm show`, `vm ssh --dry-run`), and `vm ssh` refuses to run ssh
+ * for it (exit 1); a VM on a host agent has no notice and `vm ssh` runs ssh.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -124,23 +126,59 @@ describeEachDb('gpucloud: why a VM failed, and a simulated VM nobody answers on'
     return vmOf(m[1]!);
   }
 
-  test('vm create --wait on a host without the default template: the reason, and that 101 was the default', async () => {
+  test('vm create on a host without the default template: refused at once, the API’s detail, 101 named as the default', async () => {
     const r = await cli(['vm', 'create', '--node', agentNode, '--gpu', '4090', '--wait'], tick);
     assert.equal(r.code, 1, show(r));
-    assert.match(r.stdout, /^Created VM \d+ \(\S+\) on \S+, template 101 \(ubuntu-24\.04\), the default: creating$/m);
+    assert.equal(r.stdout, '', 'no VM was made');
+    assert.match(
+      r.stderr,
+      new RegExp(`^Error: Template 101 \\(ubuntu-24\\.04\\) is not ready on node ${agentNode}`),
+      'the API’s detail',
+    );
+    assert.match(
+      r.stderr,
+      /\nNo --template was given, so it used the default, template 101 \(ubuntu-24\.04\); choose another with --template/,
+    );
+    assert.match(r.stderr, new RegExp(`\\nReady on ${agentNode}: 100 \\(ubuntu-22\\.04\\)\\.`));
+    const vms = await api(t(), admin.token).get('/admin/vms', {
+      query: { node: agentNode, include_destroyed: true },
+    });
+    assert.equal(vms.status, 200, vms.text);
+    assert.deepEqual(vms.body, [], 'no VM on that node, failed or otherwise');
+
+    // A template named by the user: the same refusal, no word of a default.
+    const named = await cli(['vm', 'create', '--node', agentNode, '--gpu', '4090', '--template', 'comfyui']);
+    assert.equal(named.code, 1, show(named));
+    assert.match(named.stderr, /^Error: Template 103 \(comfyui\) is not ready on node/);
+    assert.doesNotMatch(named.stderr, /default/);
+
+    // The help states the default.
+    const help = await cli(['vm', 'create', '--help']);
+    ok(help);
+    assert.match(help.stdout.replace(/\s+/g, ' '), /--template <T> .*\(default 101 \(ubuntu-24\.04\)\)/);
+  });
+
+  test('a VM its host fails to build: vm create --wait, vm wait and vm show give the reason', async () => {
+    const why = 'cannot create the VM disk: no space left on device (fake host)';
+    agent.failProvision = why;
+    let r: Run;
+    try {
+      r = await cli(['vm', 'create', '--node', agentNode, '--gpu', '4090', '--template', '100', '--wait'], tick);
+    } finally {
+      agent.failProvision = null;
+    }
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stdout, /^Created VM \d+ \(\S+\) on \S+, template 100 \(ubuntu-22\.04\): creating$/m);
     const vm = await createdVm(r);
     assert.equal(vm.status, 'failed');
-    assert.equal(vm.template_vmid, 101);
+    assert.equal(vm.template_vmid, 100);
     assert.ok(vm.failure_reason, 'the API gives a failed VM its reason');
-    assert.match(vm.failure_reason, /template 101 is not on this host/);
+    assert.ok(vm.failure_reason.includes(why), vm.failure_reason);
     assert.ok(
       r.stderr.includes(`Error: VM ${vm.vmid} failed and will not become running: ${vm.failure_reason}`),
       show(r),
     );
-    assert.match(
-      r.stderr,
-      /No --template was given, so it used the default, template 101 \(ubuntu-24\.04\); choose another with --template/,
-    );
+    assert.doesNotMatch(r.stderr, /default/, 'the template was chosen');
 
     // vm wait says the same; waiting for `failed` itself succeeds, with the reason.
     const wait = await cli(['vm', 'wait', String(vm.vmid)]);
@@ -155,15 +193,11 @@ describeEachDb('gpucloud: why a VM failed, and a simulated VM nobody answers on'
     ok(shown);
     assert.ok(shown.stdout.includes(`Failure reason:  ${vm.failure_reason}\n`), show(shown));
     assert.match(shown.stdout, /^Status:\s+failed\nFailure reason:/m);
+    assert.match(shown.stdout, /^Template:\s+100 \(ubuntu-22\.04\)$/m);
     assert.equal(
       (JSON.parse((await cli(['vm', 'show', vm.id, '--json'])).stdout) as VmOut).failure_reason,
       vm.failure_reason,
     );
-
-    // The help states the default.
-    const help = await cli(['vm', 'create', '--help']);
-    ok(help);
-    assert.match(help.stdout.replace(/\s+/g, ' '), /--template <T> .*\(default 101 \(ubuntu-24\.04\)\)/);
   });
 
   test('vm create --wait of a simulated provisioning fault: the simulator’s reason, no word of a default', async () => {

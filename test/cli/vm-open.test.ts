@@ -206,7 +206,7 @@ describeEachDb('gpucloud vm open', (t) => {
     fails(
       await cli(['vm', 'open', String(ports.vmid), '--service', 'webui']),
       1,
-      /has no WebUI: only templates 102-104/,
+      /has no WebUI: its template, 100 \(ubuntu-22\.04\), serves none/,
     );
     fails(
       await cli(['vm', 'open', String(ports.vmid), '--service', '9200']),

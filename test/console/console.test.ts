@@ -483,7 +483,7 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     const page = await newPage();
     await signIn(page, u.email);
     await page.goto(`/console/offers/${node}/launch`);
-    await page.getByRole('radio', { name: /Stable Diffusion/ }).check();
+    await page.getByRole('radio', { name: /stable-diffusion/ }).check();
     // The template's own web port is refused by the API, whose message the form shows.
     const ports = page.getByLabel('HTTP ports (optional)');
     await ports.fill('7860');

@@ -6,6 +6,9 @@
 import { after, before, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type Config } from '../../src/config.js';
 import { buildApp, createServices, type Services } from '../../src/app.js';
@@ -103,7 +106,9 @@ export function testConfig(env: Record<string, string> = {}): Config {
 
 export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Promise<TestApp> {
   const testDb = await createTestDb(kind);
-  const config = testConfig(opts.env);
+  // Each app's image store is a directory of its own, removed with it.
+  const imageStore = mkdtempSync(join(tmpdir(), 'gpucloud-images-'));
+  const config = testConfig({ GPUCLOUD_IMAGE_STORE: imageStore, ...opts.env });
   const useRedis = (opts.redis ?? kind === 'postgres') && !!process.env.GPUCLOUD_REDIS_URL;
   const prefix = `gpucloud-test-${randomBytes(6).toString('hex')}:`;
   const stores: RateLimitStore[] = [];
@@ -157,6 +162,7 @@ export async function buildTestApp(kind: DbKind, opts: TestAppOptions = {}): Pro
       await Promise.all(apps.map((a) => a.close()));
       await Promise.all(stores.map((s) => s.close()));
       await testDb.cleanup();
+      rmSync(imageStore, { recursive: true, force: true });
     },
   };
   return t;

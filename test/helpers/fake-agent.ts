@@ -8,6 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import net, { type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { splice } from '../../src/net/streams.js';
+import type { AgentTemplateState } from '../../src/agent/api.js';
 
 export interface FakeVm {
   id: string;
@@ -30,7 +31,13 @@ export interface FakeCall {
 export class FakeAgent {
   readonly vms = new Map<string, FakeVm>();
   readonly calls: FakeCall[] = [];
-  templates = [{ vmid: 100, user: 'root' }];
+  /** Local templates, as an agent before the image store reports them (ready). */
+  templates: { vmid: number; user: string }[] = [{ vmid: 100, user: 'root' }];
+  /**
+   * What PUT /v1/templates answers; undefined: the route does not exist (an agent before the image
+   * store), and the control plane falls back on `templates`.
+   */
+  templateStates: AgentTemplateState[] | undefined = undefined;
   /** Where the tunnel to a guest port leads: a local stand-in server's port, by guest port. */
   readonly guestPorts = new Map<number, number>();
   /** Tunnels opened, as `vmId:port`. */
@@ -39,6 +46,8 @@ export class FakeAgent {
   hostGpus = 1;
   /** Polls of a booting VM before it answers on SSH. */
   bootPolls = 1;
+  /** Set: creating a VM (PUT /v1/vms/:id) fails with this reason (422 provision_failed), as on a full disk. */
+  failProvision: string | null = null;
   private polls = new Map<string, number>();
   private server: Server | undefined;
   private sockets = new Set<Socket>();
@@ -160,14 +169,22 @@ export class FakeAgent {
         vms: [...this.vms.values()].map((v) => this.view(v)),
       });
     }
+    if (req.method === 'PUT' && path === '/v1/templates' && this.templateStates) return send(200, this.templateStates);
     const m = /^\/v1\/vms\/([^/]+)(\/start|\/stop)?$/.exec(path);
     if (!m) return send(404, { detail: 'no such route', code: 'not_found' });
     const id = decodeURIComponent(m[1]!);
     const vm = this.vms.get(id);
     if (req.method === 'PUT' && !m[2]) {
       if (vm) return send(200, this.view(vm));
-      if (!this.templates.some((t) => t.vmid === body.template_vmid)) {
-        return send(422, { detail: `template ${body.template_vmid} is not on this host`, code: 'template_missing' });
+      if (this.failProvision !== null) return send(422, { detail: this.failProvision, code: 'provision_failed' });
+      const ready = (this.templateStates ?? this.templates).some(
+        (t) => t.vmid === body.template_vmid && (!('state' in t) || t.state === 'ready'),
+      );
+      if (!ready) {
+        return send(422, {
+          detail: `template ${body.template_vmid} is not on this host`,
+          code: 'template_unavailable',
+        });
       }
       const created: FakeVm = {
         id,

@@ -289,21 +289,32 @@ describeEachDb(
         }
       });
 
-      test("a template the host lacks: the VM ends failed with the agent's reason", async () => {
+      test('a template the host lacks: no offer, 400 template_unavailable, no VM', async () => {
         const n = await node();
+        const offers = await asRenter.get('/search', { query: { template_vmid: 101, gpu_type: '4090' } });
+        assert.equal(offers.status, 200, offers.text);
+        assert.ok(!offers.body.some((o) => o.node === n.node), 'the node is not offered for 101');
+        const held = await asRenter.get('/search', { query: { template_vmid: 100, gpu_type: '4090' } });
+        assert.equal(held.status, 200, held.text);
+        assert.ok(
+          held.body.some((o) => o.node === n.node),
+          'the node is offered for 100, which its host holds',
+        );
+        const before = await asAdmin.get('/admin/vms', { query: { node: n.node, include_destroyed: true } });
         const c = await asRenter.post('/vms', {
           body: { node: n.node, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 101 },
         });
-        assert.equal(c.status, 201, c.text);
-        await advance(t(), admin.token, 5);
-        const vm = await vmOf(c.body.id);
-        assert.equal(vm.status, 'failed');
-        const a = await asAdmin.get('/admin/vms', { query: { node: n.node, include_destroyed: true } });
-        assert.equal(a.status, 200, a.text);
-        const row = a.body.find((v) => v.id === c.body.id);
-        assert.ok(row, `${c.body.id} is listed`);
-        assert.match(row.last_error ?? '', /template 101 is not on this host/);
-        assert.equal(row.gpu_devices, null, 'nothing was built');
+        assert.equal(c.status, 400, c.text);
+        assert.equal(c.body.code, 'template_unavailable');
+        assert.match(c.body.detail, /Template 101 \(ubuntu-24\.04\) is not ready on node/);
+        const after = await asAdmin.get('/admin/vms', { query: { node: n.node, include_destroyed: true } });
+        assert.equal(before.status, 200, before.text);
+        assert.equal(after.status, 200, after.text);
+        assert.equal(after.body.length, before.body.length, 'no VM row was written');
+        const states = await asAdmin.get('/admin/nodes/{node}/templates', { params: { node: n.node } });
+        assert.equal(states.status, 200, states.text);
+        assert.equal(states.body.find((s) => s.template_vmid === 100)?.state, 'ready');
+        assert.equal(states.body.find((s) => s.template_vmid === 101)?.state, 'missing');
       });
 
       test('a simulated node beside it works as before', async () => {

@@ -2,7 +2,7 @@
  * The SDK against a real server listening on a port: typed calls,
  * automatic token refresh, retries of 429 after Retry-After and of
  * 5xx / network errors only where safe, its own Idempotency-Key on creates so
- * a retried create makes one VM, GpuCloudError (the error body), waitForVm, and the
+ * a retried create makes one VM, a streamed upload range, GpuCloudError (the error body), waitForVm, and the
  * committed generated SDK matching the server (`generate-sdk --check`).
  */
 import { after, before, describe, test } from 'node:test';
@@ -436,6 +436,72 @@ describe('SDK client', () => {
       /fetch failed/,
     );
     assert.equal(h.sent.length, 3);
+  });
+
+  test('putImageUploadRange streams a range; replayed with a fresh stream after a refresh; 5xx and network errors are not retried', async () => {
+    const seen: SessionTokens[] = [];
+    const h = harness();
+    const client = new GpuCloudClient({ baseUrl, fetch: h.fetch, sleep: h.sleep, onTokens: (p) => void seen.push(p) });
+    await client.login(admin.email, admin.password);
+    const bytes = Buffer.from(Array.from({ length: 3000 }, (_, i) => i % 251));
+    const started = await client.api.POST('/admin/images/uploads', { body: { size_bytes: bytes.length } });
+    assert.equal(started.response.status, 201, JSON.stringify(started.error));
+    const id = started.data!.id;
+    let made = 0;
+    /** Bytes [from, to) of the image as a stream, in small chunks; counts the streams made. */
+    const range = (from: number, to: number) => () => {
+      made++;
+      let at = from;
+      return new ReadableStream<Uint8Array>({
+        pull(c) {
+          if (at >= to) return c.close();
+          c.enqueue(bytes.subarray(at, Math.min(at + 256, to)));
+          at += 256;
+        },
+      });
+    };
+
+    const first = await client.putImageUploadRange(id, 0, range(0, 1000));
+    assert.equal(first.received_bytes, 1000);
+    assert.equal(made, 1);
+
+    // The access token expires: refreshed once, and the range sent again from a new stream.
+    await t.services.clock.advance(3601);
+    h.sent.length = 0;
+    const second = await client.putImageUploadRange(id, 1000, range(1000, 2000));
+    assert.equal(second.received_bytes, 2000);
+    assert.deepEqual(
+      h.sent.map((x) => `${x.method} ${x.path}`),
+      [`PUT /admin/images/uploads/${id}`, 'POST /auth/refresh', `PUT /admin/images/uploads/${id}`],
+    );
+    assert.equal(made, 3);
+
+    // The wrong offset: the API's refusal, naming the right one.
+    const wrong = await client.putImageUploadRange(id, 0, range(0, 1000)).catch((e: unknown) => e);
+    assert.ok(wrong instanceof GpuCloudError);
+    assert.equal(wrong.status, 400);
+    assert.equal(wrong.code, 'conflict');
+    assert.match(wrong.detail, /offset=2000/);
+
+    // A 5xx or a network error is not retried (the caller asks where the upload ends); nothing is sent twice.
+    const token = client.tokens.accessToken!;
+    for (const fail of [
+      () => jsonResponse(503, { detail: 'Service unavailable', code: 'internal' }),
+      () => {
+        throw new TypeError('fetch failed');
+      },
+    ]) {
+      const broken = harness((req) => (req.method === 'PUT' ? fail() : undefined));
+      const c = new GpuCloudClient({ baseUrl, accessToken: token, fetch: broken.fetch, sleep: broken.sleep });
+      const err = await c.putImageUploadRange(id, 2000, range(2000, 3000)).catch((e: unknown) => e);
+      assert.ok(err instanceof Error);
+      assert.equal(broken.sent.length, 1, 'one attempt');
+      assert.deepEqual(broken.sleeps, []);
+    }
+    const state = await client.api.GET('/admin/images/uploads/{upload_id}', { params: { path: { upload_id: id } } });
+    assert.equal(state.data?.received_bytes, 2000);
+    const last = await client.putImageUploadRange(id, 2000, range(2000, 3000));
+    assert.equal(last.received_bytes, 3000);
   });
 
   test('a create whose response is lost is retried with the same Idempotency-Key and makes one VM', async () => {

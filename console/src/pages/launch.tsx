@@ -1,80 +1,41 @@
 /**
- * The launch form for one node's offer: rental type, GPU count, template,
- * access (SSH key or password, HTTP ports to open through the access portal),
+ * The launch form for one node's offer: rental type, GPU count, template
+ * (from the catalogue: those ready on the node), access (SSH key or password,
+ * HTTP ports to open through the access portal),
  * disk and label, top to bottom, with a price summary that follows
  * every choice (and the reservation quote from the API for reserved), then
  * `Launch`. The offer is re-read every 10 s, so the GPU counts offered are
  * the ones free now.
  */
 import { useEffect, useRef, useState } from 'preact/hooks';
-import type { ComponentChildren } from 'preact';
-import type { CreateVmRequest, Offer, operations } from '../../../src/sdk/index.js';
+import type { CreateVmRequest, Offer } from '../../../src/sdk/index.js';
 import { api, call, client, GpuCloudError, randomKey } from '../api.js';
 import { navigate } from '../router.js';
+import { forgetTemplates, readyOn, useTemplates } from '../templates.js';
+import { Field, Form, Link, Loaded, Money, Page, Submit, formatMoney, notify, useAsync, useDebounced } from '../ui.js';
+import { Credentials, MIN_PASSWORD, type AuthMethod } from './launch-access.js';
 import {
-  ErrorText,
-  Field,
-  Form,
-  Link,
-  Loaded,
-  Money,
-  Page,
-  Select,
-  Submit,
-  formatMoney,
-  notify,
-  useAsync,
-  useDebounced,
-} from '../ui.js';
-import {
-  DEFAULT_DISK_GB,
-  RENTAL_LABELS,
-  formatRam,
-  isRentalType,
-  sumMoney,
-  unitPrice,
-  type RentalType,
-} from './offers.js';
+  Choice,
+  FailureHint,
+  findOffer,
+  OfferSummary,
+  parsePorts,
+  ReservationQuote,
+  TemplateStep,
+} from './launch-parts.js';
+import { DEFAULT_DISK_GB, RENTAL_LABELS, isRentalType, sumMoney, unitPrice, type RentalType } from './offers.js';
 
 type GpuCount = CreateVmRequest['gpu_count'];
 type Months = 1 | 3 | 6;
-type AuthMethod = 'ssh_key' | 'password';
-type Quote = operations['calculateReservation']['responses'][200]['content']['application/json'];
 
 const GPU_COUNTS: GpuCount[] = [1, 2, 4, 8];
 const MONTHS: Months[] = [1, 3, 6];
 /** The API's smallest storage_gb. */
 const MIN_DISK_GB = 50;
-const MIN_PASSWORD = 12;
 const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
 const POLL_MS = 10_000;
-/** The templates whose image serves a WebUI and Jupyter of its own. */
-const WEB_TEMPLATES = new Set([102, 103, 104]);
-
-/**
- * The HTTP ports field: whole numbers separated by commas (or spaces), or
- * nothing. Only the form is checked here; the API judges the ports (1024 to
- * 65535, at most 5, each once, not the template's own web ports) and its
- * message is the one shown.
- */
-function parsePorts(raw: string): number[] | undefined {
-  const parts = raw.split(/[\s,]+/).filter(Boolean);
-  if (parts.length === 0) return undefined;
-  const bad = parts.find((p) => !/^\d{1,6}$/.test(p));
-  if (bad !== undefined)
-    throw new Error(
-      `HTTP ports: "${bad}" is not a port number. Give whole numbers separated by commas, e.g. 8000, 6006.`,
-    );
-  return parts.map(Number);
-}
-
-export const TEMPLATES: { vmid: number; name: string; about: string }[] = [
-  { vmid: 100, name: 'Ubuntu 22.04', about: 'with GPU drivers' },
-  { vmid: 101, name: 'Ubuntu 24.04', about: 'with GPU drivers' },
-  { vmid: 102, name: 'Stable Diffusion', about: 'WebUI in the browser, plus Jupyter' },
-  { vmid: 103, name: 'ComfyUI', about: 'node-based image, video and audio generation, plus Jupyter' },
-  { vmid: 104, name: 'Desktop', about: 'a Linux desktop in the browser, plus Jupyter' },
-];
+/** The template chosen first when the node holds it (the API's default). */
+const DEFAULT_TEMPLATE = 101;
 
 const RENTAL_ABOUT: Record<RentalType, string> = {
   on_demand: 'Pay by the hour; stop or destroy at any time.',
@@ -82,39 +43,6 @@ const RENTAL_ABOUT: Record<RentalType, string> = {
     'Cheapest; stopped when an on-demand or reserved VM needs the GPUs, restarted when they are free again.',
   reserved: 'Prepaid for 1, 3 or 6 months at a discount; the GPUs stay yours while stopped.',
 };
-
-/** The node's offer for a rental type, reading every page of GET /search; undefined when it has no GPUs for it. */
-async function findOffer(node: string, rental: RentalType): Promise<Offer | undefined> {
-  const limit = 100;
-  for (let offset = 0; ; offset += limit) {
-    const page = await call(api.GET('/search', { params: { query: { rental_type: rental, limit, offset } } }));
-    const hit = page.find((o) => o.node === node);
-    if (hit || page.length < limit) return hit;
-  }
-}
-
-function Choice<T extends string | number>(props: {
-  name: string;
-  value: T;
-  selected: T;
-  onSelect: (v: T) => void;
-  disabled?: boolean;
-  children: ComponentChildren;
-}) {
-  return (
-    <label class="choice">
-      <input
-        type="radio"
-        name={props.name}
-        value={String(props.value)}
-        checked={props.value === props.selected}
-        disabled={props.disabled}
-        onChange={() => props.onSelect(props.value)}
-      />
-      <span>{props.children}</span>
-    </label>
-  );
-}
 
 export function Launch({ node }: { node: string }) {
   const offers = useAsync(
@@ -182,11 +110,13 @@ function LaunchForm({
   available: Record<RentalType, number>;
   onGpusGone: () => void;
 }) {
-  const fromUrl = new URLSearchParams(location.search).get('rental_type');
+  const params = new URLSearchParams(location.search);
+  const fromUrl = params.get('rental_type');
   const [rental, setRental] = useState<RentalType>(isRentalType(fromUrl) ? fromUrl : 'on_demand');
   const [months, setMonths] = useState<Months>(1);
   const [gpuCount, setGpuCount] = useState<GpuCount>(1);
-  const [template, setTemplate] = useState(101);
+  const templates = useTemplates(POLL_MS);
+  const [template, setTemplate] = useState<number | undefined>(undefined);
   const [auth, setAuth] = useState<AuthMethod>('ssh_key');
   const [keyId, setKeyId] = useState('');
   const [password, setPassword] = useState('');
@@ -206,6 +136,22 @@ function LaunchForm({
     else if (!keys.data.some((k) => k.id === keyId)) setKeyId(keys.data[0]!.id);
   }, [keys.data, keyId]);
 
+  // The template: the one the link asked for, else the default, else the first the node holds; kept while ready.
+  const ready = (templates.data ?? []).filter((t) => readyOn(t, offer.node));
+  const chosen = ready.find((t) => t.template_vmid === template);
+  useEffect(() => {
+    if (!templates.data || chosen) return;
+    const asked = Number(params.get('template'));
+    const pick =
+      ready.find((t) => t.template_vmid === asked) ?? ready.find((t) => t.template_vmid === DEFAULT_TEMPLATE);
+    setTemplate((pick ?? ready[0])?.template_vmid);
+  }, [templates.data, chosen]); // only these decide when it runs again
+  // The disk starts at the template's minimum when that is more.
+  const minDisk = Math.max(MIN_DISK_GB, chosen?.min_disk_gb ?? MIN_DISK_GB);
+  useEffect(() => {
+    if (Number(disk) < minDisk && minDisk <= offer.max_storage_gb) setDisk(String(minDisk));
+  }, [minDisk]);
+
   const free = available[rental];
   const counts = GPU_COUNTS.filter((n) => n <= free);
   // Keep the GPU count within what the rental type has free (the largest that fits).
@@ -214,7 +160,7 @@ function LaunchForm({
   }, [free, gpuCount]); // only these two decide when it runs again
 
   const diskGb = Number(disk);
-  const diskOk = Number.isInteger(diskGb) && diskGb >= MIN_DISK_GB && diskGb <= offer.max_storage_gb;
+  const diskOk = Number.isInteger(diskGb) && diskGb >= minDisk && diskGb <= offer.max_storage_gb;
   const discount =
     months === 6
       ? offer.reserved_discount_6mo
@@ -242,8 +188,11 @@ function LaunchForm({
       throw new Error(
         `Node ${offer.node} has no GPUs free for ${RENTAL_LABELS[rental].toLowerCase()} rental right now. Choose another rental type, or another offer.`,
       );
+    if (!chosen) throw new Error(`Choose a template that is ready on ${offer.node}.`);
     if (!diskOk)
-      throw new Error(`Disk size must be a whole number of GB from ${MIN_DISK_GB} to ${offer.max_storage_gb}.`);
+      throw new Error(
+        `Disk size must be a whole number of GB from ${minDisk} to ${offer.max_storage_gb}${minDisk > MIN_DISK_GB ? ` (${chosen.name} needs ${minDisk} GB at least)` : ''}.`,
+      );
     if (auth === 'password' && password.length < MIN_PASSWORD)
       throw new Error(`The password needs at least ${MIN_PASSWORD} characters.`);
     if (auth === 'ssh_key' && !keyId) throw new Error('Choose an SSH key, or use a password.');
@@ -255,7 +204,7 @@ function LaunchForm({
       gpu_type: offer.gpu_type,
       gpu_count: gpuCount,
       storage_gb: diskGb,
-      template_vmid: template,
+      template_vmid: chosen.template_vmid,
       rental_type: rental,
       ...(rental === 'reserved' ? { reservation_months: months } : {}),
       auth_method: auth,
@@ -282,6 +231,10 @@ function LaunchForm({
         idem.current = undefined;
         setFailure(e.code);
         if (e.code === 'gpu_unavailable') onGpusGone();
+        if (e.code === 'template_unavailable') {
+          forgetTemplates();
+          void templates.reload();
+        }
       }
       throw e;
     }
@@ -301,28 +254,10 @@ function LaunchForm({
       ? quote.data
       : null;
   const perHour = q ? q.hourly_rate_after_discount : sumMoney(gpuHourly, diskHourly);
-  const keyList = keys.data ?? [];
 
   return (
     <>
-      <div class="card">
-        <dl class="props">
-          <dt>Node</dt>
-          <dd>
-            <strong>{offer.node}</strong>
-            {offer.cluster_name ? <span class="muted"> · {offer.cluster_name}</span> : null} · {offer.location}
-          </dd>
-          <dt>GPU</dt>
-          <dd>
-            {offer.gpu_type}, {formatRam(offer.gpu_ram_mb)} each
-          </dd>
-          <dt>Host</dt>
-          <dd>
-            {offer.cpu_cores} cores ({offer.cpu_model}), {offer.ram_gb} GB RAM
-            {offer.pcie_gen ? `, PCIe ${offer.pcie_gen}` : ''}; CPU and RAM are shared out by GPU
-          </dd>
-        </dl>
-      </div>
+      <OfferSummary offer={offer} />
       <Form class="card launch-form" onSubmit={submit}>
         <fieldset class="launch-step">
           <legend>1. Rental type</legend>
@@ -390,77 +325,19 @@ function LaunchForm({
           </small>
         </fieldset>
 
-        <fieldset class="launch-step">
-          <legend>3. Template</legend>
-          <div class="choices">
-            {TEMPLATES.map((t) => (
-              <Choice key={t.vmid} name="template_vmid" value={t.vmid} selected={template} onSelect={setTemplate}>
-                <strong>{t.name}</strong> <span class="cell-sub">{t.about}</span>
-              </Choice>
-            ))}
-          </div>
-        </fieldset>
+        <TemplateStep node={offer.node} templates={templates} selected={template} onSelect={setTemplate} />
 
         <fieldset class="launch-step">
           <legend>4. Access</legend>
-          <Select
-            label="Access method"
-            value={auth}
-            onChange={(v) => setAuth(v === 'password' ? 'password' : 'ssh_key')}
-            options={[
-              { value: 'ssh_key', label: 'SSH key' },
-              { value: 'password', label: 'Password' },
-            ]}
+          <Credentials
+            keys={keys}
+            auth={auth}
+            setAuth={setAuth}
+            keyId={keyId}
+            setKeyId={setKeyId}
+            password={password}
+            setPassword={setPassword}
           />
-          {auth === 'ssh_key' ? (
-            keys.data === undefined ? (
-              keys.error ? (
-                <ErrorText error={keys.error} />
-              ) : (
-                <p class="muted" role="status">
-                  <span class="spinner" aria-hidden="true" /> Loading your SSH keys…
-                </p>
-              )
-            ) : keyList.length ? (
-              <Select
-                label="SSH key"
-                value={keyId}
-                onChange={setKeyId}
-                options={keyList.map((k) => ({
-                  value: k.id,
-                  label: `${k.label} (${k.key_type}, ${k.fingerprint.slice(0, 19)}…)`,
-                }))}
-              />
-            ) : (
-              <p class="warning">
-                You have no SSH key yet. <Link href="/ssh-keys">Add an SSH key</Link>, or choose Password as the access
-                method.
-              </p>
-            )
-          ) : (
-            <>
-              {keys.data && keyList.length === 0 ? (
-                <p class="muted">
-                  You have no SSH key, so the VM is reached with a password. To use a key instead,{' '}
-                  <Link href="/ssh-keys">add an SSH key</Link>.
-                </p>
-              ) : null}
-              <Field
-                label="Password"
-                type="password"
-                value={password}
-                onInput={(e) => setPassword(e.currentTarget.value)}
-                autoComplete="new-password"
-                minLength={MIN_PASSWORD}
-                maxLength={128}
-                hint={
-                  password && password.length < MIN_PASSWORD
-                    ? `${MIN_PASSWORD - password.length} more characters needed (at least ${MIN_PASSWORD}).`
-                    : `At least ${MIN_PASSWORD} characters. For signing in to the VM; it is not shown again.`
-                }
-              />
-            </>
-          )}
           <Field
             label="HTTP ports (optional)"
             value={ports}
@@ -471,8 +348,10 @@ function LaunchForm({
               <>
                 Up to 5 ports (1024 to 65535) your own apps serve in the VM, separated by commas. Each opens in the
                 browser from the VM’s page, through the access portal and behind a one-time sign-in.
-                {WEB_TEMPLATES.has(template) ? ' The WebUI and Jupyter have links of their own.' : ''} Fixed for the
-                VM’s life.
+                {chosen && (chosen.access.webui_port !== null || chosen.access.jupyter_port !== null)
+                  ? ` ${chosen.name}’s own web services have links of their own.`
+                  : ''}{' '}
+                Fixed for the VM’s life.
               </>
             }
           />
@@ -484,14 +363,14 @@ function LaunchForm({
             <Field
               label="Disk size (GB)"
               type="number"
-              min={MIN_DISK_GB}
+              min={minDisk}
               max={offer.max_storage_gb}
               step={1}
               inputMode="numeric"
               value={disk}
               onInput={(e) => setDisk(e.currentTarget.value)}
               aria-invalid={!diskOk || undefined}
-              hint={`${MIN_DISK_GB} to ${offer.max_storage_gb} GB, at ${formatMoney(offer.storage_price_hourly, 'USD', true)} per GB-hour.`}
+              hint={`${minDisk} to ${offer.max_storage_gb} GB, at ${formatMoney(offer.storage_price_hourly, 'USD', true)} per GB-hour.`}
             />
             <Field
               label="Label (optional)"
@@ -522,7 +401,7 @@ function LaunchForm({
                   </>
                 ) : (
                   <span class="muted">
-                    enter a disk size from {MIN_DISK_GB} to {offer.max_storage_gb} GB
+                    enter a disk size from {minDisk} to {offer.max_storage_gb} GB
                   </span>
                 )}
               </dd>
@@ -558,81 +437,7 @@ function LaunchForm({
           <Submit>Launch</Submit>
         </div>
       </Form>
-      <FailureHint code={failure} />
+      <FailureHint code={failure} node={offer.node} />
     </>
   );
-}
-
-function ReservationQuote({
-  quote: q,
-  error,
-  diskOk,
-}: {
-  quote: Quote | null;
-  error: string | undefined;
-  diskOk: boolean;
-}) {
-  if (!diskOk) return null;
-  if (error) {
-    return (
-      <>
-        <dt>Reservation</dt>
-        <dd>
-          <ErrorText error={error} />
-        </dd>
-      </>
-    );
-  }
-  if (!q) {
-    return (
-      <>
-        <dt>Reservation</dt>
-        <dd class="muted" role="status">
-          <span class="spinner" aria-hidden="true" /> Pricing the reservation…
-        </dd>
-      </>
-    );
-  }
-  return (
-    <>
-      <dt>Discount</dt>
-      <dd>
-        {q.discount_percent}% for {q.reservation_months} {q.reservation_months === 1 ? 'month' : 'months'}
-      </dd>
-      <dt>Per month</dt>
-      <dd>
-        <Money value={q.monthly_cost} />
-      </dd>
-      <dt>Deposit</dt>
-      <dd>
-        <strong>
-          <Money value={q.deposit_required} />
-        </strong>{' '}
-        <span class="muted">prepaid now, the whole commitment</span>
-      </dd>
-      <dt>Cancellation fee</dt>
-      <dd>
-        <Money value={q.cancellation_fee_25_percent} /> <span class="muted">(25% of the deposit)</span>
-      </dd>
-    </>
-  );
-}
-
-function FailureHint({ code }: { code: string | undefined }) {
-  if (code === 'insufficient_balance') {
-    return (
-      <p class="warning" role="note">
-        Your balance does not cover this launch. <Link href="/billing">See how to add credit</Link>, then launch again.
-      </p>
-    );
-  }
-  if (code === 'gpu_unavailable') {
-    return (
-      <p class="warning" role="note">
-        Those GPUs are gone: someone else took them, or the node stopped taking VMs. Choose fewer GPUs if some are still
-        free, or <Link href="/offers">pick another node</Link>.
-      </p>
-    );
-  }
-  return null;
 }

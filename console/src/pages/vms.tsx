@@ -6,8 +6,8 @@
  * and its interruption history.
  */
 import { useEffect, useRef, useState } from 'preact/hooks';
-import type { operations, Vm } from '../../../src/sdk/index.js';
-import { api, call, callWithTotal, client, errorMessage } from '../api.js';
+import type { Vm } from '../../../src/sdk/index.js';
+import { api, call, callWithTotal, client } from '../api.js';
 import { navigate } from '../router.js';
 import { useLiveEvents, VM_EVENTS } from '../live.js';
 import {
@@ -15,29 +15,24 @@ import {
   Confirm,
   CopyButton,
   Empty,
-  ErrorText,
-  Field,
-  Form,
   Link,
   Loaded,
   Money,
   Page,
   Status,
-  Submit,
   WithTimes,
-  formatDuration,
   formatInstants,
   formatTime,
   notify,
   useAsync,
   vmName,
 } from '../ui.js';
+import { templateName, useTemplates } from '../templates.js';
 import { RENTAL_LABELS } from './offers.js';
-import { TEMPLATES } from './launch.js';
+import { AccessCard } from './vm-access.js';
+import { AutoRestartCard, Interruptions, LabelCard } from './vm-cards.js';
 
 const PAGE_SIZE = 50;
-/** The templates whose image serves a WebUI and Jupyter (access-info links them). */
-const WEB_TEMPLATES = new Set([102, 103, 104]);
 const WAIT_MS = 10 * 60_000;
 
 const TRANSITIONAL: Partial<Record<Vm['status'], string>> = {
@@ -49,10 +44,6 @@ const TRANSITIONAL: Partial<Record<Vm['status'], string>> = {
   offline: 'The VM’s node is offline; the VM comes back when the node does.',
   failed: 'The VM failed. Destroy it to release it; its charges have stopped.',
 };
-
-function templateName(vmid: number): string {
-  return TEMPLATES.find((t) => t.vmid === vmid)?.name ?? `template ${vmid}`;
-}
 
 // ---------------------------------------------------------------------------
 // The list
@@ -320,6 +311,8 @@ export function VmDetail({ id }: { id: string }) {
 function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined; reload: () => Promise<void> }) {
   const note = TRANSITIONAL[vm.status];
   const running = vm.status === 'running';
+  const templates = useTemplates();
+  const template = templates.data?.find((t) => t.template_vmid === vm.template_vmid);
   return (
     <div class="vm-detail">
       <div class="vm-status">
@@ -341,7 +334,7 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
         </div>
       ) : null}
 
-      {running ? <AccessCard vm={vm} /> : null}
+      {running ? <AccessCard vm={vm} template={template} /> : null}
 
       <div class="grid2">
         <section class="card">
@@ -377,7 +370,7 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
             <dd>{vm.ip_address ? <code>{vm.ip_address}</code> : <span class="muted">—</span>}</dd>
             <dt>Template</dt>
             <dd>
-              {templateName(vm.template_vmid)} <span class="muted">({vm.template_vmid})</span>
+              {templateName(templates.data, vm.template_vmid)} <span class="muted">({vm.template_vmid})</span>
             </dd>
             <dt>HTTP ports</dt>
             <dd>{vm.http_ports.length ? vm.http_ports.join(', ') : <span class="muted">none</span>}</dd>
@@ -444,289 +437,5 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
 
       {vm.rental_type === 'interruptible' ? <Interruptions vm={vm} /> : null}
     </div>
-  );
-}
-
-type AccessInfo = operations['getVmAccessInfo']['responses'][200]['content']['application/json'];
-
-/** A web service of a VM the access portal opens: its template's WebUI or Jupyter, or one of its HTTP ports. */
-type Service = { kind: 'webui' } | { kind: 'jupyter' } | { kind: 'port'; port: number };
-
-function serviceLabel(s: Service): string {
-  return s.kind === 'webui' ? 'the WebUI' : s.kind === 'jupyter' ? 'Jupyter' : `port ${s.port}`;
-}
-
-/** Why a service has no link although the VM serves it: links are interactive access to the VM. */
-const NO_LINK = 'links are given to a signed-in session or a read_write API key only, and this one got none';
-
-/** The service's link in a fresh access-info, or an error saying why there is none. */
-function linkOf(vm: Vm, info: AccessInfo, s: Service): string {
-  if (s.kind === 'port') {
-    const p = info.ports.find((x) => x.port === s.port);
-    if (!p) throw new Error(`VM ${vm.vmid} has no HTTP port ${s.port}.`);
-    if (!p.url) throw new Error(`No link for port ${s.port}: ${NO_LINK}.`);
-    return p.url;
-  }
-  const link = s.kind === 'webui' ? info.web_ui : info.jupyter;
-  if (!link) {
-    throw new Error(
-      WEB_TEMPLATES.has(vm.template_vmid)
-        ? `No link for ${serviceLabel(s)}: ${NO_LINK}.`
-        : `VM ${vm.vmid} has no ${serviceLabel(s)}: only templates 102 to 104 serve one.`,
-    );
-  }
-  return link.url;
-}
-
-/**
- * Opens a web service of the VM in a new tab, through the access portal.
- *
- * A portal link signs in once and lives 5 minutes, so it is fetched when the
- * user clicks, never kept on the page. Popup blockers let a page open a window
- * only while it handles the click, and the link arrives after a request: so
- * the tab is opened blank at once, synchronously in the click's handler, and
- * sent to the link when it comes. `noopener` cannot be asked of window.open
- * here (it would return no handle to send the tab on with); the same
- * protection is had by cutting the tab's `opener` before it leaves this
- * origin, so the VM's app (customer code, on an origin of its own) cannot
- * reach back to the console through window.opener. The link's token rides in
- * its fragment and the console sends no referrer to other origins, so it
- * reaches no server but the portal. When the browser blocks even that tab,
- * `onBlocked` gets the link to show as a plain link instead.
- */
-function openService(vm: Vm, s: Service, onBlocked: (url: string) => void): Promise<void> {
-  const tab = window.open('', '_blank');
-  if (tab) {
-    tab.opener = null;
-    // A word in the blank tab while the link is fetched; text only (no markup is ever written into it).
-    tab.document.title = 'Opening…';
-    if (tab.document.body) tab.document.body.textContent = `Opening ${serviceLabel(s)} of VM ${vm.vmid}…`;
-  }
-  return (async () => {
-    try {
-      const info = await call(api.GET('/vms/{vm_id}/access-info', { params: { path: { vm_id: vm.id } } }));
-      const url = linkOf(vm, info, s);
-      if (tab && !tab.closed) tab.location.replace(url);
-      else onBlocked(url);
-    } catch (e) {
-      tab?.close();
-      throw e;
-    }
-  })();
-}
-
-function AccessCard({ vm }: { vm: Vm }) {
-  // The SSH command and which services have links; the links themselves are fetched again on each click.
-  const info = useAsync(
-    () => call(api.GET('/vms/{vm_id}/access-info', { params: { path: { vm_id: vm.id } } })),
-    [vm.id, vm.started_at, vm.ip_address],
-  );
-  const [blocked, setBlocked] = useState<{ label: string; url: string } | undefined>(undefined);
-  const open = (s: Service) => () => {
-    setBlocked(undefined);
-    return openService(vm, s, (url) => setBlocked({ label: serviceLabel(s), url }));
-  };
-  return (
-    <section class="card vm-access">
-      <h2>Access</h2>
-      <Loaded value={info}>
-        {(a) => {
-          const services: { service: Service; name: string; primary?: boolean }[] = [
-            ...(a.web_ui ? [{ service: { kind: 'webui' } as Service, name: 'Open WebUI', primary: true }] : []),
-            ...(a.jupyter ? [{ service: { kind: 'jupyter' } as Service, name: 'Open Jupyter' }] : []),
-            ...a.ports
-              .filter((p) => p.url !== null)
-              .map((p) => ({ service: { kind: 'port', port: p.port } as Service, name: `Open port ${p.port}` })),
-          ];
-          const unlinked = [
-            ...(WEB_TEMPLATES.has(vm.template_vmid) && !a.web_ui ? ['the WebUI and Jupyter'] : []),
-            ...a.ports.filter((p) => p.url === null).map((p) => `port ${p.port}`),
-          ];
-          return (
-            <>
-              <div class="secret">
-                <code data-testid="ssh-command">{a.ssh.command}</code>
-                <CopyButton text={a.ssh.command} label="Copy SSH command" />
-              </div>
-              <p class="muted">
-                User <code>{a.ssh.username}</code> on <code>{a.ssh.host}</code>, port {a.ssh.port}.
-              </p>
-              {a.notice ? (
-                <p class="warning vm-access-notice" role="note">
-                  <WithTimes text={a.notice} />
-                </p>
-              ) : null}
-              {services.length ? (
-                <div class="actions vm-services">
-                  {services.map((x) => (
-                    <Action
-                      key={x.name}
-                      variant={x.primary ? 'primary' : 'plain'}
-                      onClick={open(x.service)}
-                      title={`Opens ${serviceLabel(x.service)} in a new tab, signed in`}
-                    >
-                      {x.name}
-                    </Action>
-                  ))}
-                  <span class="muted">Opens in a new tab, signed in by a link made for that click.</span>
-                </div>
-              ) : null}
-              {unlinked.length ? (
-                <p class="muted" role="note">
-                  No link for {unlinked.join(', ')}: {NO_LINK}.
-                </p>
-              ) : null}
-              {blocked ? (
-                <p class="warning" role="alert">
-                  Your browser blocked the new tab.{' '}
-                  <a href={blocked.url} target="_blank" rel="noopener noreferrer">
-                    Open {blocked.label}
-                  </a>{' '}
-                  (the link works once, within 5 minutes).
-                </p>
-              ) : null}
-            </>
-          );
-        }}
-      </Loaded>
-    </section>
-  );
-}
-
-function LabelCard({ vm, reload }: { vm: Vm; reload: () => Promise<void> }) {
-  const [value, setValue] = useState(vm.instance_label ?? '');
-  const save = async (label: string | null) => {
-    const r = await call(
-      api.POST('/vms/{vm_id}/set-label', { params: { path: { vm_id: vm.id } }, body: { instance_label: label } }),
-    );
-    notify(r.message);
-    await reload();
-  };
-  return (
-    <section class="card">
-      <h2>Label</h2>
-      <Form class="inline" onSubmit={() => save(value.trim() === '' ? null : value.trim())}>
-        <Field
-          label="Label"
-          value={value}
-          maxLength={32}
-          placeholder="e.g. training-run-3"
-          onInput={(e) => setValue(e.currentTarget.value)}
-        />
-        <Submit>Save label</Submit>
-        {vm.instance_label ? (
-          <Action
-            onClick={async () => {
-              setValue('');
-              await save(null);
-            }}
-          >
-            Clear label
-          </Action>
-        ) : null}
-      </Form>
-      <small class="muted">Up to 32 printable characters; leave empty and save to clear.</small>
-    </section>
-  );
-}
-
-function AutoRestartCard({ vm, reload }: { vm: Vm; reload: () => Promise<void> }) {
-  const [pending, setPending] = useState<boolean | undefined>(undefined);
-  const [error, setError] = useState<string | undefined>(undefined);
-  const checked = pending ?? vm.auto_restart === true;
-  return (
-    <section class="card">
-      <h2>Auto-restart</h2>
-      <label class="vm-toggle">
-        <input
-          type="checkbox"
-          checked={checked}
-          disabled={pending !== undefined}
-          aria-busy={pending !== undefined}
-          onChange={async (e) => {
-            const on = e.currentTarget.checked;
-            setPending(on);
-            setError(undefined);
-            try {
-              const r = await call(
-                api.POST('/vms/{vm_id}/set-auto-restart', {
-                  params: { path: { vm_id: vm.id } },
-                  body: { auto_restart: on },
-                }),
-              );
-              notify(r.message);
-              await reload();
-            } catch (err) {
-              const msg = errorMessage(err);
-              setError(msg);
-              notify(msg, 'error');
-            } finally {
-              setPending(undefined);
-            }
-          }}
-        />{' '}
-        Auto-restart after an interruption
-      </label>
-      <p class="muted">When on, an interrupted VM starts again by itself as soon as its node has the GPUs free.</p>
-      <ErrorText error={error} />
-    </section>
-  );
-}
-
-function Interruptions({ vm }: { vm: Vm }) {
-  const history = useAsync(
-    () =>
-      call(api.GET('/vms/{vm_id}/interruption-history', { params: { path: { vm_id: vm.id }, query: { limit: 100 } } })),
-    [vm.id, vm.status],
-    30_000,
-  );
-  return (
-    <section>
-      <h2>Interruption history</h2>
-      <Loaded value={history}>
-        {(list) =>
-          list.length === 0 ? (
-            <Empty>No interruptions so far.</Empty>
-          ) : (
-            <div class="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th scope="col">Interrupted</th>
-                    <th scope="col">Status</th>
-                    <th scope="col">Restored</th>
-                    <th scope="col" class="num">
-                      Downtime
-                    </th>
-                    <th scope="col">Taken by VM</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {list.map((i) => (
-                    <tr key={i.id}>
-                      <td>{formatTime(i.preempted_at)}</td>
-                      <td>
-                        <Status status={i.status} />
-                      </td>
-                      <td>{formatTime(i.restored_at)}</td>
-                      <td class="num">
-                        {i.status === 'interrupted' ? (
-                          <span class="muted">ongoing</span>
-                        ) : (
-                          formatDuration(i.downtime_seconds)
-                        )}
-                      </td>
-                      <td>
-                        <code>{i.preempted_by_vm_id}</code>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
-          )
-        }
-      </Loaded>
-    </section>
   );
 }

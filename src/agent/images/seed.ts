@@ -10,6 +10,24 @@
  * - Key VMs: `ssh_pwauth: false`, `lock_passwd: true`, at least one key and
  *   no password hash. Password VMs: `ssh_pwauth: true`, `lock_passwd: false`,
  *   a SHA-512 crypt hash and no keys. Anything in between throws.
+ * - A user other than root is what a cloud image's default user is: created
+ *   with `/bin/bash`, passwordless sudo (`ALL=(ALL) NOPASSWD:ALL`, written by
+ *   cloud-init to /etc/sudoers.d) and the groups Debian and Ubuntu give their
+ *   default user that every Debian or Ubuntu system has (base-passwd's static
+ *   groups; cloud-init creates a listed group an image lacks). cloud-init
+ *   applies these only when it creates the user: a user the image already has
+ *   keeps its own shell and groups (it still gets the sudo rule and the keys).
+ * - Root gets no sudo rule, shell or groups. A root password VM also gets an
+ *   sshd drop-in `PermitRootLogin yes` (write_files, cloud-init's init stage,
+ *   before sshd first starts): sshd's default `prohibit-password` refuses a
+ *   root password. Its name sorts before cloud-init's own drop-in and the
+ *   images' ones, as sshd keeps the first value it reads.
+ * - `manage_etc_hosts: localhost`: cloud-init maps the hostname to 127.0.1.1
+ *   in /etc/hosts (and leaves the rest of the file alone), so sudo does not
+ *   wait for a DNS answer about it.
+ * - `final_message` is the boot marker (`bootMarker`): cloud-init prints it
+ *   on the console at the very end of its final stage, after sshd's restarts,
+ *   and the agent waits for it before it calls the VM running.
  * - Keys are reduced to `type base64` (the comment is dropped), the blob
  *   must decode to the same key type it claims, and duplicates are dropped.
  * - Passwords are only stored as SHA-512 crypt (`$6$`, 5000 rounds, 16-char
@@ -66,7 +84,8 @@ export function networkConfig(n: SeedNetwork): string {
     '    addresses:',
     `      - ${n.address}`,
     '    routes:',
-    '      - to: default',
+    // Not `to: default`: Debian 12's cloud-init (22.4) refuses it unless netplan renders the network.
+    '      - to: 0.0.0.0/0',
     `        via: ${n.gateway}`,
   ];
   if (n.nameservers.length)
@@ -82,22 +101,53 @@ const KEY =
   /^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+=*$/;
 const MAX_KEYS = 100;
 
+/** The shell, sudo rule and groups of a template's user other than root. */
+export const USER_SHELL = '/bin/bash';
+export const USER_SUDO = 'ALL=(ALL) NOPASSWD:ALL';
+export const USER_GROUPS = ['adm', 'audio', 'cdrom', 'dialout', 'dip', 'floppy', 'plugdev', 'sudo', 'video'];
+/** The sshd drop-in of a root password VM. */
+export const ROOT_LOGIN_DROP_IN = '/etc/ssh/sshd_config.d/01-gpucloud-root-login.conf';
+
+/**
+ * What the console shows once cloud-init has finished this VM's boot: its
+ * final message starts with it. Only the current run's console counts, as
+ * cloud-init prints it at every boot.
+ */
+export function bootMarker(instanceId: string): string {
+  return `[gpucloud-ready ${plain(instanceId, INSTANCE_ID, 'instanceId')}]`;
+}
+
 export function userData(spec: SeedSpec): string {
   const v = validate(spec);
+  const root = v.user === 'root';
   const lines = [
     '#cloud-config',
     `hostname: ${v.hostname}`,
+    'manage_etc_hosts: localhost',
     'disable_root: false',
     `ssh_pwauth: ${v.password ? 'true' : 'false'}`,
     'users:',
     `  - name: ${v.user}`,
     `    lock_passwd: ${v.password ? 'false' : 'true'}`,
   ];
+  if (!root)
+    lines.push(`    shell: ${USER_SHELL}`, `    sudo: "${USER_SUDO}"`, `    groups: [${USER_GROUPS.join(', ')}]`);
   if (v.password) {
     lines.push(`    hashed_passwd: "${v.password}"`);
   } else {
     lines.push('    ssh_authorized_keys:', ...v.keys.map((k) => `      - "${k}"`));
   }
+  if (root && v.password) {
+    lines.push(
+      'write_files:',
+      `  - path: ${ROOT_LOGIN_DROP_IN}`,
+      '    content: "PermitRootLogin yes\\n"',
+      '    owner: "root:root"',
+      '    permissions: "0644"',
+    );
+  }
+  // Printed by cloud-init as the last thing it does ($uptime: seconds since the guest's kernel started).
+  lines.push(`final_message: "${bootMarker(v.instanceId)} cloud-init finished after $uptime s"`);
   return lines.join('\n') + '\n';
 }
 

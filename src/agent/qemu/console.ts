@@ -13,6 +13,8 @@
  *   slows down, nothing else does.
  * - `ConsoleLog.tail` reads the last bytes of both files in order, for a
  *   caller that wants the end of a VM's console.
+ * - `onData` listeners get each chunk as it arrives (the boot readiness
+ *   watches the current run's output there: qemu/boot.ts).
  */
 import net from 'node:net';
 import { closeSync, existsSync, openSync, readFileSync, renameSync, statSync, writeSync } from 'node:fs';
@@ -25,6 +27,7 @@ export class ConsoleLog {
   private fd: number | null = null;
   private size = 0;
   private closed = false;
+  private readonly listeners: ((chunk: Buffer) => void)[] = [];
 
   constructor(
     private readonly socketPath: string,
@@ -67,7 +70,13 @@ export class ConsoleLog {
     socket.on('close', () => this.close());
   }
 
+  /** Calls `fn` with every chunk read from now on. */
+  onData(fn: (chunk: Buffer) => void): void {
+    this.listeners.push(fn);
+  }
+
   private write(chunk: Buffer): void {
+    for (const fn of this.listeners) fn(chunk);
     let rest = chunk;
     while (rest.length > 0 && this.fd !== null) {
       const room = this.capBytes - this.size;

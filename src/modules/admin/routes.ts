@@ -1,4 +1,4 @@
-/** /admin/users, /admin/clock and /admin/ledger-check: the admin role only. */
+/** /admin/users, /admin/clock, /admin/ledger-check and /admin/backup: the admin role only. */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -8,6 +8,10 @@ import { UserRecordSchema } from '../auth/routes.js';
 import type { AdminUserService } from './service.js';
 import type { ClockService } from '../clock/service.js';
 import type { LedgerProblem } from '../billing/ledger-check.js';
+import type { Config } from '../../config.js';
+import { PgliteDb, type Db } from '../../db/db.js';
+import { backupFileName, createBackup } from '../../db/backup.js';
+import { invalidState } from '../../errors.js';
 
 const AdminUser = Type.Object(
   {
@@ -31,6 +35,7 @@ export function adminRoutes(
   users: AdminUserService,
   clock: ClockService,
   ledgerCheck: () => Promise<LedgerProblem[]>,
+  store: { db: Db; config: Pick<Config, 'dataDir' | 'jwtSecret'> },
 ): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
   const admin = { auth: 'admin' as const };
@@ -199,6 +204,43 @@ export function adminRoutes(
       reply.headers(noStore);
       const problems = await ledgerCheck();
       return { ok: problems.length === 0, checked_at: clock.clock.now().toISOString(), problems };
+    },
+  );
+
+  r.get(
+    '/admin/backup',
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'backupDatabase',
+        summary: 'Back up the embedded database',
+        description:
+          'A consistent copy of the embedded database, taken while the service runs: its files are copied between two transactions (requests wait only for the copy itself, a fraction of a second on a small database), so every change committed before the request is in it. The answer is a gzipped tar archive (offered as `gpucloud-backup-<UTC time>.tar.gz`) holding a manifest (`gpucloud-backup.json`: the release, the PGlite version, the time, the migrations applied), the generated signing secret of the data directory (not when GPUCLOUD_JWT_SECRET is set: the manifest says so), and the database files under `pg/`. It holds every account and secret of the service: keep it as safe as the data directory. `gpucloud backup FILE` saves one, `gpucloud restore FILE` brings it back into a stopped service. On PostgreSQL (DATABASE_URL) 400 `invalid_state`: back that up with pg_dump or base backups. Admin role.',
+        response: {
+          200: {
+            description: 'The backup: a gzipped tar archive',
+            content: { 'application/gzip': { schema: Type.Unsafe<Buffer>({ type: 'string', format: 'binary' }) } },
+          },
+          ...errorResponses(400, 401, 403, 429),
+        },
+      },
+      config: admin,
+    },
+    async (_req, reply) => {
+      const { db, config } = store;
+      if (!(db instanceof PgliteDb))
+        throw invalidState(
+          'The service runs on PostgreSQL (DATABASE_URL): back it up with pg_dump or base backups and WAL archiving (docs/operations.md#backups)',
+        );
+      const { archive, manifest } = await createBackup(db, {
+        dataDir: config.dataDir,
+        secretFromEnvironment: config.jwtSecret !== undefined,
+      });
+      return reply
+        .headers(noStore)
+        .header('content-type', 'application/gzip')
+        .header('content-disposition', `attachment; filename="${backupFileName(new Date(manifest.created_at))}"`)
+        .send(archive);
     },
   );
 }

@@ -174,6 +174,13 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
               ),
             ),
             location: Type.Optional(Type.String({ maxLength: 128, description: 'Only nodes at this location' })),
+            template_vmid: Type.Optional(
+              Type.Integer({
+                minimum: 100,
+                maximum: 999_999,
+                description: 'Only nodes whose host holds this template ready (GET /templates)',
+              }),
+            ),
             ...PaginationQuery,
           },
           { additionalProperties: false },

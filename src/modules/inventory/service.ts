@@ -2,6 +2,7 @@
  * Nodes, prices and offers (docs/offers.md). GPU availability always comes
  * from repository.gpuUsage, the one place GPUs are counted.
  */
+import type { CatalogueNode } from '../templates/service.js';
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
@@ -120,6 +121,8 @@ export interface SearchFilters {
   max_price?: number;
   rental_type?: RentalKind;
   location?: string;
+  /** Only nodes whose host holds this template ready. */
+  template_vmid?: number;
   limit: number;
   offset: number;
 }
@@ -234,10 +237,16 @@ export interface OfferInputs {
   prices: PricingRow[];
   nodes: NodeRow[];
   usage: Map<string, GpuUsage>;
+  /** "node:template_vmid" of every template ready on a node. */
+  ready: Set<string>;
 }
 
 /** The longest an offers snapshot is served: a change made elsewhere shows within this. */
 export const OFFERS_MAX_AGE_MS = 1000;
+
+function catalogueNodeOf(n: FullNodeRow): CatalogueNode {
+  return { node: n.node, gpu_type: n.gpu_type, status: n.status, agent_url: n.agent_url };
+}
 
 /** The answer to a create or start for a GPU type that has no price (pricingFor, or a price read earlier). */
 export function noPrice(gpuType: string): AppError {
@@ -245,6 +254,7 @@ export function noPrice(gpuType: string): AppError {
 }
 
 export class InventoryService {
+  private readonly contactHooks: ((node: string) => Promise<void>)[] = [];
   private readonly statusHooks: NodeStatusHook[] = [];
 
   private readonly tokenKey: Buffer;
@@ -304,9 +314,12 @@ export class InventoryService {
     const now = performance.now();
     const s = this.offersSnapshot;
     if (s && s.epoch === this.offersEpoch && now - s.loadedAt < OFFERS_MAX_AGE_MS) return s.inputs;
-    const inputs = Promise.all([repo.listPricing(this.db), repo.listNodes(this.db), repo.gpuUsage(this.db)]).then(
-      ([prices, nodes, usage]) => ({ prices, nodes, usage }),
-    );
+    const inputs = Promise.all([
+      repo.listPricing(this.db),
+      repo.listNodes(this.db),
+      repo.gpuUsage(this.db),
+      repo.readyTemplates(this.db),
+    ]).then(([prices, nodes, usage, ready]) => ({ prices, nodes, usage, ready }));
     const mine: NonNullable<typeof this.offersSnapshot> = { loadedAt: now, epoch: this.offersEpoch, inputs };
     this.offersSnapshot = mine;
     inputs.then(
@@ -438,7 +451,7 @@ export class InventoryService {
 
   async search(f: SearchFilters, inputs?: OfferInputs): Promise<{ items: Offer[]; total: number }> {
     const rental = f.rental_type ?? 'on_demand';
-    const { prices, nodes, usage } = inputs ?? (await this.offerInputs());
+    const { prices, nodes, usage, ready } = inputs ?? (await this.offerInputs());
     const priceOf = new Map(prices.map((p) => [p.gpu_type, p]));
     const offers: Offer[] = [];
     for (const n of nodes) {
@@ -446,6 +459,7 @@ export class InventoryService {
       if (!p || n.status !== 'active') continue;
       if (f.gpu_type && n.gpu_type !== f.gpu_type) continue;
       if (f.location && n.location.toLowerCase() !== f.location.toLowerCase()) continue;
+      if (f.template_vmid !== undefined && !ready.has(`${n.node}:${f.template_vmid}`)) continue;
       const u = usage.get(n.node);
       const freeNow = free(n, u);
       const forOnDemand = freeNow + (u?.preemptible ?? 0);
@@ -552,6 +566,16 @@ export class InventoryService {
     return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };
   }
 
+  /** Every node as the template catalogue sees it (its GPU type, status and whether an agent runs it). */
+  async catalogueNodes(): Promise<CatalogueNode[]> {
+    return (await repo.listNodes(this.db)).map(catalogueNodeOf);
+  }
+
+  async catalogueNode(node: string): Promise<CatalogueNode | null> {
+    const row = await repo.getNode(this.db, node);
+    return row ? catalogueNodeOf(row) : null;
+  }
+
   /** Whether a node is driven by a host agent (without unsealing its token). */
   async hasAgent(node: string): Promise<boolean> {
     const row = await repo.agentOf(this.db, node);
@@ -637,7 +661,14 @@ export class InventoryService {
       ? { agent_status: 'online' as const, agent_seen_at: now, agent_misses: 0, agent_info: info }
       : { agent_status: 'offline' as const, agent_misses: AGENT_MAX_MISSES };
     await repo.updateNode(this.db, node, patch, now, false);
+    // What the host holds is learnt at once, so that VMs can be created on it without waiting for a heartbeat.
+    if (info) for (const hook of this.contactHooks) await hook(node).catch(() => undefined);
     return this.getNode(node);
+  }
+
+  /** Called when a node's agent answered its first call (at registration, or after a new URL or token). */
+  onAgentContact(hook: (node: string) => Promise<void>): void {
+    this.contactHooks.push(hook);
   }
 
   async patchNode(node: string, input: Partial<Omit<NodeInput, 'node'>>): Promise<NodeRecord> {

@@ -30,6 +30,7 @@ import type { AgentEndpoint } from '../../hypervisor/agent-client.js';
 import { openTunnel, TunnelError, TunnelPool } from '../../hypervisor/tunnel.js';
 import type { TokenService } from '../auth/tokens.js';
 import { guestPortOf, serviceLabel } from '../vms/templates.js';
+import type { TemplateWeb } from '../templates/service.js';
 import { COOKIE_MAX_S, COOKIE_NAME, CookieSigner, readCookie, stripCookie, type PortalSession } from './cookie.js';
 import type { PortalLinks, PortalTarget } from './links.js';
 import {
@@ -48,6 +49,8 @@ import { splice } from '../../net/streams.js';
 import type { PortalVm } from './repository.js';
 
 export interface PortalDeps {
+  /** The web services of a template (its WebUI and Jupyter ports). */
+  templateWeb: (vmid: number) => Promise<TemplateWeb>;
   db: Db;
   clock: Clock;
   tokens: TokenService;
@@ -292,7 +295,7 @@ export class Portal {
         'Signed out',
         `VM ${vm.vmid} has stopped since you signed in, which ended that sign-in. Open ${serviceLabel(target.service)} again from the console.`,
       );
-    const port = guestPortOf(vm, target.service);
+    const port = guestPortOf(await this.deps.templateWeb(vm.template_vmid), vm, target.service);
     if (port === null)
       return refused(404, 'not_found', 'No such service', `VM ${vm.vmid} has no ${serviceLabel(target.service)}.`);
     const endpoint = await this.endpoint(vm.node);

@@ -9,15 +9,15 @@ import { invalidState } from '../../errors.js';
 import type { TokenService } from '../auth/tokens.js';
 import { portService, type PortalLinks, type PortalService } from '../portal/links.js';
 import { mustFind } from './records.js';
-import { TEMPLATES, WEB_TEMPLATES } from './templates.js';
+import type { TemplateWeb } from '../templates/service.js';
 
 export const LAUNCH_TOKEN_TTL_S = 300;
-export { TEMPLATES, WEB_TEMPLATES };
 
 export interface AccessDeps {
   db: Db;
   tokens: TokenService;
   links: PortalLinks;
+  templateWeb: (vmid: number) => Promise<TemplateWeb>;
 }
 
 /** `launchTokens`: whether the caller may have launch tokens (interactive access to the VM). */
@@ -43,7 +43,8 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
       expires_at: expiresAt.toISOString(),
     };
   };
-  const hasWeb = WEB_TEMPLATES.has(vm.template_vmid) && opts.launchTokens;
+  const web = await deps.templateWeb(vm.template_vmid);
+  const hasWeb = opts.launchTokens;
   const ports = [];
   for (const p of vm.http_ports) {
     const link = opts.launchTokens ? await launch(portService(p)!) : null;
@@ -58,8 +59,8 @@ export async function accessInfo(deps: AccessDeps, userId: number, ref: string, 
       username,
       command: port === 22 ? `ssh ${username}@${host}` : `ssh -p ${port} ${username}@${host}`,
     },
-    web_ui: hasWeb ? await launch('webui') : null,
-    jupyter: hasWeb ? await launch('jupyter') : null,
+    web_ui: hasWeb && web.webui !== undefined ? await launch('webui') : null,
+    jupyter: hasWeb && web.jupyter !== undefined ? await launch('jupyter') : null,
     ports,
     // Only a host agent reports where SSH answers: a VM without that runs on the simulator.
     notice:

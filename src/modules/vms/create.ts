@@ -18,7 +18,7 @@ import type { RentalType } from './lifecycle.js';
 import * as repo from './repository.js';
 import type { CountedVm, VmRow } from './repository.js';
 import { LABEL_RE, LABEL_RULE, toVmRecord, type VmRecord } from './records.js';
-import { TEMPLATES } from './templates.js';
+import type { TemplateService } from '../templates/service.js';
 import { committedHourly, ratesFor } from './rates.js';
 import { pickVictims, placeCreate } from './placement.js';
 import { preempt } from './preemption.js';
@@ -52,6 +52,8 @@ export interface CreateDeps {
   /** Seals a password until the VM is built. */
   secretKey: Buffer;
   provisionDelayMs: number;
+  /** The template catalogue: the template must exist and be ready on the node. */
+  templates: TemplateService;
   apply: ApplyTransition;
   gpuUsageChanged: (tx: Queryable) => void;
   /** Takes what a status change of these VMs will lock after them (their meters), before any balance. */
@@ -78,9 +80,15 @@ function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_k
   if (input.instance_label != null && !LABEL_RE.test(input.instance_label)) {
     throw validation('body.instance_label', LABEL_RULE);
   }
-  const web = TEMPLATES[input.template_vmid]?.web ?? {};
-  for (const [name, port] of Object.entries(web)) {
-    if (input.http_ports?.includes(port))
+}
+
+/** A customer's HTTP port may not be one of the template's web services, which have links of their own. */
+function checkHttpPorts(input: CreateVmInput, template: { webui_port: number | null; jupyter_port: number | null }) {
+  for (const [name, port] of [
+    ['webui', template.webui_port],
+    ['jupyter', template.jupyter_port],
+  ] as const) {
+    if (port !== null && input.http_ports?.includes(port))
       throw validation('body.http_ports', `${port} is the template's ${name} port already; it has a link of its own`);
   }
 }
@@ -148,9 +156,14 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
     const limits = await limitsOf(tx, userId);
     const pricing = await deps.inventory.findPricing(tx, input.gpu_type);
     const key = authMethod === 'ssh_key' ? await findKey(deps, tx, userId, input.ssh_key_id) : undefined;
+    // The template exists and takes a disk this large (422 before any other check); whether the node's
+    // host holds it is checked with the node.
+    const template = await deps.templates.forCreate(tx, input.template_vmid, input.storage_gb);
+    checkHttpPorts(input, template);
     // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, their meters, then the balances
     // of this user and of the victims' owners at once, in id order (preempting a VM charges its owner).
     const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
+    await deps.templates.checkReady(tx, template, node.node);
     // Interruptible VMs preempted (most recently started first) only for the GPUs that are not free.
     const preempted = pickVictims(victims, input.gpu_count, free);
     await deps.beforeStatusChanges(

@@ -176,8 +176,9 @@ const CreateBody = Type.Object(
     }),
     template_vmid: Type.Integer({
       minimum: 100,
-      maximum: 104,
-      description: '100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop',
+      maximum: 999_999,
+      description:
+        'A template of GET /templates: by default 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop. An unknown one is 422; one the node does not hold ready is 400 template_unavailable',
     }),
     rental_type: Type.Optional(RentalSchema),
     reservation_months: Type.Optional(
@@ -223,7 +224,7 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         tags: ['vms'],
         operationId: 'createVm',
         summary: 'Create a VM',
-        description: `Checks, in this order: validation (422); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts \`creating\` (201); provisioning runs in the background. Honours Idempotency-Key.`,
+        description: `Checks, in this order: validation (422, including an unknown template_vmid or a storage_gb under the template's min_disk_gb); the node exists and is active (400 gpu_unavailable); GPUs on the node (interruptible: free GPUs only; on-demand and reserved may also take GPUs held by interruptible VMs, which are then preempted, most recently started first); the node's host holds the template ready (400 template_unavailable, GET /search?template_vmid=N lists the nodes that do); storage_gb within the node's max_storage_gb (400 limit_exceeded); your limits (10 VMs, 16 GPUs by default: 400 limit_exceeded); your balance (400 insufficient_balance: one hour of this VM plus one hour of your other VMs' committed spend); your SSH key (404 for an unknown one, 400 invalid_state if you have none). The VM starts \`creating\` (201); provisioning runs in the background. Honours Idempotency-Key.`,
         body: CreateBody,
         response: { 201: VmSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
       },

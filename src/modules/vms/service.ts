@@ -42,9 +42,10 @@ import * as reactions from './reactions.js';
 
 // What callers have always imported from here.
 export { DEFAULT_MAX_VMS, DEFAULT_MAX_GPUS, type CreateVmInput } from './create.js';
-export { LAUNCH_TOKEN_TTL_S, WEB_TEMPLATES, TEMPLATES } from './access.js';
+export { LAUNCH_TOKEN_TTL_S } from './access.js';
 import type { PortalLinks } from '../portal/links.js';
 import { webPortsOf } from './templates.js';
+import type { TemplateService } from '../templates/service.js';
 export { LABEL_RE, toVmRecord, parseVmRef, type VmRecord, type InterruptionRecord } from './records.js';
 export { ratesFor, committedHourly } from './rates.js';
 export type { ActionOutcome } from './outcomes.js';
@@ -75,7 +76,7 @@ export class VmService {
     private readonly tokens: TokenService,
     /** Reserved VMs take their deposit from the reservation module at creation. */
     private readonly reservations: ReservationService,
-    private readonly opts: { provisionDelayMs: number; secret: string; links: PortalLinks },
+    private readonly opts: { provisionDelayMs: number; secret: string; links: PortalLinks; templates: TemplateService },
   ) {
     this.secretKey = deriveKey(opts.secret, 'vm-provision-secret');
     this.deps = { db, clock, inventory, apply: this.apply };
@@ -160,6 +161,7 @@ export class VmService {
         reservations: this.reservations,
         secretKey: this.secretKey,
         provisionDelayMs: this.opts.provisionDelayMs,
+        templates: this.opts.templates,
         gpuUsageChanged: (q) => this.gpuUsageChanged(q),
         beforeStatusChanges: (tx, vmIds) => this.beforeStatusChanges(tx, vmIds),
       },
@@ -247,7 +249,12 @@ export class VmService {
 
   /** `launchTokens`: whether the caller may have WebUI/Jupyter launch tokens (interactive access). */
   async accessInfo(userId: number, ref: string, opts: { launchTokens: boolean } = { launchTokens: true }) {
-    return accessInfo({ db: this.db, tokens: this.tokens, links: this.opts.links }, userId, ref, opts);
+    return accessInfo(
+      { db: this.db, tokens: this.tokens, links: this.opts.links, templateWeb: (v) => this.opts.templates.webOf(v) },
+      userId,
+      ref,
+      opts,
+    );
   }
 
   // ---- hooks from other modules (reactions.ts) ----
@@ -276,7 +283,7 @@ export class VmService {
   }
 
   /** What the driver is given to build a VM; a password sealed at creation is opened here only. */
-  specOf(vm: VmRow): VmSpec {
+  async specOf(vm: VmRow): Promise<VmSpec> {
     return {
       id: vm.id,
       vmid: vm.vmid,
@@ -287,7 +294,7 @@ export class VmService {
       ramGb: vm.ram_gb,
       cpuCores: vm.cpu_cores,
       templateVmid: vm.template_vmid,
-      webPorts: webPortsOf(vm),
+      webPorts: webPortsOf(await this.opts.templates.webOf(vm.template_vmid), vm),
       authMethod: vm.auth_method,
       sshPublicKey: vm.ssh_public_key,
       password: vm.provision_secret ? open(this.secretKey, vm.provision_secret) : null,

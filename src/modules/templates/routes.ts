@@ -1,0 +1,279 @@
+/** /templates and /admin/templates (docs/templates.md). */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, NO_CONTROL, Nullable } from '../../http/schemas.js';
+import { Enum } from '../../http/schemas.js';
+import { notFound } from '../../errors.js';
+import type { CatalogueNode, TemplateService } from './service.js';
+import { TEMPLATE_VMID_MAX, TEMPLATE_VMID_MIN } from './service.js';
+
+const GPU_TYPES = ['5090', '4090', 'pro6000'] as const;
+const Port = Type.Integer({ minimum: 1, maximum: 65535 });
+
+export const TemplateRecord = Type.Object(
+  {
+    template_vmid: Type.Integer({ description: 'The id a VM is created with (`template_vmid`)' }),
+    name: Type.String({ description: 'Short name, e.g. ubuntu-24.04 (the CLI takes it for --template)' }),
+    description: Type.String(),
+    os: Type.String({ description: 'The operating system, e.g. Ubuntu 24.04' }),
+    default_user: Type.String({ description: 'The SSH login user; it has passwordless sudo' }),
+    access: Type.Object(
+      {
+        ssh: Type.Boolean(),
+        webui_port: Nullable(Type.Integer(), { description: "The guest port of the template's WebUI, or null" }),
+        jupyter_port: Nullable(Type.Integer(), { description: 'The guest port of Jupyter, or null' }),
+      },
+      { description: 'How a VM of this template is reached: SSH, and through the access portal its web services' },
+    ),
+    min_disk_gb: Type.Integer({ description: 'The smallest storage_gb a VM of this template may have' }),
+    gpu_types: Nullable(Type.Array(Type.String()), {
+      description: "The GPU types whose nodes hold it; null for every type's",
+    }),
+    image: Nullable(
+      Type.Object({
+        sha256: Type.String(),
+        format: Type.String(),
+        size_bytes: Type.Integer(),
+      }),
+      { description: 'The disk image the hosts download; null when hosts were given it by hand' },
+    ),
+    ready_on: Type.Object(
+      {
+        nodes: Type.Array(Type.String(), { description: 'Active nodes where a VM of it can be created now' }),
+        gpu_types: Type.Array(Type.String()),
+      },
+      { description: 'Where the template is ready' },
+    ),
+    created_at: DateTime(),
+    updated_at: DateTime(),
+  },
+  {
+    description: 'A template: what a VM is built from',
+    examples: [
+      {
+        template_vmid: 102,
+        name: 'stable-diffusion',
+        description: 'Stable-diffusion image-generation image, pre-configured',
+        os: 'Ubuntu 22.04',
+        default_user: 'ubuntu',
+        access: { ssh: true, webui_port: 7860, jupyter_port: 8888 },
+        min_disk_gb: 50,
+        gpu_types: null,
+        image: null,
+        ready_on: { nodes: ['vm01', 'vm02'], gpu_types: ['4090', '5090'] },
+        created_at: '2026-01-01T00:00:00.000Z',
+        updated_at: '2026-01-01T00:00:00.000Z',
+      },
+    ],
+  },
+);
+
+const Text = (max: number, description: string) =>
+  Type.String({ minLength: 1, maxLength: max, pattern: NO_CONTROL, description });
+
+const Fields = {
+  name: Type.String({
+    pattern: '^[a-z0-9][a-z0-9._-]{0,47}$',
+    description: 'Short name: lowercase letters, digits, ".", "_" and "-", at most 48',
+  }),
+  description: Text(200, 'What the template is'),
+  os: Text(64, 'The operating system'),
+  default_user: Type.String({
+    pattern: '^[a-z_][a-z0-9_-]{0,31}$',
+    description: 'The login user the image has (or cloud-init creates), e.g. ubuntu or root',
+  }),
+  webui_port: Nullable(Port, { description: "The guest port of the template's WebUI" }),
+  jupyter_port: Nullable(Port, { description: 'The guest port of Jupyter' }),
+  min_disk_gb: Type.Integer({ minimum: 50, maximum: 100_000, description: 'Smallest disk of its VMs (default 50)' }),
+  gpu_types: Nullable(Type.Array(Enum(GPU_TYPES, 'A GPU type'), { minItems: 1, maxItems: 3, uniqueItems: true }), {
+    description: "Only these GPU types' nodes hold it (null: every type's)",
+  }),
+  image_sha256: Nullable(Type.String({ pattern: '^[0-9a-f]{64}$' }), {
+    description: 'The image (in the image store) hosts download for it',
+  }),
+};
+
+const VmidParam = Type.Object({
+  template_vmid: Type.Integer({ description: 'The template id' }),
+});
+
+export function templateRoutes(
+  app: FastifyInstance,
+  templates: TemplateService,
+  nodes: () => Promise<CatalogueNode[]>,
+): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const admin = { auth: 'admin' as const };
+
+  r.get(
+    '/templates',
+    {
+      schema: {
+        tags: ['offers'],
+        operationId: 'listTemplates',
+        summary: 'List templates',
+        description:
+          'No authentication. Every template a VM can be created from, by template_vmid, with its access (SSH, the WebUI and Jupyter ports the access portal reaches), minimum disk, and the active nodes where it is ready now.',
+        security: [],
+        response: { 200: Type.Array(TemplateRecord), ...errorResponses(429) },
+      },
+      config: { auth: 'public' },
+    },
+    async () => templates.list(await nodes()),
+  );
+
+  r.get(
+    '/templates/:template_vmid',
+    {
+      schema: {
+        tags: ['offers'],
+        operationId: 'getTemplate',
+        summary: 'Get a template',
+        description: 'No authentication. One template, as GET /templates lists it; 404 for an unknown id.',
+        security: [],
+        params: VmidParam,
+        response: { 200: TemplateRecord, ...errorResponses(404, 422, 429) },
+      },
+      config: { auth: 'public' },
+    },
+    async (req) => templates.get(req.params.template_vmid, await nodes()),
+  );
+
+  r.post(
+    '/admin/templates',
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'createTemplate',
+        summary: 'Add a template',
+        description: `template_vmid ${TEMPLATE_VMID_MIN} to ${TEMPLATE_VMID_MAX}; a taken id or name is 400 conflict. Hosts download its image once it has one (PUT an upload with template_vmid, or image_sha256 of an image in the store).`,
+        body: Type.Object(
+          {
+            template_vmid: Type.Integer({ minimum: TEMPLATE_VMID_MIN, maximum: TEMPLATE_VMID_MAX }),
+            name: Fields.name,
+            description: Fields.description,
+            os: Fields.os,
+            default_user: Fields.default_user,
+            webui_port: Type.Optional(Fields.webui_port),
+            jupyter_port: Type.Optional(Fields.jupyter_port),
+            min_disk_gb: Type.Optional(Fields.min_disk_gb),
+            gpu_types: Type.Optional(Fields.gpu_types),
+            image_sha256: Type.Optional(Fields.image_sha256),
+          },
+          {
+            additionalProperties: false,
+            examples: [
+              {
+                template_vmid: 105,
+                name: 'cuda-12.4',
+                description: 'Ubuntu 24.04 with CUDA 12.4 and PyTorch',
+                os: 'Ubuntu 24.04',
+                default_user: 'ubuntu',
+              },
+            ],
+          },
+        ),
+        response: { 201: TemplateRecord, ...errorResponses(400, 401, 403, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req, reply) => {
+      const { template_vmid, ...input } = req.body;
+      return reply.code(201).send(await templates.create(template_vmid, input, await nodes()));
+    },
+  );
+
+  r.patch(
+    '/admin/templates/:template_vmid',
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'updateTemplate',
+        summary: 'Change a template',
+        description:
+          'Any of its fields. A new image_sha256 reaches the hosts at their next heartbeat; VMs built from the old image keep it.',
+        params: VmidParam,
+        body: Type.Object(
+          {
+            name: Type.Optional(Fields.name),
+            description: Type.Optional(Fields.description),
+            os: Type.Optional(Fields.os),
+            default_user: Type.Optional(Fields.default_user),
+            webui_port: Type.Optional(Fields.webui_port),
+            jupyter_port: Type.Optional(Fields.jupyter_port),
+            min_disk_gb: Type.Optional(Fields.min_disk_gb),
+            gpu_types: Type.Optional(Fields.gpu_types),
+            image_sha256: Type.Optional(Fields.image_sha256),
+          },
+          { additionalProperties: false, minProperties: 1 },
+        ),
+        response: { 200: TemplateRecord, ...errorResponses(400, 401, 403, 404, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req) => templates.update(req.params.template_vmid, req.body, await nodes()),
+  );
+
+  r.delete(
+    '/admin/templates/:template_vmid',
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'deleteTemplate',
+        summary: 'Delete a template',
+        description:
+          'Refused (400 conflict, with the reason) while a VM that is not destroyed was built from it. Hosts remove its image once no VM on them stands on it.',
+        params: VmidParam,
+        response: { 204: Type.Null({ description: 'Deleted' }), ...errorResponses(400, 401, 403, 404, 422, 429) },
+      },
+      config: admin,
+    },
+    async (req, reply) => {
+      await templates.delete(req.params.template_vmid);
+      return reply.code(204).send(null);
+    },
+  );
+
+  r.get(
+    '/admin/nodes/:node/templates',
+    {
+      schema: {
+        tags: ['admin'],
+        operationId: 'listNodeTemplates',
+        summary: "The templates on a node's host",
+        description:
+          'Each template the node should hold, then any other its agent holds (added on the host): missing, queued, downloading (progress in percent), ready, or failed with the reason. A node without an agent holds every template of its GPU type.',
+        params: Type.Object({ node: Type.String({ maxLength: 200, description: "The node's name" }) }),
+        response: {
+          200: Type.Array(
+            Type.Object({
+              template_vmid: Type.Integer(),
+              name: Nullable(Type.String()),
+              state: Enum(['missing', 'queued', 'downloading', 'ready', 'failed'] as const, 'The state on the host'),
+              source: Type.Unsafe<'pulled' | 'local' | null>({
+                type: ['string', 'null'],
+                enum: ['pulled', 'local', null],
+                description:
+                  'Downloaded from the image store (pulled), added on the host (local), or null when missing',
+              }),
+              sha256: Nullable(Type.String()),
+              bytes_done: Type.Integer(),
+              size_bytes: Type.Integer(),
+              progress: Nullable(Type.Integer({ description: 'Percent downloaded' })),
+              reason: Nullable(Type.String({ description: 'Why it failed' })),
+              updated_at: Nullable(DateTime()),
+            }),
+          ),
+          ...errorResponses(401, 403, 404, 429),
+        },
+      },
+      config: admin,
+    },
+    async (req) => {
+      const node = (await nodes()).find((n) => n.node === req.params.node);
+      if (!node) throw notFound('Node');
+      return templates.nodeStates(node);
+    },
+  );
+}

@@ -54,9 +54,10 @@ describeEachDb('long work and requests', (t) => {
     const periods = await t().db.query<{ n: number }>('SELECT count(*)::int AS n FROM usage_logs');
     assert.ok(periods.rows[0]!.n >= 20_000, `${periods.rows[0]!.n} periods closed`);
     assert.ok(waits.length >= 3, `only ${waits.length} answers in ${took} ms: requests were held`);
-    // One batch at most (a few hundred ms on an idle machine; CI runs three test files on two cores), never
-    // the whole advance, as when nothing gave the event loop back.
+    // One batch at most (a few hundred ms on an idle machine), never the whole advance, as when nothing gave the
+    // event loop back. Compared with the advance itself, not with a fixed time: CI runs three test files on two
+    // cores, real guests booting among them, and a batch then takes seconds. The figures are a benchmark's.
     const slowest = Math.max(...waits);
-    assert.ok(slowest < 1500 && slowest < took / 2, `the slowest /healthz took ${slowest} ms (advance ${took} ms)`);
+    assert.ok(slowest < took / 2, `the slowest /healthz took ${slowest} ms (advance ${took} ms)`);
   });
 });

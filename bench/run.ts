@@ -33,6 +33,11 @@
  *             each one's MB/s (target: at least 200) and seconds to ready,
  *             and the service's RSS growth meanwhile (target: under 50 MB)
  *             (bench/images.ts)
+ *   move      a stopped VM's disk holding --image-mb N MiB of data (default 1024)
+ *             moved between two real agents on loopback: export on one,
+ *             import on the other until it is stopped and verified; MB/s end
+ *             to end (target: at least 150), split into convert, hash,
+ *             transfer, checks (bench/move.ts; needs qemu-utils)
  *   real-vm   POST /vms -> running -> SSH login on the test image, the agent
  *             alone, and bare QEMU as the baseline (needs QEMU; --runs N,
  *             default 3; embedded only)
@@ -52,6 +57,7 @@ import { httpBench, SERVICE_CASES } from './http.js';
 import { historyBench } from './history.js';
 import { imagesBench } from './images.js';
 import { meteringBench, timeNodeOffline } from './metering.js';
+import { moveBench } from './move.js';
 import { realVmBench } from './real-vm.js';
 import { portalBench } from './portal.js';
 import type { DbKind } from './service.js';
@@ -99,7 +105,7 @@ export interface BenchOptions {
 }
 
 const HTTP_CASES = SERVICE_CASES.map((c) => c.name);
-const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'portal', 'images', 'real-vm'];
+const CASES = [...HTTP_CASES, 'startup', 'metering', 'node-offline', 'history', 'portal', 'images', 'move', 'real-vm'];
 
 interface Args {
   cases: string[];
@@ -171,6 +177,10 @@ async function runCases(a: Args): Promise<BenchResult[]> {
       console.log(`== images (${db})`);
       results.push(...(await imagesBench(o, a.imageMb)));
     }
+  }
+  if (a.cases.includes('move')) {
+    console.log('== move');
+    results.push(...(await moveBench(a.imageMb)));
   }
   if (a.cases.includes('real-vm')) {
     console.log('== real-vm');

@@ -75,6 +75,9 @@ import { templateRoutes } from './modules/templates/routes.js';
 import { ImageService } from './modules/images/service.js';
 import { imageRoutes } from './modules/images/routes.js';
 import { DirectoryImageStore } from './modules/images/store.js';
+import { SnapshotService } from './modules/snapshots/service.js';
+import { ImageMeter } from './modules/snapshots/meter.js';
+import { snapshotRoutes } from './modules/snapshots/routes.js';
 
 export const BODY_LIMIT = 64 * 1024; // larger bodies are 413
 
@@ -117,6 +120,9 @@ export interface Services {
   templates: TemplateService;
   /** Disk images: uploads, the image store, agents' downloads. */
   images: ImageService;
+  /** Customer images: snapshots of VMs, and their storage billing. */
+  snapshots: SnapshotService;
+  imageMeter: ImageMeter;
   webhooks: WebhookService;
   /** The background work's metrics (GET /metrics serves them with the HTTP ones). */
   metrics: JobMetrics;
@@ -177,7 +183,11 @@ export function createServices(deps: AppDeps): Services {
     async (node) => (await inventory.agentEndpoint(node))?.token ?? null,
     async (node) => {
       const row = await inventory.catalogueNode(node);
-      return new Set(row ? (await templates.desiredFor(row)).map((t) => t.sha256) : []);
+      // Its templates' images, and the customer images its VMs are being built from.
+      return new Set([
+        ...(row ? (await templates.desiredFor(row)).map((t) => t.sha256) : []),
+        ...(await snapshots.imagesForNode(node)),
+      ]);
     },
     { exists: (vmid) => templates.exists(vmid), setImage: (tx, vmid, sha) => templates.setImage(tx, vmid, sha) },
   );
@@ -186,6 +196,26 @@ export function createServices(deps: AppDeps): Services {
     secret: deps.jwtSecret,
     links,
     templates,
+    // The two modules need each other: a VM starts from an image, an image is taken of a VM.
+    images: {
+      forCreate: (tx, userId, imageId, storageGb) => snapshots.forCreate(tx, userId, imageId, storageGb),
+      contentOf: (imageId) => snapshots.contentOf(imageId),
+    },
+  });
+  const imageMeter = new ImageMeter(deps.db, {
+    intervalS: deps.config.billingIntervalS,
+    priceGbHourMicros: deps.config.imagePriceGbHourMicros,
+  });
+  const snapshots: SnapshotService = new SnapshotService({
+    db: deps.db,
+    clock,
+    meter: imageMeter,
+    lockSource: (tx, userId, ref) => vms.lockSnapshotSource(tx, userId, ref),
+    currentSource: (vmId) => vms.snapshotSource(vmId),
+    driver,
+    store: images,
+    limits: { maxImages: deps.config.maxImages, maxImageGb: deps.config.maxImageGb },
+    log: deps.log,
   });
   const portal = new Portal({
     db: deps.db,
@@ -198,7 +228,7 @@ export function createServices(deps: AppDeps): Services {
     clientAddress: (req) => clientAddress(req, trusted),
     log: deps.log,
   });
-  const usage = new UsageService(deps.db, clock);
+  const usage = new UsageService(deps.db, clock, deps.config.imagePriceGbHourMicros);
   const metrics = new JobMetrics();
   const reconciler = new Reconciler(clock, driver, vms, deps.log, metrics);
   const agents = new AgentMonitor(inventory, vms, templates, deps.config.agentHeartbeatS, deps.log, metrics);
@@ -249,6 +279,9 @@ export function createServices(deps: AppDeps): Services {
       return meter.closeDueIntervals(now, { signal });
     },
   });
+  reconciler.addJob({ name: 'image-storage', run: (now) => imageMeter.closeDue(now) });
+  // Snapshots: one at a time per instance, each copied into the image store (docs/images.md).
+  reconciler.addJob({ name: 'snapshots', run: () => snapshots.takeDue() });
   reconciler.addJob({
     name: 'low-balance',
     run: async (now) => {
@@ -313,6 +346,8 @@ export function createServices(deps: AppDeps): Services {
     agents,
     templates,
     images,
+    snapshots,
+    imageMeter,
     webhooks,
     metrics,
   };
@@ -386,7 +421,7 @@ export function httpServerOptions(config: Config) {
   };
 }
 
-const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations'];
+const NO_STORE_PREFIXES = ['/auth', '/account', '/billing', '/api-keys', '/admin', '/reservations', '/images'];
 
 export async function buildApp(deps: AppDeps, services: Services = createServices(deps)): Promise<FastifyInstance> {
   const schemas = new LazySchemas();
@@ -650,9 +685,10 @@ export async function buildApp(deps: AppDeps, services: Services = createService
   webhookRoutes(app, services.webhooks);
   sshKeyRoutes(app, services.sshKeys);
   adminRoutes(app, services.adminUsers, services.clock, () => ledgerCheck(deps.db), deps);
-  inventoryRoutes(app, services.inventory);
+  inventoryRoutes(app, services.inventory, deps.config.imagePriceGbHourMicros);
   templateRoutes(app, services.templates, () => services.inventory.catalogueNodes());
   imageRoutes(app, services.images);
+  snapshotRoutes(app, services.snapshots);
   billingRoutes(app, services.billing);
   vmRoutes(app, services.vms);
   usageRoutes(app, services.usage);

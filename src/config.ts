@@ -95,6 +95,11 @@ export interface Config {
   imageStore: string;
   /** The largest image, file and disk alike, in GB. */
   imageMaxGb: number;
+  /** Customer images' storage, per GB-hour (docs/images.md#billing). */
+  imagePriceGbHourMicros: number;
+  /** Per account: how many customer images, and how many GB they may hold together. */
+  maxImages: number;
+  maxImageGb: number;
   /** Where customers write for help (the OpenAPI document's `contact`), if the operator names one. */
   supportEmail: string | undefined;
   /** Webhooks may go to loopback and private addresses (tests, receivers on the operator's own network). */
@@ -357,6 +362,10 @@ export function loadConfig(env: Env = process.env): Config {
     publicUrl: publicUrl(env, 'GPUCLOUD_PUBLIC_URL'),
     imageStore: resolve(str(env, 'GPUCLOUD_IMAGE_STORE') ?? join(str(env, 'GPUCLOUD_DATA_DIR') ?? './data', 'images')),
     imageMaxGb: int(env, 'GPUCLOUD_IMAGE_MAX_GB', 200, 1, 100_000),
+    imagePriceGbHourMicros:
+      str(env, 'GPUCLOUD_IMAGE_PRICE_GB_HOUR') === undefined ? 100 : money(env, 'GPUCLOUD_IMAGE_PRICE_GB_HOUR'),
+    maxImages: int(env, 'GPUCLOUD_MAX_IMAGES', 10, 0, 100_000),
+    maxImageGb: int(env, 'GPUCLOUD_MAX_IMAGE_GB', 1000, 0, 10_000_000),
     supportEmail: email(env, 'GPUCLOUD_SUPPORT_EMAIL'),
     webhookAllowPrivate: bool(env, 'GPUCLOUD_WEBHOOK_ALLOW_PRIVATE') ?? false,
     webhookTimeoutS: int(env, 'GPUCLOUD_WEBHOOK_TIMEOUT_S', 10, 1, 30),

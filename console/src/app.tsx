@@ -15,6 +15,7 @@ import { Offers } from './pages/offers.js';
 import { Launch } from './pages/launch.js';
 import { Templates } from './pages/templates.js';
 import { Vms, VmDetail } from './pages/vms.js';
+import { MyImages } from './pages/images.js';
 import { SshKeys } from './pages/ssh-keys.js';
 import { ApiKeys } from './pages/api-keys.js';
 import { Billing } from './pages/billing.js';
@@ -33,6 +34,7 @@ const CUSTOMER_NAV = [
   ['/offers', 'Offers'],
   ['/templates', 'Templates'],
   ['/vms', 'VMs'],
+  ['/images', 'My images'],
   ['/ssh-keys', 'SSH keys'],
   ['/api-keys', 'API keys'],
   ['/billing', 'Billing'],
@@ -163,6 +165,7 @@ function Route({ path, account, onAccount }: { path: string; account: Account; o
   if (path === '/templates') return <Templates />;
   if (path === '/vms') return <Vms />;
   if ((m = match('/vms/:id', path))) return <VmDetail id={m.id!} />;
+  if (path === '/images') return <MyImages />;
   if (path === '/ssh-keys') return <SshKeys />;
   if (path === '/api-keys') return <ApiKeys />;
   if (path === '/billing') return <Billing />;

@@ -18,8 +18,14 @@ export interface AgentHostGpu {
 
 export interface AgentVmState {
   id: string;
-  /** stopped: no QEMU process; booting: QEMU runs, SSH not up yet; running: SSH answers. */
-  state: 'stopped' | 'booting' | 'running' | 'stopping';
+  /**
+   * stopped: no QEMU process; booting: QEMU runs, SSH not up yet; running: SSH answers.
+   * importing: the VM is being built from a disk source (`disk` in its provision spec) and its
+   * download runs or failed (`import` says which); it becomes `stopped` once its disk is verified.
+   */
+  state: 'stopped' | 'booting' | 'running' | 'stopping' | 'importing';
+  /** While `importing`: the download's progress, and why it stopped if it failed (the next provision resumes it). */
+  import?: { bytes_done: number; size_bytes: number; error: string | null };
   ssh: { host: string; port: number; user: string };
   /** The devices bound to the VM now: given at start, given back whenever it stops. */
   gpus: string[];
@@ -97,6 +103,50 @@ export interface AgentProvisionSpec {
    * services and the customer's own HTTP ports); any other port is refused. Absent: none.
    */
   web_ports?: number[];
+  /**
+   * Build the VM from this disk instead of the template (the template need not be on the host):
+   * another host's export of the VM's disk (a move), or an image in the control plane's store.
+   * The provision answers at once with state `importing`; the disk is downloaded (resumed from
+   * what an earlier attempt left), its SHA-256 and image checked, grown to `storage_gb`, and
+   * the VM becomes `stopped`. Repeating the provision while it imports changes nothing.
+   */
+  disk?: AgentDiskSource;
+  /**
+   * The template's login user, for a VM built from `disk` on a host that may not know the template
+   * (a template's own user wins when the host holds it). Absent: the host's template, else root.
+   */
+  user?: string;
+}
+
+/** Where a VM's disk comes from when it is not a template (see AgentProvisionSpec.disk). */
+export interface AgentDiskSource {
+  /** `GET` answers the bytes and honours `Range: bytes=N-`. */
+  url: string;
+  /** Sent as `Authorization: Bearer`: another host's transfer token, or this host's own node token. */
+  token: string;
+  sha256: string;
+  size_bytes: number;
+  format: 'qcow2' | 'raw';
+}
+
+/**
+ * `POST /v1/vms/{id}/export` (body AgentExportRequest): a stopped VM's disk flattened into one
+ * standalone qcow2 file beside it (no backing file), hashed, and served at
+ * `GET /v1/vms/{id}/export/disk` (with `Range`) to the bearer of the export's transfer token
+ * or of the node's own token. Repeat-safe: a ready export is answered as it is. The VM cannot
+ * start while it exports; `DELETE /v1/vms/{id}/export` removes the file (destroy does too).
+ */
+export interface AgentExportRequest {
+  /** The transfer token the destination presents (at least 32 characters). */
+  token: string;
+}
+
+export interface AgentExportState {
+  state: 'exporting' | 'ready' | 'failed';
+  sha256: string | null;
+  size_bytes: number | null;
+  format: 'qcow2';
+  error: string | null;
 }
 
 /** The HTTP upgrade that opens a tunnel to a VM's web port: `GET /v1/vms/{id}/tunnel?port=N`. */

@@ -189,6 +189,7 @@ export async function startAgent(options: AgentOptions, log = true): Promise<Run
       sshPorts: options.sshPorts,
       fakeGpus: options.fakeGpus,
       network,
+      downloadLimitMbps: options.downloadLimitMbps,
       log: logLine,
     },
     templates,

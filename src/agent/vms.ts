@@ -31,7 +31,11 @@
  * - A VM whose QEMU ends without being asked is `stopped`, with the reason:
  *   `guest_powered_off` after a SHUTDOWN event from the guest, `crashed`
  *   when the process died without one.
- * - Destroy removes the VM's folder: no disk outlives its VM.
+ * - Destroy removes the VM's folder: no disk outlives its VM (nor its export).
+ * - A VM can also be built from a downloaded disk instead of its template
+ *   (`disk` in the provision spec, images/import.ts): it is `importing` until
+ *   the disk is verified and its folder built. A stopped VM's disk can be
+ *   exported for another host (images/export.ts); it cannot start meanwhile.
  * - Nothing from a request reaches a path or QEMU's command line without
  *   passing a narrow check first (ids, numbers, keys, the template's user).
  */
@@ -61,7 +65,9 @@ import {
   type Subnet,
 } from './network/bridge.js';
 import type { TemplateStore } from './templates.js';
-import type { AgentProvisionSpec, AgentVmState } from './api.js';
+import type { AgentExportState, AgentProvisionSpec, AgentVmState } from './api.js';
+import { DiskExports } from './images/export.js';
+import { DiskImports, importUser, placeDisk, type ImportSpec } from './images/import.js';
 
 const run = promisify(execFile);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -88,6 +94,8 @@ interface VmRecord {
   template_vmid: number;
   /** The image the disk stands on (a pulled image or a local template); absent in older records. */
   image?: { sha256: string | null; path: string; format: 'qcow2' | 'raw' };
+  /** Instead of `image`: the disk was downloaded whole (an import), it stands on nothing. */
+  disk_source?: { sha256: string; format: 'qcow2' | 'raw' };
   user: string;
   cpu_cores: number;
   ram_mb: number;
@@ -139,6 +147,8 @@ export interface VmManagerOptions {
   qemuBinary?: string;
   /** For tests: where to look for GPUs. */
   sysRoot?: string;
+  /** The cap on imported disks' downloads in MB/s (--download-limit), or null. */
+  downloadLimitMbps?: number | null;
   log?: (msg: string, data?: Record<string, unknown>) => void;
 }
 
@@ -154,6 +164,8 @@ export class VmManager {
   private readonly provisioningAddresses = new Set<string>();
   private readonly hostGpus: HostGpu[];
   private closed = false;
+  readonly exports: DiskExports;
+  private readonly imports: DiskImports;
 
   constructor(
     private readonly opts: VmManagerOptions,
@@ -162,6 +174,13 @@ export class VmManager {
     this.vmsDir = join(opts.dataDir, 'vms');
     templates.track(() => [...this.records.values()].map((r) => r.image));
     this.hostGpus = opts.fakeGpus > 0 ? fakeGpus(opts.fakeGpus) : scanGpus(opts.sysRoot);
+    this.exports = new DiskExports((msg, data) => this.log(msg, data));
+    this.imports = new DiskImports({
+      vmsDir: this.vmsDir,
+      limitMbps: opts.downloadLimitMbps ?? null,
+      install: (id, spec, file, virtualSize) => this.installImport(id, spec, file, virtualSize),
+      log: (msg, data) => this.log(msg, data),
+    });
     // A unix socket path is at most 107 bytes: refuse a data dir that cannot hold one.
     const probe = join(this.vmsDir, '999999999', 'qmp.sock');
     if (Buffer.byteLength(probe) > 107)
@@ -211,6 +230,13 @@ export class VmManager {
         this.cleanRunFiles(dir);
         this.releaseGpus(rec); // its QEMU ended while no agent ran
       }
+    }
+    // Imports an earlier agent left: listed `importing` until the next provision resumes them.
+    for (const r of this.imports.load((id) => this.records.has(id))) {
+      const rec = r as VmRecord;
+      this.records.set(rec.id, rec);
+      this.ports.add(rec.ssh_port);
+      this.rt(rec.id).state = 'importing';
     }
     await this.syncForwards();
   }
@@ -306,6 +332,9 @@ export class VmManager {
       gpus: rec.gpus,
       exit_reason: rt.state === 'stopped' ? rt.exitReason : null,
       traffic: this.traffic(rec),
+      ...(rt.state === 'importing'
+        ? { import: this.imports.progress(id) ?? { bytes_done: 0, size_bytes: 0, error: null } }
+        : {}),
     };
   }
 
@@ -323,7 +352,7 @@ export class VmManager {
   }
 
   templateInUse(vmid: number): boolean {
-    return [...this.records.values()].some((r) => r.template_vmid === vmid);
+    return [...this.records.values()].some((r) => r.template_vmid === vmid && !r.disk_source);
   }
 
   /**
@@ -367,6 +396,11 @@ export class VmManager {
       const existing = this.records.get(id);
       if (existing) {
         if (existing.vmid !== spec.vmid) throw new AgentError(409, 'conflict', `VM ${id} exists with another vmid`);
+        // An import that failed (or that an earlier agent left) is tried again; one under way goes on.
+        if (this.rt(id).state === 'importing' && spec.disk) {
+          existing.disk_source = { sha256: spec.disk.sha256, format: spec.disk.format };
+          this.imports.start(existing, existing, spec as ImportSpec);
+        }
         return this.view(id);
       }
       for (const r of this.records.values()) {
@@ -383,7 +417,8 @@ export class VmManager {
       let recorded = false;
       try {
         // 409 template_unavailable unless ready; a pulled image changed on disk is verified first.
-        const template = await this.templates.base(spec.template_vmid, id);
+        // An import needs no template.
+        const template = spec.disk ? null : await this.templates.base(spec.template_vmid, id);
         address = bridge ? this.allocateAddress(bridge.subnet) : null;
         port = await freePortInRange(this.opts.sshPorts.from, this.opts.sshPorts.to, this.ports, this.opts.forwardHost);
         if (port === null)
@@ -396,8 +431,10 @@ export class VmManager {
           id,
           vmid: spec.vmid,
           template_vmid: spec.template_vmid,
-          image: { sha256: template.sha256, path: template.path, format: template.format },
-          user: template.user,
+          ...(template
+            ? { image: { sha256: template.sha256, path: template.path, format: template.format } }
+            : { disk_source: { sha256: spec.disk!.sha256, format: spec.disk!.format } }),
+          user: template?.user ?? importUser(this.templates, spec.template_vmid, spec.user),
           cpu_cores: spec.cpu_cores,
           ram_mb: spec.ram_mb,
           storage_gb: spec.storage_gb,
@@ -408,7 +445,29 @@ export class VmManager {
           created_at: new Date().toISOString(),
           ...(address ? { net: { ip: address, mac: macOf(address), tap: tapName(spec.vmid) } } : {}),
         };
-        await this.build(rec, template.path, spec);
+        if (!template) {
+          // Listed at once as `importing`; built when its disk is downloaded and verified.
+          this.imports.start(rec, rec, spec as ImportSpec);
+          this.records.set(id, rec);
+          recorded = true;
+          this.rt(id).state = 'importing';
+          this.log('importing', { vm: id, vmid: rec.vmid, port });
+          return this.view(id);
+        }
+        await this.build(rec, spec, (disk) =>
+          run('qemu-img', [
+            'create',
+            '-q',
+            '-f',
+            'qcow2',
+            '-F',
+            template.format,
+            '-b',
+            template.path,
+            disk,
+            `${spec.storage_gb}G`,
+          ]),
+        );
         this.records.set(id, rec);
         recorded = true;
         this.rt(id).state = 'stopped';
@@ -424,26 +483,35 @@ export class VmManager {
     });
   }
 
-  /** The VM's folder: built in a temporary folder and renamed into place, so a crash leaves no half VM behind. */
-  private async build(rec: VmRecord, templatePath: string, spec: ProvisionSpec): Promise<void> {
+  /**
+   * Builds an imported VM from its verified disk (images/import.ts), in the VM's queue: its folder, the disk
+   * (grown to storage_gb), the seed; then it is `stopped`. False when the VM went meanwhile.
+   */
+  private installImport(id: string, spec: ImportSpec, file: string, virtualSize: number): Promise<boolean> {
+    return this.serial(id, async () => {
+      const rec = this.records.get(id);
+      const rt = this.rt(id);
+      if (!rec || rt.state !== 'importing') return false;
+      await this.build(rec, spec, (disk) => placeDisk(file, spec.disk.format, virtualSize, rec.storage_gb, disk));
+      rt.state = 'stopped';
+      rt.exitReason = null;
+      await this.syncForwards();
+      this.log('imported', { vm: id, vmid: rec.vmid, sha256: spec.disk.sha256 });
+      return true;
+    });
+  }
+
+  /**
+   * The VM's folder: built in a temporary folder and renamed into place, so a crash leaves no half VM behind.
+   * `makeDisk` writes the VM's disk.qcow2 at the path it is given, after the seed.
+   */
+  private async build(rec: VmRecord, spec: ProvisionSpec, makeDisk: (disk: string) => Promise<unknown>): Promise<void> {
     const bridge = this.bridge();
     const dir = this.dir(rec);
     const tmp = `${dir}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { mode: 0o700 });
     try {
-      await run('qemu-img', [
-        'create',
-        '-q',
-        '-f',
-        'qcow2',
-        '-F',
-        rec.image?.format ?? 'qcow2',
-        '-b',
-        templatePath,
-        join(tmp, 'disk.qcow2'),
-        `${spec.storage_gb}G`,
-      ]);
       await writeSeed(tmp, {
         instanceId: rec.id,
         hostname: `gpucloud-${spec.vmid}`,
@@ -462,6 +530,7 @@ export class VmManager {
             }
           : {}),
       });
+      await makeDisk(join(tmp, 'disk.qcow2'));
       if (rec.net) await ensureTap(rec.net.tap);
       // The seed's source files held the hash; the ISO is all QEMU needs.
       for (const f of ['user-data', 'meta-data', 'network-config']) rmSync(join(tmp, f), { force: true });
@@ -527,6 +596,10 @@ export class VmManager {
     const rec = this.mustGet(id);
     return this.serial(id, async () => {
       const rt = this.rt(id);
+      if (rt.state === 'importing')
+        throw new AgentError(409, 'importing', `VM ${id} is importing its disk; it can start once it is stopped`);
+      if (this.exports.running(id))
+        throw new AgentError(409, 'exporting', `VM ${id}'s disk is being exported; it can start once that is done`);
       if (rt.state !== 'stopped') return this.view(id);
       this.bindGpus(rec); // before any await
       try {
@@ -686,7 +759,7 @@ export class VmManager {
   stop(id: string, timeoutS: number): Promise<VmView> {
     const rec = this.mustGet(id);
     return this.serial(id, async () => {
-      await this.halt(rec, timeoutS);
+      if (this.rt(id).state !== 'importing') await this.halt(rec, timeoutS); // an import runs no QEMU
       return this.view(id);
     });
   }
@@ -747,6 +820,8 @@ export class VmManager {
     return this.serial(id, async () => {
       const rec = this.records.get(id);
       if (!rec) return;
+      await this.imports.cancel(id, rec.vmid); // its download stops, its part goes
+      await this.exports.forget(id); // an export under way stops; its files go with the folder
       await this.halt(rec, 0);
       rmSync(this.dir(rec), { recursive: true, force: true });
       this.records.delete(id);
@@ -769,9 +844,43 @@ export class VmManager {
     rmSync(bootedFile(dir), { force: true });
   }
 
-  /** Lets go of the QMP connections; the VMs themselves run on. */
+  /**
+   * Exports a stopped VM's disk for another host (`POST /v1/vms/{id}/export`), or answers the export under
+   * way or ready (images/export.ts). 409 `not_stopped` unless the VM is stopped.
+   */
+  exportDisk(id: string, token: string): Promise<AgentExportState> {
+    const rec = this.mustGet(id);
+    return this.serial(id, async () => {
+      const state = this.rt(id).state;
+      if (state !== 'stopped' || !this.records.has(id))
+        throw new AgentError(409, 'not_stopped', `VM ${id} is ${state}; only a stopped VM's disk can be exported`);
+      return this.exports.begin(id, this.dir(rec), token);
+    });
+  }
+
+  /** The folder of a VM this host has (404 otherwise): where its export lives. */
+  folder(id: string): string {
+    return this.dir(this.mustGet(id));
+  }
+
+  /** True when `authorization` carries the transfer token of the VM's export (constant time). */
+  exportAccepts(id: string, authorization: string | undefined): boolean {
+    const rec = this.records.get(id);
+    return rec !== undefined && this.exports.accepts(id, this.dir(rec), authorization);
+  }
+
+  /** Removes a VM's export (`DELETE /v1/vms/{id}/export`); nothing to do for a VM that is not here. */
+  removeExport(id: string): Promise<void> {
+    const rec = UUID.test(id) ? this.records.get(id) : undefined;
+    if (!rec) return Promise.resolve();
+    return this.serial(id, () => this.exports.remove(id, this.dir(rec)));
+  }
+
+  /** Lets go of the QMP connections; the VMs themselves run on. Imports and exports under way stop. */
   close(): void {
     this.closed = true;
+    this.imports.close();
+    void this.exports.close();
     for (const rt of this.runtime.values()) {
       rt.generation++;
       rt.qmp?.close();

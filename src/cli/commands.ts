@@ -13,6 +13,7 @@ import { AUTH_COMMANDS } from './auth.js';
 import { BILLING_COMMANDS } from './billing.js';
 import { EVENT_COMMANDS } from './events.js';
 import { API_KEY_COMMANDS } from './keys.js';
+import { IMAGE_COMMANDS } from './my-images.js';
 import { OFFER_COMMANDS } from './offers.js';
 import { RESERVATION_COMMANDS } from './reservations.js';
 import { SSH_KEY_COMMANDS } from './ssh-keys.js';
@@ -32,6 +33,7 @@ export const COMMANDS: Command[] = [
   ...EVENT_COMMANDS,
   ...WEBHOOK_COMMANDS,
   ...VM_COMMANDS,
+  ...IMAGE_COMMANDS,
   ...BILLING_COMMANDS,
   ...RESERVATION_COMMANDS,
   ...ADMIN_COMMANDS,

@@ -13,6 +13,7 @@ import {
   type Command,
   type Ctx,
 } from './command.js';
+import { imageForCreate } from './my-images.js';
 import { CliFailure, CliUsageError, keyValues, money, table } from './output.js';
 import { quoteText } from './reservations.js';
 import { noticeOf, printNotice, vmPath, VM_ACCESS_COMMANDS } from './vm-access.js';
@@ -86,7 +87,26 @@ function pollMs(ctx: Ctx): number | undefined {
 }
 
 /** Waits for `status`, with a live status line on stderr. */
-async function waitWithStatus(ctx: Ctx, id: string, status: VmStatus, timeoutS: number): Promise<Vm> {
+/** Why a VM that was starting (or moving) ended stopped: the error of its last status change. */
+async function whyStopped(ctx: Ctx, vm: Vm): Promise<string> {
+  let after: string | undefined;
+  let error: string | null = null;
+  for (;;) {
+    const page = await call(
+      ctx.client().api.GET('/events', {
+        params: { query: { vm_id: vm.id, type: ['vm.status_changed'], limit: 200, ...(after ? { after } : {}) } },
+      }),
+    );
+    const last = page.at(-1);
+    if (!last) break;
+    error = typeof last.data.error === 'string' ? last.data.error : null;
+    if (page.length < 200) break;
+    after = last.id;
+  }
+  return error ?? `it is ${vm.status}`;
+}
+
+async function waitWithStatus(ctx: Ctx, id: string, status: VmStatus | VmStatus[], timeoutS: number): Promise<Vm> {
   const client = ctx.client();
   const started = Date.now();
   const tty = !!process.stderr.isTTY;
@@ -147,6 +167,7 @@ function showVm(vm: Vm, known?: Template[]): string {
     ['RAM', `${vm.ram_gb} GB`],
     ['Disk', `${vm.storage_gb} GB`],
     ['Template', templateLabel(vm.template_vmid, known)],
+    ...(vm.image_id ? [['Image', vm.image_id] as [string, string]] : []),
     ['IP', vm.ip_address],
     ['HTTP ports', vm.http_ports.length ? vm.http_ports.join(', ') : 'none'],
     ['Rental', vm.rental_type],
@@ -177,6 +198,7 @@ export const VM_COMMANDS: Command[] = [
       'gpucloud vm create --node vm01 --gpu 4090 --template ubuntu-24.04 --ssh-key 6f1c... --wait',
       'gpucloud vm create --node vm02 --gpu 5090 --count 2 --reserved 3 --password "a long password" --yes',
       'gpucloud vm create --node vm01 --gpu 4090 --template ubuntu-24.04 --http-port 8000 --http-port 6006',
+      'gpucloud vm create --node vm03 --gpu 4090 --image 0b7e5d4c-3a2f-4e1d-9c8b-7a6f5e4d3c2b --wait',
     ],
     options: [
       ['--node <N>', 'The node to place it on (see gpucloud search) (required)'],
@@ -184,6 +206,7 @@ export const VM_COMMANDS: Command[] = [
       ['--count <N>', 'GPUs: 1, 2, 4 or 8 (default 1)'],
       ['--disk <GB>', "Disk size (default 50, or the template's minimum when it is more)"],
       ['--template <T>', `A template by number or name (see gpucloud templates) (default ${DEFAULT_LABEL})`],
+      ['--image <ID>', 'Start from one of your images (see gpucloud images) instead of a template'],
       ['--interruptible', 'An interruptible (preemptible) rental at a lower rate'],
       ['--reserved <MONTHS>', 'A reservation of 1, 3 or 6 months (shows the quote and asks)'],
       ['--password <P>', 'Log in with this password'],
@@ -207,6 +230,9 @@ export const VM_COMMANDS: Command[] = [
       if (![1, 2, 4, 8].includes(count)) throw new CliUsageError('--count must be 1, 2, 4 or 8');
       const diskGiven = int(ctx, 'disk', { min: 1 });
       const tRaw = str(ctx, 'template');
+      const imageId = str(ctx, 'image');
+      if (imageId !== undefined && tRaw !== undefined)
+        throw new CliUsageError('give --template or --image, not both (a VM from an image has its template)');
       const reserved = int(ctx, 'reserved');
       if (reserved !== undefined && ![1, 3, 6].includes(reserved))
         throw new CliUsageError('--reserved must be 1, 3 or 6 (months)');
@@ -218,14 +244,21 @@ export const VM_COMMANDS: Command[] = [
       const timeout = int(ctx, 'timeout', { def: 600, min: 1 })!;
       // The catalogue names the templates (a name given, and the one the VM gets).
       const known = await catalogue(ctx);
-      const template = tRaw === undefined ? DEFAULT_TEMPLATE : resolveTemplate(tRaw, known);
-      const disk = diskGiven ?? Math.max(50, known?.find((t) => t.template_vmid === template)?.min_disk_gb ?? 50);
+      // An image brings its template and the smallest disk it fits on.
+      const image = imageId === undefined ? undefined : await imageForCreate(ctx, imageId);
+      const template = image
+        ? image.template_vmid
+        : tRaw === undefined
+          ? DEFAULT_TEMPLATE
+          : resolveTemplate(tRaw, known);
+      const minDisk = image ? image.disk_gb : known?.find((t) => t.template_vmid === template)?.min_disk_gb;
+      const disk = diskGiven ?? Math.max(50, minDisk ?? 50);
       const body: CreateVmRequest = {
         node,
         gpu_type: gpu,
         gpu_count: count as 1,
         storage_gb: disk,
-        template_vmid: template,
+        ...(image ? { image_id: image.id } : { template_vmid: template }),
       };
       if (flag(ctx, 'interruptible')) body.rental_type = 'interruptible';
       if (reserved !== undefined) {
@@ -263,13 +296,13 @@ export const VM_COMMANDS: Command[] = [
         vm = await client.createVm(body);
       } catch (err) {
         // Refused before any VM was made: the node's host does not hold the template ready.
-        if (err instanceof GpuCloudError && err.code === 'template_unavailable')
+        if (err instanceof GpuCloudError && err.code === 'template_unavailable' && !image)
           throw templateUnavailable(err, template, node, known, tRaw === undefined);
         throw err;
       }
       if (!ctx.json)
         ctx.out(
-          `Created VM ${vm.vmid} (${vm.id}) on ${vm.node}, template ${templateLabel(vm.template_vmid, known)}${tRaw === undefined ? ', the default' : ''}: ${vm.status}`,
+          `Created VM ${vm.vmid} (${vm.id}) on ${vm.node}, ${image ? `from image "${image.name}" (template ${templateLabel(vm.template_vmid, known)})` : `template ${templateLabel(vm.template_vmid, known)}${tRaw === undefined ? ', the default' : ''}`}: ${vm.status}`,
         );
       if (flag(ctx, 'wait')) {
         // A VM that will not run says why: the SDK's error gives its failure_reason.
@@ -314,9 +347,44 @@ export const VM_COMMANDS: Command[] = [
   {
     path: 'vm start',
     args: '<VM>',
-    summary: 'Start a stopped VM',
-    example: 'gpucloud vm start 1234',
-    run: (ctx) => message(ctx, ctx.client().api.POST('/vms/{vm_id}/start', vmPath(ctx.positionals[0]!))),
+    summary: 'Start a stopped VM; with --move on another node when its own has no free GPUs',
+    example: ['gpucloud vm start 1234', 'gpucloud vm start 1234 --move --wait'],
+    options: [
+      ['--move', "If the VM's node has no free GPUs, move its disk to another node that has them and start it there"],
+      ['--wait', 'Wait until it runs, showing each step (moving, starting)'],
+      ['--timeout <S>', 'With --wait: give up after S seconds (default 1800)'],
+    ],
+    async run(ctx) {
+      const id = ctx.positionals[0]!;
+      const move = flag(ctx, 'move');
+      const timeout = int(ctx, 'timeout', { def: 1800, min: 1 })!;
+      let data: { message: string };
+      try {
+        data = await call(
+          ctx.client().api.POST('/vms/{vm_id}/start', {
+            ...vmPath(id),
+            ...(move ? { body: { move: 'if_needed' as const } } : {}),
+          }),
+        );
+      } catch (err) {
+        // Its node's GPUs were rented out while it was stopped: another node may have them.
+        if (!move && err instanceof GpuCloudError && err.code === 'gpu_unavailable' && /free GPU/.test(err.detail))
+          throw new CliFailure(
+            `${err.detail}\nStart it on another node that has the GPUs (its disk moves there): gpucloud vm start ${id} --move`,
+          );
+        throw err;
+      }
+      if (!flag(ctx, 'wait')) {
+        if (ctx.json) printJson(ctx, data);
+        else ctx.out(data.message);
+        return;
+      }
+      if (!ctx.json) ctx.out(data.message);
+      const vm = await waitWithStatus(ctx, id, ['running', 'stopped'], timeout);
+      if (vm.status === 'stopped') throw new CliFailure(`VM ${vm.vmid} did not start: ${await whyStopped(ctx, vm)}`);
+      if (ctx.json) return printJson(ctx, vm);
+      ctx.out(`VM ${vm.vmid} is running on ${vm.node}; connect with: gpucloud vm ssh ${vm.vmid}`);
+    },
   },
   {
     path: 'vm stop',
@@ -413,6 +481,7 @@ export const VM_COMMANDS: Command[] = [
         'destroyed',
         'failed',
         'offline',
+        'moving',
       ];
       if (!valid.includes(status)) throw new CliUsageError(`--status must be one of ${valid.join(', ')}`);
       const vm = await waitWithStatus(ctx, ctx.positionals[0]!, status, int(ctx, 'timeout', { def: 600, min: 1 })!);

@@ -89,6 +89,20 @@ export interface ImageUploadsRow {
   expires_at: Date;
 }
 
+/** A row of `image_usage_logs`. */
+export interface ImageUsageLogsRow {
+  id: string;
+  seq: number;
+  image_id: string;
+  user_id: number;
+  period_start: Date;
+  period_end: Date;
+  size_bytes: number;
+  price_gb_hourly_micros: number;
+  cost_micros: number;
+  transaction_id: string | null;
+}
+
 /** A row of `images`. */
 export interface ImagesRow {
   sha256: string;
@@ -229,7 +243,7 @@ export interface ServiceClockRow {
 /** A row of `sim_faults`. */
 export interface SimFaultsRow {
   target: string;
-  action: 'provision' | 'start' | 'stop' | 'destroy';
+  action: 'provision' | 'start' | 'stop' | 'destroy' | 'move' | 'snapshot';
   remaining: number;
 }
 
@@ -303,6 +317,30 @@ export interface UsageLogsRow {
   transaction_id: string | null;
 }
 
+/** A row of `user_images`. */
+export interface UserImagesRow {
+  id: string;
+  seq: number;
+  user_id: number;
+  name: string;
+  state: 'creating' | 'ready' | 'failed' | 'deleted';
+  source_vm_id: string | null;
+  source_vmid: number;
+  source_node: string;
+  template_vmid: number;
+  login_user: string | null;
+  disk_gb: number;
+  sha256: string | null;
+  size_bytes: number | null;
+  error: string | null;
+  created_at: Date;
+  ready_at: Date | null;
+  deleted_at: Date | null;
+  billed_until: Date | null;
+  claim_token: string | null;
+  claimed_until: Date | null;
+}
+
 /** A row of `users`. */
 export interface UsersRow {
   id: number;
@@ -348,7 +386,16 @@ export interface VmsRow {
   template_vmid: number;
   ip_address: string | null;
   status:
-    'creating' | 'starting' | 'running' | 'stopping' | 'stopped' | 'interrupted' | 'destroyed' | 'failed' | 'offline';
+    | 'creating'
+    | 'starting'
+    | 'running'
+    | 'stopping'
+    | 'stopped'
+    | 'interrupted'
+    | 'destroyed'
+    | 'failed'
+    | 'offline'
+    | 'moving';
   offline_from: string | null;
   holds_gpus: boolean;
   rental_type: 'on_demand' | 'reserved' | 'interruptible';
@@ -371,7 +418,7 @@ export interface VmsRow {
   claim_token: string | null;
   claimed_until: Date | null;
   attempts: number;
-  hv_action: 'provision' | 'start' | 'stop' | 'destroy' | null;
+  hv_action: 'provision' | 'start' | 'stop' | 'destroy' | 'move' | null;
   last_error: string | null;
   cpu_percent: number;
   ram_percent: number;
@@ -382,6 +429,9 @@ export interface VmsRow {
   ssh_user: string | null;
   gpu_devices: unknown | null;
   http_ports: number[];
+  move_from: string | null;
+  move_started_at: Date | null;
+  image_id: string | null;
 }
 
 /** A row of `webhook_attempts`. */
@@ -437,6 +487,7 @@ export interface Tables {
   gpu_pricing: GpuPricingRow;
   idempotency_keys: IdempotencyKeysRow;
   image_uploads: ImageUploadsRow;
+  image_usage_logs: ImageUsageLogsRow;
   images: ImagesRow;
   interruptions: InterruptionsRow;
   launch_token_uses: LaunchTokenUsesRow;
@@ -455,6 +506,7 @@ export interface Tables {
   templates: TemplatesRow;
   transactions: TransactionsRow;
   usage_logs: UsageLogsRow;
+  user_images: UserImagesRow;
   users: UsersRow;
   vm_meters: VmMetersRow;
   vms: VmsRow;

@@ -8,6 +8,7 @@ import type { FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { SHARED_ERROR_RESPONSES } from './schemas.js';
+import { OPTIONAL_BODY } from './no-body.js';
 
 export const API_VERSION = '1.0.0';
 
@@ -42,6 +43,7 @@ export const TAGS = [
   { name: 'webhooks', description: 'Endpoints that receive your events as they happen, signed (Standard Webhooks)' },
   { name: 'offers', description: 'GPU offers and the public price list' },
   { name: 'vms', description: 'Rent, start, stop and destroy VMs: on-demand, reserved or interruptible' },
+  { name: 'images', description: 'Private images of your VMs (snapshots), to start new VMs from' },
   { name: 'billing', description: 'Credit balance, the ledger, usage and current spend' },
   { name: 'reservations', description: 'Prepaid 1, 3 or 6-month commitments at a discount' },
   { name: 'admin', description: 'Operator endpoints: nodes, prices, users, every VM, the clock (admin role)' },
@@ -78,6 +80,12 @@ export function sharedResponseRefs(doc: Json): Json {
   const paths = (doc.paths ?? {}) as Record<string, Record<string, Json>>;
   for (const item of Object.values(paths)) {
     for (const op of Object.values(item)) {
+      // A body the operation takes but does not need (see http/no-body.ts): Fastify would demand one
+      // if it were the route's `body` schema, so it travels as this extension and becomes optional here.
+      if (op[OPTIONAL_BODY] !== undefined) {
+        op.requestBody = { required: false, content: { 'application/json': { schema: op[OPTIONAL_BODY] } } };
+        delete op[OPTIONAL_BODY];
+      }
       const rs = op.responses as Record<string, Json> | undefined;
       if (!rs) continue;
       for (const [status, r] of Object.entries(rs)) {

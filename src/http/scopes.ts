@@ -8,8 +8,11 @@ export const SCOPES: readonly Scope[] = ['read_write', 'read_only', 'billing_onl
 /** Broader scopes rank higher; a key may never mint a key above its own rank. */
 export const SCOPE_RANK: Record<Scope, number> = { billing_only: 0, read_only: 1, read_write: 2 };
 
-/** read_only: every GET of /vms, /ssh-keys, /reservations, /billing, /account, /events, plus search and pricing. */
-const READ_ONLY_PREFIXES = ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/events'];
+/**
+ * read_only: every GET of /vms, /images, /ssh-keys, /reservations, /billing, /account, /events, plus
+ * search and pricing.
+ */
+const READ_ONLY_PREFIXES = ['/vms', '/images', '/ssh-keys', '/reservations', '/billing', '/account', '/events'];
 const READ_ONLY_EXACT = ['/search', '/pricing'];
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');

@@ -8,6 +8,7 @@
 import {
   AGENT_API,
   type AgentDesiredTemplate,
+  type AgentExportState,
   type AgentHostInfo,
   type AgentProvisionSpec,
   type AgentTemplateState,
@@ -15,6 +16,7 @@ import {
 } from '../agent/api.js';
 
 export type {
+  AgentExportState,
   AgentHostGpu,
   AgentHostInfo,
   AgentProvisionSpec,
@@ -104,6 +106,24 @@ export class AgentClient {
 
   stop(id: string, timeoutS: number): Promise<AgentVmState> {
     return this.call('POST', `/vms/${encodeURIComponent(id)}/stop`, { timeout_s: timeoutS }, (timeoutS + 30) * 1000);
+  }
+
+  /** Starts (or reports) the flattened export of a stopped VM's disk, served to the bearer of `token`. */
+  exportDisk(id: string, token: string): Promise<AgentExportState> {
+    return this.call('POST', `/vms/${encodeURIComponent(id)}/export`, { token });
+  }
+
+  exportState(id: string): Promise<AgentExportState> {
+    return this.call('GET', `/vms/${encodeURIComponent(id)}/export`);
+  }
+
+  async deleteExport(id: string): Promise<void> {
+    await this.call('DELETE', `/vms/${encodeURIComponent(id)}/export`);
+  }
+
+  /** Where another host downloads the export of VM `id` from. */
+  exportUrl(id: string): string {
+    return `${this.endpoint.url.replace(/\/+$/, '')}${AGENT_API}/vms/${encodeURIComponent(id)}/export/disk`;
   }
 
   async destroy(id: string): Promise<void> {

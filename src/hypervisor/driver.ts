@@ -4,8 +4,8 @@
  * repeat (the reconciler retries after crashes). A call may take long (a real
  * VM boots for tens of seconds): the reconciler runs calls concurrently.
  */
-export type HvAction = 'provision' | 'start' | 'stop' | 'destroy';
-export const HV_ACTIONS: readonly HvAction[] = ['provision', 'start', 'stop', 'destroy'];
+export type HvAction = 'provision' | 'start' | 'stop' | 'destroy' | 'move';
+export const HV_ACTIONS: readonly HvAction[] = ['provision', 'start', 'stop', 'destroy', 'move'];
 
 export interface VmSpec {
   id: string;
@@ -17,6 +17,13 @@ export interface VmSpec {
   ramGb: number;
   cpuCores: number;
   templateVmid: number;
+  /** The template's login user (a host that builds the VM from a disk may not know the template). */
+  user?: string;
+  /**
+   * Build the VM from this customer image instead of its template: where its content is in the
+   * control plane's image store (the driver adds the node's credentials).
+   */
+  image?: { url: string; sha256: string; sizeBytes: number; format: 'qcow2' | 'raw' };
   /** Guest ports the access portal may reach (the template's web services and the customer's HTTP ports). */
   webPorts: number[];
   authMethod: 'ssh_key' | 'password';
@@ -29,6 +36,21 @@ export interface VmRef {
   vmid: number;
   node: string;
   hvRef: string | null;
+}
+
+/** A stopped VM's disk as one standalone image another party may download (a snapshot's source). */
+export interface DiskExport {
+  /** `GET` with `Authorization: Bearer <token>` answers the bytes (and `Range`). */
+  url: string;
+  token: string;
+  sha256: string;
+  sizeBytes: number;
+  format: 'qcow2';
+}
+
+/** What a move gives back: the VM as built on its new node, and the bytes its disk took on the way. */
+export interface Moved extends Provisioned {
+  bytes: number;
 }
 
 /** What building a VM gives back. */
@@ -48,6 +70,22 @@ export interface HypervisorDriver {
   /** Starts the VM; `gpuDevices` are the host devices bound to it for this run, when the driver knows. */
   start(vm: VmRef): Promise<{ ipAddress?: string; gpuDevices?: string[] }>;
   stop(vm: VmRef): Promise<void>;
+  /**
+   * Moves a stopped VM's disk from the node `from` to `spec.node` and builds the VM there from it
+   * (docs/vms.md#start-on-another-host): the copy on `spec.node` is verified before the one on
+   * `from` is released (release(), once the VM's new node is recorded), and a failure leaves the
+   * copy on `from` as it was. Safe to repeat.
+   */
+  move(spec: VmSpec, from: string): Promise<Moved>;
+  /**
+   * Makes a stopped VM's disk one standalone image and says where to download it from; null for a
+   * hypervisor whose VMs have no disk to copy (the simulator). Safe to repeat.
+   */
+  exportDisk(vm: VmRef): Promise<DiskExport | null>;
+  /** Removes an export once it was copied; safe to repeat. */
+  dropExport(vm: VmRef): Promise<void>;
+  /** Removes what is left of a VM on a node it moved away from (`vm.node` is that node); safe to repeat. */
+  release(vm: VmRef): Promise<void>;
   /** Removes the VM and its disks; a VM that does not exist counts as destroyed. */
   destroy(vm: VmRef): Promise<void>;
   /**

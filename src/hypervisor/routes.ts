@@ -5,8 +5,8 @@ import { Type } from 'typebox';
 import { Enum, errorResponses, MessageResponse } from '../http/schemas.js';
 import { notFound } from '../errors.js';
 import { UUID_RE } from '../ids.js';
-import { HV_ACTIONS, type HypervisorDriver } from './driver.js';
-import { SimulatorDriver } from './simulator.js';
+import type { HypervisorDriver } from './driver.js';
+import { SIM_ACTIONS, SimulatorDriver } from './simulator.js';
 
 /** `inventory.getNode` answers 404 for a node that does not exist. */
 export function simulatorRoutes(
@@ -22,11 +22,11 @@ export function simulatorRoutes(
         operationId: 'injectSimulatorFaults',
         summary: 'Make the simulated hypervisor fail',
         description:
-          'The next `count` (default 1) driver calls of `action` on the node (or only on the VM `vm_id` of that node) fail. A failed provision ends the VM failed, a failed start returns it to stopped, a failed stop or destroy is retried with backoff (5 s up to 5 min). 404 for an unknown node, or with any driver other than the simulator.',
+          'The next `count` (default 1) driver calls of `action` on the node (or only on the VM `vm_id` of that node) fail. A failed provision ends the VM failed, a failed start returns it to stopped, a failed move leaves it stopped where it was, a failed snapshot leaves its image failed, a failed stop or destroy is retried with backoff (5 s up to 5 min). 404 for an unknown node, or with any driver other than the simulator.',
         body: Type.Object(
           {
             node: Type.String({ minLength: 1, maxLength: 200 }),
-            action: Enum(HV_ACTIONS),
+            action: Enum(SIM_ACTIONS),
             count: Type.Optional(Type.Integer({ minimum: 0, maximum: 1000, default: 1 })),
             vm_id: Type.Optional(Type.String({ description: 'Limit the fault to this VM (uuid)' })),
           },

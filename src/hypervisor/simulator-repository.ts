@@ -1,10 +1,10 @@
 /** The only SQL of the simulated hypervisor: its armed faults and its VMs' traffic counters. */
 import type { Queryable } from '../db/db.js';
 import type { Row } from '../db/rows.js';
-import type { HvAction } from './driver.js';
+import type { SimAction } from './simulator.js';
 
 /** Arms `count` failures of `action` on a target (a node name, or `vm:<id>`), replacing any armed before. */
-export async function armFault(q: Queryable, target: string, action: HvAction, count: number): Promise<void> {
+export async function armFault(q: Queryable, target: string, action: SimAction, count: number): Promise<void> {
   await q.query(
     `INSERT INTO sim_faults (target, action, remaining) VALUES ($1, $2, $3)
      ON CONFLICT (target, action) DO UPDATE SET remaining = EXCLUDED.remaining`,
@@ -13,7 +13,7 @@ export async function armFault(q: Queryable, target: string, action: HvAction, c
 }
 
 /** Consumes one armed failure of `action` for the VM or else its node; true when there was one. */
-export async function takeFault(q: Queryable, action: HvAction, vmId: string, node: string): Promise<boolean> {
+export async function takeFault(q: Queryable, action: SimAction, vmId: string, node: string): Promise<boolean> {
   const r = await q.query(
     `UPDATE sim_faults SET remaining = remaining - 1
       WHERE (target, action) = (

@@ -8,15 +8,21 @@ import type { Db } from '../db/db.js';
 import * as repo from './simulator-repository.js';
 import {
   DriverError,
+  HV_ACTIONS,
   type HvAction,
   type HypervisorDriver,
+  type Moved,
   type Provisioned,
   type VmRef,
   type VmSpec,
 } from './driver.js';
 
+/** What the simulator can be made to fail: every driver action, and the export a snapshot takes. */
+export type SimAction = HvAction | 'snapshot';
+export const SIM_ACTIONS: readonly SimAction[] = [...HV_ACTIONS, 'snapshot'];
+
 export interface SimCall {
-  action: HvAction;
+  action: SimAction;
   vmId: string;
   node: string;
   ok: boolean;
@@ -30,7 +36,7 @@ export class SimulatorDriver implements HypervisorDriver {
   constructor(private readonly db: Db) {}
 
   /** Arms `count` failures of `action` on a node, or on one VM when vmId is given. */
-  async injectFault(target: { node: string; vmId?: string }, action: HvAction, count: number): Promise<void> {
+  async injectFault(target: { node: string; vmId?: string }, action: SimAction, count: number): Promise<void> {
     await repo.armFault(this.db, target.vmId ? `vm:${target.vmId}` : target.node, action, count);
   }
 
@@ -38,10 +44,11 @@ export class SimulatorDriver implements HypervisorDriver {
     await repo.addTraffic(this.db, vmId, bytes);
   }
 
-  private async call(action: HvAction, vm: { id: string; node: string }): Promise<void> {
+  private async call(action: SimAction, vm: { id: string; node: string }): Promise<void> {
     const fail = await repo.takeFault(this.db, action, vm.id, vm.node);
     this.calls.push({ action, vmId: vm.id, node: vm.node, ok: !fail });
-    if (fail) throw new DriverError(action, `simulated ${action} failure on ${vm.node}`);
+    if (fail)
+      throw new DriverError(action === 'snapshot' ? 'provision' : action, `simulated ${action} failure on ${vm.node}`);
   }
 
   static ipFor(vmid: number): string {
@@ -57,6 +64,22 @@ export class SimulatorDriver implements HypervisorDriver {
     await this.call('start', vm);
     return { ipAddress: SimulatorDriver.ipFor(vm.vmid) };
   }
+
+  /** A simulated disk travels at once; its bytes are the disk's size. */
+  async move(spec: VmSpec, _from: string): Promise<Moved> {
+    await this.call('move', spec);
+    return { hvRef: `sim-${spec.vmid}`, ipAddress: SimulatorDriver.ipFor(spec.vmid), bytes: spec.storageGb * 2 ** 30 };
+  }
+
+  async release(_vm: VmRef): Promise<void> {}
+
+  /** A simulated VM has no disk to copy: a snapshot of it holds no content. */
+  async exportDisk(vm: VmRef): Promise<null> {
+    await this.call('snapshot', vm);
+    return null;
+  }
+
+  async dropExport(_vm: VmRef): Promise<void> {}
 
   async stop(vm: VmRef): Promise<void> {
     await this.call('stop', vm);

@@ -81,8 +81,25 @@ export class AgentMonitor {
     }
     await this.inventory.agentAnswered(node, agentInfoOf(host));
     await this.syncTemplates(node, client, host);
-    const stopped = await this.vms.agentReport(node, Array.isArray(host.vms) ? host.vms : []);
+    const reported = Array.isArray(host.vms) ? host.vms : [];
+    const stopped = await this.vms.agentReport(node, reported);
     if (stopped.length) this.log?.info({ node, vms: stopped }, 'VMs stopped on their host');
+    await this.removeLeftCopies(node, client, reported);
+  }
+
+  /**
+   * Copies a move left on this host (the VM lives elsewhere now and the move's own removal did not
+   * reach the host) are removed (docs/vms.md#start-on-another-host).
+   */
+  private async removeLeftCopies(node: string, client: AgentClient, reported: { id: string; state: string }[]) {
+    for (const id of await this.vms.leftCopies(node, reported)) {
+      try {
+        await client.destroy(id);
+        this.log?.info({ node, vm: id }, 'removed the copy a move left on this host');
+      } catch (err) {
+        this.log?.warn({ node, vm: id, err: err instanceof Error ? err.message : String(err) }, 'copy not removed');
+      }
+    }
   }
 
   /**

@@ -9,7 +9,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { yieldToIo, type Clock } from '../clock.js';
 import { newId } from '../ids.js';
-import type { HypervisorDriver, Provisioned } from '../hypervisor/driver.js';
+import type { HypervisorDriver, Moved, Provisioned } from '../hypervisor/driver.js';
 import type { ActionOutcome, VmService } from '../modules/vms/service.js';
 import { Loop } from './loop.js';
 import { JobMetrics } from './metrics.js';
@@ -112,6 +112,7 @@ export class Reconciler {
     const action = vm.hv_action!;
     const ref = { id: vm.id, vmid: vm.vmid, node: vm.node, hvRef: vm.hv_ref };
     let built: Provisioned | undefined;
+    let moved: Moved | undefined;
     let outcome: ActionOutcome;
     // Only the driver's own failures count as a failed action: an error writing the
     // outcome back must not turn a VM the hypervisor built into a `failed` one.
@@ -129,23 +130,39 @@ export class Reconciler {
         ipAddress = up.ipAddress ?? ipAddress;
         gpuDevices = up.gpuDevices;
       }
+      if (action === 'move') {
+        moved = await this.driver.move(await this.vms.specOf(vm), vm.move_from ?? vm.node);
+        built = moved;
+      }
       if (action === 'stop') await this.driver.stop(ref);
       if (action === 'destroy') await this.driver.destroy(ref);
-      outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built, gpuDevices };
+      outcome = { ok: true, hvRef: built?.hvRef, ipAddress, built, gpuDevices, bytes: moved?.bytes };
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
       this.log?.warn({ vm: vm.id, node: vm.node, action, err: message }, 'hypervisor action failed');
       // A start that built the VM and then failed to boot it keeps what was built (no second clone).
       outcome = { ok: false, error: message, built };
     }
+    let left: string | null;
     try {
-      await this.vms.completeAction(vm.id, token, action, outcome);
+      left = await this.vms.completeAction(vm.id, token, action, outcome);
       this.metrics.hypervisorActions.inc({ action, outcome: outcome.ok ? 'ok' : 'failed' });
     } catch (err) {
       // The claim's lease runs out and the action is retried: every driver call is safe to repeat.
       this.log?.error({ vm: vm.id, node: vm.node, action, err }, 'could not record a hypervisor action');
       this.metrics.hypervisorActions.inc({ action, outcome: 'unrecorded' });
       throw err;
+    }
+    // A move is recorded: the copy on the node the VM no longer lives on goes (the source after a
+    // move, what reached the destination after a failed one). Missed here, the node's next
+    // heartbeat removes it.
+    if (left) {
+      await this.driver.release({ ...ref, node: left }).catch((err) => {
+        this.log?.warn(
+          { vm: vm.id, node: left, err: err instanceof Error ? err.message : String(err) },
+          'copy not released',
+        );
+      });
     }
   }
 

@@ -1017,6 +1017,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/vms/{vm_id}/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Save a stopped VM as a private image
+         * @description The VM must be stopped (or interrupted): 400 invalid_state otherwise, and it cannot start until the copy is done. Answers 202 with the image `creating`; it becomes `ready` (billed per GB-hour from then, see GET /pricing) or `failed` with the reason. Counts against your image limits (10 images and 1000 GB by default; an image being made counts at its disk size): 400 limit_exceeded. `name`: 1 to 64 characters, no control characters (422).
+         */
+        post: operations["createSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List your images
+         * @description Your images, newest first, with size, state, source VM and hourly storage cost. Deleted ones are not listed. X-Total-Count holds the total.
+         */
+        get: operations["listMyImages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/images/{image_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get one of your images
+         * @description Another user's image, or a deleted one, is 404.
+         */
+        get: operations["getMyImage"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete one of your images
+         * @description 204. Its storage is billed up to this moment. VMs started from it keep their disks. One still being made is 400 invalid_state; another user's is 404.
+         */
+        delete: operations["deleteMyImage"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/billing/balance": {
         parameters: {
             query?: never;
@@ -1136,7 +1200,7 @@ export interface paths {
         put?: never;
         /**
          * Start a stopped or interrupted VM
-         * @description Needs free GPUs on the VM's node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.
+         * @description Needs free GPUs on the VM's node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state. With `{"move": "if_needed"}` a VM whose node lacks free GPUs starts on another active node with the same GPU type, enough free GPUs and disk: it is `moving` while its disk travels (billed as stopped), then `starting` on the new node (new SSH host and port, same id, vmid, rates and label). A failed move leaves it `stopped` where it was, with the reason. Reserved VMs are never moved. 400 gpu_unavailable with the reason when no node qualifies. The body is optional; `move` defaults to `never`.
          */
         post: operations["startVm"];
         delete?: never;
@@ -1294,7 +1358,7 @@ export interface paths {
         };
         /**
          * Current spend rate
-         * @description What your VMs cost per hour right now: running VMs at their full rate, and VMs that are stopped but keep a disk at their storage rate.
+         * @description What your VMs and images cost per hour right now: running VMs at their full rate, VMs that are stopped but keep a disk at their storage rate, and ready images at the image storage price.
          */
         get: operations["getCurrentSpend"];
         put?: never;
@@ -1376,7 +1440,7 @@ export interface paths {
         put?: never;
         /**
          * Make the simulated hypervisor fail
-         * @description The next `count` (default 1) driver calls of `action` on the node (or only on the VM `vm_id` of that node) fail. A failed provision ends the VM failed, a failed start returns it to stopped, a failed stop or destroy is retried with backoff (5 s up to 5 min). 404 for an unknown node, or with any driver other than the simulator.
+         * @description The next `count` (default 1) driver calls of `action` on the node (or only on the VM `vm_id` of that node) fail. A failed provision ends the VM failed, a failed start returns it to stopped, a failed move leaves it stopped where it was, a failed snapshot leaves its image failed, a failed stop or destroy is retried with backoff (5 s up to 5 min). 404 for an unknown node, or with any driver other than the simulator.
          */
         post: operations["injectSimulatorFaults"];
         delete?: never;
@@ -2300,7 +2364,7 @@ export interface operations {
                          * @description The event id; pass it as `after` to read on from here
                          */
                         id: string;
-                        /** @description One of: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.test, webhook.disabled */
+                        /** @description One of: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.moved, vm.move_failed, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.test, webhook.disabled */
                         type: string;
                         /**
                          * Format: date-time
@@ -2432,7 +2496,7 @@ export interface operations {
                 "application/json": {
                     /** @description Where to POST: an http or https URL whose host resolves only to addresses outside every special-purpose range of the IANA IPv4 and IPv6 registries and outside multicast (so not loopback, private, link-local, a metadata address, NAT64, 6to4, Teredo or an IPv4-mapped or -translated form). Redirects are not followed. */
                     url: string;
-                    /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
+                    /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.moved, vm.move_failed, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
                     event_types?: string[] | null;
                     /** @description A note for you (at most 200 characters) */
                     description?: string;
@@ -2615,7 +2679,7 @@ export interface operations {
                 "application/json": {
                     /** @description Where to POST: an http or https URL whose host resolves only to addresses outside every special-purpose range of the IANA IPv4 and IPv6 registries and outside multicast (so not loopback, private, link-local, a metadata address, NAT64, 6to4, Teredo or an IPv4-mapped or -translated form). Redirects are not followed. */
                     url?: string;
-                    /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
+                    /** @description The event types to send; null or left out: every type, including types added later. The types: vm.created, vm.status_changed, vm.interrupted, vm.restarted, vm.moved, vm.move_failed, vm.destroyed, billing.low_balance, billing.credit_added, reservation.created, reservation.cancelled, reservation.expired, reservation.exhausted, api_key.created, api_key.revoked, ssh_key.created, ssh_key.deleted, account.login, account.2fa_enabled, account.2fa_disabled, node.offline, node.online, webhook.disabled */
                     event_types?: string[] | null;
                     /** @description A note for you (at most 200 characters) */
                     description?: string;
@@ -3437,6 +3501,8 @@ export interface operations {
                         currency: string;
                         /** Format: date-time */
                         updated_at: string;
+                        /** @description What your private images (GET /images) cost per GB (10^9 bytes) per hour of storage */
+                        image_storage_gb_hourly: number;
                         gpu_types: {
                             /**
                              * @description GPU type
@@ -4776,6 +4842,247 @@ export interface operations {
             431: components["responses"]["HeadersTooLarge"];
         };
     };
+    createSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description VM uuid or vmid */
+                vm_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "trained-model-v2"
+                 *     }
+                 */
+                "application/json": {
+                    name: string;
+                };
+            };
+        };
+        responses: {
+            /** @description A private image of a VM disk */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "0b7e5d4c-3a2f-4e1d-9c8b-7a6f5e4d3c2b",
+                     *       "name": "trained-model-v2",
+                     *       "state": "ready",
+                     *       "size_bytes": 12400000000,
+                     *       "size_gb": 12.4,
+                     *       "disk_gb": 100,
+                     *       "template_vmid": 101,
+                     *       "source_vm_id": "5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
+                     *       "source_vmid": 1042,
+                     *       "hourly_cost": 0.00124,
+                     *       "error": null,
+                     *       "created_at": "2026-11-29T10:00:00.000Z",
+                     *       "ready_at": "2026-11-29T10:03:12.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        /** @description creating: its disk is being copied; ready: VMs can start from it (billed); failed: see error */
+                        state: "creating" | "ready" | "failed";
+                        /** @description What the image holds in the store; null while creating */
+                        size_bytes: number | null;
+                        /** @description size_bytes in GB (10^9 bytes), what storage is billed on */
+                        size_gb: number | null;
+                        /** @description The disk it was taken of: a VM from it needs storage_gb at least this */
+                        disk_gb: number;
+                        /** @description The template the source VM was built from (login user, web ports) */
+                        template_vmid: number;
+                        /** Format: uuid */
+                        source_vm_id: string | null;
+                        source_vmid: number;
+                        /** @description What its storage costs per hour (ready images only) */
+                        hourly_cost: number | null;
+                        /** @description Why it failed */
+                        error: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        ready_at: string | null;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listMyImages: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1..100 (default 50) */
+                limit?: number;
+                /** @description Items to skip (default 0) */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        /** @description creating: its disk is being copied; ready: VMs can start from it (billed); failed: see error */
+                        state: "creating" | "ready" | "failed";
+                        /** @description What the image holds in the store; null while creating */
+                        size_bytes: number | null;
+                        /** @description size_bytes in GB (10^9 bytes), what storage is billed on */
+                        size_gb: number | null;
+                        /** @description The disk it was taken of: a VM from it needs storage_gb at least this */
+                        disk_gb: number;
+                        /** @description The template the source VM was built from (login user, web ports) */
+                        template_vmid: number;
+                        /** Format: uuid */
+                        source_vm_id: string | null;
+                        source_vmid: number;
+                        /** @description What its storage costs per hour (ready images only) */
+                        hourly_cost: number | null;
+                        /** @description Why it failed */
+                        error: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        ready_at: string | null;
+                    }[];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    getMyImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Image id (uuid) */
+                image_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A private image of a VM disk */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "0b7e5d4c-3a2f-4e1d-9c8b-7a6f5e4d3c2b",
+                     *       "name": "trained-model-v2",
+                     *       "state": "ready",
+                     *       "size_bytes": 12400000000,
+                     *       "size_gb": 12.4,
+                     *       "disk_gb": 100,
+                     *       "template_vmid": 101,
+                     *       "source_vm_id": "5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
+                     *       "source_vmid": 1042,
+                     *       "hourly_cost": 0.00124,
+                     *       "error": null,
+                     *       "created_at": "2026-11-29T10:00:00.000Z",
+                     *       "ready_at": "2026-11-29T10:03:12.000Z"
+                     *     }
+                     */
+                    "application/json": {
+                        /** Format: uuid */
+                        id: string;
+                        name: string;
+                        /** @description creating: its disk is being copied; ready: VMs can start from it (billed); failed: see error */
+                        state: "creating" | "ready" | "failed";
+                        /** @description What the image holds in the store; null while creating */
+                        size_bytes: number | null;
+                        /** @description size_bytes in GB (10^9 bytes), what storage is billed on */
+                        size_gb: number | null;
+                        /** @description The disk it was taken of: a VM from it needs storage_gb at least this */
+                        disk_gb: number;
+                        /** @description The template the source VM was built from (login user, web ports) */
+                        template_vmid: number;
+                        /** Format: uuid */
+                        source_vm_id: string | null;
+                        source_vmid: number;
+                        /** @description What its storage costs per hour (ready images only) */
+                        hourly_cost: number | null;
+                        /** @description Why it failed */
+                        error: string | null;
+                        /** Format: date-time */
+                        created_at: string;
+                        /** Format: date-time */
+                        ready_at: string | null;
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    deleteMyImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Image id (uuid) */
+                image_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            431: components["responses"]["HeadersTooLarge"];
+        };
+    };
     getBalance: {
         parameters: {
             query?: never;
@@ -4931,7 +5238,7 @@ export interface operations {
                 /** @description Also list destroyed VMs */
                 include_destroyed?: boolean;
                 /** @description VM status */
-                status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                 /** @description Page size, 1..100 (default 50) */
                 limit?: number;
                 /** @description Items to skip (default 0) */
@@ -4967,7 +5274,7 @@ export interface operations {
                          * @description VM status
                          * @enum {string}
                          */
-                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                         /** Format: date-time */
                         created_at: string;
                         /**
@@ -5003,6 +5310,11 @@ export interface operations {
                         failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
+                        /**
+                         * Format: uuid
+                         * @description The private image (GET /images) it was created from, else null
+                         */
+                        image_id: string | null;
                     }[];
                 };
             };
@@ -5040,8 +5352,10 @@ export interface operations {
                     gpu_count: 1 | 2 | 4 | 8;
                     /** @description Disk size in GB, at least 50 (at most the node's max_storage_gb) */
                     storage_gb: number;
-                    /** @description A template of GET /templates: by default 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop. An unknown one is 422; one the node does not hold ready is 400 template_unavailable */
-                    template_vmid: number;
+                    /** @description A template of GET /templates: by default 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop. An unknown one is 422; one the node does not hold ready is 400 template_unavailable. Required unless image_id is given */
+                    template_vmid?: number;
+                    /** @description One of your ready images (GET /images) instead of a template: the VM starts from a copy of its disk, on any node (the host downloads it), with the template it was taken from. storage_gb must be at least the image's disk_gb (422); another user's image is 404 */
+                    image_id?: string;
                     /**
                      * @description Rental type
                      * @enum {string}
@@ -5098,7 +5412,8 @@ export interface operations {
                      *       "template_vmid": 101,
                      *       "destroyed_at": null,
                      *       "failure_reason": null,
-                     *       "http_ports": []
+                     *       "http_ports": [],
+                     *       "image_id": null
                      *     }
                      */
                     "application/json": {
@@ -5119,7 +5434,7 @@ export interface operations {
                          * @description VM status
                          * @enum {string}
                          */
-                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                         /** Format: date-time */
                         created_at: string;
                         /**
@@ -5155,6 +5470,11 @@ export interface operations {
                         failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
+                        /**
+                         * Format: uuid
+                         * @description The private image (GET /images) it was created from, else null
+                         */
+                        image_id: string | null;
                     };
                 };
             };
@@ -5217,7 +5537,8 @@ export interface operations {
                      *       "template_vmid": 101,
                      *       "destroyed_at": null,
                      *       "failure_reason": null,
-                     *       "http_ports": []
+                     *       "http_ports": [],
+                     *       "image_id": null
                      *     }
                      */
                     "application/json": {
@@ -5238,7 +5559,7 @@ export interface operations {
                          * @description VM status
                          * @enum {string}
                          */
-                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                         /** Format: date-time */
                         created_at: string;
                         /**
@@ -5274,6 +5595,11 @@ export interface operations {
                         failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
+                        /**
+                         * Format: uuid
+                         * @description The private image (GET /images) it was created from, else null
+                         */
+                        image_id: string | null;
                     };
                 };
             };
@@ -5334,7 +5660,17 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description never: start on the VM's own node only; if_needed: on another node when its own lacks the GPUs
+                     * @enum {string}
+                     */
+                    move?: "never" | "if_needed";
+                };
+            };
+        };
         responses: {
             /** @description A message response */
             200: {
@@ -5526,7 +5862,7 @@ export interface operations {
                          * @description VM status
                          * @enum {string}
                          */
-                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                         ssh: {
                             host: string;
                             port: number;
@@ -5628,7 +5964,7 @@ export interface operations {
                 /** @description Also list destroyed VMs */
                 include_destroyed?: boolean;
                 /** @description VM status */
-                status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                status?: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                 /** @description Page size, 1..100 (default 50) */
                 limit?: number;
                 /** @description Items to skip (default 0) */
@@ -5664,7 +6000,7 @@ export interface operations {
                          * @description VM status
                          * @enum {string}
                          */
-                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline";
+                        status: "creating" | "starting" | "running" | "stopping" | "stopped" | "interrupted" | "destroyed" | "failed" | "offline" | "moving";
                         /** Format: date-time */
                         created_at: string;
                         /**
@@ -5700,6 +6036,11 @@ export interface operations {
                         failure_reason: string | null;
                         /** @description Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life */
                         http_ports: number[];
+                        /**
+                         * Format: uuid
+                         * @description The private image (GET /images) it was created from, else null
+                         */
+                        image_id: string | null;
                         /** @description Host PCI devices passed through to the VM's current run (nodes with an agent; `[]` while it is not running, since a host binds devices at each start); null on simulated nodes */
                         gpu_devices: string[] | null;
                         /** @description The hypervisor's last error for this VM, if any */
@@ -5758,6 +6099,24 @@ export interface operations {
                             network_cost: number;
                             total_cost: number;
                         }[];
+                        /** @description Storage of your private images (GET /images), one log per image and period */
+                        image_logs: {
+                            id: string;
+                            image_id: string;
+                            /** @description The image's name */
+                            name: string;
+                            /**
+                             * Format: date-time
+                             * @description End of the period the log covers
+                             */
+                            timestamp: string;
+                            /** @description GB (10^9 bytes) stored */
+                            size_gb: number;
+                            /** @description Length of the period in hours */
+                            hours: number;
+                            cost: number;
+                        }[];
+                        /** @description Every VM log and every image log of the period */
                         total_cost: number;
                         /** @description Hours the VMs ran (GPU time, wall clock) */
                         total_hours: number;
@@ -5791,7 +6150,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description What accrues now: running VMs at their full rate, other VMs that have run at their storage rate */
+            /** @description What accrues now: running VMs at their full rate, other VMs that have run at their storage rate, ready images at theirs */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -5814,6 +6173,13 @@ export interface operations {
                             storage_cost_per_hour: number;
                             network_cost_per_hour: number;
                             total_cost_per_hour: number;
+                        }[];
+                        /** @description Your ready private images, at their storage rate */
+                        images: {
+                            image_id: string;
+                            name: string;
+                            size_gb: number;
+                            cost_per_hour: number;
                         }[];
                         /** Format: date-time */
                         last_updated: string;
@@ -6040,7 +6406,7 @@ export interface operations {
                 "application/json": {
                     node: string;
                     /** @enum {string} */
-                    action: "provision" | "start" | "stop" | "destroy";
+                    action: "provision" | "start" | "stop" | "destroy" | "move" | "snapshot";
                     /** @default 1 */
                     count?: number;
                     /** @description Limit the fault to this VM (uuid) */

@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { buildTestApp, type TestApp } from '../helpers/app.js';
-import { api } from '../helpers/api.js';
+import { api, type RequestBody } from '../helpers/api.js';
 import { createNode, createUser, credit, tokensOf, uniqueEmail, type TestUser } from '../helpers/factories.js';
 import { browserSkipReason, buildConsole, launchChromium } from '../helpers/browser.js';
 import { generateKey } from '../ssh-keys/keygen.js';
@@ -101,7 +101,7 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
   }
 
   /** A user with credit and an SSH key, and a VM of theirs created through the API (still `creating`). */
-  async function userWithVm(over: { instance_label?: string; node?: string } = {}) {
+  async function userWithVm(over: Partial<RequestBody<'/vms', 'post'>> = {}) {
     const u = await registerApi();
     await credit(t, await adminToken(), u.id, 500);
     const sshKey = await api(t, u.token).post('/ssh-keys', { body: { ssh_public_key: generateKey('ed25519').line } });
@@ -339,6 +339,114 @@ describe('web console in Chromium', { skip: skip ?? false }, () => {
     await notice.waitFor();
     assert.equal((await notice.textContent())?.trim(), info.body.notice);
     await api(t, u.token).delete('/vms/{vm_id}', { params: { vm_id: vm.id } });
+  });
+
+  test('Start says no GPUs: "Start on another host" moves the VM to a node that has them, and it runs there', async () => {
+    const token = await adminToken();
+    const [a, b] = [
+      (await createNode(t, token, { gpu_type: 'pro6000', gpu_count: 1, cluster_name: 'console-move' })).node,
+      (await createNode(t, token, { gpu_type: 'pro6000', gpu_count: 1, cluster_name: 'console-move' })).node,
+    ];
+    const { u, vm } = await userWithVm({ node: a, gpu_type: 'pro6000', template_vmid: 100 });
+    await advanceToStatus(u, vm.id, 'running');
+    assert.equal((await api(t, u.token).post('/vms/{vm_id}/stop', { params: { vm_id: vm.id } })).status, 200);
+    await advanceToStatus(u, vm.id, 'stopped');
+    const taker = await userWithVm({ node: a, gpu_type: 'pro6000', template_vmid: 100 });
+    assert.ok(taker.vm.id);
+
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.goto(`/console/vms/${vm.id}`);
+    await page.getByRole('button', { name: 'Start', exact: true }).click();
+    const dialog = page.getByRole('dialog', { name: 'Start on another host?' });
+    await dialog.waitFor();
+    assert.match((await dialog.textContent()) ?? '', new RegExp(`Node ${a} has 0 free GPU`));
+    await dialog.getByRole('button', { name: 'Start on another host' }).click();
+    await page.getByText(`is moving to node ${b}`).first().waitFor();
+    await advanceToStatus(u, vm.id, 'running');
+    const after = await api(t, u.token).get('/vms/{vm_id}', { params: { vm_id: vm.id } });
+    assert.equal(after.status, 200, after.text);
+    assert.equal(after.body.node, b);
+    await page.getByRole('button', { name: 'Stop' }).waitFor();
+  });
+
+  test('Save as image on a stopped VM; My images shows it ready, billing its cost; Launch starts a VM from it; Delete asks', async () => {
+    const own = (await createNode(t, await adminToken(), { gpu_type: '5090', gpu_count: 2 })).node;
+    const { u, vm } = await userWithVm({ node: own });
+    await advanceToStatus(u, vm.id, 'running');
+    assert.equal((await api(t, u.token).post('/vms/{vm_id}/stop', { params: { vm_id: vm.id } })).status, 200);
+    await advanceToStatus(u, vm.id, 'stopped');
+
+    const page = await newPage();
+    await signIn(page, u.email);
+    await page.goto(`/console/vms/${vm.id}`);
+    await page.getByRole('button', { name: 'Save as image' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Save as image' });
+    await dialog.getByLabel('Image name').fill('console-img');
+    await dialog.getByRole('button', { name: 'Save image' }).click();
+    await page.getByText(`Saving VM ${vm.vmid} as image “console-img”`).waitFor();
+    let token = u.token;
+    const images = async () => {
+      const r = await api(t, token).get('/images');
+      assert.equal(r.status, 200, r.text);
+      return r.body;
+    };
+    assert.equal((await images())[0]?.name, 'console-img');
+    await page.getByRole('link', { name: 'See it in My images' }).click();
+    await page.getByRole('heading', { name: 'My images' }).waitFor();
+    await advanceUntil(async () => (await images())[0]?.state === 'ready', 'the image to be ready');
+    const [img] = await images();
+    assert.ok(img?.hourly_cost);
+    const row = page.locator(`tr[data-image="${img.id}"]`);
+    await row.getByText('ready', { exact: true }).waitFor(); // the page reads the list again by itself
+    await row.getByText(await moneyIn(page, img.hourly_cost)).waitFor();
+    await row.getByRole('link', { name: `VM ${vm.vmid}`, exact: true }).waitFor();
+
+    // Billing: what the image costs per hour now, in the spend.
+    await page.getByRole('link', { name: 'Billing', exact: true }).click();
+    const spend = page.locator(`tr[data-image="${img.id}"]`).first();
+    await spend.getByText('console-img').waitFor();
+    await spend.getByText(await moneyIn(page, img.hourly_cost)).waitFor();
+    // An hour later its storage is in the usage, by image.
+    await advance(3700);
+    await page.reload();
+    const login = await api(t).post('/auth/login', { body: { email: u.email, password: PASSWORD } });
+    assert.equal(login.status, 200, login.text);
+    token = tokensOf(login.body).access_token; // the first one has expired
+    const usage = await api(t, token).get('/billing/usage');
+    assert.equal(usage.status, 200, usage.text);
+    const logs = usage.body.image_logs.filter((l) => l.image_id === img.id);
+    assert.ok(logs.length > 0, 'the image has usage logs');
+    const used = page.locator('.usage-images').getByRole('row').filter({ hasText: 'console-img' });
+    await used
+      .getByText(await moneyIn(page, logs.reduce((sum, l) => sum + Math.round(l.cost * 1e6), 0) / 1e6))
+      .waitFor();
+
+    // Launch: pick an offer, then the launch form starts from the image.
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'My images' }).click();
+    await page.getByRole('button', { name: 'Launch console-img' }).click();
+    await page.waitForURL(new RegExp(`/console/offers\\?image=${img.id}$`));
+    await page.getByText('Launching one of your images').waitFor();
+    await page.getByRole('row').filter({ hasText: own }).getByRole('button', { name: 'Rent' }).click();
+    await page.waitForURL(new RegExp(`/console/offers/${own}/launch\\?image=${img.id}$`));
+    const step = page.locator('fieldset.launch-step').filter({ hasText: '3. Image' });
+    await step.getByText('console-img').waitFor();
+    assert.equal(await page.getByLabel('Disk size (GB)').inputValue(), '50');
+    await page.getByRole('button', { name: 'Launch' }).click();
+    await page.waitForURL(/\/console\/vms\/[0-9a-f-]{36}$/);
+    const made = await api(t, token).get('/vms/{vm_id}', { params: { vm_id: page.url().split('/').pop()! } });
+    assert.equal(made.status, 200, made.text);
+    assert.equal(made.body.image_id, img.id);
+    assert.equal(made.body.node, own);
+    await page.getByText(img.id).waitFor();
+
+    // Delete, after confirming: gone from the list (the VM made from it keeps its disk).
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'My images' }).click();
+    await page.getByRole('button', { name: 'Delete console-img' }).click();
+    const confirm = page.getByRole('dialog', { name: 'Delete this image?' });
+    await confirm.getByRole('button', { name: 'Delete image' }).click();
+    await page.getByText('You have no images.').waitFor();
+    assert.deepEqual(await images(), []);
   });
 
   test('a VM whose provisioning fails says why, on its page and in the list', async () => {

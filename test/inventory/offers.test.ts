@@ -504,7 +504,8 @@ describeEachDb('offers and public prices', (t) => {
     test('no authentication; currency, updated_at and the three GPU types with their prices', async () => {
       const r = await anon().get('/pricing');
       assert.equal(r.status, 200, r.text);
-      assert.deepEqual(Object.keys(r.body).sort(), ['currency', 'gpu_types', 'updated_at']);
+      assert.deepEqual(Object.keys(r.body).sort(), ['currency', 'gpu_types', 'image_storage_gb_hourly', 'updated_at']);
+      assert.equal(r.body.image_storage_gb_hourly, 0.0001, 'the default price of image storage per GB-hour');
       assert.equal(r.body.currency, 'USD');
       assert.match(r.body.updated_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
       assert.deepEqual(

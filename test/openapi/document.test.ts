@@ -111,6 +111,7 @@ describe('the OpenAPI document', () => {
         'webhooks',
         'offers',
         'vms',
+        'images',
         'billing',
         'reservations',
         'admin',

@@ -65,11 +65,12 @@ const under = (path: string, prefix: string) => path === prefix || path.startsWi
 function expectedAllowed(scope: Scope, method: string, path: string): boolean {
   if (scope === 'read_write') return true;
   if (scope === 'read_only') {
-    // GET /events came after the first list of scopes: a read_only key may read it too (docs/events.md).
+    // GET /events and GET /images came after the first list of scopes: a read_only key may read them too
+    // (docs/events.md, docs/images.md).
     return (
       method === 'GET' &&
-      ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing', '/events'].some((p) =>
-        under(path, p),
+      ['/vms', '/ssh-keys', '/reservations', '/billing', '/account', '/search', '/pricing', '/events', '/images'].some(
+        (p) => under(path, p),
       )
     );
   }

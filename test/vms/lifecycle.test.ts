@@ -37,6 +37,10 @@ const EXPECTED: Record<Exclude<VmEvent, 'node_online'>, Partial<Record<VmStatus,
   // the guest shut itself down, or its QEMU process died: stopped, billed as a stop
   powered_off: { running: 'stopped' },
   start_requested: { stopped: 'starting', interrupted: 'starting' }, // start needs stopped or interrupted
+  // a start on another host: the disk travels first, then the VM starts there, or stays stopped where it was
+  move_requested: { stopped: 'moving', interrupted: 'moving' },
+  moved: { moving: 'starting' },
+  move_failed: { moving: 'stopped' },
   // interruptible VMs holding GPUs can be preempted; not one its owner is stopping
   preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted' },
   node_offline: Object.fromEntries(LIVE.map((s) => [s, 'offline'])),
@@ -51,6 +55,7 @@ describe('VM lifecycle: the state machine', () => {
       'destroyed',
       'failed',
       'interrupted',
+      'moving',
       'offline',
       'running',
       'starting',
@@ -76,7 +81,7 @@ describe('VM lifecycle: the state machine', () => {
         }
       }
     }
-    assert.equal(n, (1 + 1 + 1 + 1 + 1 + 1 + 1 + 2 + 3 + 6 + 8) * 3);
+    assert.equal(n, (1 + 1 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 3 + 6 + 9) * 3);
   });
 
   test('every other (status, event) pair is refused with a reason naming the status', () => {
@@ -99,8 +104,8 @@ describe('VM lifecycle: the state machine', () => {
         }
       }
     }
-    // 9 statuses x 11 events = 99 pairs, 26 allowed
-    assert.equal(refused, 99 - 26);
+    // 10 statuses x 14 events = 140 pairs, 31 allowed
+    assert.equal(refused, 140 - 31);
   });
 
   test('specific refusals the API relies on (an action the state does not allow is 400 invalid_state)', () => {
@@ -189,6 +194,7 @@ describe('VM lifecycle: the state machine', () => {
       destroyed: { on_demand: false, reserved: false, interruptible: false },
       failed: { on_demand: false, reserved: false, interruptible: false }, // a failed VM holds no GPUs
       offline: { on_demand: false, reserved: false, interruptible: false }, // offline with nothing remembered
+      moving: { on_demand: true, reserved: true, interruptible: true }, // the new host's GPUs, kept for its start
     };
     for (const s of VM_STATUSES)
       for (const r of RENTAL_TYPES) assert.equal(holdsGpus(s, r), expected[s][r], `${s}/${r}`);
@@ -270,7 +276,7 @@ describe('VM lifecycle: the state machine', () => {
     assert.ok(backStopped.ok && !backStopped.transition.setStartedAt && !backStopped.transition.setStoppedAt);
   });
 
-  test('PREEMPTIBLE: the states in which an interruptible VM holds GPUs, but stopping', () => {
+  test('PREEMPTIBLE: the states in which an interruptible VM holds GPUs, but stopping and moving', () => {
     assert.deepEqual([...PREEMPTIBLE].sort(), ['creating', 'running', 'starting']);
     for (const s of PREEMPTIBLE) {
       assert.equal(holdsGpus(s, 'interruptible'), true, s);
@@ -278,7 +284,8 @@ describe('VM lifecycle: the state machine', () => {
     }
     assert.deepEqual(
       VM_STATUSES.filter((s) => holdsGpus(s, 'interruptible') && !PREEMPTIBLE.includes(s)),
-      ['stopping'],
+      // a moving VM holds its new node's GPUs for the start its owner asked for, as a stopping one holds its own
+      ['stopping', 'moving'],
     );
   });
 

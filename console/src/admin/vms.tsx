@@ -37,6 +37,7 @@ const STATUSES: VmStatus[] = [
   'destroyed',
   'failed',
   'offline',
+  'moving',
 ];
 const RENTAL: Record<AdminVm['rental_type'], string> = {
   on_demand: 'on-demand',

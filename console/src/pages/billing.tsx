@@ -3,6 +3,7 @@ import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
+import { gbText } from './images.js';
 import {
   Empty,
   Link,
@@ -143,9 +144,36 @@ export function Billing() {
                 </table>
               </div>
             )}
+            {spend.images.length > 0 ? (
+              <div class="table-wrap spaced">
+                <table>
+                  <caption class="muted">
+                    Your images’ storage (<Link href="/images">My images</Link>)
+                  </caption>
+                  <thead>
+                    <tr>
+                      <th>Image</th>
+                      <th class="num">Size</th>
+                      <th class="num">Storage</th>
+                    </tr>
+                  </thead>
+                  <tbody>
+                    {spend.images.map((i) => (
+                      <tr key={i.image_id} data-image={i.image_id}>
+                        <td>{i.name}</td>
+                        <td class="num">{gbText(i.size_gb)}</td>
+                        <td class="num">
+                          <Money value={i.cost_per_hour} currency={currency} precise perHour />
+                        </td>
+                      </tr>
+                    ))}
+                  </tbody>
+                </table>
+              </div>
+            ) : null}
             <p class="muted">
-              Running VMs accrue at their full rate; stopped VMs that keep a disk accrue its storage rate. Updated{' '}
-              {formatTime(spend.last_updated)}.
+              Running VMs accrue at their full rate; stopped VMs that keep a disk accrue its storage rate, and your
+              images theirs. Updated {formatTime(spend.last_updated)}.
             </p>
           </>
         )}
@@ -193,6 +221,14 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
     const day = l.timestamp.slice(0, 10);
     byDay.set(day, (byDay.get(day) ?? 0) + l.total_cost);
   }
+  // The images' storage, by day as the VMs' usage, and by image for the table (its cost summed in micro-units).
+  const byImage = new Map<string, { name: string; size_gb: number; hours: number; micros: number }>();
+  for (const l of usage.image_logs) {
+    const day = l.timestamp.slice(0, 10);
+    byDay.set(day, (byDay.get(day) ?? 0) + l.cost);
+    const a = byImage.get(l.image_id) ?? { name: l.name, size_gb: l.size_gb, hours: 0, micros: 0 };
+    byImage.set(l.image_id, { ...a, hours: a.hours + l.hours, micros: a.micros + Math.round(l.cost * 1e6) });
+  }
   const days = daysBetween(usage.period_start, usage.period_end).map((d) => ({ day: d, cost: byDay.get(d) ?? 0 }));
   return (
     <>
@@ -232,6 +268,33 @@ function UsageSection({ usage, currency }: { usage: Usage; currency: string }) {
                   <td class="num">{vmTime(v.hours)}</td>
                   <td class="num">
                     <Money value={v.cost} currency={currency} />
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      ) : null}
+      {byImage.size > 0 ? (
+        <div class="table-wrap usage-images">
+          <table>
+            <caption class="muted">Image storage, over the same 30 days</caption>
+            <thead>
+              <tr>
+                <th>Image</th>
+                <th class="num">Size</th>
+                <th class="num">Stored</th>
+                <th class="num">Cost</th>
+              </tr>
+            </thead>
+            <tbody>
+              {[...byImage].map(([id, i]) => (
+                <tr key={id} data-image={id}>
+                  <td>{i.name}</td>
+                  <td class="num">{gbText(i.size_gb)}</td>
+                  <td class="num">{vmTime(i.hours)}</td>
+                  <td class="num">
+                    <Money value={i.micros / 1e6} currency={currency} precise />
                   </td>
                 </tr>
               ))}

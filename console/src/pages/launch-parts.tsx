@@ -9,6 +9,7 @@ import { api, call } from '../api.js';
 import { accessText, readyOn } from '../templates.js';
 import { ErrorText, Link, Money, type Async } from '../ui.js';
 import { formatRam, type RentalType } from './offers.js';
+import { gbText, type UserImage } from './images.js';
 
 export type Quote = operations['calculateReservation']['responses'][200]['content']['application/json'];
 
@@ -119,6 +120,39 @@ export function TemplateStep(props: {
           )}
         </>
       )}
+    </fieldset>
+  );
+}
+
+/** Step 3 when launching one of your images (?image=ID): the image instead of a template. */
+export function ImageStep({ image }: { image: Async<UserImage | undefined> }) {
+  const i = image.data;
+  return (
+    <fieldset class="launch-step">
+      <legend>3. Image</legend>
+      {i ? (
+        <p>
+          <strong>{i.name}</strong>{' '}
+          <span class="cell-sub">
+            your image of VM {i.source_vmid} · {gbText(i.size_gb)} · a disk of {i.disk_gb} GB at least
+          </span>
+        </p>
+      ) : image.error ? (
+        <ErrorText error={image.error} />
+      ) : (
+        <p class="muted" role="status">
+          <span class="spinner" aria-hidden="true" /> Loading the image…
+        </p>
+      )}
+      {i && i.state !== 'ready' ? (
+        <p class="warning" role="alert">
+          This image is {i.state}: only a ready image can start a VM.
+        </p>
+      ) : null}
+      <small class="muted">
+        The node downloads the image; the VM starts from a copy of its disk. To launch a template instead,{' '}
+        <Link href="/offers">pick the offer again</Link>.
+      </small>
     </fieldset>
   );
 }

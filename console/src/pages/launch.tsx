@@ -20,6 +20,7 @@ import {
   findOffer,
   OfferSummary,
   parsePorts,
+  ImageStep,
   ReservationQuote,
   TemplateStep,
 } from './launch-parts.js';
@@ -117,6 +118,14 @@ function LaunchForm({
   const [gpuCount, setGpuCount] = useState<GpuCount>(1);
   const templates = useTemplates(POLL_MS);
   const [template, setTemplate] = useState<number | undefined>(undefined);
+  // ?image=ID (Launch on My images): the VM starts from that image instead of a template.
+  const imageId = params.get('image');
+  const image = useAsync(
+    async () =>
+      imageId ? call(api.GET('/images/{image_id}', { params: { path: { image_id: imageId } } })) : undefined,
+    [imageId],
+  );
+  const img = image.data;
   const [auth, setAuth] = useState<AuthMethod>('ssh_key');
   const [keyId, setKeyId] = useState('');
   const [password, setPassword] = useState('');
@@ -146,8 +155,10 @@ function LaunchForm({
       ready.find((t) => t.template_vmid === asked) ?? ready.find((t) => t.template_vmid === DEFAULT_TEMPLATE);
     setTemplate((pick ?? ready[0])?.template_vmid);
   }, [templates.data, chosen]); // only these decide when it runs again
-  // The disk starts at the template's minimum when that is more.
-  const minDisk = Math.max(MIN_DISK_GB, chosen?.min_disk_gb ?? MIN_DISK_GB);
+  // The template the VM gets: the chosen one, or the image's.
+  const base = img ? templates.data?.find((t) => t.template_vmid === img.template_vmid) : chosen;
+  // The disk starts at the template's (or the image's) minimum when that is more.
+  const minDisk = Math.max(MIN_DISK_GB, (img ? img.disk_gb : chosen?.min_disk_gb) ?? MIN_DISK_GB);
   useEffect(() => {
     if (Number(disk) < minDisk && minDisk <= offer.max_storage_gb) setDisk(String(minDisk));
   }, [minDisk]);
@@ -188,10 +199,11 @@ function LaunchForm({
       throw new Error(
         `Node ${offer.node} has no GPUs free for ${RENTAL_LABELS[rental].toLowerCase()} rental right now. Choose another rental type, or another offer.`,
       );
-    if (!chosen) throw new Error(`Choose a template that is ready on ${offer.node}.`);
+    if (imageId && !img) throw new Error(image.error ?? 'The image is still loading.');
+    if (!img && !chosen) throw new Error(`Choose a template that is ready on ${offer.node}.`);
     if (!diskOk)
       throw new Error(
-        `Disk size must be a whole number of GB from ${minDisk} to ${offer.max_storage_gb}${minDisk > MIN_DISK_GB ? ` (${chosen.name} needs ${minDisk} GB at least)` : ''}.`,
+        `Disk size must be a whole number of GB from ${minDisk} to ${offer.max_storage_gb}${minDisk > MIN_DISK_GB ? ` (${img ? `image “${img.name}”` : chosen?.name} needs ${minDisk} GB at least)` : ''}.`,
       );
     if (auth === 'password' && password.length < MIN_PASSWORD)
       throw new Error(`The password needs at least ${MIN_PASSWORD} characters.`);
@@ -204,7 +216,7 @@ function LaunchForm({
       gpu_type: offer.gpu_type,
       gpu_count: gpuCount,
       storage_gb: diskGb,
-      template_vmid: chosen.template_vmid,
+      ...(img ? { image_id: img.id } : { template_vmid: chosen!.template_vmid }),
       rental_type: rental,
       ...(rental === 'reserved' ? { reservation_months: months } : {}),
       auth_method: auth,
@@ -325,7 +337,11 @@ function LaunchForm({
           </small>
         </fieldset>
 
-        <TemplateStep node={offer.node} templates={templates} selected={template} onSelect={setTemplate} />
+        {imageId ? (
+          <ImageStep image={image} />
+        ) : (
+          <TemplateStep node={offer.node} templates={templates} selected={template} onSelect={setTemplate} />
+        )}
 
         <fieldset class="launch-step">
           <legend>4. Access</legend>
@@ -348,8 +364,8 @@ function LaunchForm({
               <>
                 Up to 5 ports (1024 to 65535) your own apps serve in the VM, separated by commas. Each opens in the
                 browser from the VM’s page, through the access portal and behind a one-time sign-in.
-                {chosen && (chosen.access.webui_port !== null || chosen.access.jupyter_port !== null)
-                  ? ` ${chosen.name}’s own web services have links of their own.`
+                {base && (base.access.webui_port !== null || base.access.jupyter_port !== null)
+                  ? ` ${base.name}’s own web services have links of their own.`
                   : ''}{' '}
                 Fixed for the VM’s life.
               </>
@@ -437,7 +453,7 @@ function LaunchForm({
           <Submit>Launch</Submit>
         </div>
       </Form>
-      <FailureHint code={failure} node={offer.node} />
+      <FailureHint code={imageId && failure === 'template_unavailable' ? undefined : failure} node={offer.node} />
     </>
   );
 }

@@ -8,7 +8,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Offer, operations } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { navigate } from '../router.js';
-import { Empty, Field, Loaded, Money, Page, Select, useAsync, useDebounced } from '../ui.js';
+import { Empty, Field, Link, Loaded, Money, Page, Select, useAsync, useDebounced } from '../ui.js';
 
 export type RentalType = 'on_demand' | 'interruptible' | 'reserved';
 export type GpuType = Offer['gpu_type'];
@@ -66,15 +66,18 @@ function filtersFromUrl(): Filters {
   return f;
 }
 
-function filtersToQuery(f: Filters): string {
+/** The filters as a query; `image` (launching one of your images, see images.tsx) is kept along. */
+function filtersToQuery(f: Filters, image?: string | null): string {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(f)) if (v.trim() !== '') q.set(k, v.trim());
+  if (image) q.set('image', image);
   const s = q.toString();
   return s ? `?${s}` : '';
 }
 
 export function Offers(_props: Record<string, unknown>) {
   const [filters, setFilters] = useState<Filters>(filtersFromUrl);
+  const [image] = useState(() => new URLSearchParams(location.search).get('image'));
   // Typed filters apply once the typing pauses; the selects at once.
   const typed = JSON.parse(
     useDebounced(JSON.stringify([filters.min_gpus, filters.max_price, filters.location]), 350),
@@ -89,7 +92,7 @@ export function Offers(_props: Record<string, unknown>) {
   const rental: RentalType = isRentalType(applied.rental_type) ? applied.rental_type : 'on_demand';
 
   useEffect(() => {
-    history.replaceState(history.state, '', `${location.pathname}${filtersToQuery(applied)}`);
+    history.replaceState(history.state, '', `${location.pathname}${filtersToQuery(applied, image)}`);
     // Runs again only when the listed values change, not on every value it reads.
   }, [key]);
 
@@ -126,6 +129,12 @@ export function Offers(_props: Record<string, unknown>) {
 
   return (
     <Page title="GPU offers">
+      {image ? (
+        <p class="card image-saved" role="note">
+          Launching one of your images: rent any offer, the node downloads the image.{' '}
+          <Link href="/images">Back to My images</Link>
+        </p>
+      ) : null}
       <form
         class="card inline offer-filters"
         role="search"
@@ -210,7 +219,7 @@ export function Offers(_props: Record<string, unknown>) {
                 : 'No GPUs are free right now. Check back soon.'}
             </Empty>
           ) : (
-            <OfferTable offers={list} rental={rental} rentalSet={applied.rental_type !== ''} />
+            <OfferTable offers={list} rental={rental} rentalSet={applied.rental_type !== ''} image={image} />
           )
         }
       </Loaded>
@@ -218,7 +227,17 @@ export function Offers(_props: Record<string, unknown>) {
   );
 }
 
-function OfferTable({ offers, rental, rentalSet }: { offers: Offer[]; rental: RentalType; rentalSet: boolean }) {
+function OfferTable({
+  offers,
+  rental,
+  rentalSet,
+  image,
+}: {
+  offers: Offer[];
+  rental: RentalType;
+  rentalSet: boolean;
+  image: string | null;
+}) {
   return (
     <div class="table-wrap">
       <table class="offer-table">
@@ -288,7 +307,7 @@ function OfferTable({ offers, rental, rentalSet }: { offers: Offer[]; rental: Re
                     class="btn btn-primary btn-small"
                     onClick={() =>
                       navigate(
-                        `/offers/${encodeURIComponent(o.node)}/launch${rentalSet ? `?rental_type=${rental}` : ''}`,
+                        `/offers/${encodeURIComponent(o.node)}/launch${filtersToQuery({ ...NO_FILTERS, ...(rentalSet ? { rental_type: rental } : {}) }, image)}`,
                       )
                     }
                   >

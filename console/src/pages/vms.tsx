@@ -7,7 +7,7 @@
  */
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { Vm } from '../../../src/sdk/index.js';
-import { api, call, callWithTotal, client } from '../api.js';
+import { api, call, callWithTotal, client, GpuCloudError } from '../api.js';
 import { navigate } from '../router.js';
 import { useLiveEvents, VM_EVENTS } from '../live.js';
 import {
@@ -30,6 +30,7 @@ import {
 import { templateName, useTemplates } from '../templates.js';
 import { RENTAL_LABELS } from './offers.js';
 import { AccessCard } from './vm-access.js';
+import { ImageSaved, SaveImageDialog, type UserImage } from './images.js';
 import { AutoRestartCard, Interruptions, LabelCard } from './vm-cards.js';
 
 const PAGE_SIZE = 50;
@@ -39,6 +40,8 @@ const TRANSITIONAL: Partial<Record<Vm['status'], string>> = {
   creating: 'The VM is being created; this page updates by itself.',
   starting: 'The VM is starting; this page updates by itself.',
   stopping: 'The VM is stopping; this page updates by itself.',
+  moving:
+    'The VM’s disk is moving to another node, where it then starts (billed as stopped until it runs); this page updates by itself.',
   interrupted:
     'The VM was interrupted: its GPUs went to an on-demand or reserved VM. Start it again when GPUs are free (or let auto-restart do it).',
   offline: 'The VM’s node is offline; the VM comes back when the node does.',
@@ -210,15 +213,28 @@ export function VmDetail({ id }: { id: string }) {
       if (mounted.current) setPending(undefined);
     }
   };
+  // Its node's GPUs went to someone else while it was stopped: offer to start it on another node.
+  const [noGpus, setNoGpus] = useState<string | undefined>(undefined);
   const start = async () => {
     setPending('start');
     try {
       const r = await call(api.POST('/vms/{vm_id}/start', path));
       notify(r.message);
       await vm.reload();
+    } catch (e) {
+      if (e instanceof GpuCloudError && e.code === 'gpu_unavailable' && /free GPU/.test(e.detail)) {
+        if (mounted.current) setNoGpus(e.detail);
+        return;
+      }
+      throw e;
     } finally {
       if (mounted.current) setPending(undefined);
     }
+  };
+  const startElsewhere = async () => {
+    const r = await call(api.POST('/vms/{vm_id}/start', { ...path, body: { move: 'if_needed' } }));
+    notify(r.message);
+    await vm.reload();
   };
   const restart = async () => {
     try {
@@ -242,6 +258,9 @@ export function VmDetail({ id }: { id: string }) {
       await vm.reload();
     }
   };
+  // "Save as image": the dialog, then a note linking to the images.
+  const [saving, setSaving] = useState(false);
+  const [saved, setSaved] = useState<UserImage | undefined>(undefined);
   const destroy = async () => {
     const r = await call(api.DELETE('/vms/{vm_id}', path));
     notify(r.message);
@@ -270,6 +289,11 @@ export function VmDetail({ id }: { id: string }) {
               Start
             </Action>
           ) : null}
+          {v && (v.status === 'stopped' || v.status === 'interrupted') && !pending && !saving ? (
+            <button type="button" class="btn btn-plain" onClick={() => setSaving(true)}>
+              Save as image
+            </button>
+          ) : null}
           {v && ((v.status === 'running' && !pending) || restarting) ? (
             <Action onClick={restart} disabled={restarting} title="Stop, wait until stopped, then start again">
               Restart
@@ -283,7 +307,24 @@ export function VmDetail({ id }: { id: string }) {
         </>
       }
     >
+      {saved ? <ImageSaved image={saved} /> : null}
       <Loaded value={vm}>{(v) => <VmBody vm={v} progress={progress} reload={vm.reload} />}</Loaded>
+      {saving && v ? <SaveImageDialog vm={v} onSaved={setSaved} onClose={() => setSaving(false)} /> : null}
+      {noGpus && v ? (
+        <Confirm
+          title="Start on another host?"
+          confirmLabel="Start on another host"
+          onConfirm={startElsewhere}
+          onClose={() => setNoGpus(undefined)}
+        >
+          <p>{noGpus}.</p>
+          <p>
+            Its disk can move to another {v.gpu_type} node that has {v.gpu_count} GPU(s) free, where it starts. It keeps
+            its id, rates and label; its SSH address and port change. While the disk travels it is <em>moving</em>,
+            billed as stopped. If the move fails it stays stopped here, with nothing lost.
+          </p>
+        </Confirm>
+      ) : null}
       {confirming && v ? (
         <Confirm
           title="Destroy this VM?"
@@ -372,6 +413,16 @@ function VmBody({ vm, progress, reload }: { vm: Vm; progress: string | undefined
             <dd>
               {templateName(templates.data, vm.template_vmid)} <span class="muted">({vm.template_vmid})</span>
             </dd>
+            {vm.image_id ? (
+              <>
+                <dt>Image</dt>
+                <dd>
+                  <Link href="/images">
+                    <code>{vm.image_id}</code>
+                  </Link>
+                </dd>
+              </>
+            ) : null}
             <dt>HTTP ports</dt>
             <dd>{vm.http_ports.length ? vm.http_ports.join(', ') : <span class="muted">none</span>}</dd>
             <dt>Rental type</dt>

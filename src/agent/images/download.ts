@@ -15,6 +15,11 @@ import { hashInto } from './verify.js';
 
 /** Bytes gathered before one write to the part file. */
 const WRITE_BATCH = 1024 * 1024;
+/**
+ * Bytes written between two flushes to disk (fdatasync, in the background while the download goes on): the
+ * fsync at the end then has little left to write, where it had the whole file to flush after the last byte.
+ */
+const SYNC_EVERY = 64 * 1024 * 1024;
 export interface DownloadJob {
   url: string;
   token: string;
@@ -38,6 +43,8 @@ export class DownloadError extends Error {
     readonly kind: DownloadErrorKind,
     /** True when this attempt wrote bytes to the part (a cut download is resumed at once). */
     readonly progressed = false,
+    /** The source's HTTP status, for kind `http`. */
+    readonly status?: number,
   ) {
     super(message);
     this.name = 'DownloadError';
@@ -92,9 +99,12 @@ async function httpError(res: IncomingMessage): Promise<DownloadError> {
     return new DownloadError(
       `the image source refused the agent's token (HTTP ${status}${detail}); is the node's agent token this agent's?`,
       'http',
+      false,
+      status,
     );
-  if (status === 404) return new DownloadError(`the image source does not have the image (HTTP 404${detail})`, 'http');
-  return new DownloadError(`the download failed: HTTP ${status}${detail}`, 'http');
+  if (status === 404)
+    return new DownloadError(`the image source does not have the image (HTTP 404${detail})`, 'http', false, status);
+  return new DownloadError(`the download failed: HTTP ${status}${detail}`, 'http', false, status);
 }
 
 /** Downloads into `job.part` (resuming it); answers the SHA-256 of the whole part. Throws DownloadError or on abort. */
@@ -168,25 +178,39 @@ export async function download(job: DownloadJob): Promise<string> {
     if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw new DownloadError('ENOSPC', 'disk_full', progressed());
     throw err;
   };
-  // A write may take only part of a buffer (a file system nearly full): the rest is written until it all is,
-  // or until the file system refuses with ENOSPC.
-  const writeAll = async (buf: Buffer) => {
-    for (let at = 0; at < buf.length;) {
-      const { bytesWritten } = await file.write(buf, at, buf.length - at);
-      if (bytesWritten <= 0) throw Object.assign(new Error('ENOSPC: nothing written'), { code: 'ENOSPC' });
-      at += bytesWritten;
+  // One writev per batch (the pieces are not copied into one buffer first). A write may take only part of
+  // it (a file system nearly full): the rest is written until it all is, or until the file system refuses
+  // with ENOSPC.
+  const writeAll = async (pieces: Buffer[], total: number) => {
+    const { bytesWritten } = await file.writev(pieces);
+    if (bytesWritten === total) return;
+    const rest = Buffer.concat(pieces).subarray(bytesWritten);
+    for (let at = 0; at < rest.length;) {
+      const { bytesWritten: n } = await file.write(rest, at, rest.length - at);
+      if (n <= 0) throw Object.assign(new Error('ENOSPC: nothing written'), { code: 'ENOSPC' });
+      at += n;
     }
   };
+  let unsynced = 0;
+  let syncing: Promise<unknown> = Promise.resolve();
   const flush = async () => {
     await written();
     if (batchBytes === 0) return;
     const pieces = batch;
+    const total = batchBytes;
     batch = [];
     batchBytes = 0;
-    pending = writeAll(Buffer.concat(pieces)).then(
+    pending = writeAll(pieces, total).then(
       () => null,
       (err: unknown) => err,
     );
+    unsynced += total;
+    if (unsynced >= SYNC_EVERY) {
+      unsynced = 0;
+      // After this write, not awaited: the download goes on while the disk catches up (errors: the last sync).
+      const after = pending;
+      syncing = syncing.then(() => after).then(() => file.datasync().catch(() => undefined));
+    }
   };
   try {
     for await (const chunk of res as AsyncIterable<Buffer>) {
@@ -206,12 +230,14 @@ export async function download(job: DownloadJob): Promise<string> {
     }
     await flush();
     await written();
+    await syncing;
     await file.sync();
   } catch (err) {
     res.destroy();
     // What arrived before a cut or a stop is kept in the part, for the next attempt to resume from.
     if (!(err instanceof DownloadError)) await flush().catch(() => undefined);
     await pending;
+    await syncing;
     if (job.signal.aborted || err instanceof DownloadError) throw err;
     const e = err as NodeJS.ErrnoException;
     if (e.code === 'ENOSPC') throw new DownloadError('ENOSPC', 'disk_full', progressed());

@@ -73,3 +73,11 @@ export async function balancesOf(q: Queryable, userIds: readonly number[]): Prom
 export async function balance(q: Queryable, userId: number): Promise<number> {
   return (await repo.findBalance(q, userId))?.balance_micros ?? 0;
 }
+
+/**
+ * Marks a user whose balance a charge took to zero or below: the low-balance job stops their running
+ * VMs (docs/billing.md#low-balance).
+ */
+export async function markLowBalance(tx: Queryable, userId: number): Promise<void> {
+  await repo.markLowBalancePending(tx, userId);
+}

@@ -149,6 +149,10 @@ export async function hasCredit(q: Queryable, userId: number, description: strin
 }
 
 /** The balance, locking the user's row for the rest of the transaction; undefined for an unknown user. */
+export async function markLowBalancePending(q: Queryable, userId: number): Promise<void> {
+  await q.query('UPDATE balances SET low_balance_pending = true WHERE user_id = $1', [userId]);
+}
+
 export async function lockBalanceRow(q: Queryable, userId: number): Promise<BalanceRow | undefined> {
   return (
     await q.query<BalanceRow>('SELECT balance_micros FROM balances WHERE user_id = $1 FOR NO KEY UPDATE', [userId])
@@ -223,6 +227,35 @@ export async function accruingVmsOfUser(q: Queryable, userId: number): Promise<S
       `SELECT id, vmid, gpu_type, gpu_count, storage_gb, status, gpu_hourly_rate_micros, storage_hourly_rate_micros
            FROM vms WHERE user_id = $1 AND status <> 'destroyed' AND (status = 'running' OR EXISTS (SELECT 1 FROM vm_meters m WHERE m.vm_id = vms.id))
           ORDER BY seq DESC`,
+      [userId],
+    )
+  ).rows;
+}
+
+/** The user's image storage usage logs with period_end in (after, upTo], newest first, with each image's name. */
+export async function imageUsageLogsOfUser(
+  q: Queryable,
+  userId: number,
+  after: Date,
+  upTo: Date,
+): Promise<(Row<'image_usage_logs'> & { name: string })[]> {
+  return (
+    await q.query<Row<'image_usage_logs'> & { name: string }>(
+      `SELECT l.*, u.name FROM image_usage_logs l JOIN user_images u ON u.id = l.image_id
+        WHERE l.user_id = $1 AND l.period_end > $2 AND l.period_end <= $3 ORDER BY l.period_end DESC, l.seq DESC`,
+      [userId, after, upTo],
+    )
+  ).rows;
+}
+
+/** The user's ready images: their storage accrues now. */
+export async function readyImagesOfUser(
+  q: Queryable,
+  userId: number,
+): Promise<Pick<Row<'user_images'>, 'id' | 'name' | 'size_bytes'>[]> {
+  return (
+    await q.query<Pick<Row<'user_images'>, 'id' | 'name' | 'size_bytes'>>(
+      `SELECT id, name, size_bytes FROM user_images WHERE user_id = $1 AND state = 'ready' ORDER BY seq DESC`,
       [userId],
     )
   ).rows;

@@ -22,7 +22,19 @@ const UsageReport = Type.Object(
         total_cost: Type.Number(),
       }),
     ),
-    total_cost: Type.Number(),
+    image_logs: Type.Array(
+      Type.Object({
+        id: Type.String(),
+        image_id: Type.String(),
+        name: Type.String({ description: "The image's name" }),
+        timestamp: DateTime('End of the period the log covers'),
+        size_gb: Type.Number({ description: 'GB (10^9 bytes) stored' }),
+        hours: Type.Number({ description: 'Length of the period in hours' }),
+        cost: Type.Number(),
+      }),
+      { description: 'Storage of your private images (GET /images), one log per image and period' },
+    ),
+    total_cost: Type.Number({ description: 'Every VM log and every image log of the period' }),
     total_hours: Type.Number({ description: 'Hours the VMs ran (GPU time, wall clock)' }),
     period_start: Type.String({ description: 'YYYY-MM-DD' }),
     period_end: Type.String({ description: 'YYYY-MM-DD' }),
@@ -59,9 +71,21 @@ const CurrentSpend = Type.Object(
         total_cost_per_hour: Type.Number(),
       }),
     ),
+    images: Type.Array(
+      Type.Object({
+        image_id: Type.String(),
+        name: Type.String(),
+        size_gb: Type.Number(),
+        cost_per_hour: Type.Number(),
+      }),
+      { description: 'Your ready private images, at their storage rate' },
+    ),
     last_updated: DateTime(),
   },
-  { description: 'What accrues now: running VMs at their full rate, other VMs that have run at their storage rate' },
+  {
+    description:
+      'What accrues now: running VMs at their full rate, other VMs that have run at their storage rate, ready images at theirs',
+  },
 );
 
 export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
@@ -107,7 +131,7 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
         operationId: 'getCurrentSpend',
         summary: 'Current spend rate',
         description:
-          'What your VMs cost per hour right now: running VMs at their full rate, and VMs that are stopped but keep a disk at their storage rate.',
+          'What your VMs and images cost per hour right now: running VMs at their full rate, VMs that are stopped but keep a disk at their storage rate, and ready images at the image storage price.',
         response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) },
       },
     },

@@ -2,7 +2,7 @@
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { validation } from '../../errors.js';
-import { toAmount } from '../../money.js';
+import { mulDiv, toAmount } from '../../money.js';
 import * as repo from './repository.js';
 
 const DAY_MS = 86_400_000;
@@ -21,6 +21,8 @@ export class UsageService {
   constructor(
     private readonly db: Db,
     private readonly clock: Clock,
+    /** Customer images' storage per GB-hour (docs/images.md#billing). */
+    private readonly imagePriceGbHourMicros = 0,
   ) {}
 
   /** start_date and end_date inclusive (UTC days); default the last 30 days. */
@@ -32,7 +34,8 @@ export class UsageService {
     if (start === null) throw validation('query.start_date', 'must be a date YYYY-MM-DD');
     if (start > end) throw validation('query.start_date', 'must not be after end_date');
     const rows = await repo.usageLogsOfUser(this.db, userId, new Date(start), new Date(end + DAY_MS));
-    let totalCost = 0;
+    const imageRows = await repo.imageUsageLogsOfUser(this.db, userId, new Date(start), new Date(end + DAY_MS));
+    let totalCost = imageRows.reduce((sum, r) => sum + r.cost_micros, 0);
     let totalMs = 0;
     const byVm = new Map<string, { vm_id: string; vmid: number; gpu_model: string; ms: number; cost: number }>();
     for (const r of rows) {
@@ -55,6 +58,15 @@ export class UsageService {
         storage_cost: toAmount(r.storage_cost_micros),
         network_cost: toAmount(r.network_cost_micros),
         total_cost: toAmount(r.total_cost_micros),
+      })),
+      image_logs: imageRows.map((r) => ({
+        id: r.id,
+        image_id: r.image_id,
+        name: r.name,
+        timestamp: r.period_end.toISOString(),
+        size_gb: r.size_bytes / 1e9,
+        hours: (r.period_end.getTime() - r.period_start.getTime()) / 3_600_000,
+        cost: toAmount(r.cost_micros),
       })),
       total_cost: toAmount(totalCost),
       total_hours: Math.round((totalMs / 3_600_000) * 1e6) / 1e6,
@@ -90,6 +102,16 @@ export class UsageService {
         total_cost_per_hour: toAmount(sum),
       };
     });
+    const images = (await repo.readyImagesOfUser(this.db, userId)).map((i) => {
+      const perHour = mulDiv(BigInt(i.size_bytes ?? 0) * BigInt(this.imagePriceGbHourMicros), 1, 1e9);
+      total += perHour;
+      return {
+        image_id: i.id,
+        name: i.name,
+        size_gb: (i.size_bytes ?? 0) / 1e9,
+        cost_per_hour: toAmount(perHour),
+      };
+    });
     return {
       total_per_hour: toAmount(total),
       total_per_day: toAmount(total * 24),
@@ -97,6 +119,7 @@ export class UsageService {
       hourly_rate: toAmount(total),
       running_vms: vms.filter((v) => v.status === 'running').length,
       vms: list,
+      images,
       last_updated: this.clock.now().toISOString(),
     };
   }

@@ -14,6 +14,8 @@ export const EVENT_TYPES = [
   'vm.status_changed',
   'vm.interrupted',
   'vm.restarted',
+  'vm.moved',
+  'vm.move_failed',
   'vm.destroyed',
   'billing.low_balance',
   'billing.credit_added',

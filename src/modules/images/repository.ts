@@ -78,6 +78,16 @@ export async function templatesOfImage(q: Queryable, sha256: string): Promise<nu
   ).rows.map((r) => r.template_vmid);
 }
 
+/** Customer images (not deleted) whose content this is. */
+export async function customerImagesOf(q: Queryable, sha256: string): Promise<number> {
+  return (
+    await q.query<{ n: number }>(
+      `SELECT count(*)::int8 AS n FROM user_images WHERE sha256 = $1 AND state <> 'deleted'`,
+      [sha256],
+    )
+  ).rows[0]!.n;
+}
+
 export async function deleteImage(q: Queryable, sha256: string): Promise<void> {
   await q.query('DELETE FROM images WHERE sha256 = $1', [sha256]);
 }

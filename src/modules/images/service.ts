@@ -6,7 +6,7 @@
  * node's token.
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, notFound, unauthorized, validation } from '../../errors.js';
@@ -161,6 +161,58 @@ export class ImageService {
     return this.get(sha256);
   }
 
+  /**
+   * Copies an image a host exports (a customer's snapshot, docs/images.md) into the store: the bytes
+   * must hash to `src.sha256` and make a clean image without a backing file. Content the store holds
+   * already is not copied again. Returns the image's size.
+   */
+  async importFrom(src: { url: string; token: string; sha256: string; sizeBytes: number }): Promise<number> {
+    if ((await repo.getImage(this.db, src.sha256)) && (await this.store.imageSize(src.sha256)) !== null)
+      return src.sizeBytes;
+    const id = newId();
+    await this.store.createUpload(id);
+    try {
+      // A host that stops sending is given up on: a minute, plus the time the bytes take at 5 MB/s.
+      const res = await fetch(src.url, {
+        headers: { authorization: `Bearer ${src.token}` },
+        redirect: 'error',
+        signal: AbortSignal.timeout(60_000 + Math.ceil(src.sizeBytes / 5_000)),
+      });
+      if (!res.ok || !res.body) throw new Error(`the host answered HTTP ${res.status}`);
+      const end = await this.store.appendUpload(
+        id,
+        0,
+        Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>),
+        src.sizeBytes,
+      );
+      if (end !== src.sizeBytes) throw new Error(`the copy holds ${end} of ${src.sizeBytes} bytes`);
+      const file = this.store.uploadFile(id);
+      const sha256 = await sha256OfFile(file);
+      if (sha256 !== src.sha256)
+        throw new Error(`checksum mismatch: expected ${src.sha256}, the copy hashes to ${sha256}`);
+      // The VM's own disk: its size was allowed when it was rented.
+      const facts = await checkImage(file, Number.MAX_SAFE_INTEGER).catch((err: unknown) => {
+        throw new Error(err instanceof Error ? err.message : String(err));
+      });
+      await this.store.commitUpload(id, sha256);
+      await repo.insertImage(this.db, { sha256, ...facts, size_bytes: end, created_at: this.clock.now() });
+      return end;
+    } catch (err) {
+      await this.store.discardUpload(id);
+      throw err;
+    }
+  }
+
+  /** Removes content from the store once nothing stands on it any more (a deleted customer image's). */
+  async forgetUnused(sha256: string, inUse: (tx: Queryable) => Promise<boolean>): Promise<void> {
+    const gone = await this.db.transaction(async (tx) => {
+      if (!(await repo.getImage(tx, sha256, true)) || (await inUse(tx))) return false;
+      await repo.deleteImage(tx, sha256);
+      return true;
+    });
+    if (gone) await this.store.removeImage(sha256);
+  }
+
   async cancelUpload(id: string): Promise<void> {
     await this.liveUpload(id);
     await this.store.discardUpload(id);
@@ -187,6 +239,12 @@ export class ImageService {
         throw new AppError(
           'conflict',
           `The image is template ${using.join(', ')}'s; give the template another image or delete it first`,
+        );
+      const customers = await repo.customerImagesOf(tx, sha256);
+      if (customers > 0)
+        throw new AppError(
+          'conflict',
+          `The content is ${customers} customer image(s)' (snapshots); it goes when their owners delete them`,
         );
       await repo.deleteImage(tx, sha256);
     });

@@ -6,6 +6,7 @@ import { DateTime, Enum, errorResponses, page, PaginationQuery, paging } from '.
 import { GPU_TYPES, NODE_STATUSES } from './repository.js';
 import { queryString, SnapshotBodies } from '../../http/snapshot-bodies.js';
 import type { InventoryService, OfferInputs } from './service.js';
+import { toAmount } from '../../money.js';
 
 const GpuType = Enum(GPU_TYPES, 'GPU type');
 const NodeStatus = Enum(NODE_STATUSES, 'active: rentable; draining: no new VMs; offline: its VMs are offline too');
@@ -53,6 +54,9 @@ const PublicPricing = Type.Object(
   {
     currency: Type.String({ examples: ['USD'] }),
     updated_at: DateTime(),
+    image_storage_gb_hourly: Type.Number({
+      description: 'What your private images (GET /images) cost per GB (10^9 bytes) per hour of storage',
+    }),
     gpu_types: Type.Array(
       Type.Object({
         ...PriceFields,
@@ -135,7 +139,8 @@ const NodeRecord = Type.Object(
 
 const NodeParam = Type.Object({ node: Type.String({ maxLength: 200, description: "The node's name" }) });
 
-export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): void {
+/** `imagePriceGbHourMicros`: what customer images' storage costs (docs/images.md#billing), shown with the prices. */
+export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, imagePriceGbHourMicros = 0): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
   const admin = { auth: 'admin' as const };
   // Offers and prices are made only from the offers snapshot: each distinct answer is serialized once per snapshot.
@@ -214,7 +219,10 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService): vo
       },
       config: { auth: 'public' },
     },
-    (_req, reply) => bodies.send(reply, 'pricing', async (inputs) => ({ payload: await inv.publicPricing(inputs) })),
+    (_req, reply) =>
+      bodies.send(reply, 'pricing', async (inputs) => ({
+        payload: { ...(await inv.publicPricing(inputs)), image_storage_gb_hourly: toAmount(imagePriceGbHourMicros) },
+      })),
   );
 
   r.get(

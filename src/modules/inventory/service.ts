@@ -527,6 +527,29 @@ export class InventoryService {
     return repo.getNode(tx, node, true);
   }
 
+  /**
+   * The node a stopped VM of `from` moves to, locked, with `gpuCount` GPUs free behind the lock; none
+   * when no node qualifies (docs/vms.md#start-on-another-host).
+   */
+  async lockMoveTarget(
+    tx: Queryable,
+    from: FullNodeRow,
+    want: { gpuCount: number; storageGb: number },
+  ): Promise<FullNodeRow | undefined> {
+    const candidates = await repo.lockMoveTargets(tx, {
+      from: from.node,
+      gpuType: from.gpu_type,
+      gpuCount: want.gpuCount,
+      storageGb: want.storageGb,
+      agent: from.agent_url !== null,
+      cluster: from.cluster_name,
+    });
+    for (const node of candidates) {
+      if (node.gpu_count - (await this.usage(tx, node.node)).held >= want.gpuCount) return node;
+    }
+    return undefined;
+  }
+
   async usage(tx: Queryable, node: string): Promise<GpuUsage> {
     return (await repo.gpuUsage(tx, [node])).get(node) ?? { held: 0, preemptible: 0 };
   }

@@ -129,6 +129,11 @@ export class TemplateService {
     return webOfRow(t);
   }
 
+  /** The template's login user, or undefined for a template the catalogue does not know. */
+  async userOf(vmid: number): Promise<string | undefined> {
+    return (await this.rows()).find((r) => r.template_vmid === vmid)?.default_user;
+  }
+
   /** Every template, with where it is ready. */
   async list(nodes: readonly CatalogueNode[]): Promise<TemplateRecord[]> {
     const [rows, ready] = await Promise.all([repo.listTemplates(this.db), repo.readyOnAgentNodes(this.db)]);
@@ -215,9 +220,13 @@ export class TemplateService {
       );
   }
 
+  /** Where a node's host downloads the image `sha256` from the store (with its own token). */
+  imageUrl(node: string, sha256: string): string {
+    return `${this.publicUrl.replace(/\/+$/, '')}/agent/v1/nodes/${encodeURIComponent(node)}/images/${sha256}`;
+  }
+
   /** The templates a node's host must hold: those with an image, for the node's GPU type. */
   async desiredFor(node: CatalogueNode): Promise<AgentDesiredTemplate[]> {
-    const base = this.publicUrl.replace(/\/+$/, '');
     return (await this.rows())
       .filter((t) => t.image_sha256 && t.image_format && forGpuType(t, node.gpu_type))
       .map((t) => ({
@@ -226,7 +235,7 @@ export class TemplateService {
         sha256: t.image_sha256!,
         size_bytes: t.image_size_bytes!,
         format: t.image_format!,
-        url: `${base}/agent/v1/nodes/${encodeURIComponent(node.node)}/images/${t.image_sha256}`,
+        url: this.imageUrl(node.node, t.image_sha256!),
       }));
   }
 

@@ -15,7 +15,8 @@ import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 import { LABEL_RE, LABEL_RULE, mustFind } from './records.js';
 import { committedHourly } from './rates.js';
-import { placeStart } from './placement.js';
+import { placeMove, placeStart } from './placement.js';
+import type { MovePolicy } from './lifecycle.js';
 import { checkStartLimit } from './create.js';
 import type { ApplyTransition, StatusReason } from './transitions.js';
 
@@ -26,26 +27,51 @@ export interface ActionDeps {
   apply: ApplyTransition;
 }
 
-export async function startVm(deps: ActionDeps, userId: number, ref: string): Promise<{ message: string }> {
+export async function startVm(
+  deps: ActionDeps,
+  userId: number,
+  ref: string,
+  opts: { move: MovePolicy } = { move: 'never' },
+): Promise<{ message: string }> {
   return deps.db.transaction(async (tx) => {
     // The lock order of every transaction on VMs and money (docs/billing.md#lock-order): the node,
-    // then the VM, then (through the status change) its meter, then the balance. A VM never changes
-    // node, so its node is known before its lock. The change is made before the limit and balance
-    // checks take the balance; a refusal rolls it back, so the checks answer in their usual order.
-    const { node } = await mustFind(tx, userId, ref);
-    await deps.inventory.lockNode(tx, node);
-    const vm = await mustFind(tx, userId, ref, true);
+    // then the VM, then (through the status change) its meter, then the balance. The change is made
+    // before the limit and balance checks take the balance; a refusal rolls it back, so the checks
+    // answer in their usual order.
+    const vm = await lockWithNode(tx, deps.inventory, userId, ref);
     if (vm.status !== 'stopped' && vm.status !== 'interrupted') {
       throw invalidState(`Cannot start a VM that is ${vm.status}: start needs a stopped or interrupted VM`);
     }
-    await placeStart(tx, deps.inventory, vm);
+    if (await repo.snapshotInProgress(tx, vm.id))
+      throw invalidState(
+        'Cannot start the VM while a snapshot of it is being taken; it can start once the image is ready',
+      );
+    let target: string | null = null;
+    try {
+      await placeStart(tx, deps.inventory, vm);
+    } catch (err) {
+      if (opts.move !== 'if_needed' || !(err instanceof AppError) || err.code !== 'gpu_unavailable') throw err;
+      target = await placeMove(tx, deps.inventory, vm, err.message);
+    }
     const now = deps.clock.now();
-    await deps.apply(tx, vm, 'start_requested', now, {
-      hv_action: 'start',
-      next_action_at: now,
-      attempts: 0,
-      last_error: null,
-    });
+    if (target) {
+      await deps.apply(tx, vm, 'move_requested', now, {
+        node: target,
+        move_from: vm.node,
+        move_started_at: now,
+        hv_action: 'move',
+        next_action_at: now,
+        attempts: 0,
+        last_error: null,
+      });
+    } else {
+      await deps.apply(tx, vm, 'start_requested', now, {
+        hv_action: 'start',
+        next_action_at: now,
+        attempts: 0,
+        last_error: null,
+      });
+    }
     // The balance row serializes this user's starts and creates: the limit and the money are counted once.
     const balance = await ledger.lockBalance(tx, userId);
     const mine = await checkStartLimit(tx, vm);
@@ -59,8 +85,27 @@ export async function startVm(deps: ActionDeps, userId: number, ref: string): Pr
         );
       }
     }
+    if (target)
+      return {
+        message: `VM ${vm.vmid} is moving to node ${target} (node ${vm.node} has no free GPUs for it); it starts there once its disk has arrived`,
+      };
     return { message: `VM ${vm.vmid} is starting` };
   });
+}
+
+/**
+ * The VM, locked behind its node's lock. A VM changes node only when it moves, under its own lock:
+ * if it moved between the unlocked read and the lock, its new node is locked as well (a lock too
+ * many is harmless; the VM cannot move again while this transaction holds it).
+ */
+async function lockWithNode(tx: Queryable, inventory: InventoryService, userId: number, ref: string): Promise<VmRow> {
+  let { node } = await mustFind(tx, userId, ref);
+  for (;;) {
+    await inventory.lockNode(tx, node);
+    const vm = await mustFind(tx, userId, ref, true);
+    if (vm.node === node) return vm;
+    node = vm.node;
+  }
 }
 
 export async function stopVm(deps: ActionDeps, userId: number, ref: string): Promise<{ message: string }> {

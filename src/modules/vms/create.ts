@@ -32,7 +32,10 @@ export interface CreateVmInput {
   gpu_type: string;
   gpu_count: number;
   storage_gb: number;
-  template_vmid: number;
+  /** Required unless image_id is given. */
+  template_vmid?: number;
+  /** One of the user's ready images instead of a template (docs/images.md). */
+  image_id?: string;
   rental_type?: RentalType;
   reservation_months?: number;
   auth_method?: 'ssh_key' | 'password';
@@ -54,6 +57,13 @@ export interface CreateDeps {
   provisionDelayMs: number;
   /** The template catalogue: the template must exist and be ready on the node. */
   templates: TemplateService;
+  /** The user's ready image a VM starts from instead of a template. */
+  customerImages: (
+    tx: Queryable,
+    userId: number,
+    imageId: string,
+    storageGb: number,
+  ) => Promise<{ id: string; template_vmid: number; sha256: string | null }>;
   apply: ApplyTransition;
   gpuUsageChanged: (tx: Queryable) => void;
   /** Takes what a status change of these VMs will lock after them (their meters), before any balance. */
@@ -62,6 +72,12 @@ export interface CreateDeps {
 
 /** Cross-field validation (422), after the schema's per-field rules. */
 function checkInput(input: CreateVmInput, rental: RentalType, authMethod: 'ssh_key' | 'password'): void {
+  if (input.template_vmid === undefined && input.image_id === undefined) {
+    throw validation('body.template_vmid', 'is required (or image_id, to start from one of your images)');
+  }
+  if (input.template_vmid !== undefined && input.image_id !== undefined) {
+    throw validation('body.image_id', 'is given instead of template_vmid, not with it (the image brings its template)');
+  }
   if (rental === 'reserved' && input.reservation_months === undefined) {
     throw validation('body.reservation_months', 'is required when rental_type is reserved (1, 3 or 6)');
   }
@@ -157,13 +173,24 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
     const pricing = await deps.inventory.findPricing(tx, input.gpu_type);
     const key = authMethod === 'ssh_key' ? await findKey(deps, tx, userId, input.ssh_key_id) : undefined;
     // The template exists and takes a disk this large (422 before any other check); whether the node's
-    // host holds it is checked with the node.
-    const template = await deps.templates.forCreate(tx, input.template_vmid, input.storage_gb);
+    // host holds it is checked with the node. A VM from an image has the image's template, which its
+    // host need not hold: the disk comes from the image store.
+    const image =
+      input.image_id === undefined
+        ? undefined
+        : await deps.customerImages(tx, userId, input.image_id, input.storage_gb);
+    const templateVmid = image ? image.template_vmid : input.template_vmid!;
+    const template = await deps.templates.forCreate(tx, templateVmid, image ? Infinity : input.storage_gb);
     checkHttpPorts(input, template);
     // The lock order (docs/billing.md#lock-order): the node and the VMs to preempt, their meters, then the balances
     // of this user and of the victims' owners at once, in id order (preempting a VM charges its owner).
     const { node, free, victims } = await placeCreate(tx, deps.inventory, input, rental);
-    await deps.templates.checkReady(tx, template, node.node);
+    if (!image) await deps.templates.checkReady(tx, template, node.node);
+    else if (image.sha256 === null && node.agent_url)
+      throw new AppError(
+        'template_unavailable',
+        `The image was taken on a simulated node and holds no disk a host could start from; use it on a simulated node`,
+      );
     // Interruptible VMs preempted (most recently started first) only for the GPUs that are not free.
     const preempted = pickVictims(victims, input.gpu_count, free);
     await deps.beforeStatusChanges(
@@ -232,7 +259,8 @@ export async function createVm(deps: CreateDeps, userId: number, input: CreateVm
       cpu_cores: Math.max(1, Math.floor((node.cpu_cores * input.gpu_count) / node.gpu_count)),
       cpu_model: node.cpu_model,
       pcie_gen: node.pcie_gen,
-      template_vmid: input.template_vmid,
+      template_vmid: templateVmid,
+      image_id: image?.id ?? null,
       http_ports: [...(input.http_ports ?? [])].sort((a, b) => a - b),
       status: 'creating',
       holds_gpus: true,

@@ -13,8 +13,13 @@ export const VM_STATUSES = [
   'destroyed',
   'failed',
   'offline',
+  'moving',
 ] as const;
 export type VmStatus = (typeof VM_STATUSES)[number];
+
+/** Whether a start may move the VM to another node when its own lacks the GPUs (docs/vms.md#start-on-another-host). */
+export const MOVE_POLICIES = ['never', 'if_needed'] as const;
+export type MovePolicy = (typeof MOVE_POLICIES)[number];
 
 export const RENTAL_TYPES = ['on_demand', 'reserved', 'interruptible'] as const;
 export type RentalType = (typeof RENTAL_TYPES)[number];
@@ -36,6 +41,12 @@ export type VmEvent =
   | 'powered_off'
   /** API start or auto-restart (stopped | interrupted -> starting) */
   | 'start_requested'
+  /** API start on another host (stopped | interrupted -> moving): the disk travels first */
+  | 'move_requested'
+  /** reconciler: the disk arrived and was verified on the new host (moving -> starting) */
+  | 'moved'
+  /** reconciler: the move failed; the VM is back on its host (moving -> stopped) */
+  | 'move_failed'
   /** placement: preempted by an on-demand or reserved VM (-> interrupted) */
   | 'preempted'
   /** admin: the node went offline (-> offline) */
@@ -55,6 +66,9 @@ export const VM_EVENTS: readonly VmEvent[] = [
   'stopped',
   'powered_off',
   'start_requested',
+  'move_requested',
+  'moved',
+  'move_failed',
   'preempted',
   'node_offline',
   'node_online',
@@ -68,6 +82,7 @@ export function holdsGpus(status: VmStatus, rentalType: RentalType, offlineFrom:
     case 'starting':
     case 'running':
     case 'stopping':
+    case 'moving': // the new host's GPUs, held while the disk travels so the start finds them
       return true;
     case 'stopped':
       return rentalType === 'reserved';
@@ -97,6 +112,9 @@ const TABLE: Record<VmEvent, Partial<Record<VmStatus, VmStatus>>> = {
   stopped: { stopping: 'stopped' },
   powered_off: { running: 'stopped' },
   start_requested: { stopped: 'starting', interrupted: 'starting' },
+  move_requested: { stopped: 'moving', interrupted: 'moving' },
+  moved: { moving: 'starting' },
+  move_failed: { moving: 'stopped' },
   preempted: { creating: 'interrupted', starting: 'interrupted', running: 'interrupted' },
   node_offline: {
     creating: 'offline',
@@ -116,6 +134,7 @@ const TABLE: Record<VmEvent, Partial<Record<VmStatus, VmStatus>>> = {
     interrupted: 'destroyed',
     failed: 'destroyed',
     offline: 'destroyed',
+    moving: 'destroyed',
   },
 };
 
@@ -173,6 +192,7 @@ function describe(event: VmEvent): string {
     case 'stop_requested':
       return 'stop';
     case 'start_requested':
+    case 'move_requested':
       return 'start';
     case 'destroy':
       return 'destroy';

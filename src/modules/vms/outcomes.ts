@@ -10,11 +10,12 @@ import type { HvAction, Provisioned } from '../../hypervisor/driver.js';
 import * as repo from './repository.js';
 import type { VmRow } from './repository.js';
 import { requestStop } from './actions.js';
+import { recordEvent } from '../events/service.js';
 import type { ApplyTransition } from './transitions.js';
 
 /** What a reconciler learnt from the hypervisor; `built` when a failed start had provisioned the VM first. */
 export type ActionOutcome =
-  | { ok: true; hvRef?: string; ipAddress?: string; built?: Provisioned; gpuDevices?: string[] }
+  | { ok: true; hvRef?: string; ipAddress?: string; built?: Provisioned; gpuDevices?: string[]; bytes?: number }
   | { ok: false; error: string; built?: Provisioned };
 
 export interface OutcomeDeps {
@@ -50,10 +51,10 @@ export async function completeAction(
   token: string,
   action: HvAction,
   outcome: ActionOutcome,
-): Promise<void> {
-  await deps.db.transaction(async (tx) => {
+): Promise<string | null> {
+  return deps.db.transaction(async (tx) => {
     const vm = await repo.reclaim(tx, vmId, token);
-    if (!vm) return; // claim lost (lease expired and another instance took over)
+    if (!vm) return null; // claim lost (lease expired and another instance took over)
     const now = deps.clock.now();
     const release = { claim_token: null, claimed_until: null } as Partial<VmRow>;
     const pending = vm.hv_action !== action ? { hv_action: vm.hv_action } : {};
@@ -62,7 +63,11 @@ export async function completeAction(
       if (outcome.built) Object.assign(release, builtColumns(outcome.built, vm));
       if (vm.hv_action !== action) {
         await repo.updateVm(tx, vm.id, { ...release, last_error: outcome.error });
-        return;
+        return null;
+      }
+      if (action === 'move' && vm.status === 'moving') {
+        await failMove(deps, tx, vm, now, outcome.error, { ...release, attempts });
+        return vm.node;
       }
       if (action === 'provision' && vm.status === 'creating') {
         await deps.apply(
@@ -80,7 +85,7 @@ export async function completeAction(
           },
           { error: outcome.error },
         );
-        return;
+        return null;
       }
       if (action === 'start' && vm.status === 'starting') {
         await deps.apply(
@@ -91,7 +96,7 @@ export async function completeAction(
           { ...release, hv_action: null, next_action_at: null, attempts, last_error: outcome.error },
           { error: outcome.error },
         );
-        return;
+        return null;
       }
       // stop and destroy are retried with backoff: 5 s doubling up to 5 min of service time.
       const delayS = Math.min(300, 5 * 2 ** Math.min(attempts - 1, 10));
@@ -101,7 +106,7 @@ export async function completeAction(
         last_error: outcome.error,
         next_action_at: new Date(now.getTime() + delayS * 1000),
       });
-      return;
+      return null;
     }
     const base: Partial<VmRow> = { ...release, attempts: 0, last_error: null };
     if (vm.status === 'offline' && vm.hv_action === action) {
@@ -113,7 +118,7 @@ export async function completeAction(
         ...(built ? builtColumns(outcome.built, vm, outcome) : {}),
         next_action_at: now,
       });
-      return;
+      return null;
     }
     if (action === 'provision') {
       Object.assign(base, builtColumns(outcome.built, vm, outcome));
@@ -127,11 +132,32 @@ export async function completeAction(
           hv_action: vm.hv_action === 'provision' ? null : vm.hv_action,
         });
       }
-      return;
+      return null;
     }
     if (vm.hv_action !== action) {
       await repo.updateVm(tx, vm.id, base); // superseded: the newer action runs next
-      return;
+      return null;
+    }
+    if (action === 'move' && vm.status === 'moving') {
+      const from = vm.move_from ?? vm.node;
+      const seconds = vm.move_started_at ? Math.max(0, (now.getTime() - vm.move_started_at.getTime()) / 1000) : 0;
+      await deps.apply(tx, vm, 'moved', now, {
+        ...base,
+        ...builtColumns(outcome.built, vm, outcome),
+        gpu_devices: [],
+        move_from: null,
+        move_started_at: null,
+        hv_action: 'start',
+        next_action_at: now,
+      });
+      await recordEvent(tx, {
+        type: 'vm.moved',
+        userId: vm.user_id,
+        vmId: vm.id,
+        data: { vmid: vm.vmid, from, to: vm.node, bytes: outcome.bytes ?? 0, seconds: Math.round(seconds * 10) / 10 },
+        at: now,
+      });
+      return from === vm.node ? null : from;
     }
     const done = { ...base, hv_action: null, next_action_at: null } as Partial<VmRow>;
     if (action === 'start' && vm.status === 'starting') {
@@ -152,6 +178,45 @@ export async function completeAction(
     } else {
       await repo.updateVm(tx, vm.id, done);
     }
+    return null;
+  });
+}
+
+/**
+ * A move that did not finish: the VM is `stopped` again on the node its disk never left, with the
+ * reason (docs/vms.md#start-on-another-host). Whatever reached the destination is removed after.
+ */
+export async function failMove(
+  deps: { apply: ApplyTransition },
+  tx: Parameters<ApplyTransition>[0],
+  vm: VmRow,
+  now: Date,
+  error: string,
+  extra: Partial<VmRow> = {},
+): Promise<void> {
+  const from = vm.move_from ?? vm.node;
+  await deps.apply(
+    tx,
+    vm,
+    'move_failed',
+    now,
+    {
+      ...extra,
+      node: from,
+      move_from: null,
+      move_started_at: null,
+      hv_action: null,
+      next_action_at: null,
+      last_error: error,
+    },
+    { error },
+  );
+  await recordEvent(tx, {
+    type: 'vm.move_failed',
+    userId: vm.user_id,
+    vmId: vm.id,
+    data: { vmid: vm.vmid, from, to: vm.node, error },
+    at: now,
   });
 }
 

@@ -95,3 +95,24 @@ export async function placeStart(tx: Queryable, inventory: InventoryService, vm:
     }
   }
 }
+
+/**
+ * Where a stopped VM whose node lacks the GPUs starts instead (docs/vms.md#start-on-another-host):
+ * another active node of the same GPU type and kind with the GPUs free and room for its disk,
+ * locked. Never for a reserved VM (its GPUs are held where it is), a VM whose node is offline (its
+ * disk cannot leave), or one never built (it has no disk yet). 400 gpu_unavailable with the reason
+ * when nothing qualifies; `why` is why its own node said no.
+ */
+export async function placeMove(tx: Queryable, inventory: InventoryService, vm: VmRow, why: string): Promise<string> {
+  const refuse = (reason: string) => new AppError('gpu_unavailable', `${why}, and it cannot move: ${reason}`);
+  if (vm.rental_type === 'reserved') throw refuse('a reserved VM is never moved');
+  const from = await inventory.lockNode(tx, vm.node);
+  if (!from || from.status === 'offline') throw new AppError('gpu_unavailable', why);
+  if (!vm.provisioned) throw refuse('it was never built, so it has no disk to move');
+  const target = await inventory.lockMoveTarget(tx, from, { gpuCount: vm.gpu_count, storageGb: vm.storage_gb });
+  if (!target)
+    throw refuse(
+      `no other active ${vm.gpu_type} node has ${vm.gpu_count} free GPU(s) and room for a ${vm.storage_gb} GB disk`,
+    );
+  return target.node;
+}

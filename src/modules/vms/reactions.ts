@@ -8,6 +8,7 @@ import type { InventoryService } from '../inventory/service.js';
 import { holdsGpus } from './lifecycle.js';
 import * as repo from './repository.js';
 import { ratesFor } from './rates.js';
+import { failMove } from './outcomes.js';
 import { requestStop } from './actions.js';
 import type { ApplyTransition } from './transitions.js';
 
@@ -37,6 +38,10 @@ export async function onNodeStatus(
   now: Date,
 ): Promise<void> {
   if (to === 'offline') {
+    // A move to this node cannot finish: the VM stays where its disk is (docs/vms.md#start-on-another-host).
+    for (const vm of await repo.vmsOnNode(tx, node, ['moving'])) {
+      await failMove({ apply }, tx, vm, now, `node ${node} went offline during the move`);
+    }
     for (const vm of await repo.vmsOnNode(tx, node, [
       'creating',
       'starting',

@@ -44,6 +44,7 @@ export interface VmRecord {
   destroyed_at: string | null;
   http_ports: number[];
   failure_reason: string | null;
+  image_id: string | null;
 }
 
 export interface InterruptionRecord {
@@ -89,6 +90,7 @@ export const toVmRecord = (v: ListedVmRow): VmRecord => ({
   http_ports: v.http_ports,
   // A failed VM says why (the hypervisor's reason, e.g. a template the host lacks); others have none.
   failure_reason: v.status === 'failed' ? (v.last_error ?? 'provisioning failed') : null,
+  image_id: v.image_id,
 });
 
 export const toInterruptionRecord = (i: InterruptionRow): InterruptionRecord => ({

@@ -41,6 +41,7 @@ export const LISTED_COLUMNS = [
   'gpu_devices',
   'last_error',
   'http_ports',
+  'image_id',
 ] as const satisfies readonly (keyof VmRow)[];
 
 /** A VM as a list reads it: only what its record shows (a list of wide rows spent most of its time parsing them). */
@@ -107,6 +108,7 @@ export type NewVm = Pick<
   | 'created_at'
   | 'next_action_at'
   | 'hv_action'
+  | 'image_id'
 >;
 
 export async function insertVm(q: Queryable, v: NewVm): Promise<VmRow> {
@@ -396,6 +398,28 @@ export async function vmsOnNode(q: Queryable, node: string, statuses: readonly s
   ).rows;
 }
 
+/**
+ * Of the VMs a node's agent holds, those that live on another node now, run by another agent, and are
+ * not moving away from this one: copies left behind by a move (docs/vms.md#start-on-another-host).
+ * Two nodes one agent serves share its VMs: none of them is a leftover of the other.
+ */
+export async function leftCopies(q: Queryable, node: string, ids: readonly string[]): Promise<string[]> {
+  if (ids.length === 0) return [];
+  const r = await q.query<{ id: string }>(
+    `SELECT v.id FROM vms v JOIN nodes here ON here.node = $2 JOIN nodes there ON there.node = v.node
+      WHERE v.id = ANY($1::uuid[]) AND v.node <> $2 AND there.agent_url IS DISTINCT FROM here.agent_url
+        AND NOT (v.status = 'moving' AND v.move_from IS NOT DISTINCT FROM $2)`,
+    [ids, node],
+  );
+  return r.rows.map((row) => row.id);
+}
+
+/** Whether a snapshot of the VM is being taken (docs/images.md): it must not start meanwhile. */
+export async function snapshotInProgress(q: Queryable, vmId: string): Promise<boolean> {
+  const r = await q.query(`SELECT 1 FROM user_images WHERE source_vm_id = $1 AND state = 'creating' LIMIT 1`, [vmId]);
+  return r.rows.length > 0;
+}
+
 /** Whether the VM's owner is suspended (their VMs must not come up). */
 export async function ownerSuspended(q: Queryable, userId: number): Promise<boolean> {
   return (
@@ -458,6 +482,7 @@ export async function autoRestartCandidates(q: Queryable, limit: number): Promis
          JOIN nodes n ON n.node = v.node AND n.status = 'active'
          JOIN users u ON u.id = v.user_id AND NOT u.suspended
         WHERE v.status = 'interrupted' AND v.auto_restart
+          AND NOT EXISTS (SELECT 1 FROM user_images i WHERE i.source_vm_id = v.id AND i.state = 'creating')
         ORDER BY v.stopped_at NULLS FIRST, v.seq LIMIT $1`,
       [limit],
     )

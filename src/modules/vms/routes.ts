@@ -14,13 +14,25 @@ import {
   paging,
 } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
-import { assertNoBody } from '../../http/no-body.js';
-import { VM_STATUSES } from './lifecycle.js';
+import { assertNoBody, OPTIONAL_BODY, optionalBody } from '../../http/no-body.js';
+import { MOVE_POLICIES, VM_STATUSES } from './lifecycle.js';
 import type { VmRecord, VmService } from './service.js';
 
 const lit = Enum;
 
 const StatusSchema = lit(VM_STATUSES, 'VM status');
+
+const StartBody = Type.Object(
+  {
+    move: Type.Optional(
+      lit(
+        MOVE_POLICIES,
+        "never: start on the VM's own node only; if_needed: on another node when its own lacks the GPUs",
+      ),
+    ),
+  },
+  { additionalProperties: false, examples: [{ move: 'if_needed' }] },
+);
 const RentalSchema = lit(['on_demand', 'reserved', 'interruptible'] as const, 'Rental type');
 
 export const VmSchema = Type.Object(
@@ -61,6 +73,9 @@ export const VmSchema = Type.Object(
     http_ports: Type.Array(Type.Integer(), {
       description: "Guest ports opened through the access portal at creation (docs/portal.md); fixed for the VM's life",
     }),
+    image_id: Nullable(
+      Type.String({ format: 'uuid', description: 'The private image (GET /images) it was created from, else null' }),
+    ),
   },
   {
     description: 'A virtual machine',
@@ -95,6 +110,7 @@ export const VmSchema = Type.Object(
         destroyed_at: null,
         failure_reason: null,
         http_ports: [],
+        image_id: null,
       },
     ],
   },
@@ -174,12 +190,21 @@ const CreateBody = Type.Object(
       maximum: 1_000_000,
       description: "Disk size in GB, at least 50 (at most the node's max_storage_gb)",
     }),
-    template_vmid: Type.Integer({
-      minimum: 100,
-      maximum: 999_999,
-      description:
-        'A template of GET /templates: by default 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop. An unknown one is 422; one the node does not hold ready is 400 template_unavailable',
-    }),
+    template_vmid: Type.Optional(
+      Type.Integer({
+        minimum: 100,
+        maximum: 999_999,
+        description:
+          'A template of GET /templates: by default 100 Ubuntu 22.04, 101 Ubuntu 24.04, 102 Stable Diffusion, 103 ComfyUI, 104 desktop. An unknown one is 422; one the node does not hold ready is 400 template_unavailable. Required unless image_id is given',
+      }),
+    ),
+    image_id: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description:
+          "One of your ready images (GET /images) instead of a template: the VM starts from a copy of its disk, on any node (the host downloads it), with the template it was taken from. storage_gb must be at least the image's disk_gb (422); another user's image is 404",
+      }),
+    ),
     rental_type: Type.Optional(RentalSchema),
     reservation_months: Type.Optional(
       Type.Union([Type.Literal(1), Type.Literal(3), Type.Literal(6)], { description: 'Required for reserved' }),
@@ -319,15 +344,17 @@ export function vmRoutes(app: FastifyInstance, vms: VmService): void {
         operationId: 'startVm',
         summary: 'Start a stopped or interrupted VM',
         description:
-          "Needs free GPUs on the VM's node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state.",
+          "Needs free GPUs on the VM's node (400 gpu_unavailable otherwise) and the same balance as a create. 400 invalid_state in any other state. " +
+          'With `{"move": "if_needed"}` a VM whose node lacks free GPUs starts on another active node with the same GPU type, enough free GPUs and disk: it is `moving` while its disk travels (billed as stopped), then `starting` on the new node (new SSH host and port, same id, vmid, rates and label). A failed move leaves it `stopped` where it was, with the reason. Reserved VMs are never moved. 400 gpu_unavailable with the reason when no node qualifies. The body is optional; `move` defaults to `never`.',
         params: VmRef,
+        [OPTIONAL_BODY]: StartBody,
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 404, 422, 429) },
       },
       config: mutation,
     },
     async (req) => {
-      assertNoBody(req.body);
-      return vms.start(requirePrincipal(req.principal).userId, req.params.vm_id);
+      const body = optionalBody({ move: MOVE_POLICIES }, req.body);
+      return vms.start(requirePrincipal(req.principal).userId, req.params.vm_id, { move: body.move ?? 'never' });
     },
   );
 

@@ -13,11 +13,13 @@ import { realTimeMs, type Clock } from '../../clock.js';
 import { deriveKey, open } from '../../crypto.js';
 import type { HvAction, VmSpec } from '../../hypervisor/driver.js';
 import { afterCommit } from '../../db/commit-hook.js';
+import { UUID_RE } from '../../ids.js';
+import { invalidState } from '../../errors.js';
 import type { InventoryService } from '../inventory/service.js';
 import type { SshKeyService } from '../ssh-keys/service.js';
 import type { TokenService } from '../auth/tokens.js';
 import type { ReservationService } from '../reservations/service.js';
-import type { VmEvent } from './lifecycle.js';
+import type { MovePolicy, VmEvent } from './lifecycle.js';
 import * as repo from './repository.js';
 import { VmRecordCache } from './record-cache.js';
 import type { VmRow } from './repository.js';
@@ -31,7 +33,7 @@ import {
   type InterruptionRecord,
   type VmRecord,
 } from './records.js';
-import { createVm, type CreateVmInput } from './create.js';
+import { createVm, type CreateDeps, type CreateVmInput } from './create.js';
 import * as actions from './actions.js';
 import type { ActionDeps } from './actions.js';
 import { accessInfo } from './access.js';
@@ -50,6 +52,13 @@ export { LABEL_RE, toVmRecord, parseVmRef, type VmRecord, type InterruptionRecor
 export { ratesFor, committedHourly } from './rates.js';
 export type { ActionOutcome } from './outcomes.js';
 export type { StatusReason, TransitionHook } from './transitions.js';
+
+/** What this module asks of customer images (docs/images.md), bound once both modules exist. */
+export interface CustomerImages {
+  forCreate: CreateDeps['customerImages'];
+  /** The content a VM is built from (null: an image without content, from a simulated node). */
+  contentOf: (imageId: string) => Promise<{ sha256: string; sizeBytes: number; loginUser: string | null } | null>;
+}
 
 export interface Principalish {
   userId: number;
@@ -76,7 +85,14 @@ export class VmService {
     private readonly tokens: TokenService,
     /** Reserved VMs take their deposit from the reservation module at creation. */
     private readonly reservations: ReservationService,
-    private readonly opts: { provisionDelayMs: number; secret: string; links: PortalLinks; templates: TemplateService },
+    private readonly opts: {
+      provisionDelayMs: number;
+      secret: string;
+      links: PortalLinks;
+      templates: TemplateService;
+      /** Customer images (the snapshot module): what a VM starts from instead of a template. */
+      images: CustomerImages;
+    },
   ) {
     this.secretKey = deriveKey(opts.secret, 'vm-provision-secret');
     this.deps = { db, clock, inventory, apply: this.apply };
@@ -162,6 +178,7 @@ export class VmService {
         secretKey: this.secretKey,
         provisionDelayMs: this.opts.provisionDelayMs,
         templates: this.opts.templates,
+        customerImages: (tx, userId, imageId, storageGb) => this.opts.images.forCreate(tx, userId, imageId, storageGb),
         gpuUsageChanged: (q) => this.gpuUsageChanged(q),
         beforeStatusChanges: (tx, vmIds) => this.beforeStatusChanges(tx, vmIds),
       },
@@ -227,8 +244,13 @@ export class VmService {
 
   // ---- actions (see docs/vms.md#what-each-action-does-in-each-state; actions.ts, access.ts) ----
 
-  async start(userId: number, ref: string): Promise<{ message: string }> {
-    return actions.startVm(this.deps, userId, ref);
+  /** `move: 'if_needed'`: on another node when its own lacks the GPUs (docs/vms.md#start-on-another-host). */
+  async start(
+    userId: number,
+    ref: string,
+    opts: { move: MovePolicy } = { move: 'never' },
+  ): Promise<{ message: string }> {
+    return actions.startVm(this.deps, userId, ref, opts);
   }
 
   async stop(userId: number, ref: string): Promise<{ message: string }> {
@@ -255,6 +277,46 @@ export class VmService {
       ref,
       opts,
     );
+  }
+
+  // ---- snapshots (docs/images.md) ----
+
+  /**
+   * The user's VM a snapshot is taken of, locked: stopped or interrupted, and built (400
+   * invalid_state otherwise; 404 for another user's).
+   */
+  async lockSnapshotSource(
+    tx: Queryable,
+    userId: number,
+    ref: string,
+  ): Promise<{
+    id: string;
+    vmid: number;
+    node: string;
+    storage_gb: number;
+    template_vmid: number;
+    ssh_user: string | null;
+  }> {
+    const vm = await mustFind(tx, userId, ref, true);
+    if (vm.status !== 'stopped' && vm.status !== 'interrupted')
+      throw invalidState(`Cannot snapshot a VM that is ${vm.status}: stop it first (a snapshot copies a disk at rest)`);
+    if (!vm.provisioned) throw invalidState('The VM was never built: it has no disk to save');
+    if (await repo.snapshotInProgress(tx, vm.id)) throw invalidState('A snapshot of this VM is being taken already');
+    return {
+      id: vm.id,
+      vmid: vm.vmid,
+      node: vm.node,
+      storage_gb: vm.storage_gb,
+      template_vmid: vm.template_vmid,
+      ssh_user: vm.ssh_user,
+    };
+  }
+
+  /** The VM a snapshot is being taken of, if its disk is still at rest where it was. */
+  async snapshotSource(vmId: string): Promise<{ id: string; vmid: number; node: string; hvRef: string | null } | null> {
+    const vm = await repo.findVm(this.db, { id: vmId }, null);
+    if (!vm || (vm.status !== 'stopped' && vm.status !== 'interrupted')) return null;
+    return { id: vm.id, vmid: vm.vmid, node: vm.node, hvRef: vm.hv_ref };
   }
 
   // ---- hooks from other modules (reactions.ts) ----
@@ -284,7 +346,18 @@ export class VmService {
 
   /** What the driver is given to build a VM; a password sealed at creation is opened here only. */
   async specOf(vm: VmRow): Promise<VmSpec> {
+    const content = vm.image_id && !vm.provisioned ? await this.opts.images.contentOf(vm.image_id) : null;
     return {
+      ...(content
+        ? {
+            image: {
+              url: this.opts.templates.imageUrl(vm.node, content.sha256),
+              sha256: content.sha256,
+              sizeBytes: content.sizeBytes,
+              format: 'qcow2' as const,
+            },
+          }
+        : {}),
       id: vm.id,
       vmid: vm.vmid,
       node: vm.node,
@@ -294,6 +367,8 @@ export class VmService {
       ramGb: vm.ram_gb,
       cpuCores: vm.cpu_cores,
       templateVmid: vm.template_vmid,
+      // The user the disk has: the VM's own (a move), the image's source VM's, else its template's.
+      user: vm.ssh_user ?? content?.loginUser ?? (await this.opts.templates.userOf(vm.template_vmid)),
       webPorts: webPortsOf(await this.opts.templates.webOf(vm.template_vmid), vm),
       authMethod: vm.auth_method,
       sshPublicKey: vm.ssh_public_key,
@@ -304,9 +379,10 @@ export class VmService {
   /**
    * Writes the outcome of a hypervisor action back, if this claim still holds
    * the VM. The VM may have changed meanwhile (destroyed, preempted): the
-   * outcome is applied to what it is now.
+   * outcome is applied to what it is now. Returns the node whose copy of the VM may be removed (a
+   * recorded move's source, or a failed move's destination), else null.
    */
-  async completeAction(vmId: string, token: string, action: HvAction, outcome: ActionOutcome): Promise<void> {
+  async completeAction(vmId: string, token: string, action: HvAction, outcome: ActionOutcome): Promise<string | null> {
     return outcomes.completeAction(this.deps, vmId, token, action, outcome);
   }
 
@@ -326,6 +402,19 @@ export class VmService {
     }[],
   ): Promise<string[]> {
     return outcomes.agentReport(this.deps, node, reported);
+  }
+
+  /**
+   * Which of the VMs a node's agent reports are copies left there by a move (the VM lives on another
+   * node now): those the agent holds stopped or half-imported may be removed. A running one never is.
+   */
+  async leftCopies(node: string, reported: readonly { id: string; state: string }[]): Promise<string[]> {
+    const idle = reported.filter((r) => (r.state === 'stopped' || r.state === 'importing') && UUID_RE.test(r.id));
+    return repo.leftCopies(
+      this.db,
+      node,
+      idle.map((r) => r.id),
+    );
   }
 
   /**

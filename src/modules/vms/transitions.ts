@@ -26,7 +26,9 @@ export type StatusReason =
   | 'guest_powered_off'
   | 'crashed'
   | 'node_offline'
-  | 'node_online';
+  | 'node_online'
+  | 'moved'
+  | 'move_failed';
 
 /** The reason a transition implies when its caller names none. */
 const REASON_OF: Record<VmEvent, StatusReason> = {
@@ -38,6 +40,9 @@ const REASON_OF: Record<VmEvent, StatusReason> = {
   stopped: 'stopped',
   powered_off: 'guest_powered_off',
   start_requested: 'user',
+  move_requested: 'user',
+  moved: 'moved',
+  move_failed: 'move_failed',
   preempted: 'preempted',
   node_offline: 'node_offline',
   node_online: 'node_online',

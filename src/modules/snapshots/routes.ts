@@ -1,0 +1,129 @@
+/** Customer images (docs/images.md): snapshots of stopped VMs, listed, read and deleted by their owner. */
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DateTime, errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
+import { requirePrincipal } from '../../http/principal.js';
+import { IMAGE_NAME_MAX, type SnapshotService } from './service.js';
+
+export const ImageRecordSchema = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    name: Type.String(),
+    state: Type.Union([Type.Literal('creating'), Type.Literal('ready'), Type.Literal('failed')], {
+      description: 'creating: its disk is being copied; ready: VMs can start from it (billed); failed: see error',
+    }),
+    size_bytes: Nullable(Type.Integer({ description: 'What the image holds in the store; null while creating' })),
+    size_gb: Nullable(Type.Number({ description: 'size_bytes in GB (10^9 bytes), what storage is billed on' })),
+    disk_gb: Type.Integer({ description: 'The disk it was taken of: a VM from it needs storage_gb at least this' }),
+    template_vmid: Type.Integer({ description: 'The template the source VM was built from (login user, web ports)' }),
+    source_vm_id: Nullable(Type.String({ format: 'uuid' })),
+    source_vmid: Type.Integer(),
+    hourly_cost: Nullable(Type.Number({ description: 'What its storage costs per hour (ready images only)' })),
+    error: Nullable(Type.String({ description: 'Why it failed' })),
+    created_at: DateTime(),
+    ready_at: Nullable(DateTime()),
+  },
+  {
+    description: 'A private image of a VM disk',
+    examples: [
+      {
+        id: '0b7e5d4c-3a2f-4e1d-9c8b-7a6f5e4d3c2b',
+        name: 'trained-model-v2',
+        state: 'ready',
+        size_bytes: 12_400_000_000,
+        size_gb: 12.4,
+        disk_gb: 100,
+        template_vmid: 101,
+        source_vm_id: '5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f',
+        source_vmid: 1042,
+        hourly_cost: 0.00124,
+        error: null,
+        created_at: '2026-11-29T10:00:00.000Z',
+        ready_at: '2026-11-29T10:03:12.000Z',
+      },
+    ],
+  },
+);
+
+const ImageId = Type.Object({ image_id: Type.String({ description: 'Image id (uuid)' }) });
+
+export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService): void {
+  const r = app.withTypeProvider<TypeBoxTypeProvider>();
+
+  r.post(
+    '/vms/:vm_id/snapshots',
+    {
+      schema: {
+        tags: ['images'],
+        operationId: 'createSnapshot',
+        summary: 'Save a stopped VM as a private image',
+        description:
+          'The VM must be stopped (or interrupted): 400 invalid_state otherwise, and it cannot start until the copy is done. Answers 202 with the image `creating`; it becomes `ready` (billed per GB-hour from then, see GET /pricing) or `failed` with the reason. Counts against your image limits (10 images and 1000 GB by default; an image being made counts at its disk size): 400 limit_exceeded. `name`: 1 to 64 characters, no control characters (422).',
+        params: Type.Object({ vm_id: Type.String({ description: 'VM uuid or vmid' }) }),
+        body: Type.Object(
+          { name: Type.String({ minLength: 1, maxLength: IMAGE_NAME_MAX, pattern: NO_CONTROL }) },
+          { additionalProperties: false, examples: [{ name: 'trained-model-v2' }] },
+        ),
+        response: { 202: ImageRecordSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
+      },
+      config: { rateLimit: 'vm' as const },
+    },
+    async (req, reply) => {
+      reply.code(202);
+      return snapshots.take(requirePrincipal(req.principal).userId, req.params.vm_id, req.body.name);
+    },
+  );
+
+  r.get(
+    '/images',
+    {
+      schema: {
+        tags: ['images'],
+        operationId: 'listMyImages',
+        summary: 'List your images',
+        description:
+          'Your images, newest first, with size, state, source VM and hourly storage cost. Deleted ones are not listed. X-Total-Count holds the total.',
+        querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
+        response: { 200: Type.Array(ImageRecordSchema), ...errorResponses(401, 403, 422, 429) },
+      },
+    },
+    async (req, reply) =>
+      page(reply, await snapshots.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
+  );
+
+  r.get(
+    '/images/:image_id',
+    {
+      schema: {
+        tags: ['images'],
+        operationId: 'getMyImage',
+        summary: 'Get one of your images',
+        description: "Another user's image, or a deleted one, is 404.",
+        params: ImageId,
+        response: { 200: ImageRecordSchema, ...errorResponses(401, 403, 404, 429) },
+      },
+    },
+    async (req) => snapshots.get(requirePrincipal(req.principal).userId, req.params.image_id),
+  );
+
+  r.delete(
+    '/images/:image_id',
+    {
+      schema: {
+        tags: ['images'],
+        operationId: 'deleteMyImage',
+        summary: 'Delete one of your images',
+        description:
+          "204. Its storage is billed up to this moment. VMs started from it keep their disks. One still being made is 400 invalid_state; another user's is 404.",
+        params: ImageId,
+        response: { 204: Type.Null({ description: 'Deleted' }), ...errorResponses(400, 401, 403, 404, 429) },
+      },
+      config: { rateLimit: 'vm' as const },
+    },
+    async (req, reply) => {
+      await snapshots.delete(requirePrincipal(req.principal).userId, req.params.image_id);
+      reply.code(204);
+    },
+  );
+}

@@ -166,6 +166,7 @@ export function createServices(deps: AppDeps): Services {
   const meter = new Meter(deps.db, clock, {
     intervalS: deps.config.billingIntervalS,
     networkPricePerGbMicros: deps.config.networkPricePerGbMicros,
+    imagePriceGbHourMicros: deps.config.imagePriceGbHourMicros,
   });
   // The two modules need each other: a reserved VM takes its deposit at creation, and a cancelled or
   // ended reservation's VM goes on as on-demand. The conversion is called only once both exist.

@@ -257,6 +257,22 @@ describeEachDb(
       });
     });
 
+    test('a template cannot be deleted while images were taken of its VMs: they need its user and web ports', async () => {
+      const c = await as(admin).post('/admin/templates', {
+        body: { template_vmid: 140, name: 'imaged', description: 'x', os: 'Debian 12', default_user: 'debian' },
+      });
+      assert.equal(c.status, 201, c.text);
+      const { vm, img } = await readyImage(owner, 'of-140', { template_vmid: 140 });
+      assert.equal(img.template_vmid, 140);
+      assert.equal((await as(owner).delete('/vms/{vm_id}', { params: { vm_id: vm.id } })).status, 200);
+      await settle();
+      const refused = await as(admin).delete('/admin/templates/{template_vmid}', { params: { template_vmid: 140 } });
+      expectError(refused, 400, 'conflict', /1 customer image/);
+      assert.equal((await as(owner).delete('/images/{image_id}', { params: { image_id: img.id } })).status, 204);
+      const d = await as(admin).delete('/admin/templates/{template_vmid}', { params: { template_vmid: 140 } });
+      assert.equal(d.status, 204, d.text);
+    });
+
     test('a snapshot that fails: failed with the reason, never billed, not counted; the VM can start', async () => {
       const vm = await stoppedVm(owner);
       const f = await as(admin).post('/admin/simulator/faults', { body: { node, action: 'snapshot', vm_id: vm.id } });
@@ -342,6 +358,25 @@ describeEachDb(
       const line = r.body.images.find((i) => i.image_id === img.id);
       assert.ok(line);
       assert.equal(line.cost_per_hour, expectedCost(img.size_bytes!, 3_600_000) / 1e6);
+    });
+
+    test('image storage that takes the balance to zero stops running VMs at that very boundary, in one long advance', async () => {
+      const poor = await withKey(await createUser(t()));
+      await credit(t(), admin.token, poor.id, 3);
+      await uploadSshKey(t(), poor.token);
+      const { vm: big } = await readyImage(poor, 'large', { storage_gb: 900 });
+      assert.equal((await as(poor).delete('/vms/{vm_id}', { params: { vm_id: big.id } })).status, 200);
+      const running = await createVm(poor, { storage_gb: 50 });
+      await settle();
+      assert.equal((await vmStatus(poor, running.id)).status, 'running');
+      await advance(t(), admin.token, 12 * 3600);
+      const txs = await as(poor).get('/billing/transactions', { query: { limit: 100 } });
+      assert.equal(txs.status, 200, txs.text);
+      const firstAtZero = [...txs.body].reverse().find((x) => x.balance_after <= 0);
+      assert.ok(firstAtZero, 'the balance reached zero');
+      const vm = await vmStatus(poor, running.id);
+      assert.equal(vm.status, 'stopped');
+      assert.equal(vm.stopped_at, firstAtZero.created_at, 'stopped at the boundary whose charges reached zero');
     });
 
     test('a balance below zero stops VMs but deletes no image', async () => {

@@ -356,16 +356,22 @@ export async function meterSummary(q: Queryable): Promise<MeterSummaryRow> {
  * accruing VMs (GPU rates of the running ones, every storage rate), how many
  * they are, their unbilled traffic and the oldest billed_until.
  */
-export async function accrualOfUsersWithRunningVms(q: Queryable): Promise<AccrualRow[]> {
+export async function accrualOfUsersWithRunningVms(q: Queryable, imagePriceGbHourMicros = 0): Promise<AccrualRow[]> {
+  // A user's ready images accrue too (their storage, at the image price), each counted like a VM for rounding.
   return (
     await q.query<AccrualRow>(
       `SELECT b.balance_micros AS balance,
-              sum(CASE WHEN v.status = 'running' THEN v.gpu_hourly_rate_micros ELSE 0 END + v.storage_hourly_rate_micros)::int8 AS hourly,
-              count(*)::int8 AS vms, sum(GREATEST(v.network_bytes_total - m.network_bytes_billed, 0))::int8 AS unbilled,
+              (sum(CASE WHEN v.status = 'running' THEN v.gpu_hourly_rate_micros ELSE 0 END + v.storage_hourly_rate_micros)
+                + COALESCE(max(i.hourly), 0))::int8 AS hourly,
+              (count(*) + COALESCE(max(i.n), 0))::int8 AS vms,
+              sum(GREATEST(v.network_bytes_total - m.network_bytes_billed, 0))::int8 AS unbilled,
               min(m.billed_until) AS oldest
          FROM vm_meters m JOIN vms v ON v.id = m.vm_id JOIN balances b ON b.user_id = v.user_id
+         LEFT JOIN (SELECT user_id, ceil(sum(size_bytes)::numeric * $1 / 1000000000) AS hourly, count(*) AS n
+                      FROM user_images WHERE state = 'ready' GROUP BY user_id) i ON i.user_id = b.user_id
         WHERE v.user_id IN (SELECT user_id FROM vms WHERE status = 'running')
         GROUP BY b.user_id, b.balance_micros`,
+      [imagePriceGbHourMicros],
     )
   ).rows;
 }

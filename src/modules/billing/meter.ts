@@ -95,6 +95,8 @@ const CLOSE_LANES = 2;
 export interface MeterOptions {
   intervalS: number;
   networkPricePerGbMicros: number;
+  /** Customer images' storage per GB-hour: it counts toward a balance reaching zero too. */
+  imagePriceGbHourMicros?: number;
 }
 
 export class Meter {
@@ -432,7 +434,7 @@ export class Meter {
    * once, from where its billing stands.
    */
   async nextLowBalanceBoundary(nowMs: number): Promise<number | null> {
-    const rows = await repo.accrualOfUsersWithRunningVms(this.db);
+    const rows = await repo.accrualOfUsersWithRunningVms(this.db, this.opts.imagePriceGbHourMicros ?? 0);
     const first = this.lastBoundary(nowMs).getTime() + this.intervalMs;
     let earliest: number | null = null;
     for (const u of rows) {

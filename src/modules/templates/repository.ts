@@ -94,6 +94,16 @@ export async function deleteTemplate(q: Queryable, vmid: number): Promise<void> 
   await q.query('DELETE FROM templates WHERE template_vmid = $1', [vmid]);
 }
 
+/** How many customer images (being made or ready) were taken of VMs of a template: VMs from them need it. */
+export async function imagesUsing(q: Queryable, vmid: number): Promise<number> {
+  return (
+    await q.query<{ n: number }>(
+      "SELECT count(*)::int8 AS n FROM user_images WHERE template_vmid = $1 AND state IN ('creating', 'ready')",
+      [vmid],
+    )
+  ).rows[0]!.n;
+}
+
 /** How many VMs that are not destroyed were built from a template. */
 export async function vmsUsing(q: Queryable, vmid: number): Promise<number> {
   return (

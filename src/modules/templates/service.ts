@@ -181,6 +181,13 @@ export class TemplateService {
           'conflict',
           `Template ${vmid} is in use by ${using} VM(s) that are not destroyed; destroy them first`,
         );
+      // A VM started from a customer image has the image's template: its login user and web services.
+      const images = await repo.imagesUsing(tx, vmid);
+      if (images > 0)
+        throw new AppError(
+          'conflict',
+          `Template ${vmid} is the template of ${images} customer image(s) (snapshots); VMs started from them need it`,
+        );
       await repo.deleteTemplate(tx, vmid);
       this.changed(tx);
     });

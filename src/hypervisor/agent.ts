@@ -5,7 +5,7 @@
  * guest answers on SSH, so `running` means a customer can log in.
  */
 import { randomToken } from '../ids.js';
-import type { AgentProvisionSpec } from '../agent/api.js';
+import type { AgentDiskSource, AgentProvisionSpec } from '../agent/api.js';
 import {
   AgentCallError,
   AgentClient,
@@ -77,16 +77,16 @@ export class AgentDriver implements HypervisorDriver {
       const vm = await this.poll(
         `the image's copy on ${spec.node}`,
         () =>
-          agent.provision(spec.id, {
-            ...provisionBody(spec),
-            disk: {
+          agent.provision(
+            spec.id,
+            fromDisk(spec, {
               url: image.url,
               token: endpoint.token,
               sha256: image.sha256,
               size_bytes: image.sizeBytes,
               format: image.format,
-            },
-          }),
+            }),
+          ),
         () => agent.vm(spec.id),
         (v: AgentVmState) => {
           if (v.state !== 'importing') return true;
@@ -161,16 +161,16 @@ export class AgentDriver implements HypervisorDriver {
       const built = await this.poll(
         `the copy on ${spec.node}`,
         () =>
-          target.provision(spec.id, {
-            ...provisionBody(spec),
-            disk: {
+          target.provision(
+            spec.id,
+            fromDisk(spec, {
               url: source.exportUrl(spec.id),
               token,
               sha256: exported.sha256!,
               size_bytes: exported.size_bytes!,
               format: 'qcow2',
-            },
-          }),
+            }),
+          ),
         () => target.vm(spec.id),
         (v: AgentVmState) => {
           if (v.state !== 'importing') return true;
@@ -288,8 +288,12 @@ function provisionBody(spec: VmSpec): AgentProvisionSpec {
     ssh_public_key: spec.authMethod === 'ssh_key' ? spec.sshPublicKey : null,
     password: spec.authMethod === 'password' ? spec.password : null,
     web_ports: spec.webPorts,
-    ...(spec.user ? { user: spec.user } : {}),
   };
+}
+
+/** The provision of a VM built from a disk (a move, a customer image): the host may not know its template's user. */
+function fromDisk(spec: VmSpec, disk: AgentDiskSource): AgentProvisionSpec {
+  return { ...provisionBody(spec), ...(spec.user ? { user: spec.user } : {}), disk };
 }
 
 /**

@@ -31,7 +31,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { qemuAvailable } from '../src/agent/qemu/process.js';
+import { qemuAvailable } from '../src/host-agent/qemu/process.js';
 import { cli, freePort, startAgentProcess } from '../test/agent/real-vms.js';
 import { withScope } from './cleanup.js';
 import type { BenchResult } from './run.js';

@@ -14,13 +14,13 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config.js';
 import { startServer } from '../src/server.js';
-import { startAgent } from '../src/agent/main.js';
-import { parseAgentOptions } from '../src/agent/options.js';
-import { qemuArgs, vmFiles } from '../src/agent/qemu/command.js';
-import { isAlive, launchQemu, qemuAvailable, readPid } from '../src/agent/qemu/process.js';
-import { writeSeed, normalizeSshKey } from '../src/agent/images/seed.js';
-import { freePortInRange, sshBanner } from '../src/agent/network/ssh-probe.js';
-import { AgentClient } from '../src/hypervisor/agent-client.js';
+import { startAgent } from '../src/host-agent/main.js';
+import { parseAgentOptions } from '../src/host-agent/options.js';
+import { qemuArgs, vmFiles } from '../src/host-agent/qemu/command.js';
+import { isAlive, launchQemu, qemuAvailable, readPid } from '../src/host-agent/qemu/process.js';
+import { writeSeed, normalizeSshKey } from '../src/host-agent/images/seed.js';
+import { freePortInRange, sshBanner } from '../src/host-agent/network/ssh-probe.js';
+import { HostAgentClient } from '../src/hypervisor/host-agent-client.js';
 import { qemuPidsUnder, testImage } from '../test/agent/real-vms.js';
 import type { BenchResult } from './run.js';
 
@@ -191,7 +191,7 @@ export async function realVmBench(runs: number): Promise<BenchResult[]> {
     results.push(stats('POST /vms -> running (API + agent)', toRunning), stats('running -> SSH login', toLogin));
 
     // The agent alone, over its API.
-    const client = new AgentClient({ url: agent.url, token });
+    const client = new HostAgentClient({ url: agent.url, token });
     const agentStart: number[] = [];
     for (let i = 0; i < runs; i++) {
       const id = randomUUID();

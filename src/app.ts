@@ -62,9 +62,9 @@ import { simulatorRoutes } from './hypervisor/routes.js';
 import { Reconciler } from './jobs/reconciler.js';
 import { JobMetrics } from './jobs/metrics.js';
 import { earliest } from './jobs/due.js';
-import { AgentMonitor, agentInfoOf } from './jobs/agent-monitor.js';
-import { AgentClient } from './hypervisor/agent-client.js';
-import { AgentDriver, PerNodeDriver } from './hypervisor/agent.js';
+import { HostMonitor, agentInfoOf } from './jobs/host-monitor.js';
+import { HostAgentClient } from './hypervisor/host-agent-client.js';
+import { HostAgentDriver, PerNodeDriver } from './hypervisor/host-agent-driver.js';
 import { Meter } from './modules/billing/meter.js';
 import { UsageService } from './modules/billing/usage.js';
 import { usageRoutes } from './modules/billing/usage-routes.js';
@@ -115,7 +115,7 @@ export interface Services {
   /** The simulated hypervisor of the nodes without an agent (faults and traffic for tests). */
   simulator: SimulatorDriver;
   reconciler: Reconciler;
-  agents: AgentMonitor;
+  agents: HostMonitor;
   /** The template catalogue and what each host holds of it (docs/templates.md). */
   templates: TemplateService;
   /** Disk images: uploads, the image store, agents' downloads. */
@@ -144,7 +144,7 @@ export function createServices(deps: AppDeps): Services {
   const adminUsers = new AdminUserService(deps.db, clock, auth);
   const apiKeys = new ApiKeyService(deps.db, clock);
   const inventory = new InventoryService(deps.db, clock, deps.jwtSecret, (endpoint) =>
-    new AgentClient(endpoint, 3_000)
+    new HostAgentClient(endpoint, 3_000)
       .host()
       .then(agentInfoOf)
       .catch(() => null),
@@ -158,7 +158,7 @@ export function createServices(deps: AppDeps): Services {
   }
   // Each node is driven by its host agent when it has one, else by the simulator.
   const simulator = new SimulatorDriver(deps.db);
-  const agentDriver = new AgentDriver((node) => inventory.agentEndpoint(node), {
+  const agentDriver = new HostAgentDriver((node) => inventory.agentEndpoint(node), {
     stopTimeoutS: deps.config.agentStopTimeoutS,
     bootTimeoutS: deps.config.agentBootTimeoutS,
   });
@@ -232,7 +232,7 @@ export function createServices(deps: AppDeps): Services {
   const usage = new UsageService(deps.db, clock, deps.config.imagePriceGbHourMicros);
   const metrics = new JobMetrics();
   const reconciler = new Reconciler(clock, driver, vms, deps.log, metrics);
-  const agents = new AgentMonitor(inventory, vms, templates, deps.config.agentHeartbeatS, deps.log, metrics);
+  const agents = new HostMonitor(inventory, vms, templates, deps.config.agentHeartbeatS, deps.log, metrics);
   const webhooks = new WebhookService(deps.db, clock, {
     secret: deps.jwtSecret,
     allowPrivate: deps.config.webhookAllowPrivate,

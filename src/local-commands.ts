@@ -6,7 +6,7 @@
  * and `-h` (and `gpucloud help PATH`) with its own help on stdout, exit 0.
  */
 import { parseArgs } from 'node:util';
-import { AGENT_OPTION_SPEC, agentOptionLines, type AgentFlag } from './agent/options.js';
+import { AGENT_OPTION_SPEC, agentOptionLines, type AgentFlag } from './host-agent/options.js';
 import type { Role } from './server.js';
 
 export type LocalPath =

@@ -117,8 +117,8 @@ async function serve(args: string[]): Promise<void> {
   if (cfg.localAgent) {
     cfg.localAgentArgs = parsed.agentArgs;
     // A bad agent option stops the start before anything opens or listens.
-    const { localAgentOptions } = await import('./local-agent.js');
-    const { AgentOptionError } = await import('./agent/options.js');
+    const { localAgentOptions } = await import('./local-host-agent.js');
+    const { AgentOptionError } = await import('./host-agent/options.js');
     try {
       localAgentOptions(cfg, process.env, 't'.repeat(32));
     } catch (err) {
@@ -286,16 +286,16 @@ const RUN: Record<LocalPath, (args: string[]) => Promise<void>> = {
     return migrateCmd();
   },
   restore: restoreCmd,
-  agent: async (args) => (await import('./agent/main.js')).agentCommand(args),
+  agent: async (args) => (await import('./host-agent/main.js')).agentCommand(args),
   'agent template': async (args) => {
     throw new LocalUsageError(
       args.length ? `unknown command "${args[0]}"` : 'which template command?',
       'agent template',
     );
   },
-  'agent template add': async (args) => (await import('./agent/main.js')).templateAdd(args),
-  'agent template list': async (args) => (await import('./agent/main.js')).templateList(args),
-  'agent template remove': async (args) => (await import('./agent/main.js')).templateRemove(args),
+  'agent template add': async (args) => (await import('./host-agent/main.js')).templateAdd(args),
+  'agent template list': async (args) => (await import('./host-agent/main.js')).templateList(args),
+  'agent template remove': async (args) => (await import('./host-agent/main.js')).templateRemove(args),
   'admin create-user': createUserCmd,
   'admin ledger-check': async (args) => {
     noArguments(args);
@@ -308,8 +308,8 @@ async function asLocalUsage(command: LocalCommand, work: Promise<void>): Promise
   try {
     await work;
   } catch (err) {
-    const { AgentOptionError } = await import('./agent/options.js');
-    const agentUsage = command.path.startsWith('agent') && (await import('./agent/main.js')).AgentUsageError;
+    const { AgentOptionError } = await import('./host-agent/options.js');
+    const agentUsage = command.path.startsWith('agent') && (await import('./host-agent/main.js')).AgentUsageError;
     const parseArgsError = (err as { code?: string }).code?.startsWith('ERR_PARSE_ARGS');
     if (err instanceof LocalUsageError)
       throw new UsageError(

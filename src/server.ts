@@ -17,7 +17,7 @@ import { randomToken } from './ids.js';
 import { buildApp, createServices, httpServerOptions, type Services } from './app.js';
 import { readForwarded, trustFunction } from './http/client-address.js';
 import { ClockService } from './modules/clock/service.js';
-import { startLocalAgent, type LocalAgent } from './local-agent.js';
+import { startLocalAgent, type LocalAgent } from './local-host-agent.js';
 import { ConfigError } from './config.js';
 import { createLogger } from './log.js';
 import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit.js';

@@ -29,7 +29,7 @@ import {
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { loadConfig } from '../src/config.js';
-import { parseAgentOptions } from '../src/agent/options.js';
+import { parseAgentOptions } from '../src/host-agent/options.js';
 
 const ROOT = join(import.meta.dirname, '..');
 const DEPLOY = join(ROOT, 'deploy');

@@ -1,5 +1,5 @@
 /**
- * The portal's side of a host agent's tunnel (src/agent/tunnel.ts): a TCP
+ * The portal's side of a host agent's tunnel (src/host-agent/tunnel.ts): a TCP
  * stream to one web port of one VM, opened with an authenticated HTTP upgrade
  * to the agent. The portal reaches a VM only this way, so guest ports are
  * never open on a host's public address, and the portal and the agents may
@@ -13,8 +13,8 @@ import http from 'node:http';
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import { Pool } from 'undici';
-import { TUNNEL_PROTOCOL } from '../agent/api.js';
-import type { AgentEndpoint } from './agent-client.js';
+import { TUNNEL_PROTOCOL } from '../host-agent/api.js';
+import type { AgentEndpoint } from './host-agent-client.js';
 
 /** The agent refused or could not open the tunnel: its HTTP status and code, or status 0 when unreachable. */
 export class TunnelError extends Error {

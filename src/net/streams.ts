@@ -1,6 +1,6 @@
 /**
  * Two byte streams joined, and the plain HTTP answer written straight on a
- * socket: shared by the host agent's tunnel (src/agent/tunnel.ts) and the
+ * socket: shared by the host agent's tunnel (src/host-agent/tunnel.ts) and the
  * access portal (src/modules/portal/), which both pass upgraded connections on.
  */
 import { STATUS_CODES } from 'node:http';

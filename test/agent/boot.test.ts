@@ -1,5 +1,5 @@
 /**
- * When a booting VM becomes running (src/agent/qemu/boot.ts): the console
+ * When a booting VM becomes running (src/host-agent/qemu/boot.ts): the console
  * scanner on real-looking console output (split anywhere, with a Debian
  * guest's journald prefixes and colours), a console log file fed through
  * ConsoleLog from a socket as QEMU serves it (an earlier boot's marker in the
@@ -14,7 +14,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { bootMarker } from '../../src/agent/images/seed.js';
+import { bootMarker } from '../../src/host-agent/images/seed.js';
 import {
   ConsoleScanner,
   isBooted,
@@ -22,8 +22,8 @@ import {
   bootedFile,
   waitForBoot,
   type BootWait,
-} from '../../src/agent/qemu/boot.js';
-import { ConsoleLog } from '../../src/agent/qemu/console.js';
+} from '../../src/host-agent/qemu/boot.js';
+import { ConsoleLog } from '../../src/host-agent/qemu/console.js';
 
 const ID = '0b6f7c1e-3d2a-4c5b-9e8f-7a6b5c4d3e2f';
 const OTHER = '0b6f7c1e-3d2a-4c5b-9e8f-7a6b5c4d3e20';

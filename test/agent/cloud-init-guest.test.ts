@@ -19,10 +19,10 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { buildAgentApp } from '../../src/agent/server.js';
-import { TemplateStore } from '../../src/agent/templates.js';
-import { VmManager } from '../../src/agent/vms.js';
-import { bootMarker, hashPassword, userData } from '../../src/agent/images/seed.js';
+import { buildAgentApp } from '../../src/host-agent/server.js';
+import { TemplateStore } from '../../src/host-agent/templates.js';
+import { VmManager } from '../../src/host-agent/vms.js';
+import { bootMarker, hashPassword, userData } from '../../src/host-agent/images/seed.js';
 import { genisoimage, qemu, qemuImg } from './qemu-helpers.js';
 import { qemuPidsUnder, ssh, testImage, workDir } from './real-vms.js';
 

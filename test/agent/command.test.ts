@@ -11,10 +11,10 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { qemuArgs, qemuBinary, qmpArg, vmFiles, type QemuLaunchSpec } from '../../src/agent/qemu/command.js';
-import { isAlive, launchQemu, readPid } from '../../src/agent/qemu/process.js';
-import { QmpClient } from '../../src/agent/qemu/qmp.js';
-import { freePortInRange, sshBanner } from '../../src/agent/network/ssh-probe.js';
+import { qemuArgs, qemuBinary, qmpArg, vmFiles, type QemuLaunchSpec } from '../../src/host-agent/qemu/command.js';
+import { isAlive, launchQemu, readPid } from '../../src/host-agent/qemu/process.js';
+import { QmpClient } from '../../src/host-agent/qemu/qmp.js';
+import { freePortInRange, sshBanner } from '../../src/host-agent/network/ssh-probe.js';
 import { qemu, qemuImg } from './qemu-helpers.js';
 
 const base: QemuLaunchSpec = {

@@ -14,9 +14,9 @@ import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { buildAgentApp } from '../../src/agent/server.js';
-import { TemplateStore } from '../../src/agent/templates.js';
-import { VmManager } from '../../src/agent/vms.js';
+import { buildAgentApp } from '../../src/host-agent/server.js';
+import { TemplateStore } from '../../src/host-agent/templates.js';
+import { VmManager } from '../../src/host-agent/vms.js';
 import { genisoimage, qemu, qemuImg } from './qemu-helpers.js';
 import { qemuPidsUnder, workDir } from './real-vms.js';
 

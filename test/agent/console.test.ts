@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
-import { ConsoleLog } from '../../src/agent/qemu/console.js';
+import { ConsoleLog } from '../../src/host-agent/qemu/console.js';
 import { workDir } from './real-vms.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fakeGpus, gpuModelName, isFakeGpu, scanGpus } from '../../src/agent/gpus/scan.js';
+import { fakeGpus, gpuModelName, isFakeGpu, scanGpus } from '../../src/host-agent/gpus/scan.js';
 import { buildSysfs } from './fake-sysfs.js';
 
 describe('scanGpus', () => {

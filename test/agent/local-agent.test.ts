@@ -13,7 +13,7 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { cpus, hostname } from 'node:os';
 import { join } from 'node:path';
-import { gpuTypeOf, nodeIdFromHostname } from '../../src/local-agent.js';
+import { gpuTypeOf, nodeIdFromHostname } from '../../src/local-host-agent.js';
 import { genisoimage, qemu, qemuImg } from './qemu-helpers.js';
 import { cli, freePort, kill, qemuPidsUnder, ROOT, ssh, testImage, workDir } from './real-vms.js';
 import { gpucloudMain } from '../helpers/entry.js';

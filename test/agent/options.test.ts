@@ -5,7 +5,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { resolve } from 'node:path';
-import { AgentOptionError, parseAgentOptions } from '../../src/agent/options.js';
+import { AgentOptionError, parseAgentOptions } from '../../src/host-agent/options.js';
 import { cli } from './real-vms.js';
 
 const TOKEN = 't'.repeat(32);

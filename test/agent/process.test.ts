@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { hostAccel, isAlive, launchQemu, qemuAvailable, readPid } from '../../src/agent/qemu/process.js';
+import { hostAccel, isAlive, launchQemu, qemuAvailable, readPid } from '../../src/host-agent/qemu/process.js';
 import { qemu } from './qemu-helpers.js';
 
 let dir: string;

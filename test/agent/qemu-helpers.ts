@@ -4,7 +4,7 @@
  * GPUCLOUD_REQUIRE_QEMU=1 (CI): then `skip` is false and `ensure()` (called
  * first by such tests) fails with the same message.
  */
-import { qemuAvailable } from '../../src/agent/qemu/process.js';
+import { qemuAvailable } from '../../src/host-agent/qemu/process.js';
 
 export interface Tool {
   binary: string;

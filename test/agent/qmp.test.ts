@@ -9,8 +9,8 @@ import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { QmpClient, QmpConnectionError, QmpError, type QmpEvent } from '../../src/agent/qemu/qmp.js';
-import { isAlive, launchQemu, readPid } from '../../src/agent/qemu/process.js';
+import { QmpClient, QmpConnectionError, QmpError, type QmpEvent } from '../../src/host-agent/qemu/qmp.js';
+import { isAlive, launchQemu, readPid } from '../../src/host-agent/qemu/process.js';
 import { qemu } from './qemu-helpers.js';
 
 const GREETING = '{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}}, "capabilities": ["oob"]}}\r\n';

@@ -22,8 +22,8 @@ import {
   userData,
   writeSeed,
   type SeedSpec,
-} from '../../src/agent/images/seed.js';
-import { qemuAvailable } from '../../src/agent/qemu/process.js';
+} from '../../src/host-agent/images/seed.js';
+import { qemuAvailable } from '../../src/host-agent/qemu/process.js';
 import { genisoimage } from './qemu-helpers.js';
 
 const ED = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILnnq+zFTLggbcn99O1oJgcyxe0baNT7b4KOwoBiIJCc';

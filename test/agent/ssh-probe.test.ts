@@ -5,7 +5,7 @@
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { freePortInRange, sshBanner } from '../../src/agent/network/ssh-probe.js';
+import { freePortInRange, sshBanner } from '../../src/host-agent/network/ssh-probe.js';
 
 const servers: net.Server[] = [];
 after(() => {

@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { startAgent, type RunningAgent } from '../../src/agent/main.js';
-import { parseAgentOptions } from '../../src/agent/options.js';
+import { startAgent, type RunningAgent } from '../../src/host-agent/main.js';
+import { parseAgentOptions } from '../../src/host-agent/options.js';
 import { qemu } from './qemu-helpers.js';
 import { workDir } from './real-vms.js';
 

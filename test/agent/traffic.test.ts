@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { tapCounters } from '../../src/agent/network/traffic.js';
+import { tapCounters } from '../../src/host-agent/network/traffic.js';
 
 describe('tapCounters', () => {
   let root: string;

@@ -1,5 +1,5 @@
 /**
- * The agent's tunnel for the access portal, both sides (src/agent/tunnel.ts,
+ * The agent's tunnel for the access portal, both sides (src/host-agent/tunnel.ts,
  * src/hypervisor/tunnel.ts) against a real agent server and a real QEMU (a
  * blank disk: no guest answers): the token, the VM's state and its declared
  * ports are checked before anything is connected, and a web port is forwarded
@@ -14,9 +14,9 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { buildAgentApp } from '../../src/agent/server.js';
-import { TemplateStore } from '../../src/agent/templates.js';
-import { VmManager } from '../../src/agent/vms.js';
+import { buildAgentApp } from '../../src/host-agent/server.js';
+import { TemplateStore } from '../../src/host-agent/templates.js';
+import { VmManager } from '../../src/host-agent/vms.js';
 import { openTunnel, TunnelError } from '../../src/hypervisor/tunnel.js';
 import { genisoimage, qemu, qemuImg } from './qemu-helpers.js';
 import { qemuPidsUnder, workDir } from './real-vms.js';

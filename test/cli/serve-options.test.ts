@@ -13,9 +13,9 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { AGENT_OPTION_SPEC, AgentOptionError } from '../../src/agent/options.js';
+import { AGENT_OPTION_SPEC, AgentOptionError } from '../../src/host-agent/options.js';
 import { LOCAL_AGENT_FLAGS, LocalUsageError, parseServeArgs, requireLocalAgent } from '../../src/local-commands.js';
-import { localAgentOptions } from '../../src/local-agent.js';
+import { localAgentOptions } from '../../src/local-host-agent.js';
 import { gpucloudMain } from '../helpers/entry.js';
 
 const TOKEN = 't'.repeat(32);

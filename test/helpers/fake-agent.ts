@@ -8,7 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import net, { type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { splice } from '../../src/net/streams.js';
-import type { AgentTemplateState } from '../../src/agent/api.js';
+import type { AgentTemplateState } from '../../src/host-agent/api.js';
 
 export interface FakeVm {
   id: string;
@@ -81,7 +81,7 @@ export class FakeAgent {
     this.server = undefined;
   }
 
-  /** The tunnel as the real agent opens it (src/agent/tunnel.ts): to a declared port of a running VM. */
+  /** The tunnel as the real agent opens it (src/host-agent/tunnel.ts): to a declared port of a running VM. */
   private tunnel(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const refuse = (status: number, code: string) => {
       const body = JSON.stringify({ detail: code, code });

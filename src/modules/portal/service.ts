@@ -26,7 +26,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
-import type { AgentEndpoint } from '../../hypervisor/agent-client.js';
+import type { AgentEndpoint } from '../../hypervisor/host-agent-client.js';
 import { openTunnel, TunnelError, TunnelPool } from '../../hypervisor/tunnel.js';
 import type { TokenService } from '../auth/tokens.js';
 import { guestPortOf, serviceLabel } from '../vms/templates.js';

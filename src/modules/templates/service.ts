@@ -7,7 +7,7 @@
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, notFound, validation } from '../../errors.js';
-import type { AgentDesiredTemplate, AgentTemplateState } from '../../agent/api.js';
+import type { AgentDesiredTemplate, AgentTemplateState } from '../../host-agent/api.js';
 import { afterCommit } from '../../db/commit-hook.js';
 import * as repo from './repository.js';
 import type { CatalogueRow, TemplateFields } from './repository.js';

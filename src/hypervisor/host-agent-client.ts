@@ -2,7 +2,7 @@
  * The control plane's side of the host agent's HTTP API (`gpucloud agent`,
  * see docs/agent.md). Every call carries the node's bearer token and a
  * timeout; every call is safe to repeat. The wire shapes, shared with the
- * agent, are in src/agent/api.ts.
+ * agent, are in src/host-agent/api.ts.
  */
 
 import {
@@ -13,7 +13,7 @@ import {
   type AgentProvisionSpec,
   type AgentTemplateState,
   type AgentVmState,
-} from '../agent/api.js';
+} from '../host-agent/api.js';
 
 export type {
   AgentExportState,
@@ -22,7 +22,7 @@ export type {
   AgentProvisionSpec,
   AgentTemplateState,
   AgentVmState,
-} from '../agent/api.js';
+} from '../host-agent/api.js';
 
 export class AgentCallError extends Error {
   constructor(
@@ -41,7 +41,7 @@ export interface AgentEndpoint {
   token: string;
 }
 
-export class AgentClient {
+export class HostAgentClient {
   constructor(
     private readonly endpoint: AgentEndpoint,
     private readonly timeoutMs = 15_000,

@@ -5,14 +5,14 @@
  * guest answers on SSH, so `running` means a customer can log in.
  */
 import { randomToken } from '../ids.js';
-import type { AgentDiskSource, AgentProvisionSpec } from '../agent/api.js';
+import type { AgentDiskSource, AgentProvisionSpec } from '../host-agent/api.js';
 import {
   AgentCallError,
-  AgentClient,
+  HostAgentClient,
   type AgentEndpoint,
   type AgentExportState,
   type AgentVmState,
-} from './agent-client.js';
+} from './host-agent-client.js';
 import {
   DriverError,
   type HvAction,
@@ -24,7 +24,7 @@ import {
   type VmSpec,
 } from './driver.js';
 
-export interface AgentDriverOptions {
+export interface HostAgentDriverOptions {
   /** Seconds an ACPI power-down may take before the agent pulls the plug. */
   stopTimeoutS: number;
   /** Seconds from QEMU's start until the guest must answer on SSH. */
@@ -40,18 +40,18 @@ export type AgentLookup = (node: string) => Promise<AgentEndpoint | null>;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export class AgentDriver implements HypervisorDriver {
+export class HostAgentDriver implements HypervisorDriver {
   readonly name = 'agent' as const;
 
   constructor(
     private readonly lookup: AgentLookup,
-    private readonly opts: AgentDriverOptions,
+    private readonly opts: HostAgentDriverOptions,
   ) {}
 
-  private async client(node: string, action: HvAction): Promise<AgentClient> {
+  private async client(node: string, action: HvAction): Promise<HostAgentClient> {
     const endpoint = await this.lookup(node);
     if (!endpoint) throw new DriverError(action, `node ${node} has no agent`);
-    return new AgentClient(endpoint);
+    return new HostAgentClient(endpoint);
   }
 
   private async wrap<T>(action: HvAction, fn: () => Promise<T>): Promise<T> {
@@ -67,7 +67,7 @@ export class AgentDriver implements HypervisorDriver {
     return this.wrap('provision', async () => {
       const endpoint = await this.lookup(spec.node);
       if (!endpoint) throw new DriverError('provision', `node ${spec.node} has no agent`);
-      const agent = new AgentClient(endpoint);
+      const agent = new HostAgentClient(endpoint);
       if (!spec.image) {
         const vm = await agent.provision(spec.id, provisionBody(spec));
         return { hvRef: spec.id, ipAddress: vm.ssh.host, access: vm.ssh, gpuDevices: vm.gpus };
@@ -267,7 +267,7 @@ export class AgentDriver implements HypervisorDriver {
 
   /**
    * Nothing to ask: the agent's traffic counters arrive with its heartbeats
-   * (all of a host's VMs in one answer, see jobs/agent-monitor.ts), instead of
+   * (all of a host's VMs in one answer, see jobs/host-monitor.ts), instead of
    * calls from the control plane.
    */
   async trafficBytes(_node: string, _vms: readonly VmRef[]): Promise<Map<string, number>> {

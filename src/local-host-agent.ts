@@ -14,8 +14,8 @@ import { join, resolve } from 'node:path';
 import type { Config } from './config.js';
 import type { Services } from './app.js';
 import { randomToken } from './ids.js';
-import { AgentClient } from './hypervisor/agent-client.js';
-import { parseAgentOptions, type AgentOptions } from './agent/options.js';
+import { HostAgentClient } from './hypervisor/host-agent-client.js';
+import { parseAgentOptions, type AgentOptions } from './host-agent/options.js';
 import { GPU_TYPES, type GpuType } from './modules/inventory/repository.js';
 
 export interface LocalAgent {
@@ -68,12 +68,12 @@ export async function startLocalAgent(
   services: Services,
   env: Record<string, string | undefined> = process.env,
 ): Promise<LocalAgent> {
-  const { startAgent } = await import('./agent/main.js');
+  const { startAgent } = await import('./host-agent/main.js');
   const token = randomToken(32);
   const options = localAgentOptions(config, env, token);
   const agent = await startAgent(options);
   try {
-    const host = await new AgentClient({ url: agent.url, token }, 10_000).host();
+    const host = await new HostAgentClient({ url: agent.url, token }, 10_000).host();
     const gpus = host.host_gpus.filter((g) => g.vfio || options.fakeGpus > 0);
     if (gpus.length === 0) {
       throw new Error(

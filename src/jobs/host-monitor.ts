@@ -11,10 +11,10 @@ import type { FastifyBaseLogger } from 'fastify';
 import { realTimeMs } from '../clock.js';
 import {
   AgentCallError,
-  AgentClient,
+  HostAgentClient,
   type AgentHostInfo,
   type AgentTemplateState,
-} from '../hypervisor/agent-client.js';
+} from '../hypervisor/host-agent-client.js';
 import type { TemplateService } from '../modules/templates/service.js';
 import type { AgentInfo } from '../modules/inventory/repository.js';
 import type { InventoryService } from '../modules/inventory/service.js';
@@ -36,7 +36,7 @@ export function agentInfoOf(host: AgentHostInfo): AgentInfo {
   };
 }
 
-export class AgentMonitor {
+export class HostMonitor {
   private loop: Loop | undefined;
 
   constructor(
@@ -67,7 +67,7 @@ export class AgentMonitor {
   private async check(node: string, endpoint: ReturnType<InventoryService['endpointOf']>): Promise<void> {
     if (!endpoint) return;
     let host: AgentHostInfo;
-    const client = new AgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000));
+    const client = new HostAgentClient(endpoint, Math.min(5_000, this.heartbeatS * 1000));
     try {
       host = await client.host();
     } catch (err) {
@@ -91,7 +91,7 @@ export class AgentMonitor {
    * Copies a move left on this host (the VM lives elsewhere now and the move's own removal did not
    * reach the host) are removed (docs/vms.md#start-on-another-host).
    */
-  private async removeLeftCopies(node: string, client: AgentClient, reported: { id: string; state: string }[]) {
+  private async removeLeftCopies(node: string, client: HostAgentClient, reported: { id: string; state: string }[]) {
     for (const id of await this.vms.leftCopies(node, reported)) {
       try {
         await client.destroy(id);
@@ -106,7 +106,7 @@ export class AgentMonitor {
    * Tells the host which templates it must hold and records what it holds (docs/templates.md). An agent
    * older than the image store has no such call: what it reported in its host answer is recorded.
    */
-  private async syncTemplates(node: string, client: AgentClient, host: AgentHostInfo): Promise<void> {
+  private async syncTemplates(node: string, client: HostAgentClient, host: AgentHostInfo): Promise<void> {
     let states: AgentTemplateState[] = Array.isArray(host.templates) ? host.templates : [];
     try {
       const row = await this.inventory.catalogueNode(node);

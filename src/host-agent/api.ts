@@ -1,8 +1,8 @@
 /**
  * The agent API's wire shapes (version 1): what `gpucloud agent` answers and
  * what the control plane sends. One definition for both sides; the routes
- * are in src/agent/server.ts, the control plane's client in
- * src/hypervisor/agent-client.ts.
+ * are in src/host-agent/server.ts, the control plane's client in
+ * src/hypervisor/host-agent-client.ts.
  */
 
 export const AGENT_API = '/v1';

@@ -3,7 +3,7 @@
  * Every route needs `Authorization: Bearer TOKEN` (compared in constant
  * time; an export's disk route also takes that export's transfer token, for
  * the host a VM moves to); errors are `{detail, code}` like the public API's.
- * Every call is safe to repeat. The control plane's client is src/hypervisor/agent-client.ts.
+ * Every call is safe to repeat. The control plane's client is src/hypervisor/host-agent-client.ts.
  *
  *   GET    /healthz               liveness, no token
  *   GET    /v1/host               the host (version, accelerator, CPU, GPUs, templates) and every VM

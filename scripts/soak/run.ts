@@ -38,7 +38,8 @@ import {
   type ScratchDatabase,
 } from './server.js';
 import { Histogram, SoakStats } from './stats.js';
-import { setup, Traffic } from './traffic.js';
+import { setup } from './setup.js';
+import { Traffic } from './traffic.js';
 
 export interface RssSample {
   atS: number;

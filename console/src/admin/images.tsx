@@ -7,7 +7,7 @@
 import { useState } from 'preact/hooks';
 import type { Image } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
-import { CopyButton, Empty, FormDialog, Link, Loaded, Page, Pager, formatTime, notify, useAsync } from '../ui.js';
+import { CopyButton, FormDialog, Link, Page, PagedTable, RowButton, formatTime, notify, usePaged } from '../ui.js';
 
 const PAGE = 50;
 
@@ -16,12 +16,10 @@ function mib(bytes: number): string {
 }
 
 export function Images(_props: Record<string, unknown>) {
-  const [offset, setOffset] = useState(0);
   const [deleting, setDeleting] = useState<Image | undefined>(undefined);
-  const images = useAsync(
-    () => callWithTotal(api.GET('/admin/images', { params: { query: { limit: PAGE, offset } } })),
-    [offset],
-  );
+  const images = usePaged((page) => callWithTotal(api.GET('/admin/images', { params: { query: page } })), {
+    limit: PAGE,
+  });
   return (
     <Page title="Images">
       <div aria-hidden={deleting ? 'true' : undefined}>
@@ -41,67 +39,48 @@ export function Images(_props: Record<string, unknown>) {
             <Link href="/admin/templates">template catalogue</Link>), and the hosts of its GPU types download it.
           </p>
         </section>
-        <Loaded value={images}>
-          {({ items, total }) =>
-            items.length === 0 ? (
-              <Empty>{offset > 0 ? 'Nothing on this page.' : 'No image in the store yet.'}</Empty>
-            ) : (
-              <>
-                <div class="table-wrap">
-                  <table class="adm-images">
-                    <caption class="adm-sr">Images</caption>
-                    <thead>
-                      <tr>
-                        <th>SHA-256</th>
-                        <th>Format</th>
-                        <th class="num">Size</th>
-                        <th class="num">Disk</th>
-                        <th>Templates</th>
-                        <th>Pushed</th>
-                        <th>
-                          <span class="adm-sr">Actions</span>
-                        </th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      {items.map((i) => (
-                        <tr key={i.sha256} data-sha256={i.sha256}>
-                          <td>
-                            <code title={i.sha256}>{i.sha256.slice(0, 16)}…</code>{' '}
-                            <CopyButton text={i.sha256} label="Copy SHA-256" />
-                          </td>
-                          <td>{i.format}</td>
-                          <td class="num">{mib(i.size_bytes)}</td>
-                          <td class="num">{mib(i.virtual_size_bytes)}</td>
-                          <td>{i.templates.length ? i.templates.join(', ') : <span class="muted">none</span>}</td>
-                          <td>{formatTime(i.created_at)}</td>
-                          <td>
-                            <button
-                              type="button"
-                              class="btn btn-danger btn-small"
-                              aria-label={`Delete image ${i.sha256.slice(0, 12)}`}
-                              onClick={() => setDeleting(i)}
-                            >
-                              Delete
-                            </button>
-                          </td>
-                        </tr>
-                      ))}
-                    </tbody>
-                  </table>
-                </div>
-                <Pager
-                  offset={offset}
-                  limit={PAGE}
-                  total={total}
-                  shown={items.length}
-                  onOffset={setOffset}
-                  noun="images"
-                />
-              </>
-            )
+        <PagedTable
+          list={images}
+          noun="images"
+          empty={images.offset > 0 ? 'Nothing on this page.' : 'No image in the store yet.'}
+          class="adm-images"
+          caption="Images"
+          head={
+            <>
+              <th>SHA-256</th>
+              <th>Format</th>
+              <th class="num">Size</th>
+              <th class="num">Disk</th>
+              <th>Templates</th>
+              <th>Pushed</th>
+              <th>
+                <span class="adm-sr">Actions</span>
+              </th>
+            </>
           }
-        </Loaded>
+          row={(i) => (
+            <tr key={i.sha256} data-sha256={i.sha256}>
+              <td>
+                <code title={i.sha256}>{i.sha256.slice(0, 16)}…</code>{' '}
+                <CopyButton text={i.sha256} label="Copy SHA-256" />
+              </td>
+              <td>{i.format}</td>
+              <td class="num">{mib(i.size_bytes)}</td>
+              <td class="num">{mib(i.virtual_size_bytes)}</td>
+              <td>{i.templates.length ? i.templates.join(', ') : <span class="muted">none</span>}</td>
+              <td>{formatTime(i.created_at)}</td>
+              <td>
+                <RowButton
+                  variant="danger"
+                  aria-label={`Delete image ${i.sha256.slice(0, 12)}`}
+                  onClick={() => setDeleting(i)}
+                >
+                  Delete
+                </RowButton>
+              </td>
+            </tr>
+          )}
+        />
       </div>
       {deleting ? (
         <FormDialog

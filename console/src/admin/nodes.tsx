@@ -9,7 +9,20 @@ import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
 import { EditNode, NEW_NODE, RegisterNode } from './node-forms.js';
 import { NodeTemplates } from './node-templates.js';
-import { Action, Confirm, Empty, Loaded, Page, Pager, Status, formatTime, notify, useAsync } from '../ui.js';
+import {
+  Action,
+  Confirm,
+  Empty,
+  Loaded,
+  Page,
+  Pager,
+  RowButton,
+  Status,
+  Table,
+  formatTime,
+  notify,
+  usePaged,
+} from '../ui.js';
 
 export type NodeRecord = paths['/admin/nodes']['get']['responses'][200]['content']['application/json'][number];
 export type NodeStatus = NodeRecord['status'];
@@ -24,15 +37,13 @@ const PAGE = 100;
 type Dialog = { kind: 'edit' | 'remove'; node: NodeRecord } | undefined;
 
 export function Nodes(_props: Record<string, unknown>) {
-  const [offset, setOffset] = useState(0);
   const [dialog, setDialog] = useState<Dialog>(undefined);
   // The register form's input lives here: the form steps aside while the edit dialog (same field names) is open.
   const [draft, setDraft] = useState(NEW_NODE);
-  const nodes = useAsync(
-    () => callWithTotal(api.GET('/admin/nodes', { params: { query: { limit: PAGE, offset } } })),
-    [offset],
-    5000,
-  );
+  const nodes = usePaged((page) => callWithTotal(api.GET('/admin/nodes', { params: { query: page } })), {
+    limit: PAGE,
+    pollMs: 5000,
+  });
 
   const setStatus = async (n: NodeRecord, status: NodeStatus) => {
     await call(api.PATCH('/admin/nodes/{node}', { params: { path: { node: n.node } }, body: { status } }));
@@ -79,42 +90,40 @@ export function Nodes(_props: Record<string, unknown>) {
                 {items.length === 0 ? (
                   <Empty>No node yet. Register one below.</Empty>
                 ) : (
-                  <div class="table-wrap">
-                    <table class="adm-nodes">
-                      <thead>
-                        <tr>
-                          <th>Node</th>
-                          <th>Status</th>
-                          <th>GPUs</th>
-                          <th>In use</th>
-                          <th>RAM · CPU · storage</th>
-                          <th>Location</th>
-                          <th>Host agent</th>
-                          <th>
-                            <span class="adm-sr">Actions</span>
-                          </th>
-                        </tr>
-                      </thead>
-                      <tbody>
-                        {items.map((n) => (
-                          <NodeRow
-                            key={n.node}
-                            n={n}
-                            setStatus={setStatus}
-                            onEdit={() => setDialog({ kind: 'edit', node: n })}
-                            onRemove={() => setDialog({ kind: 'remove', node: n })}
-                          />
-                        ))}
-                      </tbody>
-                    </table>
-                  </div>
+                  <Table
+                    class="adm-nodes"
+                    head={
+                      <>
+                        <th>Node</th>
+                        <th>Status</th>
+                        <th>GPUs</th>
+                        <th>In use</th>
+                        <th>RAM · CPU · storage</th>
+                        <th>Location</th>
+                        <th>Host agent</th>
+                        <th>
+                          <span class="adm-sr">Actions</span>
+                        </th>
+                      </>
+                    }
+                  >
+                    {items.map((n) => (
+                      <NodeRow
+                        key={n.node}
+                        n={n}
+                        setStatus={setStatus}
+                        onEdit={() => setDialog({ kind: 'edit', node: n })}
+                        onRemove={() => setDialog({ kind: 'remove', node: n })}
+                      />
+                    ))}
+                  </Table>
                 )}
                 <Pager
-                  offset={offset}
+                  offset={nodes.offset}
                   limit={PAGE}
                   total={total}
                   shown={items.length}
-                  onOffset={setOffset}
+                  onOffset={nodes.setOffset}
                   noun="nodes"
                 />
                 <p class="muted adm-small">
@@ -228,12 +237,10 @@ function NodeRow(props: {
               Activate
             </Action>
           ) : null}
-          <button type="button" class="btn btn-plain btn-small" onClick={props.onEdit}>
-            Edit
-          </button>
-          <button type="button" class="btn btn-danger btn-small" onClick={props.onRemove}>
+          <RowButton onClick={props.onEdit}>Edit</RowButton>
+          <RowButton variant="danger" onClick={props.onRemove}>
             Remove
-          </button>
+          </RowButton>
         </div>
       </td>
     </tr>

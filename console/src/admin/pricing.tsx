@@ -6,7 +6,7 @@
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, errorMessage } from '../api.js';
-import { Empty, Loaded, Money, Page, formatTime, notify, useAsync } from '../ui.js';
+import { Empty, Loaded, Money, Page, RowButton, Table, formatTime, notify, useAsync } from '../ui.js';
 
 type Price = paths['/admin/pricing']['get']['responses'][200]['content']['application/json'][number];
 type PriceBody = NonNullable<paths['/admin/pricing/{gpu_type}']['put']['requestBody']>['content']['application/json'];
@@ -69,31 +69,29 @@ export function Pricing(_props: Record<string, unknown>) {
           rows.length === 0 ? (
             <Empty>No GPU type has prices yet.</Empty>
           ) : (
-            <div class="table-wrap">
-              <table class="adm-price-table">
-                <thead>
-                  <tr>
-                    <th>GPU type</th>
-                    {COLUMNS.map((c) => (
-                      <th key={c.key} class={c.kind === 'money' ? 'num' : undefined}>
-                        {c.head}
-                        {c.kind === 'percent' ? <span class="muted"> (% off)</span> : null}
-                      </th>
-                    ))}
-                    <th>Changed</th>
-                    <th>
-                      <span class="adm-sr">Save</span>
+            <Table
+              class="adm-price-table"
+              head={
+                <>
+                  <th>GPU type</th>
+                  {COLUMNS.map((c) => (
+                    <th key={c.key} class={c.kind === 'money' ? 'num' : undefined}>
+                      {c.head}
+                      {c.kind === 'percent' ? <span class="muted"> (% off)</span> : null}
                     </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {rows.map((p) => (
-                    // Keyed by its version: after a save the reloaded row starts from the stored prices.
-                    <PriceRow key={`${p.gpu_type}@${p.updated_at}`} price={p} onSaved={prices.reload} />
                   ))}
-                </tbody>
-              </table>
-            </div>
+                  <th>Changed</th>
+                  <th>
+                    <span class="adm-sr">Save</span>
+                  </th>
+                </>
+              }
+            >
+              {rows.map((p) => (
+                // Keyed by its version: after a save the reloaded row starts from the stored prices.
+                <PriceRow key={`${p.gpu_type}@${p.updated_at}`} price={p} onSaved={prices.reload} />
+              ))}
+            </Table>
           )
         }
       </Loaded>
@@ -209,9 +207,7 @@ function PriceRow({ price, onSaved }: { price: Price; onSaved: () => Promise<voi
               Save
             </button>
             {changed.length && !busy ? (
-              <button
-                type="button"
-                class="btn btn-plain btn-small"
+              <RowButton
                 onClick={() => {
                   setValues(initial);
                   setError(undefined);
@@ -219,7 +215,7 @@ function PriceRow({ price, onSaved }: { price: Price; onSaved: () => Promise<voi
                 }}
               >
                 Undo
-              </button>
+              </RowButton>
             ) : null}
           </div>
         </td>

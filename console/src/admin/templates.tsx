@@ -16,8 +16,10 @@ import {
   Link,
   Loaded,
   Page,
+  RowButton,
   Select,
   Submit,
+  Table,
   notify,
   parseIntField,
   useAsync,
@@ -126,77 +128,73 @@ export function TemplatesAdmin(_props: Record<string, unknown>) {
             list.length === 0 ? (
               <Empty>No template yet. Add one below.</Empty>
             ) : (
-              <div class="table-wrap">
-                <table class="adm-templates">
-                  <caption class="adm-sr">Templates</caption>
-                  <thead>
-                    <tr>
-                      <th>Template</th>
-                      <th>System</th>
-                      <th>Access</th>
-                      <th>Image</th>
-                      <th>Hosts</th>
-                      <th>
-                        <span class="adm-sr">Actions</span>
-                      </th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {list.map((t) => (
-                      <tr key={t.template_vmid} data-template={t.template_vmid}>
-                        <td>
-                          <strong>{t.template_vmid}</strong> {t.name}
-                          <div class="muted adm-small">{t.description}</div>
-                        </td>
-                        <td>
-                          {t.os}
-                          <div class="muted adm-small">
-                            <code>{t.default_user}</code> · disk of {t.min_disk_gb} GB at least
-                          </div>
-                        </td>
-                        <td class="adm-small">{accessText(t, true)}</td>
-                        <td class="adm-small">
-                          {t.image ? (
-                            <>
-                              <code title={t.image.sha256}>{t.image.sha256.slice(0, 12)}</code> {t.image.format}
-                            </>
-                          ) : (
-                            <span class="muted">none</span>
-                          )}
-                        </td>
-                        <td class="adm-small">
-                          {t.gpu_types ? `${t.gpu_types.join(', ')} only` : 'every GPU type'}
-                          <div class="muted">
-                            {t.ready_on.nodes.length
-                              ? `ready on ${t.ready_on.nodes.length} node${t.ready_on.nodes.length === 1 ? '' : 's'}`
-                              : 'ready on no node yet'}
-                          </div>
-                        </td>
-                        <td>
-                          <div class="actions adm-row-actions">
-                            <button
-                              type="button"
-                              class="btn btn-plain btn-small"
-                              aria-label={`Edit template ${t.template_vmid}`}
-                              onClick={() => setDialog({ kind: 'edit', template: t })}
-                            >
-                              Edit
-                            </button>
-                            <button
-                              type="button"
-                              class="btn btn-danger btn-small"
-                              aria-label={`Delete template ${t.template_vmid}`}
-                              onClick={() => setDialog({ kind: 'delete', template: t })}
-                            >
-                              Delete
-                            </button>
-                          </div>
-                        </td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
+              <Table
+                class="adm-templates"
+                caption="Templates"
+                captionClass="adm-sr"
+                head={
+                  <>
+                    <th>Template</th>
+                    <th>System</th>
+                    <th>Access</th>
+                    <th>Image</th>
+                    <th>Hosts</th>
+                    <th>
+                      <span class="adm-sr">Actions</span>
+                    </th>
+                  </>
+                }
+              >
+                {list.map((t) => (
+                  <tr key={t.template_vmid} data-template={t.template_vmid}>
+                    <td>
+                      <strong>{t.template_vmid}</strong> {t.name}
+                      <div class="muted adm-small">{t.description}</div>
+                    </td>
+                    <td>
+                      {t.os}
+                      <div class="muted adm-small">
+                        <code>{t.default_user}</code> · disk of {t.min_disk_gb} GB at least
+                      </div>
+                    </td>
+                    <td class="adm-small">{accessText(t, true)}</td>
+                    <td class="adm-small">
+                      {t.image ? (
+                        <>
+                          <code title={t.image.sha256}>{t.image.sha256.slice(0, 12)}</code> {t.image.format}
+                        </>
+                      ) : (
+                        <span class="muted">none</span>
+                      )}
+                    </td>
+                    <td class="adm-small">
+                      {t.gpu_types ? `${t.gpu_types.join(', ')} only` : 'every GPU type'}
+                      <div class="muted">
+                        {t.ready_on.nodes.length
+                          ? `ready on ${t.ready_on.nodes.length} node${t.ready_on.nodes.length === 1 ? '' : 's'}`
+                          : 'ready on no node yet'}
+                      </div>
+                    </td>
+                    <td>
+                      <div class="actions adm-row-actions">
+                        <RowButton
+                          aria-label={`Edit template ${t.template_vmid}`}
+                          onClick={() => setDialog({ kind: 'edit', template: t })}
+                        >
+                          Edit
+                        </RowButton>
+                        <RowButton
+                          variant="danger"
+                          aria-label={`Delete template ${t.template_vmid}`}
+                          onClick={() => setDialog({ kind: 'delete', template: t })}
+                        >
+                          Delete
+                        </RowButton>
+                      </div>
+                    </td>
+                  </tr>
+                ))}
+              </Table>
             )
           }
         </Loaded>

@@ -3,25 +3,25 @@
  * user: credit or debit, suspend or unsuspend, promote or demote, and the VM
  * and GPU limits.
  */
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useRef, useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal, GpuCloudError, randomKey } from '../api.js';
 import {
   Action,
   Confirm,
-  Empty,
   Field,
   FormDialog,
-  Loaded,
   Money,
   Page,
-  Pager,
+  PagedTable,
+  RowButton,
   formatMoney,
   formatTime,
   notify,
   parseIntField,
   useAsync,
   useDebounced,
+  usePaged,
 } from '../ui.js';
 
 type AdminUser = paths['/admin/users']['get']['responses'][200]['content']['application/json'][number];
@@ -39,18 +39,12 @@ type Dialog = { kind: 'credit' | 'limits' | 'suspend'; user: AdminUser } | undef
 export function Users(_props: Record<string, unknown>) {
   const [search, setSearch] = useState('');
   const email = useDebounced(search.trim(), 300);
-  const [offset, setOffset] = useState(0);
   const [dialog, setDialog] = useState<Dialog>(undefined);
-  useEffect(() => setOffset(0), [email]);
 
   const me = useAsync(() => call(api.GET('/account')), []);
-  const users = useAsync(
-    () =>
-      callWithTotal(
-        api.GET('/admin/users', { params: { query: { limit: PAGE, offset, ...(email ? { email } : {}) } } }),
-      ),
-    [email, offset],
-    10000,
+  const users = usePaged(
+    (page) => callWithTotal(api.GET('/admin/users', { params: { query: { ...page, ...(email ? { email } : {}) } } })),
+    { limit: PAGE, filters: [email], pollMs: 10000 },
   );
 
   const patch = async (
@@ -78,144 +72,105 @@ export function Users(_props: Record<string, unknown>) {
             />
           </fieldset>
         </form>
-        <Loaded value={users}>
-          {({ items, total }) =>
-            items.length === 0 ? (
-              <>
-                <Empty>
-                  {offset > 0
-                    ? 'Nothing on this page.'
-                    : email
-                      ? `No user's email contains "${email}".`
-                      : 'No users yet.'}
-                </Empty>
-                <Pager offset={offset} limit={PAGE} total={total} shown={0} onOffset={setOffset} noun="users" />
-              </>
-            ) : (
-              <>
-                <div class="table-wrap">
-                  <table>
-                    <caption class="adm-sr">Users</caption>
-                    <thead>
-                      <tr>
-                        <th>Email</th>
-                        <th>Role</th>
-                        <th class="num">Balance</th>
-                        <th>State</th>
-                        <th>Limits</th>
-                        <th>Created</th>
-                        <th>
-                          <span class="adm-sr">Actions</span>
-                        </th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      {items.map((u) => {
-                        const self = me.data?.id === u.id;
-                        return (
-                          <tr key={u.id}>
-                            <td>
-                              <strong>{u.email}</strong>
-                              {self ? <span class="muted"> (you)</span> : null}
-                              <div class="muted adm-small">
-                                #{u.id}
-                                {u.name ? ` · ${u.name}` : ''}
-                                {u.two_factor_enabled ? ' · 2FA' : ''}
-                              </div>
-                            </td>
-                            <td>{u.role === 'admin' ? <strong>admin</strong> : 'user'}</td>
-                            <td class="num">
-                              <Money value={u.balance} />
-                            </td>
-                            <td>
-                              {u.suspended ? (
-                                <span class="status status-failed">suspended</span>
-                              ) : (
-                                <span class="status status-active">active</span>
-                              )}
-                            </td>
-                            <td>
-                              <Limit value={u.max_vms} fallback={DEFAULT_MAX_VMS} unit="VMs" />
-                              <br />
-                              <Limit value={u.max_gpus} fallback={DEFAULT_MAX_GPUS} unit="GPUs" />
-                            </td>
-                            <td>{formatTime(u.created_at)}</td>
-                            <td>
-                              <div class="actions adm-row-actions adm-wrap">
-                                <button
-                                  type="button"
-                                  class="btn btn-plain btn-small"
-                                  onClick={() => setDialog({ kind: 'credit', user: u })}
-                                >
-                                  Add credit
-                                </button>
-                                {u.suspended ? (
-                                  <Action
-                                    small
-                                    onClick={async () => {
-                                      await patch(u, { suspended: false });
-                                      notify(`${u.email} can use the service again.`);
-                                    }}
-                                  >
-                                    Unsuspend
-                                  </Action>
-                                ) : (
-                                  <button
-                                    type="button"
-                                    class="btn btn-plain btn-small"
-                                    onClick={() => setDialog({ kind: 'suspend', user: u })}
-                                  >
-                                    Suspend
-                                  </button>
-                                )}
-                                {u.role === 'admin' ? (
-                                  <Action
-                                    small
-                                    onClick={async () => {
-                                      await patch(u, { role: 'user' });
-                                      notify(`${u.email} is no longer an administrator.`);
-                                    }}
-                                  >
-                                    Make user
-                                  </Action>
-                                ) : (
-                                  <Action
-                                    small
-                                    onClick={async () => {
-                                      await patch(u, { role: 'admin' });
-                                      notify(`${u.email} is now an administrator.`);
-                                    }}
-                                  >
-                                    Make admin
-                                  </Action>
-                                )}
-                                <button
-                                  type="button"
-                                  class="btn btn-plain btn-small"
-                                  onClick={() => setDialog({ kind: 'limits', user: u })}
-                                >
-                                  Limits
-                                </button>
-                              </div>
-                            </td>
-                          </tr>
-                        );
-                      })}
-                    </tbody>
-                  </table>
-                </div>
-                <Pager
-                  offset={offset}
-                  limit={PAGE}
-                  total={total}
-                  shown={items.length}
-                  onOffset={setOffset}
-                  noun="users"
-                />
-              </>
-            )
+        <PagedTable
+          list={users}
+          noun="users"
+          pagerWhenEmpty
+          empty={
+            users.offset > 0
+              ? 'Nothing on this page.'
+              : email
+                ? `No user's email contains "${email}".`
+                : 'No users yet.'
           }
-        </Loaded>
+          caption="Users"
+          head={
+            <>
+              <th>Email</th>
+              <th>Role</th>
+              <th class="num">Balance</th>
+              <th>State</th>
+              <th>Limits</th>
+              <th>Created</th>
+              <th>
+                <span class="adm-sr">Actions</span>
+              </th>
+            </>
+          }
+          row={(u) => {
+            const self = me.data?.id === u.id;
+            return (
+              <tr key={u.id}>
+                <td>
+                  <strong>{u.email}</strong>
+                  {self ? <span class="muted"> (you)</span> : null}
+                  <div class="muted adm-small">
+                    #{u.id}
+                    {u.name ? ` · ${u.name}` : ''}
+                    {u.two_factor_enabled ? ' · 2FA' : ''}
+                  </div>
+                </td>
+                <td>{u.role === 'admin' ? <strong>admin</strong> : 'user'}</td>
+                <td class="num">
+                  <Money value={u.balance} />
+                </td>
+                <td>
+                  {u.suspended ? (
+                    <span class="status status-failed">suspended</span>
+                  ) : (
+                    <span class="status status-active">active</span>
+                  )}
+                </td>
+                <td>
+                  <Limit value={u.max_vms} fallback={DEFAULT_MAX_VMS} unit="VMs" />
+                  <br />
+                  <Limit value={u.max_gpus} fallback={DEFAULT_MAX_GPUS} unit="GPUs" />
+                </td>
+                <td>{formatTime(u.created_at)}</td>
+                <td>
+                  <div class="actions adm-row-actions adm-wrap">
+                    <RowButton onClick={() => setDialog({ kind: 'credit', user: u })}>Add credit</RowButton>
+                    {u.suspended ? (
+                      <Action
+                        small
+                        onClick={async () => {
+                          await patch(u, { suspended: false });
+                          notify(`${u.email} can use the service again.`);
+                        }}
+                      >
+                        Unsuspend
+                      </Action>
+                    ) : (
+                      <RowButton onClick={() => setDialog({ kind: 'suspend', user: u })}>Suspend</RowButton>
+                    )}
+                    {u.role === 'admin' ? (
+                      <Action
+                        small
+                        onClick={async () => {
+                          await patch(u, { role: 'user' });
+                          notify(`${u.email} is no longer an administrator.`);
+                        }}
+                      >
+                        Make user
+                      </Action>
+                    ) : (
+                      <Action
+                        small
+                        onClick={async () => {
+                          await patch(u, { role: 'admin' });
+                          notify(`${u.email} is now an administrator.`);
+                        }}
+                      >
+                        Make admin
+                      </Action>
+                    )}
+                    <RowButton onClick={() => setDialog({ kind: 'limits', user: u })}>Limits</RowButton>
+                  </div>
+                </td>
+              </tr>
+            );
+          }}
+        />
       </div>
 
       {dialog?.kind === 'credit' ? (

@@ -3,42 +3,31 @@
  * the ledger check above them (every balance, transaction, reservation and
  * usage charge adds up, or the problems it found).
  */
-import { useEffect, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
+import { VM_STATUSES } from '../../../src/sdk/schema.js';
 import { api, call, callWithTotal } from '../api.js';
 import {
   Action,
-  Empty,
   ErrorText,
   Field,
   Loaded,
   Money,
   Page,
-  Pager,
+  PagedTable,
   Select,
   Status,
   formatTime,
   parseIntField,
   useAsync,
   useDebounced,
+  usePaged,
   vmName,
 } from '../ui.js';
 
 type AdminVm = paths['/admin/vms']['get']['responses'][200]['content']['application/json'][number];
 type VmStatus = NonNullable<NonNullable<paths['/admin/vms']['get']['parameters']['query']>['status']>;
 
-const STATUSES: VmStatus[] = [
-  'creating',
-  'starting',
-  'running',
-  'stopping',
-  'stopped',
-  'interrupted',
-  'destroyed',
-  'failed',
-  'offline',
-  'moving',
-];
 const RENTAL: Record<AdminVm['rental_type'], string> = {
   on_demand: 'on-demand',
   reserved: 'reserved',
@@ -68,29 +57,25 @@ export function AllVms(_props: Record<string, unknown>) {
   const [nodeText, setNodeText] = useState('');
   const [status, setStatus] = useState<'' | VmStatus>('');
   const [destroyed, setDestroyed] = useState(false);
-  const [offset, setOffset] = useState(0);
   const userId = parseIntField(useDebounced(userText, 300));
   const node = useDebounced(nodeText.trim(), 300);
   const badUser = userId !== undefined && (Number.isNaN(userId) || userId < 1);
-  useEffect(() => setOffset(0), [userId, node, status, destroyed]);
 
   const nodes = useAsync(() => call(api.GET('/admin/nodes', { params: { query: { limit: 100 } } })), []);
-  const vms = useAsync(
-    async () => {
+  const vms = usePaged(
+    async (page) => {
       const query = {
-        limit: PAGE,
-        offset,
+        ...page,
         ...(userId !== undefined && !badUser ? { user_id: userId } : {}),
         ...(node ? { node } : {}),
         ...(status ? { status } : {}),
         ...(destroyed ? { include_destroyed: true } : {}),
       };
-      const page = await callWithTotal(api.GET('/admin/vms', { params: { query } }));
-      await ownerEmails(page.items);
-      return page;
+      const list = await callWithTotal(api.GET('/admin/vms', { params: { query } }));
+      await ownerEmails(list.items);
+      return list;
     },
-    [userId, node, status, destroyed, offset],
-    5000,
+    { limit: PAGE, filters: [userId, node, status, destroyed], pollMs: 5000 },
   );
 
   return (
@@ -128,7 +113,7 @@ export function AllVms(_props: Record<string, unknown>) {
             label="Status"
             value={status}
             onChange={(s) => setStatus(s as '' | VmStatus)}
-            options={[{ value: '', label: 'Any status' }, ...STATUSES.map((s) => ({ value: s, label: s }))]}
+            options={[{ value: '', label: 'Any status' }, ...VM_STATUSES.map((s) => ({ value: s, label: s }))]}
           />
           <label class="adm-check">
             <input
@@ -155,94 +140,80 @@ export function AllVms(_props: Record<string, unknown>) {
         </fieldset>
       </form>
       {badUser ? <ErrorText error="A user id is a whole number from 1 up." /> : null}
-      <Loaded value={vms}>
-        {({ items, total }) =>
-          items.length === 0 ? (
-            <>
-              <Empty>
-                {offset > 0
-                  ? 'Nothing on this page.'
-                  : userId || node || status || destroyed
-                    ? 'No VM matches these filters.'
-                    : 'No VMs yet.'}
-              </Empty>
-              <Pager offset={offset} limit={PAGE} total={total} shown={0} onOffset={setOffset} noun="VMs" />
-            </>
-          ) : (
-            <>
-              <div class="table-wrap">
-                <table>
-                  <thead>
-                    <tr>
-                      <th>VM</th>
-                      <th>Owner</th>
-                      <th>Node</th>
-                      <th>GPUs</th>
-                      <th>Status</th>
-                      <th>Rental</th>
-                      <th class="num">Rate</th>
-                      <th>Created</th>
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {items.map((v) => (
-                      <tr key={v.id}>
-                        <td>
-                          {vmName(v)}
-                          <div class="muted adm-small">
-                            <code title={v.id}>{v.id.slice(0, 8)}</code> · #{v.vmid}
-                          </div>
-                        </td>
-                        <td>
-                          <button
-                            type="button"
-                            class="adm-link"
-                            title="Show only this user's VMs"
-                            onClick={() => setUserText(String(v.user_id))}
-                          >
-                            {emails.get(v.user_id) ?? `user ${v.user_id}`}
-                          </button>
-                          {emails.has(v.user_id) ? <div class="muted adm-small">#{v.user_id}</div> : null}
-                        </td>
-                        <td>
-                          <button
-                            type="button"
-                            class="adm-link"
-                            title="Show only this node's VMs"
-                            onClick={() => setNodeText(v.node)}
-                          >
-                            {v.node}
-                          </button>
-                        </td>
-                        <td>
-                          {v.gpu_count} × {v.gpu_type}
-                          <div class="muted adm-small">
-                            {v.ram_gb} GB · {v.cpu_cores} cores · {v.storage_gb} GB disk
-                          </div>
-                        </td>
-                        <td>
-                          <Status status={v.status} />
-                          {v.last_error ? (
-                            <div class="muted adm-small adm-truncate" title={v.last_error}>
-                              {v.last_error}
-                            </div>
-                          ) : null}
-                        </td>
-                        <td>{RENTAL[v.rental_type]}</td>
-                        <td class="num">
-                          <Money value={v.hourly_rate} precise perHour />
-                        </td>
-                        <td>{formatTime(v.created_at)}</td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-              <Pager offset={offset} limit={PAGE} total={total} shown={items.length} onOffset={setOffset} noun="VMs" />
-            </>
-          )
+      <PagedTable
+        list={vms}
+        noun="VMs"
+        pagerWhenEmpty
+        empty={
+          vms.offset > 0
+            ? 'Nothing on this page.'
+            : userId || node || status || destroyed
+              ? 'No VM matches these filters.'
+              : 'No VMs yet.'
         }
-      </Loaded>
+        head={
+          <>
+            <th>VM</th>
+            <th>Owner</th>
+            <th>Node</th>
+            <th>GPUs</th>
+            <th>Status</th>
+            <th>Rental</th>
+            <th class="num">Rate</th>
+            <th>Created</th>
+          </>
+        }
+        row={(v) => (
+          <tr key={v.id}>
+            <td>
+              {vmName(v)}
+              <div class="muted adm-small">
+                <code title={v.id}>{v.id.slice(0, 8)}</code> · #{v.vmid}
+              </div>
+            </td>
+            <td>
+              <button
+                type="button"
+                class="adm-link"
+                title="Show only this user's VMs"
+                onClick={() => setUserText(String(v.user_id))}
+              >
+                {emails.get(v.user_id) ?? `user ${v.user_id}`}
+              </button>
+              {emails.has(v.user_id) ? <div class="muted adm-small">#{v.user_id}</div> : null}
+            </td>
+            <td>
+              <button
+                type="button"
+                class="adm-link"
+                title="Show only this node's VMs"
+                onClick={() => setNodeText(v.node)}
+              >
+                {v.node}
+              </button>
+            </td>
+            <td>
+              {v.gpu_count} × {v.gpu_type}
+              <div class="muted adm-small">
+                {v.ram_gb} GB · {v.cpu_cores} cores · {v.storage_gb} GB disk
+              </div>
+            </td>
+            <td>
+              <Status status={v.status} />
+              {v.last_error ? (
+                <div class="muted adm-small adm-truncate" title={v.last_error}>
+                  {v.last_error}
+                </div>
+              ) : null}
+            </td>
+            <td>{RENTAL[v.rental_type]}</td>
+            <td class="num">
+              <Money value={v.hourly_rate} precise perHour />
+            </td>
+            <td>{formatTime(v.created_at)}</td>
+          </tr>
+        )}
+      />
     </Page>
   );
 }

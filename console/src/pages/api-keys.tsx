@@ -10,8 +10,10 @@ import {
   Form,
   Loaded,
   Page,
+  RowButton,
   Status,
   Submit,
+  Table,
   formatTime,
   notify,
   useAsync,
@@ -152,53 +154,48 @@ export function ApiKeys() {
           list.length === 0 ? (
             <Empty>No API key yet.</Empty>
           ) : (
-            <div class="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>Name</th>
-                    <th>Scope</th>
-                    <th>Key</th>
-                    <th>Created</th>
-                    <th>Expires</th>
-                    <th>Last used</th>
-                    <th aria-label="Actions" />
+            <Table
+              head={
+                <>
+                  <th>Name</th>
+                  <th>Scope</th>
+                  <th>Key</th>
+                  <th>Created</th>
+                  <th>Expires</th>
+                  <th>Last used</th>
+                  <th aria-label="Actions" />
+                </>
+              }
+            >
+              {list.map((k) => {
+                const expired = k.expires_at !== null && new Date(k.expires_at).getTime() <= Date.now();
+                return (
+                  <tr key={k.id}>
+                    <td>{k.name}</td>
+                    <td>
+                      <code>{k.scope}</code>
+                    </td>
+                    <td>
+                      <code>{k.prefix}…</code>
+                    </td>
+                    <td>{formatTime(k.created_at)}</td>
+                    <td>
+                      {expired ? (
+                        <Status status="expired" />
+                      ) : k.expires_at ? (
+                        formatTime(k.expires_at)
+                      ) : (
+                        <span class="muted">never</span>
+                      )}
+                    </td>
+                    <td>{k.last_used_at ? formatTime(k.last_used_at) : <span class="muted">never</span>}</td>
+                    <td class="num">
+                      <RowButton onClick={() => setRevoking(k)}>Revoke</RowButton>
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {list.map((k) => {
-                    const expired = k.expires_at !== null && new Date(k.expires_at).getTime() <= Date.now();
-                    return (
-                      <tr key={k.id}>
-                        <td>{k.name}</td>
-                        <td>
-                          <code>{k.scope}</code>
-                        </td>
-                        <td>
-                          <code>{k.prefix}…</code>
-                        </td>
-                        <td>{formatTime(k.created_at)}</td>
-                        <td>
-                          {expired ? (
-                            <Status status="expired" />
-                          ) : k.expires_at ? (
-                            formatTime(k.expires_at)
-                          ) : (
-                            <span class="muted">never</span>
-                          )}
-                        </td>
-                        <td>{k.last_used_at ? formatTime(k.last_used_at) : <span class="muted">never</span>}</td>
-                        <td class="num">
-                          <button type="button" class="btn btn-plain btn-small" onClick={() => setRevoking(k)}>
-                            Revoke
-                          </button>
-                        </td>
-                      </tr>
-                    );
-                  })}
-                </tbody>
-              </table>
-            </div>
+                );
+              })}
+            </Table>
           )
         }
       </Loaded>

@@ -3,7 +3,7 @@
  * low.
  */
 import { api, call } from '../api.js';
-import { Empty, Link, Loaded, Money, Page, Status, useAsync, vmName } from '../ui.js';
+import { Empty, Link, Loaded, Money, Page, Status, Table, useAsync, vmName } from '../ui.js';
 
 /** Below this many hours of credit at the current spend, the dashboard warns. */
 const LOW_HOURS = 24;
@@ -67,38 +67,35 @@ export function Dashboard() {
                   No VM is running. <Link href="/offers">Find a GPU</Link>
                 </Empty>
               ) : (
-                <div class="table-wrap">
-                  <table>
-                    <thead>
-                      <tr>
-                        <th>VM</th>
-                        <th>GPUs</th>
-                        <th>Status</th>
-                        <th>Rate</th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      {running.map((v) => (
-                        <tr key={v.id}>
-                          <td>
-                            <Link href={`/vms/${v.id}`} title={`ID ${v.id}`}>
-                              {vmName(v)}
-                            </Link>
-                          </td>
-                          <td>
-                            {v.gpu_count} × {v.gpu_type}
-                          </td>
-                          <td>
-                            <Status status={v.status} />
-                          </td>
-                          <td>
-                            <Money value={v.hourly_rate} currency={balance.currency} precise perHour />
-                          </td>
-                        </tr>
-                      ))}
-                    </tbody>
-                  </table>
-                </div>
+                <Table
+                  head={
+                    <>
+                      <th>VM</th>
+                      <th>GPUs</th>
+                      <th>Status</th>
+                      <th>Rate</th>
+                    </>
+                  }
+                >
+                  {running.map((v) => (
+                    <tr key={v.id}>
+                      <td>
+                        <Link href={`/vms/${v.id}`} title={`ID ${v.id}`}>
+                          {vmName(v)}
+                        </Link>
+                      </td>
+                      <td>
+                        {v.gpu_count} × {v.gpu_type}
+                      </td>
+                      <td>
+                        <Status status={v.status} />
+                      </td>
+                      <td>
+                        <Money value={v.hourly_rate} currency={balance.currency} precise perHour />
+                      </td>
+                    </tr>
+                  ))}
+                </Table>
               )}
             </>
           );

@@ -9,17 +9,16 @@ import { api, call, callWithTotal } from '../api.js';
 import { navigate } from '../router.js';
 import {
   Confirm,
-  Empty,
   Field,
   FormDialog,
   Link,
-  Loaded,
   Money,
   Page,
-  Pager,
+  PagedTable,
+  RowButton,
   Status,
   formatTime,
-  useAsync,
+  usePaged,
 } from '../ui.js';
 
 export type UserImage = paths['/images/{image_id}']['get']['responses'][200]['content']['application/json'];
@@ -32,109 +31,78 @@ export function gbText(gb: number | null): string {
 }
 
 export function MyImages(_props: Record<string, unknown>) {
-  const [offset, setOffset] = useState(0);
   const [deleting, setDeleting] = useState<UserImage | undefined>(undefined);
   // Read again every 5 s: an image being made becomes ready (or failed) in the background.
-  const images = useAsync(
-    () => callWithTotal(api.GET('/images', { params: { query: { limit: PAGE, offset } } })),
-    [offset],
-    5_000,
-  );
+  const images = usePaged((page) => callWithTotal(api.GET('/images', { params: { query: page } })), {
+    limit: PAGE,
+    pollMs: 5_000,
+  });
   return (
     <Page title="My images">
       <p class="muted">
         An image is a stopped VM’s disk saved to start new VMs from, on any node (<em>Save as image</em> on the VM’s
         page). Its storage is billed per GB-hour while you keep it.
       </p>
-      <Loaded value={images}>
-        {({ items, total }) =>
-          items.length === 0 ? (
-            <Empty>
-              You have no images. Stop a VM and choose <em>Save as image</em> on <Link href="/vms">its page</Link>.
-            </Empty>
-          ) : (
-            <>
-              <div class="table-wrap">
-                <table>
-                  <thead>
-                    <tr>
-                      <th scope="col">Image</th>
-                      <th scope="col">State</th>
-                      <th scope="col" class="num">
-                        Size
-                      </th>
-                      <th scope="col" class="num">
-                        Cost
-                      </th>
-                      <th scope="col">Source VM</th>
-                      <th scope="col">Created</th>
-                      <th scope="col" aria-label="Actions" />
-                    </tr>
-                  </thead>
-                  <tbody>
-                    {items.map((i) => (
-                      <tr key={i.id} data-image={i.id}>
-                        <td>
-                          <strong title={`ID ${i.id}`}>{i.name}</strong>
-                          <span class="cell-sub">disk of {i.disk_gb} GB</span>
-                        </td>
-                        <td>
-                          <Status status={i.state} />
-                          {i.error ? <span class="cell-sub">{i.error}</span> : null}
-                        </td>
-                        <td class="num">{gbText(i.size_gb)}</td>
-                        <td class="num">
-                          {i.hourly_cost === null ? '—' : <Money value={i.hourly_cost} precise perHour />}
-                        </td>
-                        <td>
-                          {i.source_vm_id ? (
-                            <Link href={`/vms/${i.source_vm_id}`}>VM {i.source_vmid}</Link>
-                          ) : (
-                            `VM ${i.source_vmid}`
-                          )}
-                        </td>
-                        <td>{formatTime(i.created_at)}</td>
-                        <td>
-                          <div class="actions adm-row-actions">
-                            {i.state === 'ready' ? (
-                              <button
-                                type="button"
-                                class="btn btn-primary btn-small"
-                                aria-label={`Launch ${i.name}`}
-                                onClick={() => navigate(`/offers?image=${encodeURIComponent(i.id)}`)}
-                              >
-                                Launch
-                              </button>
-                            ) : null}
-                            {i.state !== 'creating' ? (
-                              <button
-                                type="button"
-                                class="btn btn-danger btn-small"
-                                aria-label={`Delete ${i.name}`}
-                                onClick={() => setDeleting(i)}
-                              >
-                                Delete
-                              </button>
-                            ) : null}
-                          </div>
-                        </td>
-                      </tr>
-                    ))}
-                  </tbody>
-                </table>
-              </div>
-              <Pager
-                offset={offset}
-                limit={PAGE}
-                total={total}
-                shown={items.length}
-                onOffset={setOffset}
-                noun="images"
-              />
-            </>
-          )
+      <PagedTable
+        list={images}
+        noun="images"
+        empty={
+          <>
+            You have no images. Stop a VM and choose <em>Save as image</em> on <Link href="/vms">its page</Link>.
+          </>
         }
-      </Loaded>
+        head={
+          <>
+            <th scope="col">Image</th>
+            <th scope="col">State</th>
+            <th scope="col" class="num">
+              Size
+            </th>
+            <th scope="col" class="num">
+              Cost
+            </th>
+            <th scope="col">Source VM</th>
+            <th scope="col">Created</th>
+            <th scope="col" aria-label="Actions" />
+          </>
+        }
+        row={(i) => (
+          <tr key={i.id} data-image={i.id}>
+            <td>
+              <strong title={`ID ${i.id}`}>{i.name}</strong>
+              <span class="cell-sub">disk of {i.disk_gb} GB</span>
+            </td>
+            <td>
+              <Status status={i.state} />
+              {i.error ? <span class="cell-sub">{i.error}</span> : null}
+            </td>
+            <td class="num">{gbText(i.size_gb)}</td>
+            <td class="num">{i.hourly_cost === null ? '—' : <Money value={i.hourly_cost} precise perHour />}</td>
+            <td>
+              {i.source_vm_id ? <Link href={`/vms/${i.source_vm_id}`}>VM {i.source_vmid}</Link> : `VM ${i.source_vmid}`}
+            </td>
+            <td>{formatTime(i.created_at)}</td>
+            <td>
+              <div class="actions adm-row-actions">
+                {i.state === 'ready' ? (
+                  <RowButton
+                    variant="primary"
+                    aria-label={`Launch ${i.name}`}
+                    onClick={() => navigate(`/offers?image=${encodeURIComponent(i.id)}`)}
+                  >
+                    Launch
+                  </RowButton>
+                ) : null}
+                {i.state !== 'creating' ? (
+                  <RowButton variant="danger" aria-label={`Delete ${i.name}`} onClick={() => setDeleting(i)}>
+                    Delete
+                  </RowButton>
+                ) : null}
+              </div>
+            </td>
+          </tr>
+        )}
+      />
       {deleting ? (
         <Confirm
           title="Delete this image?"

@@ -1,17 +1,15 @@
 /**
  * The parts of the launch form (launch.tsx): the node's offer, a radio
- * choice, the template step, the HTTP ports field, the reservation quote and
- * what to do after a refusal.
+ * choice, the template and image steps, the HTTP ports field and what to do
+ * after a refusal (the price step: launch-price.tsx).
  */
 import type { ComponentChildren } from 'preact';
-import type { Offer, operations, Template } from '../../../src/sdk/index.js';
+import type { Offer, Template } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { accessText, readyOn } from '../templates.js';
-import { ErrorText, Link, Money, type Async } from '../ui.js';
+import { type Async, ErrorText, Link } from '../ui.js';
 import { formatRam, type RentalType } from './offers.js';
 import { gbText, type UserImage } from './images.js';
-
-export type Quote = operations['calculateReservation']['responses'][200]['content']['application/json'];
 
 /** The node's offer for a rental type, reading every page of GET /search; undefined when it has no GPUs for it. */
 export async function findOffer(node: string, rental: RentalType): Promise<Offer | undefined> {
@@ -154,61 +152,6 @@ export function ImageStep({ image }: { image: Async<UserImage | undefined> }) {
         <Link href="/offers">pick the offer again</Link>.
       </small>
     </fieldset>
-  );
-}
-
-export function ReservationQuote({
-  quote: q,
-  error,
-  diskOk,
-}: {
-  quote: Quote | null;
-  error: string | undefined;
-  diskOk: boolean;
-}) {
-  if (!diskOk) return null;
-  if (error) {
-    return (
-      <>
-        <dt>Reservation</dt>
-        <dd>
-          <ErrorText error={error} />
-        </dd>
-      </>
-    );
-  }
-  if (!q) {
-    return (
-      <>
-        <dt>Reservation</dt>
-        <dd class="muted" role="status">
-          <span class="spinner" aria-hidden="true" /> Pricing the reservation…
-        </dd>
-      </>
-    );
-  }
-  return (
-    <>
-      <dt>Discount</dt>
-      <dd>
-        {q.discount_percent}% for {q.reservation_months} {q.reservation_months === 1 ? 'month' : 'months'}
-      </dd>
-      <dt>Per month</dt>
-      <dd>
-        <Money value={q.monthly_cost} />
-      </dd>
-      <dt>Deposit</dt>
-      <dd>
-        <strong>
-          <Money value={q.deposit_required} />
-        </strong>{' '}
-        <span class="muted">prepaid now, the whole commitment</span>
-      </dd>
-      <dt>Cancellation fee</dt>
-      <dd>
-        <Money value={q.cancellation_fee_25_percent} /> <span class="muted">(25% of the deposit)</span>
-      </dd>
-    </>
   );
 }
 

@@ -12,19 +12,11 @@ import type { CreateVmRequest, Offer } from '../../../src/sdk/index.js';
 import { api, call, client, GpuCloudError, randomKey } from '../api.js';
 import { navigate } from '../router.js';
 import { forgetTemplates, readyOn, useTemplates } from '../templates.js';
-import { Field, Form, Link, Loaded, Money, Page, Submit, formatMoney, notify, useAsync, useDebounced } from '../ui.js';
+import { Field, Form, Link, Loaded, Page, Submit, formatMoney, notify, useAsync, useDebounced } from '../ui.js';
 import { Credentials, MIN_PASSWORD, type AuthMethod } from './launch-access.js';
-import {
-  Choice,
-  FailureHint,
-  findOffer,
-  OfferSummary,
-  parsePorts,
-  ImageStep,
-  ReservationQuote,
-  TemplateStep,
-} from './launch-parts.js';
-import { DEFAULT_DISK_GB, RENTAL_LABELS, isRentalType, sumMoney, unitPrice, type RentalType } from './offers.js';
+import { Choice, FailureHint, findOffer, OfferSummary, parsePorts, ImageStep, TemplateStep } from './launch-parts.js';
+import { DEFAULT_DISK_GB, RENTAL_LABELS, isRentalType, unitPrice, type RentalType } from './offers.js';
+import { PriceStep } from './launch-price.js';
 
 type GpuCount = CreateVmRequest['gpu_count'];
 type Months = 1 | 3 | 6;
@@ -252,21 +244,6 @@ function LaunchForm({
     }
   };
 
-  const unit = unitPrice(offer, rental);
-  const gpuHourly =
-    rental === 'reserved' ? sumMoney(gpuCount * unit * (1 - discount / 100)) : sumMoney(gpuCount * unit);
-  const diskHourly = diskOk ? sumMoney(diskGb * offer.storage_price_hourly) : 0;
-  // The quote on screen must be for the shape chosen now, not the one before the last click.
-  const q =
-    rental === 'reserved' &&
-    quote.data &&
-    quote.data.gpu_count === gpuCount &&
-    quote.data.storage_gb === diskGb &&
-    quote.data.reservation_months === months
-      ? quote.data
-      : null;
-  const perHour = q ? q.hourly_rate_after_discount : sumMoney(gpuHourly, diskHourly);
-
   return (
     <>
       <OfferSummary offer={offer} />
@@ -399,55 +376,18 @@ function LaunchForm({
           </div>
         </fieldset>
 
-        <fieldset class="launch-step">
-          <legend>6. Price</legend>
-          <div class="launch-price" aria-live="polite">
-            <dl class="props">
-              <dt>GPUs</dt>
-              <dd>
-                {gpuCount} × {formatMoney(unit, 'USD', true)}/h{rental === 'reserved' ? ` − ${discount}%` : ''} ={' '}
-                <Money value={gpuHourly} precise perHour />
-              </dd>
-              <dt>Disk</dt>
-              <dd>
-                {diskOk ? (
-                  <>
-                    {diskGb} GB × {formatMoney(offer.storage_price_hourly, 'USD', true)}/h ={' '}
-                    <Money value={diskHourly} precise perHour />
-                  </>
-                ) : (
-                  <span class="muted">
-                    enter a disk size from {minDisk} to {offer.max_storage_gb} GB
-                  </span>
-                )}
-              </dd>
-              <dt>Per hour</dt>
-              <dd>
-                <strong data-testid="price-per-hour">
-                  <Money value={perHour} precise perHour />
-                </strong>{' '}
-                <span class="muted">({RENTAL_LABELS[rental].toLowerCase()})</span>
-              </dd>
-              {rental === 'reserved' ? <ReservationQuote quote={q} error={quote.error} diskOk={diskOk} /> : null}
-              {q && balance.data && balance.data.balance < q.deposit_required ? (
-                <dd class="warning launch-short" role="note">
-                  Your balance of {formatMoney(balance.data.balance, balance.data.currency)} does not cover this
-                  deposit. <Link href="/billing">Add credit</Link> first, or choose a shorter reservation or fewer GPUs.
-                </dd>
-              ) : null}
-              <dt>Balance</dt>
-              <dd>
-                {balance.data ? <Money value={balance.data.balance} currency={balance.data.currency} /> : '…'}{' '}
-                <span class="muted">
-                  {rental === 'reserved'
-                    ? '(the deposit is charged at launch)'
-                    : '(launching needs an hour of this VM plus an hour of your other VMs in credit)'}
-                </span>{' '}
-                <Link href="/billing">Add credit</Link>
-              </dd>
-            </dl>
-          </div>
-        </fieldset>
+        <PriceStep
+          offer={offer}
+          rental={rental}
+          months={months}
+          gpuCount={gpuCount}
+          discount={discount}
+          diskGb={diskGb}
+          diskOk={diskOk}
+          minDisk={minDisk}
+          quote={quote}
+          balance={balance}
+        />
 
         <div class="actions">
           <Submit>Launch</Submit>

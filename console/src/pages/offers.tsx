@@ -8,7 +8,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Offer, operations } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { navigate } from '../router.js';
-import { Empty, Field, Link, Loaded, Money, Page, Select, useAsync, useDebounced } from '../ui.js';
+import { Empty, Field, Link, Loaded, Money, Page, RowButton, Select, Table, useAsync, useDebounced } from '../ui.js';
 
 export type RentalType = 'on_demand' | 'interruptible' | 'reserved';
 export type GpuType = Offer['gpu_type'];
@@ -239,86 +239,83 @@ function OfferTable({
   image: string | null;
 }) {
   return (
-    <div class="table-wrap">
-      <table class="offer-table">
-        <thead>
-          <tr>
-            <th scope="col">Node</th>
-            <th scope="col">GPU</th>
-            <th scope="col" class="num">
-              GPUs free
-            </th>
-            <th scope="col" class="num">
-              GPU RAM
-            </th>
-            <th scope="col">CPU / RAM</th>
-            <th scope="col">Location</th>
-            <th scope="col" class="num">
-              Per GPU-hour
-            </th>
-            <th scope="col" class="num">
-              Total per hour
-            </th>
-            <th scope="col" aria-label="Actions" />
+    <Table
+      class="offer-table"
+      head={
+        <>
+          <th scope="col">Node</th>
+          <th scope="col">GPU</th>
+          <th scope="col" class="num">
+            GPUs free
+          </th>
+          <th scope="col" class="num">
+            GPU RAM
+          </th>
+          <th scope="col">CPU / RAM</th>
+          <th scope="col">Location</th>
+          <th scope="col" class="num">
+            Per GPU-hour
+          </th>
+          <th scope="col" class="num">
+            Total per hour
+          </th>
+          <th scope="col" aria-label="Actions" />
+        </>
+      }
+    >
+      {offers.map((o) => {
+        const unit = unitPrice(o, rental);
+        // The API's total is the on-demand one; for the other rental types it is worked out the same way.
+        const total =
+          rental === 'on_demand'
+            ? o.total_price_hourly
+            : sumMoney(o.gpu_count * unit, DEFAULT_DISK_GB * o.storage_price_hourly);
+        return (
+          <tr key={o.node}>
+            <td>
+              <strong>{o.node}</strong>
+              {o.cluster_name ? <span class="cell-sub">{o.cluster_name}</span> : null}
+            </td>
+            <td>{o.gpu_type}</td>
+            <td class="num">{o.gpu_count}</td>
+            <td class="num">
+              {formatRam(o.gpu_ram_mb)}
+              <span class="cell-sub">{formatRam(o.total_gpu_ram_mb)} in all</span>
+            </td>
+            <td>
+              {o.cpu_cores} cores / {o.ram_gb} GB
+              <span class="cell-sub">
+                {o.cpu_model}
+                {o.pcie_gen ? ` · PCIe ${o.pcie_gen}` : ''}
+              </span>
+            </td>
+            <td>{o.location}</td>
+            <td class="num">
+              <Money value={unit} precise perHour />
+              {rental === 'reserved' ? (
+                <span class="cell-sub">
+                  −{o.reserved_discount_1mo}% to −{o.reserved_discount_6mo}% reserved
+                </span>
+              ) : null}
+            </td>
+            <td class="num">
+              <Money value={total} precise perHour />
+            </td>
+            <td>
+              <RowButton
+                variant="primary"
+                onClick={() =>
+                  navigate(
+                    `/offers/${encodeURIComponent(o.node)}/launch${filtersToQuery({ ...NO_FILTERS, ...(rentalSet ? { rental_type: rental } : {}) }, image)}`,
+                  )
+                }
+              >
+                Rent
+              </RowButton>
+            </td>
           </tr>
-        </thead>
-        <tbody>
-          {offers.map((o) => {
-            const unit = unitPrice(o, rental);
-            // The API's total is the on-demand one; for the other rental types it is worked out the same way.
-            const total =
-              rental === 'on_demand'
-                ? o.total_price_hourly
-                : sumMoney(o.gpu_count * unit, DEFAULT_DISK_GB * o.storage_price_hourly);
-            return (
-              <tr key={o.node}>
-                <td>
-                  <strong>{o.node}</strong>
-                  {o.cluster_name ? <span class="cell-sub">{o.cluster_name}</span> : null}
-                </td>
-                <td>{o.gpu_type}</td>
-                <td class="num">{o.gpu_count}</td>
-                <td class="num">
-                  {formatRam(o.gpu_ram_mb)}
-                  <span class="cell-sub">{formatRam(o.total_gpu_ram_mb)} in all</span>
-                </td>
-                <td>
-                  {o.cpu_cores} cores / {o.ram_gb} GB
-                  <span class="cell-sub">
-                    {o.cpu_model}
-                    {o.pcie_gen ? ` · PCIe ${o.pcie_gen}` : ''}
-                  </span>
-                </td>
-                <td>{o.location}</td>
-                <td class="num">
-                  <Money value={unit} precise perHour />
-                  {rental === 'reserved' ? (
-                    <span class="cell-sub">
-                      −{o.reserved_discount_1mo}% to −{o.reserved_discount_6mo}% reserved
-                    </span>
-                  ) : null}
-                </td>
-                <td class="num">
-                  <Money value={total} precise perHour />
-                </td>
-                <td>
-                  <button
-                    type="button"
-                    class="btn btn-primary btn-small"
-                    onClick={() =>
-                      navigate(
-                        `/offers/${encodeURIComponent(o.node)}/launch${filtersToQuery({ ...NO_FILTERS, ...(rentalSet ? { rental_type: rental } : {}) }, image)}`,
-                      )
-                    }
-                  >
-                    Rent
-                  </button>
-                </td>
-              </tr>
-            );
-          })}
-        </tbody>
-      </table>
-    </div>
+        );
+      })}
+    </Table>
   );
 }

@@ -17,9 +17,11 @@ import {
   Loaded,
   Money,
   Page,
+  RowButton,
   Select,
   Status,
   Submit,
+  Table,
   formatMoney,
   formatTime,
   notify,
@@ -220,69 +222,64 @@ export function Reservations() {
           rs.length === 0 ? (
             <Empty>No reservation yet.</Empty>
           ) : (
-            <div class="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>GPUs</th>
-                    <th>Status</th>
-                    <th>Term</th>
-                    <th class="num">Deposit</th>
-                    <th class="num">Remaining</th>
-                    <th>Ends</th>
-                    <th>VM</th>
-                    <th aria-label="Actions" />
-                  </tr>
-                </thead>
-                <tbody>
-                  {rs.map((r) => (
-                    <tr key={r.id}>
-                      <td>
-                        {r.gpu_count} × {r.gpu_type}
+            <Table
+              head={
+                <>
+                  <th>GPUs</th>
+                  <th>Status</th>
+                  <th>Term</th>
+                  <th class="num">Deposit</th>
+                  <th class="num">Remaining</th>
+                  <th>Ends</th>
+                  <th>VM</th>
+                  <th aria-label="Actions" />
+                </>
+              }
+            >
+              {rs.map((r) => (
+                <tr key={r.id}>
+                  <td>
+                    {r.gpu_count} × {r.gpu_type}
+                    <br />
+                    <small class="muted">{r.storage_gb} GB</small>
+                  </td>
+                  <td>
+                    <Status status={r.status} />
+                    {r.status === 'cancelled' ? (
+                      <>
                         <br />
-                        <small class="muted">{r.storage_gb} GB</small>
-                      </td>
-                      <td>
-                        <Status status={r.status} />
-                        {r.status === 'cancelled' ? (
-                          <>
-                            <br />
-                            <small class="muted">
-                              fee <Money value={r.cancellation_fee} currency={currency} />, refund{' '}
-                              <Money value={r.refund_amount} currency={currency} />
-                            </small>
-                          </>
-                        ) : null}
-                      </td>
-                      <td>
-                        {r.reservation_months} month{r.reservation_months === 1 ? '' : 's'}
-                        <br />
-                        <small class="muted">{r.discount_percent}% off</small>
-                      </td>
-                      <td class="num">
-                        <Money value={r.deposit_amount} currency={currency} />
-                      </td>
-                      <td class="num">
-                        <Money value={r.remaining_balance} currency={currency} />
-                      </td>
-                      <td>
-                        {r.status === 'cancelled' ? <>cancelled {formatTime(r.cancelled_at)}</> : formatTime(r.end_at)}
-                      </td>
-                      <td>
-                        <Link href={`/vms/${r.vm_id}`}>View VM</Link>
-                      </td>
-                      <td class="num">
-                        {r.status === 'active' ? (
-                          <button type="button" class="btn btn-plain btn-small" onClick={() => setCancelling(r.id)}>
-                            Cancel reservation
-                          </button>
-                        ) : null}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+                        <small class="muted">
+                          fee <Money value={r.cancellation_fee} currency={currency} />, refund{' '}
+                          <Money value={r.refund_amount} currency={currency} />
+                        </small>
+                      </>
+                    ) : null}
+                  </td>
+                  <td>
+                    {r.reservation_months} month{r.reservation_months === 1 ? '' : 's'}
+                    <br />
+                    <small class="muted">{r.discount_percent}% off</small>
+                  </td>
+                  <td class="num">
+                    <Money value={r.deposit_amount} currency={currency} />
+                  </td>
+                  <td class="num">
+                    <Money value={r.remaining_balance} currency={currency} />
+                  </td>
+                  <td>
+                    {r.status === 'cancelled' ? <>cancelled {formatTime(r.cancelled_at)}</> : formatTime(r.end_at)}
+                  </td>
+                  <td>
+                    <Link href={`/vms/${r.vm_id}`}>View VM</Link>
+                  </td>
+                  <td class="num">
+                    {r.status === 'active' ? (
+                      <RowButton onClick={() => setCancelling(r.id)}>Cancel reservation</RowButton>
+                    ) : null}
+                  </td>
+                </tr>
+              ))}
+            </Table>
           )
         }
       </Loaded>

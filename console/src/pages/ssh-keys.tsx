@@ -2,7 +2,20 @@
 import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
-import { Confirm, Empty, Field, Form, Loaded, Page, Submit, formatTime, notify, useAsync } from '../ui.js';
+import {
+  Confirm,
+  Empty,
+  Field,
+  Form,
+  Loaded,
+  Page,
+  RowButton,
+  Submit,
+  Table,
+  formatTime,
+  notify,
+  useAsync,
+} from '../ui.js';
 
 type SshKey = paths['/ssh-keys']['get']['responses'][200]['content']['application/json'][number];
 
@@ -84,46 +97,41 @@ export function SshKeys() {
           list.length === 0 ? (
             <Empty>No SSH key yet. Add one above: a VM that signs in with a key needs one.</Empty>
           ) : (
-            <div class="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th>Label</th>
-                    <th>Type</th>
-                    <th>Fingerprint</th>
-                    <th>Added</th>
-                    <th aria-label="Actions" />
-                  </tr>
-                </thead>
-                <tbody>
-                  {list.map((k) => (
-                    <tr key={k.id}>
-                      <td>
-                        {k.label}
-                        {oldest?.id === k.id ? (
-                          <>
-                            {' '}
-                            <span class="status" title="Used for new VMs when no key is chosen">
-                              default
-                            </span>
-                          </>
-                        ) : null}
-                      </td>
-                      <td>{k.key_type}</td>
-                      <td>
-                        <code class="fingerprint">{k.fingerprint}</code>
-                      </td>
-                      <td>{formatTime(k.created_at)}</td>
-                      <td class="num">
-                        <button type="button" class="btn btn-plain btn-small" onClick={() => setDeleting(k)}>
-                          Delete
-                        </button>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <Table
+              head={
+                <>
+                  <th>Label</th>
+                  <th>Type</th>
+                  <th>Fingerprint</th>
+                  <th>Added</th>
+                  <th aria-label="Actions" />
+                </>
+              }
+            >
+              {list.map((k) => (
+                <tr key={k.id}>
+                  <td>
+                    {k.label}
+                    {oldest?.id === k.id ? (
+                      <>
+                        {' '}
+                        <span class="status" title="Used for new VMs when no key is chosen">
+                          default
+                        </span>
+                      </>
+                    ) : null}
+                  </td>
+                  <td>{k.key_type}</td>
+                  <td>
+                    <code class="fingerprint">{k.fingerprint}</code>
+                  </td>
+                  <td>{formatTime(k.created_at)}</td>
+                  <td class="num">
+                    <RowButton onClick={() => setDeleting(k)}>Delete</RowButton>
+                  </td>
+                </tr>
+              ))}
+            </Table>
           )
         }
       </Loaded>

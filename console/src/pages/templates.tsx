@@ -4,7 +4,7 @@
  * ready now, each a link to launch it there.
  */
 import { accessText, useTemplates } from '../templates.js';
-import { Empty, Link, Loaded, Page } from '../ui.js';
+import { Empty, Link, Loaded, Page, Table } from '../ui.js';
 
 /** Nodes listed by name before the rest is counted. */
 const NODES_SHOWN = 6;
@@ -30,61 +30,59 @@ export function Templates(_props: Record<string, unknown>) {
           list.length === 0 ? (
             <Empty>No templates yet.</Empty>
           ) : (
-            <div class="table-wrap">
-              <table class="templates">
-                <thead>
-                  <tr>
-                    <th scope="col">Template</th>
-                    <th scope="col">Operating system</th>
-                    <th scope="col">Login</th>
-                    <th scope="col">Access</th>
-                    <th scope="col" class="num">
-                      Min disk
-                    </th>
-                    <th scope="col">Ready on</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {list.map((t) => (
-                    <tr key={t.template_vmid} data-template={t.template_vmid}>
-                      <td>
-                        <strong>{t.name}</strong> <span class="muted">({t.template_vmid})</span>
-                        <div class="cell-sub">{t.description}</div>
-                      </td>
-                      <td>{t.os}</td>
-                      <td>
-                        <code>{t.default_user}</code>
-                      </td>
-                      <td>{accessText(t)}</td>
-                      <td class="num">{t.min_disk_gb} GB</td>
-                      <td>
-                        {t.ready_on.nodes.length === 0 ? (
-                          <span class="muted">no node yet</span>
-                        ) : (
-                          <>
-                            <span class="cell-sub">{t.ready_on.gpu_types.join(', ')}: </span>
-                            {t.ready_on.nodes.slice(0, NODES_SHOWN).map((n, i) => (
-                              <span key={n}>
-                                {i > 0 ? ', ' : ''}
-                                <Link
-                                  href={`/offers/${encodeURIComponent(n)}/launch?template=${t.template_vmid}`}
-                                  title={`Launch ${t.name} on ${n}`}
-                                >
-                                  {n}
-                                </Link>
-                              </span>
-                            ))}
-                            {t.ready_on.nodes.length > NODES_SHOWN ? (
-                              <span class="muted"> and {t.ready_on.nodes.length - NODES_SHOWN} more</span>
-                            ) : null}
-                          </>
-                        )}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <Table
+              class="templates"
+              head={
+                <>
+                  <th scope="col">Template</th>
+                  <th scope="col">Operating system</th>
+                  <th scope="col">Login</th>
+                  <th scope="col">Access</th>
+                  <th scope="col" class="num">
+                    Min disk
+                  </th>
+                  <th scope="col">Ready on</th>
+                </>
+              }
+            >
+              {list.map((t) => (
+                <tr key={t.template_vmid} data-template={t.template_vmid}>
+                  <td>
+                    <strong>{t.name}</strong> <span class="muted">({t.template_vmid})</span>
+                    <div class="cell-sub">{t.description}</div>
+                  </td>
+                  <td>{t.os}</td>
+                  <td>
+                    <code>{t.default_user}</code>
+                  </td>
+                  <td>{accessText(t)}</td>
+                  <td class="num">{t.min_disk_gb} GB</td>
+                  <td>
+                    {t.ready_on.nodes.length === 0 ? (
+                      <span class="muted">no node yet</span>
+                    ) : (
+                      <>
+                        <span class="cell-sub">{t.ready_on.gpu_types.join(', ')}: </span>
+                        {t.ready_on.nodes.slice(0, NODES_SHOWN).map((n, i) => (
+                          <span key={n}>
+                            {i > 0 ? ', ' : ''}
+                            <Link
+                              href={`/offers/${encodeURIComponent(n)}/launch?template=${t.template_vmid}`}
+                              title={`Launch ${t.name} on ${n}`}
+                            >
+                              {n}
+                            </Link>
+                          </span>
+                        ))}
+                        {t.ready_on.nodes.length > NODES_SHOWN ? (
+                          <span class="muted"> and {t.ready_on.nodes.length - NODES_SHOWN} more</span>
+                        ) : null}
+                      </>
+                    )}
+                  </td>
+                </tr>
+              ))}
+            </Table>
           )
         }
       </Loaded>

@@ -14,6 +14,7 @@ import {
   Loaded,
   Status,
   Submit,
+  Table,
   formatDuration,
   formatTime,
   notify,
@@ -115,42 +116,39 @@ export function Interruptions({ vm }: { vm: Vm }) {
           list.length === 0 ? (
             <Empty>No interruptions so far.</Empty>
           ) : (
-            <div class="table-wrap">
-              <table>
-                <thead>
-                  <tr>
-                    <th scope="col">Interrupted</th>
-                    <th scope="col">Status</th>
-                    <th scope="col">Restored</th>
-                    <th scope="col" class="num">
-                      Downtime
-                    </th>
-                    <th scope="col">Taken by VM</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {list.map((i) => (
-                    <tr key={i.id}>
-                      <td>{formatTime(i.preempted_at)}</td>
-                      <td>
-                        <Status status={i.status} />
-                      </td>
-                      <td>{formatTime(i.restored_at)}</td>
-                      <td class="num">
-                        {i.status === 'interrupted' ? (
-                          <span class="muted">ongoing</span>
-                        ) : (
-                          formatDuration(i.downtime_seconds)
-                        )}
-                      </td>
-                      <td>
-                        <code>{i.preempted_by_vm_id}</code>
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <Table
+              head={
+                <>
+                  <th scope="col">Interrupted</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Restored</th>
+                  <th scope="col" class="num">
+                    Downtime
+                  </th>
+                  <th scope="col">Taken by VM</th>
+                </>
+              }
+            >
+              {list.map((i) => (
+                <tr key={i.id}>
+                  <td>{formatTime(i.preempted_at)}</td>
+                  <td>
+                    <Status status={i.status} />
+                  </td>
+                  <td>{formatTime(i.restored_at)}</td>
+                  <td class="num">
+                    {i.status === 'interrupted' ? (
+                      <span class="muted">ongoing</span>
+                    ) : (
+                      formatDuration(i.downtime_seconds)
+                    )}
+                  </td>
+                  <td>
+                    <code>{i.preempted_by_vm_id}</code>
+                  </td>
+                </tr>
+              ))}
+            </Table>
           )
         }
       </Loaded>

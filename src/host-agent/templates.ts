@@ -26,9 +26,9 @@ import {
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AgentDesiredTemplate, AgentTemplateState } from './api.js';
-import { sha256File } from './images/verify.js';
+import { qemuImgInfo, sha256File } from '../disk-image/check.js';
 import type { ImagePuller } from './images/pull.js';
-import { AgentError } from './vms.js';
+import { AgentError } from './errors.js';
 
 const run = promisify(execFile);
 
@@ -114,8 +114,7 @@ export class TemplateStore {
       );
     let format: string;
     try {
-      const info = await run('qemu-img', ['info', '--output=json', file]);
-      format = String((JSON.parse(info.stdout) as { format?: string }).format);
+      format = String((await qemuImgInfo(file)).format);
     } catch (err) {
       throw new Error(
         `qemu-img cannot read ${file}: ${(err as { stderr?: string }).stderr?.trim() || (err as Error).message}`,

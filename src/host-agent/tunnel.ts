@@ -19,7 +19,8 @@ import net from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { TUNNEL_PROTOCOL } from './api.js';
-import { AgentError, UUID, type VmManager } from './vms.js';
+import { AgentError, UUID } from './errors.js';
+import type { VmManager } from './vms.js';
 import { rawAnswer, splice } from '../net/streams.js';
 
 const PATH = /^\/v1\/vms\/([^/?]+)\/tunnel\?port=([1-9][0-9]{0,4})$/;

@@ -9,39 +9,26 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync, closeSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
+import { existsSync, openSync, readdirSync, readFileSync, statSync, writeSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import type { TestApp } from '../helpers/app.js';
 import { api } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
-import { advance, createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
-import { qemu, qemuImg, genisoimage } from './qemu-helpers.js';
-import {
-  freePort,
-  kill,
-  qemuPidsUnder,
-  ssh,
-  startAgentProcess,
-  testImage,
-  workDir,
-  type AgentProcess,
-} from './real-vms.js';
+import { advance, type TestUser } from '../helpers/factories.js';
+import { kill, ssh, startAgentProcess, testImage } from './real-vms.js';
+import { TwoHosts, twoHostsSkip as skip } from './two-hosts.js';
 
-const skip = qemu.skip || qemuImg.skip || genisoimage.skip;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
 for (const kind of DB_KINDS) {
   describe(`templates distributed to two real hosts [${kind}]`, { skip }, () => {
+    const env = new TwoHosts();
+    const hosts = env.hosts;
     let t: TestApp;
-    let dir: string;
     let admin: TestUser;
     let renter: TestUser;
-    let keyFile: string;
-    const hosts: { name: string; dataDir: string; args: string[]; token: string; agent?: AgentProcess }[] = [];
 
     const asAdmin = () => api(t, admin.token);
     const asRenter = () => api(t, renter.token);
@@ -54,7 +41,7 @@ for (const kind of DB_KINDS) {
     /** Heartbeats to every node until `check` holds (the agents work in real time). */
     const until = async (what: string, check: () => Promise<boolean>, seconds = 60) => {
       for (let i = 0; i < seconds * 4; i++) {
-        for (const h of hosts) if (h.agent) await t.services.agents.checkNode(h.name);
+        for (const h of hosts) await t.services.hostMonitor.checkNode(h.name);
         if (await check()) return;
         await sleep(250);
       }
@@ -85,50 +72,12 @@ for (const kind of DB_KINDS) {
       existsSync(join(h.dataDir, 'images')) ? readdirSync(join(h.dataDir, 'images')) : [];
 
     before(async () => {
-      for (const tool of [qemu, qemuImg, genisoimage]) tool.ensure();
-      dir = workDir('cat');
-      keyFile = join(dir, 'id');
-      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'catalogue', '-f', keyFile]);
-      t = await buildTestApp(kind, { env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '20' } });
-      // Agents download from the API's own address.
-      await t.app.listen({ port: 0, host: '127.0.0.1' });
-      t.services.templates.useBaseUrl(`http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}`);
-      admin = await createUser(t, { admin: true });
-      renter = await createUser(t);
-      await credit(t, admin.token, renter.id, 100);
-      const key = await asRenter().post('/ssh-keys', {
-        body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') },
-      });
-      assert.equal(key.status, 201, key.text);
-      for (const name of ['a', 'b']) {
-        const token = `catalogue-${name}-`.padEnd(48, name);
-        t.forbidSecret(token);
-        const sshFrom = 20000 + Math.floor(Math.random() * 4000) * 10;
-        const dataDir = join(dir, name);
-        const args = [
-          '--listen',
-          `127.0.0.1:${await freePort()}`,
-          '--data-dir',
-          dataDir,
-          '--token',
-          token,
-          '--accel',
-          'tcg',
-          '--fake-gpus',
-          '1',
-          '--ssh-ports',
-          `${sshFrom}-${sshFrom + 9}`,
-        ];
-        hosts.push({ name: '', dataDir, args, token, agent: await startAgentProcess(args) });
-      }
+      await env.start(kind, 'cat');
+      ({ t, admin } = env);
+      renter = await env.customer();
     });
 
-    after(async () => {
-      for (const h of hosts) if (h.agent) await kill(h.agent.child);
-      if (dir) for (const pid of qemuPidsUnder(dir)) process.kill(pid, 'SIGKILL');
-      await t?.close();
-      if (dir) rmSync(dir, { recursive: true, force: true });
-    });
+    after(() => env.close());
 
     test('both hosts download the pushed image, report it ready, and run a VM of it', async () => {
       const c = await asAdmin().post('/admin/templates', {
@@ -143,16 +92,7 @@ for (const kind of DB_KINDS) {
       assert.equal(c.status, 201, c.text);
       const image = readFileSync(testImage());
       const sha = await push(image, 105);
-      for (const h of hosts) {
-        const n = await createNode(t, admin.token, {
-          agent_url: h.agent!.url,
-          agent_token: h.token,
-          gpu_count: 1,
-          ram_gb: 1,
-          cpu_cores: 2,
-        });
-        h.name = n.node;
-      }
+      for (const h of hosts) await env.register(h);
       for (const h of hosts) {
         await until(`template 105 ready on ${h.name}`, async () => (await stateOf(h.name, 105))?.state === 'ready');
         const s = (await stateOf(h.name, 105))!;
@@ -180,7 +120,7 @@ for (const kind of DB_KINDS) {
         assert.equal(v.body.status, 'running', `the VM on ${hosts[i]!.name} runs`);
         const info = await asRenter().get('/vms/{vm_id}/access-info', { params: { vm_id: id } });
         assert.equal(info.status, 200, info.text);
-        const out = ssh(info.body.ssh.command, 'echo hello from $(hostname)', { key: keyFile });
+        const out = ssh(info.body.ssh.command, 'echo hello from $(hostname)', { key: env.keyFile });
         assert.equal(out.status, 0, out.stderr);
         assert.equal(out.stdout.trim(), `hello from gpucloud-${v.body.vmid}`);
       }
@@ -197,11 +137,11 @@ for (const kind of DB_KINDS) {
         async () =>
           (await stateOf(a.name, 105))?.state === 'ready' && existsSync(file) && sha256(readFileSync(file)) === sha,
       );
-      const downloads = a
-        .agent!.output()
+      const downloads = a.agent
+        .output()
         .split('\n')
         .filter((l) => l.includes(sha) && l.includes('downloading an image'));
-      assert.equal(downloads.length, 2, `downloaded again, from its first byte:\n${a.agent!.output()}`);
+      assert.equal(downloads.length, 2, `downloaded again, from its first byte:\n${a.agent.output()}`);
       assert.match(downloads[1]!, /"resume_from":0/);
 
       // Deleting the template: refused while VMs stand on it; once they are destroyed the hosts remove it.
@@ -222,7 +162,7 @@ for (const kind of DB_KINDS) {
     test('an agent killed in the middle of a download resumes it where it stopped', async () => {
       const b = hosts[1]!;
       // Slowed down, so the kill lands in the middle.
-      await kill(b.agent!.child);
+      await kill(b.agent.child);
       b.agent = await startAgentProcess([...b.args, '--download-limit', '3']);
       const c = await asAdmin().post('/admin/templates', {
         body: { template_vmid: 106, name: 'big-raw', description: 'x', os: 'none', default_user: 'root' },
@@ -237,7 +177,7 @@ for (const kind of DB_KINDS) {
       const had = statSync(part).size;
       assert.ok(had > 0 && had < raw.length, `a part of ${had} bytes`);
       b.agent = await startAgentProcess([...b.args, '--download-limit', '3']);
-      await t.services.agents.checkNode(b.name);
+      await t.services.hostMonitor.checkNode(b.name);
       const first = (await stateOf(b.name, 106))!;
       assert.ok(first.bytes_done >= had, `resumed at ${first.bytes_done} bytes, not from 0 (the part had ${had})`);
       await until(

@@ -9,27 +9,15 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { buildTestApp, type TestApp } from '../helpers/app.js';
+import type { TestApp } from '../helpers/app.js';
 import { api, type BodyFor } from '../helpers/api.js';
 import { DB_KINDS } from '../helpers/db.js';
-import { createNode, createUser, credit, type TestUser } from '../helpers/factories.js';
-import { qemu, qemuImg, genisoimage } from './qemu-helpers.js';
-import {
-  cli,
-  freePort,
-  kill,
-  qemuPidsUnder,
-  ssh,
-  startAgentProcess,
-  testImage,
-  workDir,
-  type AgentProcess,
-} from './real-vms.js';
+import type { TestUser } from '../helpers/factories.js';
+import { cli, kill, ssh, startAgentProcess, testImage } from './real-vms.js';
+import { TwoHosts, twoHostsSkip as skip, type Host } from './two-hosts.js';
 
-const skip = qemu.skip || qemuImg.skip || genisoimage.skip;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 type Vm = BodyFor<'/vms/{vm_id}', 'get', 200>;
 
@@ -38,13 +26,12 @@ const DATA_AT_MIB = 64;
 
 for (const kind of DB_KINDS) {
   describe(`start on another host, two real hosts [${kind}]`, { skip }, () => {
+    const env = new TwoHosts();
+    const hosts = env.hosts;
     let t: TestApp;
-    let dir: string;
     let admin: TestUser;
     let renter: TestUser;
     let other: TestUser;
-    let keyFile: string;
-    const hosts: { name: string; dataDir: string; args: string[]; token: string; agent: AgentProcess }[] = [];
     let x: Vm;
     let dataSha = '';
 
@@ -62,7 +49,7 @@ for (const kind of DB_KINDS) {
     const inGuest = async (remote: string) => {
       const info = await as(renter).get('/vms/{vm_id}/access-info', { params: { vm_id: x.id } });
       assert.equal(info.status, 200, info.text);
-      const out = ssh(info.body.ssh.command, remote, { key: keyFile });
+      const out = ssh(info.body.ssh.command, remote, { key: env.keyFile });
       assert.equal(out.status, 0, out.stderr);
       return out.stdout.trim();
     };
@@ -88,77 +75,25 @@ for (const kind of DB_KINDS) {
         token: renter.token,
         ...(body === undefined ? {} : { body: body as Record<string, unknown> }),
       });
-    const vmDirs = (h: (typeof hosts)[number]) =>
-      existsSync(join(h.dataDir, 'vms')) ? readdirSync(join(h.dataDir, 'vms')) : [];
+    const vmDirs = (h: Host) => (existsSync(join(h.dataDir, 'vms')) ? readdirSync(join(h.dataDir, 'vms')) : []);
 
     before(async () => {
-      for (const tool of [qemu, qemuImg, genisoimage]) tool.ensure();
-      dir = workDir('move');
-      keyFile = join(dir, 'id');
-      execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'move', '-f', keyFile]);
-      t = await buildTestApp(kind, { env: { GPUCLOUD_AGENT_HEARTBEAT_S: '1', GPUCLOUD_AGENT_STOP_TIMEOUT_S: '20' } });
-      // Hosts download customer images from the API's own address.
-      await t.app.listen({ port: 0, host: '127.0.0.1' });
-      t.services.templates.useBaseUrl(`http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}`);
-      admin = await createUser(t, { admin: true });
-      renter = await createUser(t);
-      other = await createUser(t);
-      for (const u of [renter, other]) await credit(t, admin.token, u.id, 100);
-      const key = await as(renter).post('/ssh-keys', {
-        body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') },
+      // Only host A holds the template: a moved disk needs none.
+      await env.start(kind, 'move', (name, dataDir) => {
+        if (name !== 'a') return;
+        const added = cli(['agent', 'template', 'add', '100', testImage(), '--user', 'root', '--data-dir', dataDir]);
+        assert.equal(added.status, 0, added.stderr);
       });
-      assert.equal(key.status, 201, key.text);
-      const otherKey = await as(other).post('/ssh-keys', {
-        body: { ssh_public_key: readFileSync(`${keyFile}.pub`, 'utf8') },
-      });
-      assert.equal(otherKey.status, 201, otherKey.text);
-      for (const name of ['a', 'b']) {
-        const token = `move-${name}-`.padEnd(48, name);
-        t.forbidSecret(token);
-        const sshFrom = 20000 + Math.floor(Math.random() * 4000) * 10;
-        const dataDir = join(dir, name);
-        const args = [
-          '--listen',
-          `127.0.0.1:${await freePort()}`,
-          '--data-dir',
-          dataDir,
-          '--token',
-          token,
-          '--accel',
-          'tcg',
-          '--fake-gpus',
-          '1',
-          '--ssh-ports',
-          `${sshFrom}-${sshFrom + 9}`,
-        ];
-        // Only host A holds the template: a moved disk needs none.
-        if (name === 'a') {
-          const added = cli(['agent', 'template', 'add', '100', testImage(), '--user', 'root', '--data-dir', dataDir]);
-          assert.equal(added.status, 0, added.stderr);
-        }
-        const agent = await startAgentProcess(args);
-        const n = await createNode(t, admin.token, {
-          agent_url: agent.url,
-          agent_token: token,
-          gpu_type: '4090',
-          gpu_count: 1,
-          ram_gb: 1,
-          cpu_cores: 2,
-          cluster_name: `move-${kind}`,
-        });
-        hosts.push({ name: n.node, dataDir, args, token, agent });
-      }
+      ({ t, admin } = env);
+      renter = await env.customer();
+      other = await env.customer();
+      for (const h of hosts) await env.register(h, { gpu_type: '4090', cluster_name: `move-${kind}` });
     });
 
-    after(async () => {
-      for (const h of hosts) await kill(h.agent.child);
-      if (dir) for (const pid of qemuPidsUnder(dir)) process.kill(pid, 'SIGKILL');
-      await t?.close();
-      if (dir) rmSync(dir, { recursive: true, force: true });
-    });
+    after(() => env.close());
 
     test('X, stopped on A whose GPU was rented out, runs on B with the data its customer wrote', async () => {
-      const [a, b] = hosts as [(typeof hosts)[number], (typeof hosts)[number]];
+      const [a, b] = hosts as [Host, Host];
       const c = await as(renter).post('/vms', {
         body: { node: a.name, gpu_type: '4090', gpu_count: 1, storage_gb: 50, template_vmid: 100, instance_label: 'x' },
       });
@@ -212,14 +147,14 @@ for (const kind of DB_KINDS) {
     });
 
     test('the destination killed in the middle of the copy: X is stopped on B, intact; a retry succeeds', async () => {
-      const [a, b] = hosts as [(typeof hosts)[number], (typeof hosts)[number]];
+      const [a, b] = hosts as [Host, Host];
       await stopX();
       // B gets the template now, so that another user's VM can take its GPU.
       await kill(b.agent.child);
       const added = cli(['agent', 'template', 'add', '100', testImage(), '--user', 'root', '--data-dir', b.dataDir]);
       assert.equal(added.status, 0, added.stderr);
       b.agent = await startAgentProcess(b.args);
-      await t.services.agents.checkNode(b.name);
+      await t.services.hostMonitor.checkNode(b.name);
       // A downloads slowly now, so that the kill lands in the middle of the copy.
       await kill(a.agent.child);
       a.agent = await startAgentProcess([...a.args, '--download-limit', '2']);
@@ -270,7 +205,7 @@ for (const kind of DB_KINDS) {
     });
 
     test('a snapshot of X, X destroyed, a VM from the image on the other host holds the data', async () => {
-      const [a, b] = hosts as [(typeof hosts)[number], (typeof hosts)[number]];
+      const [a, b] = hosts as [Host, Host];
       await stopX();
       assert.equal((await vmOf(x.id)).node, a.name);
       const r = await t.req('POST', `/vms/${x.id}/snapshots`, { token: renter.token, body: { name: 'with-data' } });

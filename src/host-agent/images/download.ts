@@ -11,7 +11,7 @@ import { existsSync, rmSync, statSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { hashInto } from './verify.js';
+import { hashInto } from '../../disk-image/check.js';
 
 /** Bytes gathered before one write to the part file. */
 const WRITE_BATCH = 1024 * 1024;

@@ -35,7 +35,8 @@ import type { ServerResponse } from 'node:http';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AgentExportState } from '../api.js';
-import { freeBytes, gb, hashHandle, readJson, writeJson } from './verify.js';
+import { hashHandle } from '../../disk-image/check.js';
+import { freeBytes, gb, readJson, writeJson } from './verify.js';
 
 const run = promisify(execFile);
 

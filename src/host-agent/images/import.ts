@@ -13,9 +13,10 @@
  *   `Authorization: Bearer`, the declared size, `--download-limit`, the
  *   SHA-256 computed as the bytes arrive (a resumed part is hashed first).
  * - Then the checksum must be the declared one, and `qemu-img info` must find
- *   the declared format, no backing file, no external data file, and a
- *   virtual size no larger than the VM's `storage_gb`. Only then is the VM
- *   built from it (the caller's `install`: its folder, grown disk, seed).
+ *   the declared format, no backing file, no external data file, a qcow2 not
+ *   marked corrupt (src/disk-image/check.ts), and a virtual size no larger
+ *   than the VM's `storage_gb`. Only then is the VM built from it (the
+ *   caller's `install`: its folder, grown disk, seed).
  * - A failure leaves the VM `importing` with the reason; the part stays when
  *   it can be resumed (an HTTP error, a source unreachable, a cut) and goes
  *   when it cannot (a checksum mismatch, an image refused, a full disk). The

@@ -29,11 +29,11 @@ import {
   ImageRefused,
   inspectImage,
   readMeta,
-  sha256File,
   writeJson,
   type ImageFormat,
   type ImageMeta,
 } from './verify.js';
+import { sha256File } from '../../disk-image/check.js';
 
 export const SHA256_RE = /^[0-9a-f]{64}$/;
 

@@ -1,20 +1,17 @@
 /**
- * Checks on a disk image before a VM may stand on it: its SHA-256 over the
- * whole file, and what `qemu-img info` says of it (the declared format, no
- * backing file, no external data file: an image that points at any other
- * file, `/etc/shadow` say, is refused). A verified image's size and mtime are
- * kept in a small JSON file beside it, so a copy changed on disk since is
- * noticed and hashed again before it is used.
+ * The agent's side of the checks on a disk image before a VM may stand on it
+ * (the rules are src/disk-image/check.ts, shared with the control plane): its
+ * SHA-256 over the whole file, and what `qemu-img info` says of it (the
+ * declared format, no backing file, no external data file: an image that
+ * points at any other file, `/etc/shadow` say, is refused), in the words the
+ * agent reports. A verified image's size and mtime are kept in a small JSON
+ * file beside it, so a copy changed on disk since is noticed and hashed again
+ * before it is used.
  */
-import { execFile } from 'node:child_process';
-import { createHash, type Hash } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, statfsSync, writeFileSync } from 'node:fs';
-import { open, type FileHandle } from 'node:fs/promises';
-import { promisify } from 'node:util';
+import { DiskImageRefused, inspectDiskImage, type DiskFormat, type ImageProblem } from '../../disk-image/check.js';
 
-const run = promisify(execFile);
-
-export type ImageFormat = 'qcow2' | 'raw';
+export type ImageFormat = DiskFormat;
 
 /** What is recorded beside a verified image: `<sha256>.json`. */
 export interface ImageMeta {
@@ -30,48 +27,22 @@ export interface ImageMeta {
 /** An image `qemu-img info` does not accept as a template's base. */
 export class ImageRefused extends Error {}
 
-/** Bytes read at once when a file is hashed. */
-const HASH_CHUNK = 4 * 1024 * 1024;
-
-/**
- * Feeds a file's first `length` bytes (all of it by default) into `hash`. Reads 4 MiB at a time, the next
- * read under way while the last one is hashed: about 1.6 GB/s with SHA extensions, where a stream's
- * 64 KiB chunks, read and hashed in turn, gave about half that.
- */
-export async function hashInto(hash: Hash, file: string, length?: number): Promise<void> {
-  if (length === 0) return;
-  const fh = await open(file, 'r');
-  try {
-    await hashHandle(hash, fh, length ?? Infinity);
-  } finally {
-    await fh.close();
+/** Why an image was refused, as the agent reports it (a template's `reason`, an import's `error`). */
+function refusal(problem: ImageProblem, declared: ImageFormat): string {
+  switch (problem.kind) {
+    case 'unreadable':
+      return `the image was refused: qemu-img cannot read it (${problem.detail})`;
+    case 'format':
+      return `the image was refused: it is ${String(problem.format)}, the control plane declared ${declared}`;
+    case 'backing_file':
+      return `the image was refused: it has a backing file (${problem.file}); an image must stand alone`;
+    case 'data_file':
+      return `the image was refused: it has an external data file (${problem.file})`;
+    case 'corrupt':
+      return 'the image was refused: the qcow2 image is marked corrupt';
+    case 'damaged':
+      return `the image was refused: the qcow2 image is damaged (${problem.detail})`;
   }
-}
-
-/** Feeds the first `length` bytes of an open file (up to its end) into `hash`. */
-export async function hashHandle(hash: Hash, fh: FileHandle, length = Infinity): Promise<number> {
-  const bufs = [Buffer.allocUnsafe(HASH_CHUNK), Buffer.allocUnsafe(HASH_CHUNK)];
-  const read = (i: number, at: number) => fh.read(bufs[i]!, 0, Math.max(0, Math.min(HASH_CHUNK, length - at)), at);
-  let at = 0;
-  let i = 0;
-  let pending = read(0, 0);
-  for (;;) {
-    const { bytesRead } = await pending;
-    if (bytesRead === 0) break;
-    const current = bufs[i]!;
-    at += bytesRead;
-    i ^= 1;
-    pending = read(i, at); // read on the thread pool while this chunk is hashed here
-    hash.update(current.subarray(0, bytesRead));
-  }
-  return at;
-}
-
-/** The SHA-256 of a whole file, lowercase hex. */
-export async function sha256File(file: string): Promise<string> {
-  const hash = createHash('sha256');
-  await hashInto(hash, file);
-  return hash.digest('hex');
 }
 
 /**
@@ -80,26 +51,13 @@ export async function sha256File(file: string): Promise<string> {
  * file and no external data file. Answers its virtual size.
  */
 export async function inspectImage(file: string, format: ImageFormat): Promise<{ virtualSize: number }> {
-  let info: Record<string, unknown>;
   try {
-    const r = await run('qemu-img', ['info', '--output=json', file], { maxBuffer: 4 * 1024 * 1024 });
-    info = JSON.parse(r.stdout) as Record<string, unknown>;
+    const { virtualSize } = await inspectDiskImage(file, [format]);
+    return { virtualSize };
   } catch (err) {
-    const detail = (err as { stderr?: string }).stderr?.trim() || (err as Error).message;
-    throw new ImageRefused(`the image was refused: qemu-img cannot read it (${detail})`);
+    if (err instanceof DiskImageRefused) throw new ImageRefused(refusal(err.problem, format));
+    throw err;
   }
-  if (info.format !== format)
-    throw new ImageRefused(`the image was refused: it is ${String(info.format)}, the control plane declared ${format}`);
-  const backing = info['backing-filename'] ?? info['full-backing-filename'];
-  if (backing !== undefined)
-    throw new ImageRefused(
-      `the image was refused: it has a backing file (${String(backing)}); an image must stand alone`,
-    );
-  const specific = info['format-specific'] as { data?: Record<string, unknown> } | undefined;
-  const dataFile = specific?.data?.['data-file'];
-  if (dataFile !== undefined)
-    throw new ImageRefused(`the image was refused: it has an external data file (${String(dataFile)})`);
-  return { virtualSize: Number(info['virtual-size'] ?? 0) };
 }
 
 export function readMeta(file: string): ImageMeta | null {

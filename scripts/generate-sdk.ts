@@ -2,7 +2,8 @@
  * Generates the SDK's committed artefacts from the service itself:
  *
  *   sdk/openapi.json    the OpenAPI document the server serves at GET /openapi.json
- *   src/sdk/schema.ts   TypeScript types for it (openapi-typescript), used by src/sdk/client.ts
+ *   src/sdk/schema.ts   TypeScript types for it (openapi-typescript), used by the SDK (src/sdk/), and
+ *                       VM_STATUSES: a VM's status enum as a value, for code that lists the statuses
  *
  * The app is built in-process on a throwaway in-memory PGlite with the manual
  * clock; nothing listens and no background job runs. Only GPUCLOUD_PUBLIC_URL
@@ -88,14 +89,43 @@ export function optionalDefaultedQuery(doc: { paths?: Record<string, Record<stri
   return changed;
 }
 
-/** TypeScript types (`paths`, `components`, `operations`) for an OpenAPI document. */
+interface SchemaLike {
+  properties?: Record<string, { enum?: unknown[] }>;
+}
+
+/**
+ * The `status` enum of a VM as GET /vms/{vm_id} answers it, in the document's order. The types hold it only
+ * as a union; a caller that lists the statuses (the CLI's `vm wait --status`) needs it as a value.
+ */
+export function vmStatuses(doc: { paths?: Record<string, Record<string, unknown>> }): string[] {
+  const get = doc.paths?.['/vms/{vm_id}']?.get as
+    { responses?: Record<string, { content?: Record<string, { schema?: SchemaLike }> }> } | undefined;
+  const values = get?.responses?.['200']?.content?.['application/json']?.schema?.properties?.status?.enum;
+  if (!Array.isArray(values) || values.length === 0 || !values.every((v) => typeof v === 'string')) {
+    throw new Error('generate-sdk: the answer of GET /vms/{vm_id} has no status enum to emit VM_STATUSES from');
+  }
+  return values;
+}
+
+/**
+ * TypeScript types (`paths`, `components`, `operations`) for an OpenAPI document, and the one value
+ * beside them: VM_STATUSES.
+ */
 export async function schemaTypes(openapiJson: string): Promise<string> {
   const doc = JSON.parse(openapiJson) as Parameters<typeof openapiTS>[0] & {
     paths?: Record<string, Record<string, unknown>>;
   };
   optionalDefaultedQuery(doc);
   const ast = await openapiTS(doc, { silent: true });
-  return SCHEMA_HEADER + astToString(ast);
+  const statuses = vmStatuses(doc)
+    .map((v) => JSON.stringify(v))
+    .join(', ');
+  return (
+    SCHEMA_HEADER +
+    astToString(ast) +
+    "\n/** Every status of a VM (its `status`), in the order of the API's enum. */\n" +
+    `export const VM_STATUSES = [${statuses}] as const;\n`
+  );
 }
 
 export async function generate(): Promise<Map<string, string>> {

@@ -1,5 +1,8 @@
-/** `gpucloud vm ...`: rent, watch and control VMs (docs/vms.md); reaching them is vm-access.ts. */
-import { GpuCloudError, type CreateVmRequest, type Template, type Vm, type VmStatus } from '../sdk/index.js';
+/**
+ * `gpucloud vm ...`: rent, watch and control VMs (docs/vms.md); following a VM's status is vm-wait.ts, reaching
+ * them is vm-access.ts.
+ */
+import { GpuCloudError, type CreateVmRequest, type Template, type Vm } from '../sdk/index.js';
 import {
   call,
   confirmOrAbort,
@@ -17,6 +20,7 @@ import { imageForCreate } from './my-images.js';
 import { CliFailure, CliUsageError, keyValues, money, table } from './output.js';
 import { quoteText } from './reservations.js';
 import { noticeOf, printNotice, vmPath, VM_ACCESS_COMMANDS } from './vm-access.js';
+import { VM_WAIT_COMMAND, waitWithStatus, whyStopped } from './vm-wait.js';
 import {
   catalogue,
   DEFAULT_TEMPLATE,
@@ -78,63 +82,6 @@ function onOff(raw: string | undefined): boolean {
   if (raw === 'on' || raw === 'true' || raw === 'yes') return true;
   if (raw === 'off' || raw === 'false' || raw === 'no') return false;
   throw new CliUsageError(`expected on or off, got "${raw ?? ''}"`);
-}
-
-/** With GPUCLOUD_POLL_MS set, waits read the VM that often instead of following its events. */
-function pollMs(ctx: Ctx): number | undefined {
-  const n = Number(ctx.env.GPUCLOUD_POLL_MS);
-  return Number.isFinite(n) && n > 0 ? n : undefined;
-}
-
-/** Waits for `status`, with a live status line on stderr. */
-/** Why a VM that was starting (or moving) ended stopped: the error of its last status change. */
-async function whyStopped(ctx: Ctx, vm: Vm): Promise<string> {
-  let after: string | undefined;
-  let error: string | null = null;
-  for (;;) {
-    const page = await call(
-      ctx.client().api.GET('/events', {
-        params: { query: { vm_id: vm.id, type: ['vm.status_changed'], limit: 200, ...(after ? { after } : {}) } },
-      }),
-    );
-    const last = page.at(-1);
-    if (!last) break;
-    error = typeof last.data.error === 'string' ? last.data.error : null;
-    if (page.length < 200) break;
-    after = last.id;
-  }
-  return error ?? `it is ${vm.status}`;
-}
-
-async function waitWithStatus(ctx: Ctx, id: string, status: VmStatus | VmStatus[], timeoutS: number): Promise<Vm> {
-  const client = ctx.client();
-  const started = Date.now();
-  const tty = !!process.stderr.isTTY;
-  let current = '';
-  const draw = () => {
-    const line = `${current} (${Math.round((Date.now() - started) / 1000)}s)`;
-    if (tty) process.stderr.write(`\r\x1b[K${line}`);
-  };
-  const timer = tty ? setInterval(draw, 1000) : undefined;
-  try {
-    const interval = pollMs(ctx);
-    const vm = await client.waitForVm(id, status, {
-      timeoutMs: timeoutS * 1000,
-      ...(interval ? { intervalMs: interval } : {}),
-      onStatus: (v) => {
-        current = `VM ${v.vmid}: ${v.status}`;
-        if (tty) draw();
-        else ctx.err(current);
-      },
-    });
-    if (tty) process.stderr.write('\n');
-    return vm;
-  } catch (err) {
-    if (tty) process.stderr.write('\n');
-    throw err;
-  } finally {
-    if (timer) clearInterval(timer);
-  }
 }
 
 function vmRows(vms: Vm[]): string {
@@ -460,34 +407,6 @@ export const VM_COMMANDS: Command[] = [
       );
     },
   },
-  {
-    path: 'vm wait',
-    args: '<VM>',
-    summary: 'Wait until a VM is in a status (default running); a VM that fails says why',
-    example: 'gpucloud vm wait 1234 --status stopped --timeout 120',
-    options: [
-      ['--status <S>', 'The status to wait for (default running)'],
-      ['--timeout <S>', 'Give up after S seconds (default 600)'],
-    ],
-    async run(ctx) {
-      const status = (str(ctx, 'status') ?? 'running') as VmStatus;
-      const valid = [
-        'creating',
-        'starting',
-        'running',
-        'stopping',
-        'stopped',
-        'interrupted',
-        'destroyed',
-        'failed',
-        'offline',
-        'moving',
-      ];
-      if (!valid.includes(status)) throw new CliUsageError(`--status must be one of ${valid.join(', ')}`);
-      const vm = await waitWithStatus(ctx, ctx.positionals[0]!, status, int(ctx, 'timeout', { def: 600, min: 1 })!);
-      if (ctx.json) return printJson(ctx, vm);
-      ctx.out(`VM ${vm.vmid} is ${vm.status}${vm.failure_reason ? `: ${vm.failure_reason}` : ''}`);
-    },
-  },
+  VM_WAIT_COMMAND,
   ...VM_ACCESS_COMMANDS,
 ];

@@ -4,30 +4,30 @@
  * generated types (src/sdk/schema.ts; regenerate with
  * `node --import tsx scripts/generate-sdk.ts`).
  */
-export {
-  GpuCloudClient,
-  GpuCloudError,
-  retryAfterMs,
-  type Account,
-  type ApiEvent,
-  type CreateVmRequest,
-  type ErrorBody,
-  type Image,
-  type ImageUpload,
-  type FieldError,
-  type FollowEventsOptions,
-  type GpuCloudClientOptions,
-  type ListVmsQuery,
-  type LoginResponse,
-  type Offer,
-  type SessionTokens,
-  type Template,
-  type TokenPair,
-  type TwoFactorChallenge,
-  type Vm,
-  type VmStatus,
-  type WaitForVmOptions,
-  type Webhook,
-  type WebhookDelivery,
-} from './client.js';
+export { GpuCloudClient } from './client.js';
+export { GpuCloudError } from './errors.js';
+export { retryAfterMs } from './transport.js';
+export type {
+  Account,
+  ApiEvent,
+  CreateVmRequest,
+  ErrorBody,
+  Image,
+  ImageUpload,
+  FieldError,
+  FollowEventsOptions,
+  GpuCloudClientOptions,
+  ListVmsQuery,
+  LoginResponse,
+  Offer,
+  SessionTokens,
+  Template,
+  TokenPair,
+  TwoFactorChallenge,
+  Vm,
+  VmStatus,
+  WaitForVmOptions,
+  Webhook,
+  WebhookDelivery,
+} from './types.js';
 export type { components, operations, paths } from './schema.js';

@@ -6443,3 +6443,6 @@ export interface operations {
         };
     };
 }
+
+/** Every status of a VM (its `status`), in the order of the API's enum. */
+export const VM_STATUSES = ["creating", "starting", "running", "stopping", "stopped", "interrupted", "destroyed", "failed", "offline", "moving"] as const;

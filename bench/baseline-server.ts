@@ -23,7 +23,7 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import pg from 'pg';
 import { PGlite } from '@electric-sql/pglite';
-import { LISTED_COLUMNS } from '../src/modules/vms/repository.js';
+import { LISTED_COLUMNS } from '../src/modules/vms/listed-repository.js';
 
 type Mode = 'hello' | 'static' | 'db';
 

@@ -12,6 +12,7 @@ import * as meterRepo from '../src/modules/billing/meter-repository.js';
 import * as idempotency from '../src/http/idempotency-repository.js';
 import * as inventoryRepo from '../src/modules/inventory/repository.js';
 import { InventoryService } from '../src/modules/inventory/service.js';
+import { listVmVersions } from '../src/modules/vms/listed-repository.js';
 import * as vmRepo from '../src/modules/vms/repository.js';
 import * as webhookRepo from '../src/modules/webhooks/repository.js';
 import { seedFleet } from '../scripts/seed-fleet.js';
@@ -158,7 +159,7 @@ export async function historyBench(kind: DbKind): Promise<BenchResult[]> {
       ["a create's limits read, a customer with a long history", () => vmRepo.userVmsForLimits(db, heavyUser)],
       [
         'GET /vms page of that customer (ids and versions)',
-        () => vmRepo.listVmVersions(db, { userId: heavyUser, includeDestroyed: false, limit: 50, offset: 0 }),
+        () => listVmVersions(db, { userId: heavyUser, includeDestroyed: false, limit: 50, offset: 0 }),
       ],
       ["an agent heartbeat's running VMs of a node", () => vmRepo.idleRunningOnNode(db, node)],
       ["a node's live VMs (offline, back online)", () => vmRepo.vmsOnNode(db, node, ['running', 'stopped'])],

@@ -5,23 +5,10 @@
  */
 import { parseTrustProxy, type TrustProxy } from './http/client-address.js';
 import { join, resolve } from 'node:path';
+import type { RateLimitConfig } from './http/rate-limit.js';
 
 export type HypervisorKind = 'simulator' | 'proxmox';
 export type ClockMode = 'system' | 'manual';
-
-export interface RateLimitConfig {
-  login: number;
-  /** Failed logins to one email from all addresses together (`login` counts those from one address). */
-  loginAccount: number;
-  /** Logins per client address, whatever the email. */
-  loginPerIp: number;
-  /** Logins to the whole service (every instance, with Redis). */
-  loginGlobal: number;
-  auth: number;
-  vmMutations: number;
-  default: number;
-  windowMs: number;
-}
 
 export interface Config {
   port: number;

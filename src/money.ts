@@ -51,6 +51,17 @@ export function mulDiv(a: number | bigint, b: number | bigint, c: number | bigin
   return Number(neg ? -q : q);
 }
 
+const BYTES_PER_GB = 1_000_000_000;
+const MS_PER_HOUR = 3_600_000;
+
+/**
+ * What keeping `bytes` for `ms` costs at `priceGbHourMicros` per GB (10^9 bytes) per hour, rounded half-up:
+ * customer images' storage (docs/images.md#billing). `ms` defaults to an hour: the hourly cost.
+ */
+export function storageCost(bytes: number, priceGbHourMicros: number, ms: number = MS_PER_HOUR): number {
+  return mulDiv(BigInt(bytes) * BigInt(priceGbHourMicros), ms, BYTES_PER_GB * MS_PER_HOUR);
+}
+
 /** Applies a discount in basis points (1000 = 10 %) to a price, rounded half-up to the micro-unit. */
 export function discounted(priceMicros: number, discountBp: number): number {
   return mulDiv(priceMicros, 10_000 - discountBp, 10_000);

@@ -127,7 +127,7 @@ export async function startServer(config: Config, role: Role = 'all'): Promise<R
  */
 async function servePortal(services: Services, config: Config): Promise<Server> {
   const trust = trustFunction(config.trustProxy);
-  const server = createServer(httpServerOptions(config), (req, res) => {
+  const server = createServer(httpServerOptions(config.requestTimeoutS), (req, res) => {
     readForwarded(req, trust);
     const target = services.portal.target(req);
     if (target) return void services.portal.handle(req, res, target);
@@ -237,11 +237,9 @@ async function startHolding(config: Config, role: Role, release: () => void): Pr
   // Background jobs: with a system clock, a loop claims due work every second. With the manual
   // clock work runs only when POST /admin/clock/advance settles it, so states are deterministic.
   const runJobs = role === 'worker' || role === 'all';
-  if (runJobs && config.clock === 'system') services.reconciler.start(1000);
-  // Host agents are real processes: their heartbeats run on real time under either clock.
-  if (runJobs) services.agents.start();
-  // Webhook deliveries talk to the outside world too: real time under either clock.
-  if (runJobs) services.webhooks.start();
+  // Heartbeats to host agents and webhook deliveries run on real time under either clock (they deal with processes
+  // outside); the rest only under the system clock (docs/architecture.md#background-loops).
+  if (runJobs) services.scheduler.start(1000, { serviceTime: config.clock === 'system' });
   // A worker has no API: its metrics (and a health check) on a port of their own, when asked for.
   let metricsApp: FastifyInstance | undefined;
   let metricsUrl: string | undefined;
@@ -296,9 +294,7 @@ async function startHolding(config: Config, role: Role, release: () => void): Pr
         portalClosed,
         (async () => {
           await localAgent?.close();
-          await services.agents.stop();
-          await services.webhooks.stop();
-          await services.reconciler.stop();
+          await services.scheduler.stop();
           await metricsApp?.close();
         })(),
       ]);

@@ -168,6 +168,7 @@ export interface NodesRow {
   agent_misses: number;
   agent_info: unknown | null;
   agent_offline_from: 'active' | 'draining' | null;
+  driver: string | null;
 }
 
 /** A row of `rate_limit_hits`. */

@@ -10,7 +10,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, forbidden } from '../errors.js';
 import type { Principal } from './principal.js';
-import { scopeAllows } from './scopes.js';
+import { scopePermits } from './scopes.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -111,7 +111,7 @@ export function registerAuthorization(
       });
     if (p.suspended) throw forbidden('This account is suspended; contact the operator');
     const route = req.routeOptions.url!;
-    if (!scopeAllows(p.scope, req.method, route)) {
+    if (!scopePermits(p.scope, req.routeOptions.config.scopes)) {
       throw forbidden(`This API key's scope (${p.scope}) does not allow ${req.method} ${route}`);
     }
     if (req.routeOptions.config.auth === 'admin' && p.role !== 'admin') throw forbidden('Administrator role required');

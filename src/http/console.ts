@@ -10,10 +10,11 @@
  * scripts away from the session the console keeps in this origin's storage.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import fastifyStatic from '@fastify/static';
+import { declareRoutes } from './route-rules.js';
 
 export const CONSOLE_PATH = '/console/';
 
@@ -45,8 +46,14 @@ function securityHeaders(reply: FastifyReply): void {
   reply.header('Referrer-Policy', 'same-origin');
 }
 
+/**
+ * The console's pages and files: the same for everyone (they set their own Cache-Control), never rate limited, and
+ * they read no time.
+ */
+const CONSOLE_ROUTE = { auth: 'public', rateLimit: false, readsTime: false, cache: 'public' } as const;
+
 export async function registerConsole(app: FastifyInstance, dir: string | undefined): Promise<void> {
-  const route = { schema: { hide: true }, config: { auth: 'public' as const, rateLimit: false as const } };
+  const route = { schema: { hide: true }, config: CONSOLE_ROUTE };
   app.get('/', route, async (_req, reply) => reply.redirect(CONSOLE_PATH, 302));
 
   let index: Buffer | undefined;
@@ -74,6 +81,10 @@ export async function registerConsole(app: FastifyInstance, dir: string | undefi
     return reply.header('Cache-Control', 'no-cache').type('text/html; charset=utf-8').send(page);
   };
 
+  // @fastify/static takes no route options: its routes, one per file of the build, are declared as they are
+  // added (they carry the build's directory as their root).
+  const root = dir.split(sep).join('/').replace(/\/?$/, '/');
+  declareRoutes(app, (r) => (r.config as { rootPath?: string } | undefined)?.rootPath === root, CONSOLE_ROUTE);
   await app.register(fastifyStatic, {
     root: dir,
     prefix: CONSOLE_PATH,

@@ -116,7 +116,9 @@ export function registerMetrics(app: FastifyInstance, background?: Registry): Re
           ...errorResponses(401, 403),
         },
       },
-      config: { auth: 'metrics', rateLimit: false },
+      // For operators (scopes: the metrics token, or an administrator's session or read_write key); read while
+      // the database is away, and the same whoever reads them.
+      config: { auth: 'metrics', scopes: [], rateLimit: false, readsTime: false, cache: 'public' },
     },
     async (_req, reply) => {
       reply.type(registry.contentType);

@@ -7,6 +7,7 @@
 import type { FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import { declareRoutes } from './route-rules.js';
 import { SHARED_ERROR_RESPONSES } from './schemas.js';
 import { OPTIONAL_BODY } from './no-body.js';
 
@@ -121,6 +122,9 @@ const NO_SVG_LOGO_PLUGIN = new Function('return { components: { Logo: function (
   system: unknown,
 ) => { components: Record<string, unknown> };
 
+/** The document and the docs UI: the same for everyone, never rate limited, and read no time. */
+const DOCS = { auth: 'public', rateLimit: false, readsTime: false, cache: 'public' } as const;
+
 export async function registerOpenApi(app: FastifyInstance, opts: OpenApiOptions): Promise<void> {
   await app.register(swagger, {
     openapi: {
@@ -162,23 +166,26 @@ export async function registerOpenApi(app: FastifyInstance, opts: OpenApiOptions
         ? (sharedResponseRefs(doc.openapiObject as Json) as typeof doc.openapiObject)
         : doc.swaggerObject,
   });
-  await app.register(swaggerUi, {
-    routePrefix: '/docs',
-    // A token typed into the docs is not kept in the browser's storage for the next visitor.
-    uiConfig: {
-      docExpansion: 'list',
-      deepLinking: true,
-      persistAuthorization: false,
-      // Swagger UI draws its top bar's logo as an inline SVG holding a <style> element, which the page's CSP
-      // (no inline style) refuses, logging a violation on every visit. This plugin draws nothing there; the
-      // logo @fastify/swagger-ui puts in once the bar renders (an <img>) stays. The list replaces the
-      // initializer's, whose one plugin (DownloadUrl) the API preset already includes.
-      plugins: [NO_SVG_LOGO_PLUGIN],
-    },
-    uiHooks: {},
-    staticCSP: true,
+  // Swagger UI's pages and files take no route options: they are declared in the context it is registered in
+  // (@fastify/swagger stays at the root, where it sees every route).
+  await app.register(async (docs) => {
+    declareRoutes(docs, () => true, DOCS);
+    await docs.register(swaggerUi, {
+      routePrefix: '/docs',
+      // A token typed into the docs is not kept in the browser's storage for the next visitor.
+      uiConfig: {
+        docExpansion: 'list',
+        deepLinking: true,
+        persistAuthorization: false,
+        // Swagger UI draws its top bar's logo as an inline SVG holding a <style> element, which the page's CSP
+        // (no inline style) refuses, logging a violation on every visit. This plugin draws nothing there; the
+        // logo @fastify/swagger-ui puts in once the bar renders (an <img>) stays. The list replaces the
+        // initializer's, whose one plugin (DownloadUrl) the API preset already includes.
+        plugins: [NO_SVG_LOGO_PLUGIN],
+      },
+      uiHooks: {},
+      staticCSP: true,
+    });
   });
-  app.get('/openapi.json', { schema: { hide: true }, config: { auth: 'public', rateLimit: false } }, async () =>
-    app.swagger(),
-  );
+  app.get('/openapi.json', { schema: { hide: true }, config: DOCS }, async () => app.swagger());
 }

@@ -13,15 +13,34 @@ export interface Principal {
   apiKeyId?: string;
 }
 
-/** Route-level options, declared in each route's `config`. */
+/**
+ * Route-level options, declared in each route's `config`: `auth`, `cache` and (unless public) `scopes` on
+ * every route, checked when the app starts (http/route-rules.ts).
+ */
 /** metrics: an administrator, the metrics token, or (by default) a client on loopback. */
 export type AuthMode = 'public' | 'user' | 'admin' | 'metrics';
 export type RateBucket = 'login' | 'auth' | 'vm' | 'default';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** Who may call the route (default 'user'). */
+    /** Who may call the route. Required on every route. */
     auth?: AuthMode;
+    /**
+     * The API-key scopes besides read_write that may call the route (docs/authentication.md#scopes); [] = read_write
+     * only. Required unless auth is 'public'.
+     */
+    scopes?: readonly ('read_only' | 'billing_only')[];
+    /**
+     * 'no-store': every answer of the route, errors too, carries Cache-Control: no-store (anything private or
+     * per-caller). 'public': the hook adds nothing (the handler may set its own, e.g. the JWKS's max-age). Required on
+     * every route.
+     */
+    cache?: 'no-store' | 'public';
+    /**
+     * false: answered without catching up with the manual clock first (health, metrics, docs, console files).
+     * Default true.
+     */
+    readsTime?: boolean;
     /**
      * Rate-limit bucket (docs/security.md#rate-limits); false for infrastructure routes (health, metrics, docs).
      * Default 'default'.
@@ -31,8 +50,6 @@ declare module 'fastify' {
     idempotent?: boolean;
     /** Only a signed-in session may call it, never an API key (2FA, password, ending sessions). */
     sessionOnly?: boolean;
-    /** Answered with Cache-Control: no-store (set for every route under a private prefix). */
-    noStore?: boolean;
   }
   interface FastifyRequest {
     principal?: Principal;

@@ -8,7 +8,6 @@
  * past the limit: 429 `rate_limited` with Retry-After.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
-import type { RateLimitConfig } from '../config.js';
 import { realTimeMs } from '../clock.js';
 import { AppError } from '../errors.js';
 import { normalizeEmail } from '../accounts.js';
@@ -24,6 +23,21 @@ import {
 } from './rate-limit-store.js';
 import { BatchingRateLimitStore } from './rate-limit-batching.js';
 import { addRouteHook, hookWhen, onSendWhen } from './hooks.js';
+
+/** The limits of each bucket (docs/security.md#rate-limits; GPUCLOUD_RATE_LIMIT_* in config.ts). */
+export interface RateLimitConfig {
+  login: number;
+  /** Failed logins to one email from all addresses together (`login` counts those from one address). */
+  loginAccount: number;
+  /** Logins per client address, whatever the email. */
+  loginPerIp: number;
+  /** Logins to the whole service (every instance, with Redis). */
+  loginGlobal: number;
+  auth: number;
+  vmMutations: number;
+  default: number;
+  windowMs: number;
+}
 
 const LIMIT_OF: Record<RateBucket, keyof RateLimitConfig> = {
   login: 'login',

@@ -1,6 +1,6 @@
 /**
- * API key scopes (docs/authentication.md#scopes), decided from the method and the route path
- * alone, so that every route, present and future, is covered by one rule.
+ * API key scopes (docs/authentication.md#scopes). Each route declares the scopes besides read_write
+ * that may call it (`config.scopes`); a route that declares none does not start (http/route-rules.ts).
  */
 export type Scope = 'read_write' | 'read_only' | 'billing_only';
 export const SCOPES: readonly Scope[] = ['read_write', 'read_only', 'billing_only'];
@@ -8,28 +8,7 @@ export const SCOPES: readonly Scope[] = ['read_write', 'read_only', 'billing_onl
 /** Broader scopes rank higher; a key may never mint a key above its own rank. */
 export const SCOPE_RANK: Record<Scope, number> = { billing_only: 0, read_only: 1, read_write: 2 };
 
-/**
- * read_only: every GET of /vms, /images, /ssh-keys, /reservations, /billing, /account, /events, plus
- * search and pricing.
- */
-const READ_ONLY_PREFIXES = ['/vms', '/images', '/ssh-keys', '/reservations', '/billing', '/account', '/events'];
-const READ_ONLY_EXACT = ['/search', '/pricing'];
-
-const under = (path: string, prefix: string) => path === prefix || path.startsWith(prefix + '/');
-
-/** `routePath` is the route's pattern (e.g. `/vms/:vm_id`), never the raw URL. */
-export function scopeAllows(scope: Scope, method: string, routePath: string): boolean {
-  const m = method.toUpperCase();
-  const isRead = m === 'GET' || m === 'HEAD';
-  switch (scope) {
-    case 'read_write':
-      return true;
-    case 'read_only':
-      return isRead && (READ_ONLY_EXACT.includes(routePath) || READ_ONLY_PREFIXES.some((p) => under(routePath, p)));
-    case 'billing_only':
-      return (
-        (isRead && (under(routePath, '/billing') || routePath === '/account')) ||
-        (m === 'POST' && routePath === '/reservations/calculate')
-      );
-  }
+/** Whether a caller of `scope` may call a route that declared `allowed`: read_write may call every route. */
+export function scopePermits(scope: Scope, allowed: readonly Scope[] | undefined): boolean {
+  return scope === 'read_write' || (allowed ?? []).includes(scope);
 }

@@ -64,7 +64,8 @@ export interface Provisioned {
 }
 
 export interface HypervisorDriver {
-  readonly name: 'simulator' | 'agent' | 'per-node';
+  /** The name it is registered under, which nodes name (docs/architecture.md#hypervisor-drivers). */
+  readonly name: string;
   /** Clones the template, sets resources, keys or password; does not start it. */
   provision(spec: VmSpec): Promise<Provisioned>;
   /** Starts the VM; `gpuDevices` are the host devices bound to it for this run, when the driver knows. */

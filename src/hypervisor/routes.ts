@@ -34,7 +34,7 @@ export function simulatorRoutes(
         ),
         response: { 200: MessageResponse, ...errorResponses(401, 403, 404, 415, 422, 429) },
       },
-      config: { auth: 'admin' },
+      config: { auth: 'admin', scopes: [], cache: 'no-store' },
     },
     async (req) => {
       if (!(driver instanceof SimulatorDriver)) throw notFound('Simulator');

@@ -29,11 +29,14 @@ export interface SimCall {
 }
 
 export class SimulatorDriver implements HypervisorDriver {
-  readonly name = 'simulator' as const;
   /** Every driver call this instance made, in order (tests count them). */
   readonly calls: SimCall[] = [];
 
-  constructor(private readonly db: Db) {}
+  /** `name`: the one it registers under (a test can register a second simulator under another). */
+  constructor(
+    private readonly db: Db,
+    readonly name: string = 'simulator',
+  ) {}
 
   /** Arms `count` failures of `action` on a node, or on one VM when vmId is given. */
   async injectFault(target: { node: string; vmId?: string }, action: SimAction, count: number): Promise<void> {

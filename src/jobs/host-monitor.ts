@@ -19,8 +19,7 @@ import type { TemplateService } from '../modules/templates/service.js';
 import type { AgentInfo } from '../modules/inventory/repository.js';
 import type { InventoryService } from '../modules/inventory/service.js';
 import type { VmService } from '../modules/vms/service.js';
-import { Loop } from './loop.js';
-import { JobMetrics } from './metrics.js';
+import { JobMetrics } from '../background/metrics.js';
 
 export function agentInfoOf(host: AgentHostInfo): AgentInfo {
   return {
@@ -37,8 +36,6 @@ export function agentInfoOf(host: AgentHostInfo): AgentInfo {
 }
 
 export class HostMonitor {
-  private loop: Loop | undefined;
-
   constructor(
     private readonly inventory: InventoryService,
     private readonly vms: VmService,
@@ -118,16 +115,5 @@ export class HostMonitor {
       if (!(err instanceof AgentCallError)) return;
     }
     await this.templates.recordStates(node, states);
-  }
-
-  start(): void {
-    if (this.loop) return;
-    this.loop = new Loop('agent-heartbeats', 1000, () => this.checkDue(), this.log, this.metrics);
-    this.loop.start();
-  }
-
-  async stop(): Promise<void> {
-    await this.loop?.stop();
-    this.loop = undefined;
   }
 }

@@ -172,7 +172,7 @@ describe('bridge networking with counted traffic (a network namespace as the hos
     let bytes = 0;
     for (let i = 0; i < 20 && bytes < payload.length; i++) {
       await sleep(600);
-      await t.services.agents.checkDue();
+      await t.services.hostMonitor.checkDue();
       const r = await t.db.query<{ b: string }>('SELECT network_bytes_total::text AS b FROM vms WHERE id = $1', [
         c.body.id,
       ]);

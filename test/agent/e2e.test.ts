@@ -84,7 +84,7 @@ describe('real VMs through gpucloud agent (QEMU, TCG)', { skip }, () => {
   /** Heartbeats until `check` holds (real time: the agent notices, then the control plane asks). */
   const until = async (what: string, check: () => Promise<boolean>, seconds = 30) => {
     for (let i = 0; i < seconds * 2; i++) {
-      await t.services.agents.checkDue();
+      await t.services.hostMonitor.checkDue();
       if (await check()) return;
       await sleep(500);
     }

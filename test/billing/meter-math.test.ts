@@ -1,7 +1,7 @@
 /** The pure arithmetic of metering (periods, half-up rounding) and reservation quotes, computed by hand. */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { boundariesBetween, priceOfPeriod } from '../../src/modules/billing/meter.js';
+import { boundariesBetween, priceOfPeriod } from '../../src/modules/billing/meter-periods.js';
 import { quote } from '../../src/modules/reservations/service.js';
 import type { PricingRow } from '../../src/modules/inventory/repository.js';
 

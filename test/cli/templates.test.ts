@@ -308,7 +308,7 @@ describeEachDb('gpucloud templates and admin templates', (t) => {
         reason: 'checksum mismatch: the download hashes to something else',
       },
     ];
-    await t().services.agents.checkNode(agentNode);
+    await t().services.hostMonitor.checkNode(agentNode);
     const r = await cli(['admin', 'nodes', 'templates', agentNode]);
     ok(r);
     const row = (vmid: number) => r.stdout.split('\n').find((l) => new RegExp(`^ *${vmid} `).test(l)) ?? '';

@@ -27,7 +27,7 @@ describe('gpucloud webhooks', () => {
     await t.app.listen({ port: 0, host: '127.0.0.1' });
     const addr = t.app.server.address();
     assert.ok(addr && typeof addr === 'object');
-    t.services.webhooks.start(100);
+    t.services.scheduler.start(100, { serviceTime: false }); // the manual clock's loops: deliveries, heartbeats
     rec = await startReceiver();
     const u = await createUser(t);
     home = mkdtempSync(join(tmpdir(), 'gpucloud-cli-webhooks-'));
@@ -39,7 +39,7 @@ describe('gpucloud webhooks', () => {
     };
   });
   after(async () => {
-    await t?.services.webhooks.stop();
+    await t?.services.scheduler.stop();
     await t?.close();
     await rec?.close();
     rmSync(home, { recursive: true, force: true });

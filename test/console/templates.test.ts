@@ -307,7 +307,7 @@ describe('templates in the web console', { skip: skip ?? false }, () => {
         reason: 'no space left on device',
       },
     ];
-    await t.services.agents.checkNode(agentNode);
+    await t.services.hostMonitor.checkNode(agentNode);
     await page.getByRole('link', { name: 'Nodes', exact: true }).click();
     const nodeRow = page.getByRole('row').filter({ has: page.getByText(agentNode, { exact: true }) });
     await nodeRow.getByText('Templates', { exact: true }).click();

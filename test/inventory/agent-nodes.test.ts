@@ -63,7 +63,7 @@ describeEachDb(
     /** One heartbeat round; the checks are claimed on real time, so wait out the interval first. */
     const heartbeat = async () => {
       await sleep(600);
-      return t().services.agents.checkDue();
+      return t().services.hostMonitor.checkDue();
     };
 
     before(async () => {
@@ -354,20 +354,20 @@ describeEachDb(
 
         agent.bootPolls = 1_000_000; // the guest "boots" until the test says otherwise
         const booting = await createVm(body(slow.node));
-        const reconciler = t().services.reconciler;
+        const { scheduler, actions } = t().services;
         try {
-          await reconciler.runOnce(false); // provision
-          await reconciler.drain();
-          await reconciler.runOnce(false); // start: in flight, polling the agent
+          await scheduler.runOnce(false); // provision
+          await actions.drain();
+          await scheduler.runOnce(false); // start: in flight, polling the agent
           await sleep(300);
           assert.equal((await vmOf(booting.body.id)).status, 'starting');
 
           assert.equal((await asRenter.post('/vms/{vm_id}/stop', ofVm(other.body.id))).status, 200);
-          assert.equal(await reconciler.runOnce(false), 1, 'the next pass takes the stop');
+          assert.equal(await scheduler.runOnce(false), 1, 'the next pass takes the stop');
           for (let i = 0; i < 50 && (await vmOf(other.body.id)).status !== 'stopped'; i++) await sleep(100);
           assert.equal((await vmOf(other.body.id)).status, 'stopped', 'the stop finished while the boot goes on');
           assert.equal((await vmOf(booting.body.id)).status, 'starting');
-          await reconciler.runOnce(false);
+          await scheduler.runOnce(false);
           const starts = agent.calls.filter(
             (c) => c.method === 'POST' && c.path === `/v1/vms/${booting.body.id}/start`,
           );
@@ -375,7 +375,7 @@ describeEachDb(
         } finally {
           agent.vms.get(booting.body.id)!.state = 'running';
           agent.bootPolls = 1;
-          await reconciler.drain();
+          await actions.drain();
         }
         assert.equal((await vmOf(booting.body.id)).status, 'running');
         for (const id of [booting.body.id, other.body.id]) await asRenter.delete('/vms/{vm_id}', ofVm(id));

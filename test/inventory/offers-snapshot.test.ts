@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
-import { OFFERS_MAX_AGE_MS } from '../../src/modules/inventory/service.js';
+import { OFFERS_MAX_AGE_MS } from '../../src/modules/inventory/offers.js';
 import { describeEachDb, request } from '../helpers/app.js';
 import { createNode, createUser, credit, uploadSshKey } from '../helpers/factories.js';
 import { within } from '../helpers/wait.js';

@@ -19,7 +19,8 @@ import { randomUUID } from 'node:crypto';
 import { describeEachDb, type Res, type TestApp } from '../helpers/app.js';
 import { createApiKey, createUser } from '../helpers/factories.js';
 import { api, errorBody } from '../helpers/api.js';
-import { scopeAllows, type Scope } from '../../src/http/scopes.js';
+import { scopePermits, type Scope } from '../../src/http/scopes.js';
+import { declaredRoutes, routeName } from '../../src/http/route-rules.js';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'] as const;
 
@@ -303,55 +304,97 @@ describeEachDb('scope matrix', (t) => {
   });
 });
 
-test('scopeAllows follows the scope rules for routes that may not exist yet', () => {
-  const cases: [Scope, string, string, boolean][] = [
-    ['read_only', 'GET', '/vms', true],
-    ['read_only', 'GET', '/vms/:vm_id/access-info', true],
-    ['read_only', 'HEAD', '/vms/:vm_id', true],
-    ['read_only', 'POST', '/vms', false],
-    ['read_only', 'POST', '/vms/:vm_id/start', false],
-    ['read_only', 'DELETE', '/vms/:vm_id', false],
-    ['read_only', 'GET', '/reservations', true],
-    ['read_only', 'POST', '/reservations/calculate', false],
-    ['read_only', 'DELETE', '/reservations/:reservation_id', false],
-    ['read_only', 'GET', '/billing/usage', true],
-    ['read_only', 'GET', '/search', true],
-    ['read_only', 'GET', '/pricing', true],
-    ['read_only', 'GET', '/events', true],
-    ['billing_only', 'GET', '/events', false],
-    ['read_only', 'GET', '/account', true],
-    ['read_only', 'GET', '/account/sessions', true],
-    ['read_only', 'PATCH', '/account', false],
-    ['billing_only', 'GET', '/account/sessions', false],
-    ['billing_only', 'PATCH', '/account', false],
-    ['read_only', 'GET', '/api-keys', false],
-    ['read_only', 'GET', '/admin/vms', false],
-    ['read_only', 'GET', '/vmsx', false],
-    ['read_only', 'GET', '/metrics', false],
-    ['billing_only', 'GET', '/billing/balance', true],
-    ['billing_only', 'GET', '/billing/transactions', true],
-    ['billing_only', 'HEAD', '/billing/usage', true],
-    ['billing_only', 'POST', '/billing/anything', false],
-    ['billing_only', 'GET', '/billingx', false],
-    ['billing_only', 'GET', '/account', true],
-    ['billing_only', 'POST', '/reservations/calculate', true],
-    ['billing_only', 'GET', '/reservations', false],
-    ['billing_only', 'GET', '/vms', false],
-    ['billing_only', 'GET', '/search', false],
-    ['billing_only', 'GET', '/pricing', false],
-    ['billing_only', 'GET', '/ssh-keys', false],
-    ['billing_only', 'POST', '/api-keys', false],
-    ['read_write', 'DELETE', '/vms/:vm_id', true],
-    ['read_write', 'POST', '/admin/clock/advance', true],
-  ];
-  for (const [scope, method, path, want] of cases) {
-    assert.equal(scopeAllows(scope, method, path), want, `${scope} ${method} ${path}`);
-    assert.equal(scopeAllows(scope, method.toLowerCase(), path), want, `${scope} ${method.toLowerCase()} ${path}`);
-    if (method !== 'HEAD')
-      assert.equal(
-        expectedAllowed(scope, method === 'HEAD' ? 'GET' : method, path),
-        want,
-        `test policy ${scope} ${method} ${path}`,
-      );
-  }
+/**
+ * The scope rules, case by case, against what the app's routes declare (`config.scopes`, with the route's
+ * pattern, e.g. /vms/:vm_id). A HEAD route is the one Fastify makes from the GET route, with its config.
+ * Paths no route serves are 404 whatever the credential: the table names them as not served.
+ */
+const SCOPE_CASES: [Scope, string, string, boolean][] = [
+  ['read_only', 'GET', '/vms', true],
+  ['read_only', 'GET', '/vms/:vm_id/access-info', true],
+  ['read_only', 'HEAD', '/vms/:vm_id', true],
+  ['read_only', 'POST', '/vms', false],
+  ['read_only', 'POST', '/vms/:vm_id/start', false],
+  ['read_only', 'DELETE', '/vms/:vm_id', false],
+  ['read_only', 'GET', '/reservations', true],
+  ['read_only', 'POST', '/reservations/calculate', false],
+  ['read_only', 'DELETE', '/reservations/:reservation_id', false],
+  ['read_only', 'GET', '/billing/usage', true],
+  ['read_only', 'GET', '/search', true],
+  ['read_only', 'GET', '/pricing', true],
+  ['read_only', 'GET', '/events', true],
+  ['billing_only', 'GET', '/events', false],
+  ['read_only', 'GET', '/account', true],
+  ['read_only', 'GET', '/account/sessions', true],
+  ['read_only', 'PATCH', '/account', false],
+  ['billing_only', 'GET', '/account/sessions', false],
+  ['billing_only', 'PATCH', '/account', false],
+  ['read_only', 'GET', '/api-keys', false],
+  ['read_only', 'GET', '/admin/vms', false],
+  ['read_only', 'GET', '/vmsx', false],
+  ['read_only', 'GET', '/metrics', false],
+  ['billing_only', 'GET', '/billing/balance', true],
+  ['billing_only', 'GET', '/billing/transactions', true],
+  ['billing_only', 'HEAD', '/billing/usage', true],
+  ['billing_only', 'POST', '/billing/anything', false],
+  ['billing_only', 'GET', '/billingx', false],
+  ['billing_only', 'GET', '/account', true],
+  ['billing_only', 'POST', '/reservations/calculate', true],
+  ['billing_only', 'GET', '/reservations', false],
+  ['billing_only', 'GET', '/vms', false],
+  ['billing_only', 'GET', '/search', false],
+  ['billing_only', 'GET', '/pricing', false],
+  ['billing_only', 'GET', '/ssh-keys', false],
+  ['billing_only', 'POST', '/api-keys', false],
+  ['read_write', 'DELETE', '/vms/:vm_id', true],
+  ['read_write', 'POST', '/admin/clock/advance', true],
+];
+/** Paths of the table no route serves (a request for one is 404 to every caller). */
+const NOT_SERVED = new Set([
+  'GET /vmsx',
+  'GET /account/sessions',
+  'PATCH /account',
+  'POST /billing/anything',
+  'GET /billingx',
+]);
+/** Routes of the table that are public: they take any caller, whatever a key's scope (so they declare none). */
+const PUBLIC = new Set(['GET /search', 'GET /pricing']);
+
+describeEachDb('declared scopes', (t) => {
+  const routeFor = (method: string, url: string) =>
+    declaredRoutes(t().app).find((r) => r.url === url && ([] as string[]).concat(r.method).includes(method));
+
+  test('each route of the table declares the scopes the scope rules give it', () => {
+    for (const [scope, method, path, want] of SCOPE_CASES) {
+      const where = `${scope} ${method} ${path}`;
+      if (method !== 'HEAD') assert.equal(expectedAllowed(scope, method, path), want, `test policy ${where}`);
+      const route = routeFor(method, path);
+      if (NOT_SERVED.has(`${method} ${path}`)) {
+        assert.equal(route, undefined, `${method} ${path} is served now: give it a case of its own`);
+        continue;
+      }
+      assert.ok(route, `${method} ${path} is not served`);
+      assert.equal(route.config?.auth === 'public', PUBLIC.has(`${method} ${path}`), `public: ${where}`);
+      if (route.config?.auth === 'public') continue;
+      assert.equal(scopePermits(scope, route.config?.scopes), want, where);
+    }
+  });
+
+  test('every route that takes credentials declares exactly the scopes the scope rules give it', () => {
+    let checked = 0;
+    for (const route of declaredRoutes(t().app)) {
+      if (route.config?.auth === 'public') continue;
+      for (const method of ([] as string[]).concat(route.method)) {
+        for (const scope of ['read_only', 'billing_only'] as const) {
+          assert.equal(
+            scopePermits(scope, route.config?.scopes),
+            expectedAllowed(scope, method === 'HEAD' ? 'GET' : method, route.url),
+            `${scope} ${routeName(route)}`,
+          );
+          checked++;
+        }
+      }
+    }
+    assert.ok(checked > 100, `${checked} checks`);
+  });
 });

@@ -423,14 +423,14 @@ describeEachDb('template catalogue and images', (t) => {
             reason: null,
           },
         ];
-        await t().services.agents.checkNode(n.node);
+        await t().services.hostMonitor.checkNode(n.node);
         const states = await asAdmin.get('/admin/nodes/{node}/templates', { params: { node: n.node } });
         assert.equal(states.status, 200, states.text);
         const s160 = states.body.find((s) => s.template_vmid === 160)!;
         assert.equal(s160.state, 'downloading');
         assert.equal(s160.progress, Math.floor((500 * 100) / file.length));
         agent.templateStates = [{ ...agent.templateStates[0]!, state: 'ready', bytes_done: file.length }];
-        await t().services.agents.checkNode(n.node);
+        await t().services.hostMonitor.checkNode(n.node);
         const after = await anon().get('/search', { query: { template_vmid: 160 } });
         assert.equal(after.status, 200, after.text);
         assert.ok(

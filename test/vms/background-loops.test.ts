@@ -14,7 +14,7 @@ import { createApiKey, createNode, createUser, credit } from '../helpers/factori
 import { within } from '../helpers/wait.js';
 import type { FastifyBaseLogger } from 'fastify';
 import { Meter } from '../../src/modules/billing/meter.js';
-import { Reconciler } from '../../src/jobs/reconciler.js';
+import { Scheduler } from '../../src/background/scheduler.js';
 
 describeEachDb('background loops', (t) => {
   /** A customer with credit and an API key, and a VM of theirs just created (its provisioning due). */
@@ -43,7 +43,7 @@ describeEachDb('background loops', (t) => {
     const released = new Promise<void>((r) => (release = r));
     let slowRuns = 0;
     let fastRuns = 0;
-    t().services.reconciler.addJob({
+    t().services.scheduler.add({
       name: 'test-slow',
       run: async () => {
         slowRuns++;
@@ -51,8 +51,8 @@ describeEachDb('background loops', (t) => {
         return 1;
       },
     });
-    t().services.reconciler.addJob({ name: 'test-fast', run: async () => ++fastRuns && 0 });
-    t().services.reconciler.start(20);
+    t().services.scheduler.add({ name: 'test-fast', run: async () => ++fastRuns && 0 });
+    t().services.scheduler.start(20);
     try {
       const { key, id } = await customerWithVm();
       await within(
@@ -69,14 +69,14 @@ describeEachDb('background loops', (t) => {
       await within(5_000, async () => slowRuns >= 2, 'the slow job runs again once its pass has ended');
     } finally {
       release();
-      await t().services.reconciler.stop();
+      await t().services.scheduler.stop();
     }
   });
 
   test('stopping ends a long pass at its next safe point', async () => {
     let started = false;
     let sawAbort = false;
-    t().services.reconciler.addJob({
+    t().services.scheduler.add({
       name: 'test-long',
       run: async (_now, signal) => {
         started = true;
@@ -86,16 +86,16 @@ describeEachDb('background loops', (t) => {
         return 0;
       },
     });
-    t().services.reconciler.start(20);
+    t().services.scheduler.start(20);
     await within(5_000, async () => started, 'the long job starts');
-    await t().services.reconciler.stop();
+    await t().services.scheduler.stop();
     assert.equal(sawAbort, true, 'stop() told the pass to end and waited for it');
   });
 
   test('once stop() is called nothing more is claimed, and the actions in flight are recorded before it returns', async () => {
     const { key, id } = await customerWithVm();
     const vms = t().services.vms;
-    const reconciler = t().services.reconciler;
+    const scheduler = t().services.scheduler;
     const claimDue = vms.claimDue.bind(vms);
     let stopping: Promise<void> | undefined;
     let claimsAfterStop = 0;
@@ -104,11 +104,11 @@ describeEachDb('background loops', (t) => {
     vms.claimDue = async (...args: Parameters<typeof vms.claimDue>) => {
       if (stopping) claimsAfterStop++;
       const claimed = await claimDue(...args);
-      if (claimed.length > 0 && !stopping) stopping = reconciler.stop();
+      if (claimed.length > 0 && !stopping) stopping = scheduler.stop();
       return claimed;
     };
     try {
-      reconciler.start(20);
+      scheduler.start(20);
       await within(5_000, async () => stopping !== undefined, 'a pass claims the provisioning');
       await stopping;
       const recorded = await api(t(), key).get('/vms/{vm_id}', { params: { vm_id: id } });
@@ -122,7 +122,7 @@ describeEachDb('background loops', (t) => {
       assert.equal(claimsAfterStop, 0, 'no pass claimed anything after stop() was called');
     } finally {
       vms.claimDue = claimDue;
-      await reconciler.stop();
+      await scheduler.stop();
     }
   });
 
@@ -165,9 +165,9 @@ describeEachDb('background loops', (t) => {
       level: 'info',
       silent() {},
     };
-    const r = new Reconciler(t().clock, t().services.simulator, t().services.vms, log as unknown as FastifyBaseLogger);
+    const r = new Scheduler(t().clock, log as unknown as FastifyBaseLogger);
     let runs = 0;
-    r.addJob({
+    r.add({
       name: 'test-broken',
       run: async () => {
         runs++;

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { describeEachDb, request, type TestApp } from '../helpers/app.js';
 import { api } from '../helpers/api.js';
 import { createVm, world } from '../helpers/world.js';
-import { listVms, type VmFilter } from '../../src/modules/vms/repository.js';
+import { listVms, type VmFilter } from '../../src/modules/vms/listed-repository.js';
 import { toVmRecord } from '../../src/modules/vms/records.js';
 import { VmRecordCache } from '../../src/modules/vms/record-cache.js';
 import type { VmRecord } from '../../src/modules/vms/service.js';

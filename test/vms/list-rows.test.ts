@@ -1,6 +1,6 @@
 /**
  * A page of VMs is read as one JSON object per row on the embedded database and as columns on PostgreSQL
- * (vms/repository.ts), and a page's ids and row versions as one text value on the embedded database and as
+ * (vms/listed-repository.ts), and a page's ids and row versions as one text value on the embedded database and as
  * columns on PostgreSQL. Both shapes must give the same rows: each is run here against the same database, over
  * VMs in every kind of state (timestamps set and null, labels, a destroyed VM), for a page and for one VM.
  */
@@ -8,14 +8,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { describeEachDb } from '../helpers/app.js';
 import { createVm, world } from '../helpers/world.js';
+import { findVm } from '../../src/modules/vms/repository.js';
 import {
   findListedVm,
-  findVm,
   LISTED_COLUMNS,
   listVms,
   listVmVersions,
   type VmFilter,
-} from '../../src/modules/vms/repository.js';
+} from '../../src/modules/vms/listed-repository.js';
 
 describeEachDb('VM lists: the JSON rows and the column rows agree', (t) => {
   test('for a user and for the fleet, with every filter and past the last page', async () => {

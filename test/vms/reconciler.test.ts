@@ -617,10 +617,10 @@ describeEachDb('VM reconcilers', (t) => {
       const both = async () => {
         for (let i = 0; i < 6; i++)
           await Promise.all([
-            t().services.reconciler.runOnce(),
-            b.services.reconciler.runOnce(),
-            t().services.reconciler.runOnce(),
-            b.services.reconciler.runOnce(),
+            t().services.scheduler.runOnce(),
+            b.services.scheduler.runOnce(),
+            t().services.scheduler.runOnce(),
+            b.services.scheduler.runOnce(),
           ]);
       };
       const count = (action: string) => {

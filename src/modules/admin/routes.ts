@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, errorResponses, Nullable, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
-import { UserRecordSchema } from '../auth/routes.js';
+import { UserRecordSchema } from '../auth/schemas.js';
 import type { AdminUserService } from './service.js';
 import type { ClockService } from '../clock/service.js';
 import type { LedgerProblem } from '../billing/ledger-check.js';
@@ -28,7 +28,6 @@ const AdminUser = Type.Object(
 const UserId = Type.Object({
   user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: "The user's id" }),
 });
-const noStore = { 'cache-control': 'no-store' };
 
 export function adminRoutes(
   app: FastifyInstance,
@@ -38,7 +37,7 @@ export function adminRoutes(
   store: { db: Db; config: Pick<Config, 'dataDir' | 'jwtSecret'> },
 ): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const admin = { auth: 'admin' as const };
+  const admin = { auth: 'admin', scopes: [], cache: 'no-store' } as const;
 
   r.get(
     '/admin/users',
@@ -64,10 +63,7 @@ export function adminRoutes(
       },
       config: admin,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return page(reply, await users.list({ ...req.query, ...paging(req.query) }));
-    },
+    async (req, reply) => page(reply, await users.list({ ...req.query, ...paging(req.query) })),
   );
 
   r.get(
@@ -84,10 +80,7 @@ export function adminRoutes(
       },
       config: admin,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return users.get(req.params.user_id);
-    },
+    async (req) => users.get(req.params.user_id),
   );
 
   r.patch(
@@ -117,10 +110,7 @@ export function adminRoutes(
       },
       config: admin,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return users.patch(requirePrincipal(req.principal).userId, req.params.user_id, req.body);
-    },
+    async (req) => users.patch(requirePrincipal(req.principal).userId, req.params.user_id, req.body),
   );
 
   const ClockNow = Type.Object(
@@ -200,8 +190,7 @@ export function adminRoutes(
       },
       config: admin,
     },
-    async (_req, reply) => {
-      reply.headers(noStore);
+    async () => {
       const problems = await ledgerCheck();
       return { ok: problems.length === 0, checked_at: clock.clock.now().toISOString(), problems };
     },
@@ -237,7 +226,6 @@ export function adminRoutes(
         secretFromEnvironment: config.jwtSecret !== undefined,
       });
       return reply
-        .headers(noStore)
         .header('content-type', 'application/gzip')
         .header('content-disposition', `attachment; filename="${backupFileName(new Date(manifest.created_at))}"`)
         .send(archive);

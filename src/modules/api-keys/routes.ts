@@ -43,10 +43,10 @@ const CreatedApiKey = Type.Object(
   { description: 'The new key, including `key` (shown once)' },
 );
 
-const noStore = { 'cache-control': 'no-store' };
-
 export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  // Keys are managed with a session or a read_write key only (docs/authentication.md#scopes).
+  const keyRoute = { auth: 'user', scopes: [], cache: 'no-store' } as const;
 
   r.post(
     '/api-keys',
@@ -72,10 +72,10 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         ),
         response: { 201: CreatedApiKey, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
-      config: { idempotent: true },
+      config: { ...keyRoute, idempotent: true },
     },
     async (req, reply) => {
-      reply.code(201).headers(noStore);
+      reply.code(201);
       return keys.create(requirePrincipal(req.principal), req.body);
     },
   );
@@ -91,11 +91,9 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(ApiKeyRecord), ...errorResponses(401, 403, 422, 429) },
       },
+      config: keyRoute,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return page(reply, await keys.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query)));
-    },
+    async (req, reply) => page(reply, await keys.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
 
   r.delete(
@@ -111,11 +109,12 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         params: Type.Object({ key_id: Type.String({ description: 'API key id (uuid)' }) }),
         response: { 204: Type.Null({ description: 'Revoked' }), ...errorResponses(401, 403, 404, 429) },
       },
+      config: keyRoute,
     },
     async (req, reply) => {
       if (!UUID_RE.test(req.params.key_id)) throw notFound('API key');
       await keys.revoke(requirePrincipal(req.principal), req.params.key_id);
-      reply.code(204).headers(noStore);
+      reply.code(204);
     },
   );
 }

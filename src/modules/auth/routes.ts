@@ -1,59 +1,16 @@
-/** /auth/* and /account (see docs/authentication.md). Handlers are thin: the rules live in AuthService. */
+/**
+ * /auth/*, /account and the launch tokens' public keys (see docs/authentication.md). Handlers are thin:
+ * the rules live in AuthService.
+ */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, MessageResponse, NO_CONTROL_CC, Nullable } from '../../http/schemas.js';
+import { errorResponses, MessageResponse, NO_CONTROL_CC, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { assertNoBody } from '../../http/no-body.js';
 import type { AuthService } from './service.js';
-
-export const UserRecordSchema = Type.Object(
-  {
-    id: Type.Integer(),
-    email: Type.String({ format: 'email' }),
-    name: Nullable(Type.String()),
-    role: Type.Union([Type.Literal('user'), Type.Literal('admin')]),
-    two_factor_enabled: Type.Boolean(),
-    created_at: DateTime(),
-  },
-  {
-    description: 'A user account',
-    examples: [
-      {
-        id: 7,
-        email: 'ada@example.com',
-        name: 'Ada',
-        role: 'user',
-        two_factor_enabled: false,
-        created_at: '2026-11-22T10:00:00.000Z',
-      },
-    ],
-  },
-);
-
-const TokenResponse = Type.Object(
-  {
-    access_token: Type.String({ description: 'JWT, valid for expires_in seconds' }),
-    refresh_token: Type.String({ description: 'Opaque; single use: each refresh returns a new one' }),
-    token_type: Type.Literal('bearer'),
-    expires_in: Type.Integer({ examples: [3600] }),
-  },
-  {
-    description: 'Token pair',
-    examples: [
-      { access_token: 'eyJhbGciOiJIUzI1NiJ9...', refresh_token: 'n3Q...', token_type: 'bearer', expires_in: 3600 },
-    ],
-  },
-);
-
-const ChallengeResponse = Type.Object(
-  {
-    two_factor_required: Type.Literal(true),
-    challenge_token: Type.String({ description: 'Send with a TOTP or recovery code to POST /auth/2fa/verify' }),
-    expires_in: Type.Integer({ examples: [300] }),
-  },
-  { description: 'Returned by login instead of tokens when two-factor authentication is on' },
-);
+import type { TokenService } from './tokens.js';
+import { ChallengeResponseSchema, TokenResponseSchema, UserRecordSchema } from './schemas.js';
 
 const Password = Type.String({ minLength: 12, maxLength: 1024, description: 'At least 12 characters' });
 const Code = Type.String({
@@ -63,13 +20,11 @@ const Code = Type.String({
   examples: ['123456'],
 });
 
-const noStore = { 'cache-control': 'no-store' };
-
 /**
  * For operations that take no body: none, `null` or `{}` is fine; any field is
  * refused like every unknown field (no silent ignore).
  */
-export function authRoutes(app: FastifyInstance, auth: AuthService): void {
+export function authRoutes(app: FastifyInstance, auth: AuthService, tokens: TokenService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
 
   r.post(
@@ -96,10 +51,10 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         ),
         response: { 201: UserRecordSchema, ...errorResponses(400, 413, 415, 422, 429) },
       },
-      config: { auth: 'public', rateLimit: 'auth' },
+      config: { auth: 'public', cache: 'no-store', rateLimit: 'auth' },
     },
     async (req, reply) => {
-      reply.code(201).headers(noStore);
+      reply.code(201);
       return auth.register(req.body);
     },
   );
@@ -122,16 +77,13 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           { additionalProperties: false, examples: [{ email: 'ada@example.com', password: 'correct horse battery' }] },
         ),
         response: {
-          200: Type.Union([TokenResponse, ChallengeResponse]),
+          200: Type.Union([TokenResponseSchema, ChallengeResponseSchema]),
           ...errorResponses(401, 403, 413, 415, 422, 429),
         },
       },
-      config: { auth: 'public', rateLimit: 'login' },
+      config: { auth: 'public', cache: 'no-store', rateLimit: 'login' },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return auth.login(req.body.email, req.body.password, { ip: req.ip, userAgent: req.headers['user-agent'] });
-    },
+    async (req) => auth.login(req.body.email, req.body.password, { ip: req.ip, userAgent: req.headers['user-agent'] }),
   );
 
   r.post(
@@ -148,14 +100,11 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           { refresh_token: Type.String({ minLength: 1, maxLength: 512 }) },
           { additionalProperties: false },
         ),
-        response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },
+        response: { 200: TokenResponseSchema, ...errorResponses(401, 403, 422, 429) },
       },
-      config: { auth: 'public', rateLimit: 'auth' },
+      config: { auth: 'public', cache: 'no-store', rateLimit: 'auth' },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return auth.refresh(req.body.refresh_token);
-    },
+    async (req) => auth.refresh(req.body.refresh_token),
   );
 
   r.post(
@@ -172,11 +121,11 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         ),
         response: { 204: Type.Null({ description: 'Logged out' }), ...errorResponses(401, 403, 422, 429) },
       },
-      config: { rateLimit: 'auth' },
+      config: { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'auth' },
     },
     async (req, reply) => {
       await auth.logout(requirePrincipal(req.principal).userId, req.body.refresh_token);
-      reply.code(204).headers(noStore);
+      reply.code(204);
     },
   );
 
@@ -191,12 +140,12 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           'Revokes every refresh token of the account and the access tokens issued with them, this session included: everywhere the account is signed in, it is signed out. API keys are not affected (revoke them with DELETE /api-keys/{id}). 204. Needs a signed-in session.',
         response: { 204: Type.Null({ description: 'Every session ended' }), ...errorResponses(401, 403, 429) },
       },
-      config: { rateLimit: 'auth', sessionOnly: true },
+      config: { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'auth', sessionOnly: true },
     },
     async (req, reply) => {
       assertNoBody(req.body);
       await auth.logoutAll(requirePrincipal(req.principal).userId);
-      reply.code(204).headers(noStore);
+      reply.code(204);
     },
   );
 
@@ -215,10 +164,9 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         ),
         response: { 200: MessageResponse, ...errorResponses(401, 403, 415, 422, 429) },
       },
-      config: { rateLimit: 'auth', sessionOnly: true },
+      config: { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'auth', sessionOnly: true },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
+    async (req) => {
       const p = requirePrincipal(req.principal);
       return auth.changePassword(p.userId, p.sessionId ?? null, req.body.current_password, req.body.new_password);
     },
@@ -248,10 +196,9 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           ...errorResponses(400, 401, 403, 429),
         },
       },
-      config: { rateLimit: 'auth', sessionOnly: true },
+      config: { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'auth', sessionOnly: true },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
+    async (req) => {
       assertNoBody(req.body);
       return auth.setupTwoFactor(requirePrincipal(req.principal).userId);
     },
@@ -275,10 +222,9 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           ...errorResponses(400, 401, 403, 422, 429),
         },
       },
-      config: { rateLimit: 'auth', sessionOnly: true },
+      config: { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'auth', sessionOnly: true },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
+    async (req) => {
       const p = requirePrincipal(req.principal);
       return auth.enableTwoFactor(p.userId, req.body.code, p.sessionId ?? null);
     },
@@ -296,10 +242,9 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
         body: Type.Object({ code: Code }, { additionalProperties: false }),
         response: { 200: MessageResponse, ...errorResponses(400, 401, 403, 422, 429) },
       },
-      config: { rateLimit: 'auth', sessionOnly: true },
+      config: { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'auth', sessionOnly: true },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
+    async (req) => {
       const p = requirePrincipal(req.principal);
       return auth.disableTwoFactor(p.userId, req.body.code, p.sessionId ?? null);
     },
@@ -319,12 +264,11 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           { challenge_token: Type.String({ minLength: 1, maxLength: 512 }), code: Code },
           { additionalProperties: false },
         ),
-        response: { 200: TokenResponse, ...errorResponses(401, 403, 422, 429) },
+        response: { 200: TokenResponseSchema, ...errorResponses(401, 403, 422, 429) },
       },
-      config: { auth: 'public', rateLimit: 'auth' },
+      config: { auth: 'public', cache: 'no-store', rateLimit: 'auth' },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
+    async (req) => {
       return auth.verifyTwoFactor(req.body.challenge_token, req.body.code, {
         ip: req.ip,
         userAgent: req.headers['user-agent'],
@@ -343,10 +287,43 @@ export function authRoutes(app: FastifyInstance, auth: AuthService): void {
           'The account the access token or API key belongs to: email, name, role and whether two-factor authentication is on. Every key scope can read it.',
         response: { 200: UserRecordSchema, ...errorResponses(401, 403, 429) },
       },
+      config: { auth: 'user', scopes: ['read_only', 'billing_only'], cache: 'no-store' },
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return auth.account(requirePrincipal(req.principal).userId);
+    async (req) => auth.account(requirePrincipal(req.principal).userId),
+  );
+
+  // Through `app`: jose's JWK type leaves every member optional, where the schema lists those the key has.
+  app.get(
+    '/.well-known/jwks.json',
+    {
+      schema: {
+        tags: ['auth'],
+        operationId: 'getLaunchTokenKeys',
+        summary: 'Public keys of launch tokens',
+        description:
+          'The JSON Web Key Set that verifies the WebUI/Jupyter launch tokens of access-info (EdDSA, Ed25519): a portal checks them with this public key alone and cannot mint any token. Access tokens are signed otherwise and never verify against it.',
+        security: [],
+        response: {
+          200: Type.Object({
+            keys: Type.Array(
+              Type.Object({
+                kty: Type.String(),
+                crv: Type.String(),
+                x: Type.String(),
+                kid: Type.String(),
+                alg: Type.String(),
+                use: Type.String(),
+              }),
+            ),
+          }),
+          ...errorResponses(429),
+        },
+      },
+      config: { auth: 'public', cache: 'public' },
+    },
+    async (_req, reply) => {
+      reply.header('Cache-Control', 'public, max-age=300');
+      return tokens.jwks();
     },
   );
 }

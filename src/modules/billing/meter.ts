@@ -6,70 +6,24 @@
  * usage log and one `charge` transaction. The unique key (vm_id, period_end)
  * makes a period chargeable exactly once, whatever the number of instances
  * or crashes. Amounts: integer micro-units, each part rounded half-up.
+ * Here: transitions and interval closes. The arithmetic is in meter-periods.ts,
+ * the traffic counters' sampling in meter-traffic.ts, what the manual clock's
+ * advance asks (its budget, the low-balance boundary) in meter-advance.ts.
  */
 import type { Db, Queryable } from '../../db/db.js';
 import { yieldToIo, type Clock } from '../../clock.js';
 import { newOrderedId } from '../../ids.js';
-import { mulDiv, toAmount } from '../../money.js';
-import { AppError } from '../../errors.js';
+import { toAmount } from '../../money.js';
 import * as ledger from './ledger.js';
 import * as repo from './meter-repository.js';
-import type { MeteredVm, TrafficVmRow } from './meter-repository.js';
+import type { MeteredVm } from './meter-repository.js';
 import { recordEvent } from '../events/service.js';
+import { boundariesBetween, lastBoundary, priceOfPeriod } from './meter-periods.js';
+import { sampleTraffic, type TrafficReader } from './meter-traffic.js';
+import { nextLowBalanceBoundary, periodsUpTo, refuseLargeAdvance } from './meter-advance.js';
 
 export type { MeteredVm } from './meter-repository.js';
-
-const MS_PER_HOUR = 3_600_000;
-const BYTES_PER_GB = 1_000_000_000;
-
-export interface PeriodCharge {
-  gpuMs: number;
-  storageMs: number;
-  networkBytes: number;
-  gpuCost: number;
-  storageCost: number;
-  networkCost: number;
-  total: number;
-}
-
-/** The pure arithmetic of one period: each part rounded half-up, the total the sum of the parts. */
-export function priceOfPeriod(
-  vm: Pick<MeteredVm, 'gpu_hourly_rate_micros' | 'storage_hourly_rate_micros'>,
-  ms: number,
-  gpuRunning: boolean,
-  networkBytes: number,
-  networkPricePerGbMicros: number,
-): PeriodCharge {
-  const gpuMs = gpuRunning ? ms : 0;
-  const gpuCost = mulDiv(vm.gpu_hourly_rate_micros, gpuMs, MS_PER_HOUR);
-  const storageCost = mulDiv(vm.storage_hourly_rate_micros, ms, MS_PER_HOUR);
-  const networkCost = mulDiv(networkBytes, networkPricePerGbMicros, BYTES_PER_GB);
-  return {
-    gpuMs,
-    storageMs: ms,
-    networkBytes,
-    gpuCost,
-    storageCost,
-    networkCost,
-    total: gpuCost + storageCost + networkCost,
-  };
-}
-
-/** Interval boundaries strictly after `from` and at or before `to`. */
-export function boundariesBetween(fromMs: number, toMs: number, intervalMs: number): number[] {
-  const out: number[] = [];
-  for (let b = Math.floor(fromMs / intervalMs) * intervalMs + intervalMs; b <= toMs; b += intervalMs) out.push(b);
-  return out;
-}
-
-/** Reads the cumulative traffic counters of some VMs of one node (the hypervisor driver's trafficBytes). */
-export type TrafficReader = (
-  node: string,
-  vms: { id: string; vmid: number; node: string; hvRef: string | null }[],
-) => Promise<Map<string, number>>;
-
-/** Nodes whose traffic counters are read at once. */
-const TRAFFIC_READS_AT_ONCE = 8;
+export { ADVANCE_PERIOD_BUDGET } from './meter-advance.js';
 
 /** One period of a VM to charge: (startMs, endMs], GPUs running or not, with the traffic billed in it. */
 interface Period {
@@ -79,13 +33,6 @@ interface Period {
   gpuRunning: boolean;
   networkBytes: number;
 }
-
-/**
- * The most billing periods one advance of the manual clock may close: about
- * half a minute of work on the embedded database (a test-only clock; a
- * larger advance is refused, not left half done).
- */
-export const ADVANCE_PERIOD_BUDGET = 300_000;
 
 /** The most periods one close transaction charges. */
 export const CLOSE_BATCH = 2000;
@@ -112,7 +59,7 @@ export class Meter {
 
   /** The last interval boundary at or before `ms`: the periods ending there or earlier are due. */
   private lastBoundary(ms: number): Date {
-    return new Date(Math.floor(ms / this.intervalMs) * this.intervalMs);
+    return lastBoundary(ms, this.intervalMs);
   }
 
   /**
@@ -396,60 +343,32 @@ export class Meter {
     return { claimed: due.length, written: await this.chargePeriods(tx, periods) };
   }
 
-  /**
-   * How many periods closing every boundary up to `toMs` writes (about: the VMs that accrue times the boundaries),
-   * and over how many VMs.
-   */
+  // ---- the manual clock's advance (meter-advance.ts) ----
+
+  /** How many periods closing every boundary up to `toMs` writes (about), and over how many VMs. */
   async periodsUpTo(toMs: number): Promise<{ periods: number; vms: number }> {
-    const { vms, oldest } = await repo.meterSummary(this.db);
-    if (!oldest) return { periods: 0, vms: 0 };
-    const boundaries = Math.max(0, Math.floor(toMs / this.intervalMs) - Math.floor(oldest.getTime() / this.intervalMs));
-    return { periods: Number(vms) * boundaries, vms: Number(vms) };
+    return periodsUpTo(this.db, this.intervalMs, toMs);
   }
 
-  /**
-   * Refuses (400 limit_exceeded) an advance of the manual clock to `toMs`
-   * that would close more than ADVANCE_PERIOD_BUDGET periods, naming the
-   * largest advance that is accepted.
-   */
+  /** Refuses (400 limit_exceeded) an advance to `toMs` that would close more than ADVANCE_PERIOD_BUDGET periods. */
   async refuseLargeAdvance(toMs: number): Promise<void> {
-    const { periods, vms } = await this.periodsUpTo(toMs);
-    if (periods <= ADVANCE_PERIOD_BUDGET) return;
-    const maxS = Math.floor(ADVANCE_PERIOD_BUDGET / vms) * this.opts.intervalS;
-    throw new AppError(
-      'limit_exceeded',
-      `This advance would close about ${periods} billing periods of ${vms} VMs, more than ${ADVANCE_PERIOD_BUDGET} at once; ` +
-        `advance by at most ${maxS} seconds at a time`,
+    return refuseLargeAdvance(this.db, this.opts.intervalS, toMs);
+  }
+
+  /** The first boundary after `nowMs` at which a charge could leave a user with a running VM at or below zero. */
+  async nextLowBalanceBoundary(nowMs: number): Promise<number | null> {
+    return nextLowBalanceBoundary(
+      this.db,
+      {
+        intervalS: this.opts.intervalS,
+        networkPricePerGbMicros: this.opts.networkPricePerGbMicros,
+        imagePriceGbHourMicros: this.opts.imagePriceGbHourMicros ?? 0,
+      },
+      nowMs,
     );
   }
 
-  /**
-   * The first interval boundary after `nowMs` at which a charge could leave
-   * a user who has a running VM at or below zero (the low-balance rule stops
-   * their VMs then), or null when no user has a running VM. The boundaries
-   * before it change balances and nothing else, so the manual clock's
-   * advance goes straight there and the close takes them in bulk. Errs
-   * early: every accruing VM of the user is charged its full hourly rates
-   * (a reservation's draws ignored) plus rounding, its unbilled traffic at
-   * once, from where its billing stands.
-   */
-  async nextLowBalanceBoundary(nowMs: number): Promise<number | null> {
-    const rows = await repo.accrualOfUsersWithRunningVms(this.db, this.opts.imagePriceGbHourMicros ?? 0);
-    const first = this.lastBoundary(nowMs).getTime() + this.intervalMs;
-    let earliest: number | null = null;
-    for (const u of rows) {
-      // Each part of each period is rounded half-up: at most one micro-unit more per part.
-      const perInterval = Math.ceil((Number(u.hourly) * this.opts.intervalS) / 3600) + 3 * Number(u.vms);
-      const traffic =
-        Math.ceil((Number(u.unbilled) * this.opts.networkPricePerGbMicros) / BYTES_PER_GB) + Number(u.vms);
-      // The first boundary also closes whatever billing is behind by.
-      const behind = Math.max(1, Math.ceil((first - u.oldest.getTime()) / this.intervalMs));
-      const k = Math.max(1, Math.ceil((u.balance - traffic) / perInterval) - behind + 1);
-      const at = first + (k - 1) * this.intervalMs;
-      if (earliest === null || at < earliest) earliest = at;
-    }
-    return earliest;
-  }
+  // ---- low balance and traffic ----
 
   /** Users a charge left at or below zero; the caller stops their running VMs and clears the flag. */
   async lowBalanceUsers(): Promise<number[]> {
@@ -459,45 +378,12 @@ export class Meter {
   /**
    * Reads the traffic counters of the VMs whose period closes now (before
    * the close that bills them), or with `all` of every VM that accrues (the
-   * manual clock's advance, before it judges how far it may go): one driver
-   * call per node for all its VMs, a few at a time, outside any
-   * transaction. With nothing due it costs one indexed query. Returns the
-   * VMs whose counter moved.
+   * manual clock's advance, before it judges how far it may go): see
+   * meter-traffic.ts. With nothing due it costs one indexed query. Returns
+   * the VMs whose counter moved.
    */
   async sampleTraffic(now: Date, read: TrafficReader, opts: { all?: boolean } = {}): Promise<number> {
-    const lastBoundary = opts.all ? 'infinity' : this.lastBoundary(now.getTime());
-    const due = await repo.trafficDueVms(this.db, lastBoundary);
-    const byNode = new Map<string, TrafficVmRow[]>();
-    for (const v of due) {
-      const list = byNode.get(v.node);
-      if (list) list.push(v);
-      else byNode.set(v.node, [v]);
-    }
-    const moved: { id: string; bytes: number }[] = [];
-    const nodes = [...byNode];
-    const next = async (): Promise<void> => {
-      for (let entry = nodes.pop(); entry; entry = nodes.pop()) {
-        const [node, vms] = entry;
-        const counters = await read(
-          node,
-          vms.map((v) => ({ id: v.id, vmid: v.vmid, node: v.node, hvRef: v.hv_ref })),
-        );
-        for (const v of vms) {
-          const bytes = counters.get(v.id);
-          if (bytes !== undefined && bytes > v.network_bytes_total) moved.push({ id: v.id, bytes });
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: TRAFFIC_READS_AT_ONCE }, next));
-    for (let i = 0; i < moved.length; i += CLOSE_BATCH) {
-      const chunk = moved.slice(i, i + CLOSE_BATCH);
-      await repo.raiseTrafficCounters(
-        this.db,
-        chunk.map((m) => m.id),
-        chunk.map((m) => m.bytes),
-      );
-    }
-    return moved.length;
+    return sampleTraffic(this.db, opts.all ? 'infinity' : this.lastBoundary(now.getTime()), read, CLOSE_BATCH);
   }
 
   /** Clears a user's low-balance flag (after their VMs were stopped). */

@@ -2,38 +2,10 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, Enum, errorResponses, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
+import { errorResponses, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
-import { TRANSACTION_TYPES } from './ledger.js';
 import type { BillingService } from './service.js';
-
-export const TransactionSchema = Type.Object(
-  {
-    id: Type.String(),
-    type: Enum(TRANSACTION_TYPES),
-    amount: Type.Number({ description: 'Signed: positive adds to the balance' }),
-    balance_after: Type.Number(),
-    description: Type.String(),
-    breakdown: Type.Record(Type.String(), Type.Unknown(), {
-      description: 'Free-form details (usage figures, fee and refund, ...)',
-    }),
-    created_at: DateTime(),
-  },
-  {
-    description: 'A ledger entry: credit, charge, deposit, refund or adjustment',
-    examples: [
-      {
-        id: '0f1e2d3c-4b5a-4968-8776-655443322110',
-        type: 'credit',
-        amount: 50,
-        balance_after: 50,
-        description: 'Top-up',
-        breakdown: {},
-        created_at: '2026-11-22T10:00:00.000Z',
-      },
-    ],
-  },
-);
+import { TransactionSchema } from './schemas.js';
 
 const UserId = Type.Object({
   user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: "The user's id" }),
@@ -59,6 +31,7 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
           ...errorResponses(401, 403, 429),
         },
       },
+      config: { auth: 'user', scopes: ['read_only', 'billing_only'], cache: 'no-store' },
     },
     async (req) => billing.balance(requirePrincipal(req.principal).userId),
   );
@@ -74,6 +47,7 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(TransactionSchema), ...errorResponses(401, 403, 422, 429) },
       },
+      config: { auth: 'user', scopes: ['read_only', 'billing_only'], cache: 'no-store' },
     },
     async (req, reply) =>
       page(reply, await billing.transactions(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
@@ -98,7 +72,7 @@ export function billingRoutes(app: FastifyInstance, billing: BillingService): vo
         ),
         response: { 201: TransactionSchema, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
-      config: { auth: 'admin', idempotent: true },
+      config: { auth: 'admin', scopes: [], cache: 'no-store', idempotent: true },
     },
     async (req, reply) => {
       reply.code(201);

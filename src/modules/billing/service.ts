@@ -3,21 +3,12 @@ import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, notFound, validation } from '../../errors.js';
 import { formatAmount, toAmount, toMicros } from '../../money.js';
-import { CURRENCY } from '../inventory/service.js';
+import { CURRENCY } from '../inventory/pricing.js';
 import * as ledger from './ledger.js';
 import * as repo from './repository.js';
 import { recordEvent } from '../events/service.js';
 import type { TransactionRow } from './ledger.js';
-
-export interface TransactionRecord {
-  id: string;
-  type: ledger.TransactionType;
-  amount: number;
-  balance_after: number;
-  description: string;
-  breakdown: Record<string, unknown>;
-  created_at: string;
-}
+import type { TransactionRecord } from './schemas.js';
 
 export const toTransactionRecord = (t: TransactionRow): TransactionRecord => ({
   id: t.id,

@@ -120,6 +120,7 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
         ),
         response: { 200: UsageReport, ...errorResponses(401, 403, 422, 429) },
       },
+      config: { auth: 'user', scopes: ['read_only', 'billing_only'], cache: 'no-store' },
     },
     async (req) => usage.report(requirePrincipal(req.principal).userId, req.query),
   );
@@ -134,6 +135,7 @@ export function usageRoutes(app: FastifyInstance, usage: UsageService): void {
           'What your VMs and images cost per hour right now: running VMs at their full rate, VMs that are stopped but keep a disk at their storage rate, and ready images at the image storage price.',
         response: { 200: CurrentSpend, ...errorResponses(401, 403, 429) },
       },
+      config: { auth: 'user', scopes: ['read_only', 'billing_only'], cache: 'no-store' },
     },
     async (req) => usage.currentSpend(requirePrincipal(req.principal).userId),
   );

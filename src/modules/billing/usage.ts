@@ -2,7 +2,7 @@
 import type { Db } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { validation } from '../../errors.js';
-import { mulDiv, toAmount } from '../../money.js';
+import { storageCost, toAmount } from '../../money.js';
 import * as repo from './repository.js';
 
 const DAY_MS = 86_400_000;
@@ -103,7 +103,7 @@ export class UsageService {
       };
     });
     const images = (await repo.readyImagesOfUser(this.db, userId)).map((i) => {
-      const perHour = mulDiv(BigInt(i.size_bytes ?? 0) * BigInt(this.imagePriceGbHourMicros), 1, 1e9);
+      const perHour = storageCost(i.size_bytes ?? 0, this.imagePriceGbHourMicros);
       total += perHour;
       return {
         image_id: i.id,

@@ -17,7 +17,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../db/db.js';
-import { Loop } from '../../jobs/loop.js';
+import { Loop } from '../../background/loop.js';
 import { eventsAfter, newestPositions, type EventReader, type EventRow } from './repository.js';
 
 /** How often the poller reads new events. */

@@ -7,13 +7,13 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, errorResponses, Nullable } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
-import { bearerOf, type Recheck } from '../../http/authenticate.js';
-import { CredentialWatch, type CredentialLapse } from '../../http/credential-watch.js';
+import { bearerOf } from '../../http/authenticate.js';
+import type { CredentialWatch, CredentialLapse } from '../../http/credential-watch.js';
 import { AppError, validation } from '../../errors.js';
 import type { Db } from '../../db/db.js';
 import { listEvents, positionOf, type EventReader, type EventRow } from './repository.js';
 import { assertKnownTypes, EVENT_TYPES, eventRecord } from './service.js';
-import { EventHub } from './hub.js';
+import type { EventHub } from './hub.js';
 import type { Principal } from '../../http/principal.js';
 import { UUID_RE } from '../../ids.js';
 
@@ -43,16 +43,21 @@ const Event = Type.Object(
 const MAX_LIMIT = 200;
 
 /**
- * `recheck` is the request authentication's check for many credentials at once: every poll of the
- * hub runs it over the open streams' credentials before handing on what it read.
+ * The live streams share one hub (one poller for the instance), and their credentials are checked
+ * again on each of its polls before it hands on what it read (`streams`, built with the services).
  */
-export function eventRoutes(app: FastifyInstance, db: Db, recheck: Recheck): void {
+export function eventRoutes(
+  app: FastifyInstance,
+  db: Db,
+  streams: { hub: EventHub; credentials: CredentialWatch },
+): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const credentials = new CredentialWatch(recheck);
-  const hub = new EventHub(db, { log: app.log, beforeDeliver: () => credentials.check() });
+  const { hub, credentials } = streams;
   const open = new Set<() => void>();
   /** Streams open on this instance, by user. */
   const streamsOf = new Map<number, number>();
+  // Readable with a read_only key (docs/events.md); private to each caller.
+  const eventRoute = { auth: 'user', scopes: ['read_only'], cache: 'no-store' } as const;
   r.get(
     '/events',
     {
@@ -82,8 +87,9 @@ export function eventRoutes(app: FastifyInstance, db: Db, recheck: Recheck): voi
         ),
         response: { 200: Type.Array(Event), ...errorResponses(401, 403, 422, 429) },
       },
+      config: eventRoute,
     },
-    async (req, reply) => {
+    async (req) => {
       const reader = readerOf(req.principal);
       const types = parseTypes(req.query.type);
       const afterSeq = req.query.after ? await cursor(db, reader, req.query.after, 'query.after') : 0;
@@ -93,7 +99,6 @@ export function eventRoutes(app: FastifyInstance, db: Db, recheck: Recheck): voi
         vmId: req.query.vm_id ?? null,
         limit: req.query.limit ?? 50,
       });
-      reply.header('cache-control', 'no-store');
       return rows.map(eventRecord);
     },
   );
@@ -141,6 +146,7 @@ export function eventRoutes(app: FastifyInstance, db: Db, recheck: Recheck): voi
           ...errorResponses(401, 403, 422, 429),
         },
       },
+      config: eventRoute,
     },
     async (req, reply) => {
       const reader = readerOf(req.principal);
@@ -176,10 +182,10 @@ export function eventRoutes(app: FastifyInstance, db: Db, recheck: Recheck): voi
 
       reply.hijack();
       const res = reply.raw;
+      // The headers set so far (Cache-Control: no-store among them) go with the stream's.
       res.writeHead(200, {
         ...(reply.getHeaders() as Record<string, string>),
         'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-store',
         'x-accel-buffering': 'no',
       });
       res.write('retry: 2000\n\n');

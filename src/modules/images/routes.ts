@@ -43,7 +43,7 @@ const UploadId = Type.Object({ upload_id: Type.String({ maxLength: 64, descripti
 
 export function imageRoutes(app: FastifyInstance, images: ImageService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const admin = { auth: 'admin' as const };
+  const admin = { auth: 'admin', scopes: [], cache: 'no-store' } as const;
 
   r.post(
     '/admin/images/uploads',
@@ -201,12 +201,12 @@ export function imageRoutes(app: FastifyInstance, images: ImageService): void {
         params: Type.Object({ node: Type.String({ maxLength: 200 }), sha256: Type.String({ maxLength: 64 }) }),
       },
       // The node's agent token, checked in the handler; agents resume with Range requests.
-      config: { auth: 'public', rateLimit: false },
+      config: { auth: 'public', rateLimit: false, cache: 'no-store' },
     },
     async (req, reply) => {
       const { node, sha256 } = req.params;
       const size = await images.forAgent(node, sha256, req.headers.authorization);
-      reply.header('Accept-Ranges', 'bytes').header('ETag', `"${sha256}"`).header('Cache-Control', 'no-store');
+      reply.header('Accept-Ranges', 'bytes').header('ETag', `"${sha256}"`);
       reply.type('application/octet-stream');
       const range = parseRange(req.headers.range, size);
       if (range === 'unsatisfiable')

@@ -297,26 +297,26 @@ export async function gpuUsage(q: Queryable, nodes?: string[]): Promise<Map<stri
 
 /**
  * Nodes a stopped VM could move to (docs/vms.md#start-on-another-host), locked, best first: active,
- * not `from`, the same GPU type and kind of driver (a host agent or the simulator, as `from`), room
+ * not `from`, the same GPU type and driver as `from` (docs/architecture.md#hypervisor-drivers), room
  * for the disk, and by the count before the lock enough free GPUs; the same cluster first, then the
  * most free GPUs. A node another transaction holds is skipped, not waited for: two moves in
  * opposite directions never wait on each other. The caller counts the GPUs again behind the lock.
  */
 export async function lockMoveTargets(
   q: Queryable,
-  want: { from: string; gpuType: string; gpuCount: number; storageGb: number; agent: boolean; cluster: string },
+  want: { from: string; gpuType: string; gpuCount: number; storageGb: number; cluster: string },
 ): Promise<FullNodeRow[]> {
   const r = await q.query<FullNodeRow>(
     `SELECT n.* FROM nodes n
       WHERE n.status = 'active' AND n.node <> $1 AND n.gpu_type = $2 AND n.max_storage_gb >= $4
-        AND (n.agent_url IS NOT NULL) = $5
+        AND node_driver(n) = (SELECT node_driver(f) FROM nodes f WHERE f.node = $1)
         AND n.gpu_count - COALESCE((SELECT SUM(v.gpu_count) FROM vms v WHERE v.node = n.node AND v.holds_gpus), 0) >= $3
-      ORDER BY (n.cluster_name = $6) DESC,
+      ORDER BY (n.cluster_name = $5) DESC,
                n.gpu_count - COALESCE((SELECT SUM(v.gpu_count) FROM vms v WHERE v.node = n.node AND v.holds_gpus), 0) DESC,
                n.node
       LIMIT 8
       FOR UPDATE OF n SKIP LOCKED`,
-    [want.from, want.gpuType, want.gpuCount, want.storageGb, want.agent, want.cluster],
+    [want.from, want.gpuType, want.gpuCount, want.storageGb, want.cluster],
   );
   return r.rows;
 }

@@ -2,147 +2,29 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, Enum, errorResponses, page, PaginationQuery, paging } from '../../http/schemas.js';
-import { GPU_TYPES, NODE_STATUSES } from './repository.js';
+import { Enum, errorResponses, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { queryString, SnapshotBodies } from '../../http/snapshot-bodies.js';
-import type { InventoryService, OfferInputs } from './service.js';
+import type { InventoryService } from './service.js';
+import type { OfferInputs } from './offers.js';
+import {
+  AgentToken,
+  AgentUrl,
+  GpuType,
+  NodeFields,
+  NodeRecordSchema,
+  NodeStatus,
+  OfferSchema,
+  PricingRecordSchema,
+  PublicPricingSchema,
+} from './schemas.js';
 import { toAmount } from '../../money.js';
-
-const GpuType = Enum(GPU_TYPES, 'GPU type');
-const NodeStatus = Enum(NODE_STATUSES, 'active: rentable; draining: no new VMs; offline: its VMs are offline too');
-
-const Offer = Type.Object(
-  {
-    node: Type.String(),
-    gpu_type: GpuType,
-    gpu_count: Type.Integer({ description: 'GPUs rentable now for the requested rental type' }),
-    gpu_ram_mb: Type.Integer(),
-    total_gpu_ram_mb: Type.Integer(),
-    ram_gb: Type.Integer(),
-    cpu_cores: Type.Integer(),
-    cpu_model: Type.String(),
-    pcie_gen: Type.String(),
-    max_storage_gb: Type.Integer(),
-    gpu_price_hourly: Type.Number({ description: 'On-demand price per GPU-hour' }),
-    interruptible_rate: Type.Number({ description: 'Interruptible price per GPU-hour' }),
-    storage_price_hourly: Type.Number({ description: 'Price per GB-hour of disk' }),
-    total_price_hourly: Type.Number({ description: 'gpu_count x gpu_price_hourly + 50 GB of disk' }),
-    reserved_discount_1mo: Type.Number(),
-    reserved_discount_3mo: Type.Number(),
-    reserved_discount_6mo: Type.Number(),
-    available_ondemand: Type.Boolean(),
-    available_interruptible: Type.Boolean(),
-    available_reserved: Type.Boolean(),
-    location: Type.String(),
-    cluster_name: Type.String(),
-  },
-  { description: 'A GPU offer: one per active node with GPUs rentable now' },
-);
-
-const PriceFields = {
-  gpu_type: GpuType,
-  gpu_ram_mb: Type.Integer(),
-  gpu_price_hourly: Type.Number(),
-  interruptible_rate: Type.Number(),
-  storage_price_gb_hourly: Type.Number(),
-  reserved_discount_1mo: Type.Number({ description: 'Percent' }),
-  reserved_discount_3mo: Type.Number({ description: 'Percent' }),
-  reserved_discount_6mo: Type.Number({ description: 'Percent' }),
-};
-
-const PublicPricing = Type.Object(
-  {
-    currency: Type.String({ examples: ['USD'] }),
-    updated_at: DateTime(),
-    image_storage_gb_hourly: Type.Number({
-      description: 'What your private images (GET /images) cost per GB (10^9 bytes) per hour of storage',
-    }),
-    gpu_types: Type.Array(
-      Type.Object({
-        ...PriceFields,
-        total_gpus: Type.Integer({ description: 'GPUs on active nodes' }),
-        available_gpus: Type.Integer({ description: 'Free GPUs on active nodes' }),
-      }),
-    ),
-  },
-  { description: 'Current prices for every GPU type' },
-);
-
-const AdminPricing = Type.Object({ ...PriceFields, updated_at: DateTime() });
-
-const NodeFields = {
-  gpu_type: GpuType,
-  gpu_count: Type.Integer({ minimum: 1, maximum: 64 }),
-  gpu_ram_mb: Type.Integer({ minimum: 1, maximum: 1_048_576 }),
-  ram_gb: Type.Integer({ minimum: 1, maximum: 65_536 }),
-  cpu_cores: Type.Integer({ minimum: 1, maximum: 4096 }),
-  cpu_model: Type.String({ minLength: 1, maxLength: 128 }),
-  pcie_gen: Type.String({ minLength: 1, maxLength: 16 }),
-  max_storage_gb: Type.Integer({ minimum: 50, maximum: 10_000_000 }),
-  location: Type.String({ minLength: 1, maxLength: 128 }),
-  cluster_name: Type.String({ minLength: 1, maxLength: 128 }),
-  status: NodeStatus,
-};
-
-const AgentUrl = Type.String({
-  minLength: 1,
-  maxLength: 2048,
-  description:
-    "Where the node's host agent (`gpucloud agent`) listens, http or https. A node without one runs on the simulator.",
-});
-const AgentToken = Type.String({
-  minLength: 32,
-  maxLength: 512,
-  writeOnly: true,
-  description: "The agent's token (its --token). Write-only: never returned.",
-});
-
-const NodeRecord = Type.Object(
-  {
-    node: Type.String(),
-    ...NodeFields,
-    gpus_allocated: Type.Integer({ description: 'GPUs held by VMs now' }),
-    gpus_free: Type.Integer(),
-    created_at: DateTime(),
-    updated_at: DateTime(),
-    agent_url: Type.Union([Type.String(), Type.Null()], {
-      description: "The host agent's URL; null for a simulated node",
-    }),
-    agent_token_set: Type.Boolean({
-      description: 'Whether an agent token is stored (the token itself is never shown)',
-    }),
-    agent_status: Type.Union([Enum(['online', 'offline'] as const), Type.Null()], {
-      description:
-        'online while the agent answers its heartbeats; offline after 3 missed ones (its VMs then go offline) or when it did not answer at registration; null for a simulated node',
-    }),
-    agent_seen_at: Type.Union([DateTime(), Type.Null()], { description: 'When the agent last answered' }),
-    agent_version: Type.Union([Type.String(), Type.Null()]),
-    accel: Type.Union([Type.String(), Type.Null()], { description: 'kvm or tcg, as the agent runs its VMs' }),
-    host_cpu_model: Type.Union([Type.String(), Type.Null()]),
-    host_gpus: Type.Union(
-      [
-        Type.Array(
-          Type.Object({
-            pci_address: Type.String(),
-            model: Type.String(),
-            vfio: Type.Boolean({ description: 'Bound to vfio-pci, so it can be passed through to a VM' }),
-            iommu_group: Type.Union([Type.Integer(), Type.Null()]),
-          }),
-        ),
-        Type.Null(),
-      ],
-      { description: 'The GPUs the agent found on its host' },
-    ),
-  },
-  { description: 'A GPU node' },
-);
 
 const NodeParam = Type.Object({ node: Type.String({ maxLength: 200, description: "The node's name" }) });
 
 /** `imagePriceGbHourMicros`: what customer images' storage costs (docs/images.md#billing), shown with the prices. */
 export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, imagePriceGbHourMicros = 0): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const admin = { auth: 'admin' as const };
+  const admin = { auth: 'admin' as const, scopes: [], cache: 'no-store' as const };
   // Offers and prices are made only from the offers snapshot: each distinct answer is serialized once per snapshot.
   const bodies = new SnapshotBodies<OfferInputs>({ current: () => inv.offersNow(), load: () => inv.offerInputs() });
 
@@ -190,9 +72,9 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
           },
           { additionalProperties: false },
         ),
-        response: { 200: Type.Array(Offer), ...errorResponses(422, 429) },
+        response: { 200: Type.Array(OfferSchema), ...errorResponses(422, 429) },
       },
-      config: { auth: 'public' },
+      config: { auth: 'public', cache: 'public' },
     },
     (req, reply) => {
       const q = req.query;
@@ -215,9 +97,9 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
         description:
           'The price list for every GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour, reserved discounts per term, and how many GPUs are on active nodes and free. No authentication.',
         security: [],
-        response: { 200: PublicPricing, ...errorResponses(429) },
+        response: { 200: PublicPricingSchema, ...errorResponses(429) },
       },
-      config: { auth: 'public' },
+      config: { auth: 'public', cache: 'public' },
     },
     (_req, reply) =>
       bodies.send(reply, 'pricing', async (inputs) => ({
@@ -234,7 +116,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
         summary: 'List nodes',
         description: 'Newest first; X-Total-Count holds the total.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
-        response: { 200: Type.Array(NodeRecord), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(NodeRecordSchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: admin,
     },
@@ -277,7 +159,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
             ],
           },
         ),
-        response: { 201: NodeRecord, ...errorResponses(400, 401, 403, 415, 422, 429) },
+        response: { 201: NodeRecordSchema, ...errorResponses(400, 401, 403, 415, 422, 429) },
       },
       config: admin,
     },
@@ -297,7 +179,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
         description:
           "One node with its hardware, status, the GPUs allocated and free and, when it runs `gpucloud agent`, the agent's status and host report. Admin role.",
         params: NodeParam,
-        response: { 200: NodeRecord, ...errorResponses(401, 403, 404, 429) },
+        response: { 200: NodeRecordSchema, ...errorResponses(401, 403, 404, 429) },
       },
       config: admin,
     },
@@ -318,7 +200,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
           Type.Object({ ...NodeFields, agent_url: Type.Union([AgentUrl, Type.Null()]), agent_token: AgentToken }),
           { additionalProperties: false, minProperties: 1, examples: [{ status: 'offline' }] },
         ),
-        response: { 200: NodeRecord, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
+        response: { 200: NodeRecordSchema, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
       config: admin,
     },
@@ -353,7 +235,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
         summary: 'Prices per GPU type',
         description:
           'The pricing table per GPU type: on-demand and interruptible per GPU-hour, storage per GB-hour and the reserved discounts, with when each row last changed. Admin role.',
-        response: { 200: Type.Array(AdminPricing), ...errorResponses(401, 403, 429) },
+        response: { 200: Type.Array(PricingRecordSchema), ...errorResponses(401, 403, 429) },
       },
       config: admin,
     },
@@ -386,7 +268,7 @@ export function inventoryRoutes(app: FastifyInstance, inv: InventoryService, ima
             examples: [{ gpu_price_hourly: 0.49, interruptible_rate: 0.25 }],
           },
         ),
-        response: { 200: AdminPricing, ...errorResponses(401, 403, 404, 415, 422, 429) },
+        response: { 200: PricingRecordSchema, ...errorResponses(401, 403, 404, 415, 422, 429) },
       },
       config: admin,
     },

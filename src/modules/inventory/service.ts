@@ -1,83 +1,25 @@
 /**
- * Nodes, prices and offers (docs/offers.md). GPU availability always comes
- * from repository.gpuUsage, the one place GPUs are counted.
+ * Nodes and their host agents (docs/offers.md#nodes), and the way in to offers and prices: this
+ * class is what the rest of the code calls; offers.ts holds the offers snapshot and the search,
+ * pricing.ts the prices. GPU availability always comes from repository.gpuUsage, the one place GPUs
+ * are counted.
  */
 import type { CatalogueNode } from '../templates/service.js';
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
-import { bpToPercent, percentToBp, toAmount, toMicros } from '../../money.js';
 import * as repo from './repository.js';
-import type { AgentInfo, FullNodeRow, GpuType, GpuUsage, NodeRow, NodeStatus, PricingRow } from './repository.js';
+import type { AgentInfo, FullNodeRow, GpuUsage, NodeStatus, PricingRow } from './repository.js';
 import { deriveKey, open, seal } from '../../crypto.js';
-import { performance } from 'node:perf_hooks';
-import { afterCommit } from '../../db/commit-hook.js';
 import { recordEvent } from '../events/service.js';
+import { OffersSnapshot, publicPricing, searchOffers } from './offers.js';
+import { agentUrl, catalogueNodeOf, toNodeRecord, type NodeInput } from './nodes.js';
+import type { OfferInputs, SearchFilters } from './offers.js';
+import { noPrice, Prices, type PricingUpdate } from './pricing.js';
+import type { NodeRecord, Offer, PricingRecord } from './schemas.js';
 
-export const CURRENCY = 'USD';
-/** An offer's total price is for the whole node offer with the minimum disk a VM may have. */
-export const MIN_STORAGE_GB = 50;
-
-/** Default prices shipped with the service. */
-export const DEFAULT_PRICING: Omit<PricingRow, 'updated_at'>[] = [
-  {
-    gpu_type: '5090',
-    gpu_ram_mb: 32_768,
-    gpu_price_hourly_micros: 690_000,
-    interruptible_rate_micros: 350_000,
-    storage_price_gb_hourly_micros: 200,
-    reserved_discount_1mo_bp: 1000,
-    reserved_discount_3mo_bp: 2000,
-    reserved_discount_6mo_bp: 3000,
-  },
-  {
-    gpu_type: '4090',
-    gpu_ram_mb: 24_576,
-    gpu_price_hourly_micros: 440_000,
-    interruptible_rate_micros: 220_000,
-    storage_price_gb_hourly_micros: 200,
-    reserved_discount_1mo_bp: 1000,
-    reserved_discount_3mo_bp: 2000,
-    reserved_discount_6mo_bp: 3000,
-  },
-  {
-    gpu_type: 'pro6000',
-    gpu_ram_mb: 98_304,
-    gpu_price_hourly_micros: 1_690_000,
-    interruptible_rate_micros: 850_000,
-    storage_price_gb_hourly_micros: 200,
-    reserved_discount_1mo_bp: 1000,
-    reserved_discount_3mo_bp: 2000,
-    reserved_discount_6mo_bp: 3000,
-  },
-];
-
-export interface PricingRecord {
-  gpu_type: GpuType;
-  gpu_ram_mb: number;
-  gpu_price_hourly: number;
-  interruptible_rate: number;
-  storage_price_gb_hourly: number;
-  reserved_discount_1mo: number;
-  reserved_discount_3mo: number;
-  reserved_discount_6mo: number;
-  updated_at: string;
-}
-
-export interface NodeRecord extends Omit<NodeRow, 'created_at' | 'updated_at'> {
-  gpus_allocated: number;
-  gpus_free: number;
-  created_at: string;
-  updated_at: string;
-  agent_url: string | null;
-  agent_token_set: boolean;
-  agent_status: 'online' | 'offline' | null;
-  agent_seen_at: string | null;
-  agent_version: string | null;
-  accel: string | null;
-  host_cpu_model: string | null;
-  host_gpus: AgentInfo['host_gpus'] | null;
-}
+/** Re-exported for the VM module, which answers a create or start without a price with it. */
+export { noPrice } from './pricing.js';
 
 /** A node's agent, as the control plane calls it. */
 export interface AgentEndpoint {
@@ -88,62 +30,6 @@ export interface AgentEndpoint {
 /** After this many unanswered heartbeats in a row a node's agent is offline, and so are its VMs. */
 export const AGENT_MAX_MISSES = 3;
 
-export interface Offer {
-  node: string;
-  gpu_type: GpuType;
-  gpu_count: number;
-  gpu_ram_mb: number;
-  total_gpu_ram_mb: number;
-  ram_gb: number;
-  cpu_cores: number;
-  cpu_model: string;
-  pcie_gen: string;
-  max_storage_gb: number;
-  gpu_price_hourly: number;
-  interruptible_rate: number;
-  storage_price_hourly: number;
-  total_price_hourly: number;
-  reserved_discount_1mo: number;
-  reserved_discount_3mo: number;
-  reserved_discount_6mo: number;
-  available_ondemand: boolean;
-  available_interruptible: boolean;
-  available_reserved: boolean;
-  location: string;
-  cluster_name: string;
-}
-
-export type RentalKind = 'on_demand' | 'reserved' | 'interruptible';
-
-export interface SearchFilters {
-  gpu_type?: GpuType;
-  min_gpus?: number;
-  max_price?: number;
-  rental_type?: RentalKind;
-  location?: string;
-  /** Only nodes whose host holds this template ready. */
-  template_vmid?: number;
-  limit: number;
-  offset: number;
-}
-
-export interface PricingUpdate {
-  gpu_ram_mb?: number;
-  gpu_price_hourly?: number;
-  interruptible_rate?: number;
-  storage_price_gb_hourly?: number;
-  reserved_discount_1mo?: number;
-  reserved_discount_3mo?: number;
-  reserved_discount_6mo?: number;
-}
-
-export type NodeInput = Omit<NodeRow, 'created_at' | 'updated_at' | 'gpu_ram_mb' | 'status'> & {
-  gpu_ram_mb?: number;
-  status?: NodeStatus;
-  agent_url?: string | null;
-  agent_token?: string;
-};
-
 /** Called in the same transaction when a node's status changes (the VM module moves VMs offline and back). */
 export type NodeStatusHook = (
   tx: Queryable,
@@ -153,111 +39,13 @@ export type NodeStatusHook = (
   now: Date,
 ) => Promise<void>;
 
-export const toPricingRecord = (p: PricingRow): PricingRecord => ({
-  gpu_type: p.gpu_type,
-  gpu_ram_mb: p.gpu_ram_mb,
-  gpu_price_hourly: toAmount(p.gpu_price_hourly_micros),
-  interruptible_rate: toAmount(p.interruptible_rate_micros),
-  storage_price_gb_hourly: toAmount(p.storage_price_gb_hourly_micros),
-  reserved_discount_1mo: bpToPercent(p.reserved_discount_1mo_bp),
-  reserved_discount_3mo: bpToPercent(p.reserved_discount_3mo_bp),
-  reserved_discount_6mo: bpToPercent(p.reserved_discount_6mo_bp),
-  updated_at: p.updated_at.toISOString(),
-});
-
-const free = (n: NodeRow, u: GpuUsage | undefined) => Math.max(0, n.gpu_count - (u?.held ?? 0));
-
-function toNodeRecord(n: FullNodeRow, u: GpuUsage | undefined): NodeRecord {
-  const info = n.agent_url ? n.agent_info : null;
-  return {
-    node: n.node,
-    gpu_type: n.gpu_type,
-    gpu_count: n.gpu_count,
-    gpu_ram_mb: n.gpu_ram_mb,
-    ram_gb: n.ram_gb,
-    cpu_cores: n.cpu_cores,
-    cpu_model: n.cpu_model,
-    pcie_gen: n.pcie_gen,
-    max_storage_gb: n.max_storage_gb,
-    location: n.location,
-    cluster_name: n.cluster_name,
-    status: n.status,
-    gpus_allocated: u?.held ?? 0,
-    gpus_free: free(n, u),
-    created_at: n.created_at.toISOString(),
-    updated_at: n.updated_at.toISOString(),
-    agent_url: n.agent_url,
-    agent_token_set: n.agent_token_sealed !== null,
-    agent_status: n.agent_url ? (n.agent_status ?? 'offline') : null,
-    agent_seen_at: n.agent_url && n.agent_seen_at ? n.agent_seen_at.toISOString() : null,
-    agent_version: info?.agent_version ?? null,
-    accel: info?.accel ?? null,
-    host_cpu_model: info?.host_cpu_model ?? null,
-    host_gpus: info?.host_gpus ?? (n.agent_url ? [] : null),
-  };
-}
-
-/**
- * An agent URL: http or https, a host, no credentials, query or fragment (the
- * token travels in a header). Returned without a trailing slash.
- */
-export function agentUrl(raw: string, field = 'body.agent_url'): string {
-  let u: URL;
-  try {
-    u = new URL(raw);
-  } catch {
-    throw validation(field, 'must be a URL like http://10.0.0.7:7070');
-  }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw validation(field, 'must use http or https');
-  if (!u.hostname) throw validation(field, 'must name a host');
-  if (u.username || u.password) throw validation(field, 'must not carry credentials: send the token as agent_token');
-  if (u.search || u.hash) throw validation(field, 'must not have a query or fragment');
-  return u.toString().replace(/\/+$/, '');
-}
-
-function moneyField(field: string, v: number | undefined, fallback: number): number {
-  if (v === undefined) return fallback;
-  const m = toMicros(v);
-  if (m === null || m < 0) throw validation(`body.${field}`, 'must be a non-negative amount with at most 6 decimals');
-  return m;
-}
-
-function percentField(field: string, v: number | undefined, fallback: number): number {
-  if (v === undefined) return fallback;
-  const bp = percentToBp(v);
-  if (bp === null) throw validation(`body.${field}`, 'must be a percentage from 0 to 100 with at most 2 decimals');
-  return bp;
-}
-
-/**
- * What offers and the public price list are made of. One object per read: while nothing
- * changes every search gets the same one, so its identity names the version of the offers.
- */
-export interface OfferInputs {
-  prices: PricingRow[];
-  nodes: NodeRow[];
-  usage: Map<string, GpuUsage>;
-  /** "node:template_vmid" of every template ready on a node. */
-  ready: Set<string>;
-}
-
-/** The longest an offers snapshot is served: a change made elsewhere shows within this. */
-export const OFFERS_MAX_AGE_MS = 1000;
-
-function catalogueNodeOf(n: FullNodeRow): CatalogueNode {
-  return { node: n.node, gpu_type: n.gpu_type, status: n.status, agent_url: n.agent_url };
-}
-
-/** The answer to a create or start for a GPU type that has no price (pricingFor, or a price read earlier). */
-export function noPrice(gpuType: string): AppError {
-  return new AppError('gpu_unavailable', `No price is set for GPU type ${gpuType}`);
-}
-
 export class InventoryService {
   private readonly contactHooks: ((node: string) => Promise<void>)[] = [];
   private readonly statusHooks: NodeStatusHook[] = [];
 
   private readonly tokenKey: Buffer;
+  private readonly offers: OffersSnapshot;
+  private readonly prices: Prices;
 
   constructor(
     private readonly db: Db,
@@ -268,6 +56,8 @@ export class InventoryService {
     private readonly probeAgent: (endpoint: AgentEndpoint) => Promise<AgentInfo | null> = async () => null,
   ) {
     this.tokenKey = deriveKey(secret, 'agent-token');
+    this.offers = new OffersSnapshot(db);
+    this.prices = new Prices(db, clock, (tx) => this.changesOffers(tx));
   }
 
   onNodeStatusChange(hook: NodeStatusHook): void {
@@ -294,75 +84,33 @@ export class InventoryService {
     for (const hook of this.statusHooks) await hook(tx, node, from, to, now);
   }
 
-  // ---- the offers snapshot ----
-
-  /**
-   * Offers and the public price list are made of three things that change
-   * only when an operator changes prices or nodes, or VMs take or free GPUs:
-   * they are read once into a snapshot that every search shares. A change
-   * through this instance replaces it as soon as its transaction commits
-   * (`offersChanged`); a change through another instance or a worker shows
-   * within OFFERS_MAX_AGE_MS, the snapshot's longest life. Placement never
-   * reads it: creating a VM counts GPUs under the node's row lock.
-   */
-  private offersSnapshot:
-    { loadedAt: number; epoch: number; inputs: Promise<OfferInputs>; loaded?: OfferInputs } | undefined;
-  private offersEpoch = 0;
+  // ---- offers and prices (offers.ts, pricing.ts) ----
 
   /** The current offers snapshot (read again when it changed or is older than OFFERS_MAX_AGE_MS). */
   offerInputs(): Promise<OfferInputs> {
-    const now = performance.now();
-    const s = this.offersSnapshot;
-    if (s && s.epoch === this.offersEpoch && now - s.loadedAt < OFFERS_MAX_AGE_MS) return s.inputs;
-    const inputs = Promise.all([
-      repo.listPricing(this.db),
-      repo.listNodes(this.db),
-      repo.gpuUsage(this.db),
-      repo.readyTemplates(this.db),
-    ]).then(([prices, nodes, usage, ready]) => ({ prices, nodes, usage, ready }));
-    const mine: NonNullable<typeof this.offersSnapshot> = { loadedAt: now, epoch: this.offersEpoch, inputs };
-    this.offersSnapshot = mine;
-    inputs.then(
-      (loaded) => {
-        mine.loaded = loaded;
-      },
-      () => {
-        if (this.offersSnapshot === mine) this.offersSnapshot = undefined; // a failed read is not kept
-      },
-    );
-    return inputs;
+    return this.offers.inputs();
   }
 
-  /**
-   * The current offers snapshot if it is loaded and still current, without
-   * waiting; undefined when `offerInputs` would read it again or is reading it.
-   */
+  /** The current offers snapshot if loaded and still current, without waiting; else undefined. */
   offersNow(): OfferInputs | undefined {
-    const s = this.offersSnapshot;
-    const current = s?.loaded && s.epoch === this.offersEpoch && performance.now() - s.loadedAt < OFFERS_MAX_AGE_MS;
-    return current ? s.loaded : undefined;
+    return this.offers.now();
   }
 
   /** What offers are made of has changed (call once the change has committed). */
   offersChanged(): void {
-    this.offersEpoch++;
+    this.offers.changed();
   }
 
   /** Marks the current transaction as changing offers: the snapshot is replaced after it commits. */
   private changesOffers(tx: Queryable): void {
-    afterCommit(tx, () => this.offersChanged());
+    this.offers.changesIn(tx);
   }
 
   /** Ships the default prices once; never overwrites an operator's prices. */
   async ensureDefaultPricing(): Promise<void> {
-    const now = this.clock.now();
-    for (const p of DEFAULT_PRICING) {
-      await repo.insertPricingIfMissing(this.db, p, now);
-    }
+    await this.prices.ensureDefaults();
     this.offersChanged();
   }
-
-  // ---- prices (docs/offers.md#prices) ----
 
   async pricingRows(q: Queryable = this.db): Promise<PricingRow[]> {
     return repo.listPricing(q);
@@ -370,7 +118,7 @@ export class InventoryService {
 
   /** The price of a GPU type, if one is set. */
   async findPricing(q: Queryable, gpuType: string): Promise<PricingRow | undefined> {
-    return repo.getPricing(q, gpuType);
+    return this.prices.find(q, gpuType);
   }
 
   async pricingFor(q: Queryable, gpuType: string): Promise<PricingRow> {
@@ -380,124 +128,22 @@ export class InventoryService {
   }
 
   async adminPricing(): Promise<PricingRecord[]> {
-    return (await repo.listPricing(this.db)).map(toPricingRecord);
+    return this.prices.adminList();
   }
 
-  /** Fields not sent keep their value; read and written under a row lock so concurrent partial updates all land. */
+  /** Fields not sent keep their value (docs/offers.md#prices). */
   async putPricing(gpuType: string, u: PricingUpdate): Promise<PricingRecord> {
-    if (!(repo.GPU_TYPES as readonly string[]).includes(gpuType)) throw notFound(`GPU type ${gpuType}`);
-    const row = await this.db.transaction(async (tx) => {
-      this.changesOffers(tx);
-      const current =
-        (await repo.getPricing(tx, gpuType, true)) ?? DEFAULT_PRICING.find((p) => p.gpu_type === gpuType)!;
-      return repo.upsertPricing(
-        tx,
-        {
-          gpu_type: gpuType as GpuType,
-          gpu_ram_mb: u.gpu_ram_mb ?? current.gpu_ram_mb,
-          gpu_price_hourly_micros: moneyField('gpu_price_hourly', u.gpu_price_hourly, current.gpu_price_hourly_micros),
-          interruptible_rate_micros: moneyField(
-            'interruptible_rate',
-            u.interruptible_rate,
-            current.interruptible_rate_micros,
-          ),
-          storage_price_gb_hourly_micros: moneyField(
-            'storage_price_gb_hourly',
-            u.storage_price_gb_hourly,
-            current.storage_price_gb_hourly_micros,
-          ),
-          reserved_discount_1mo_bp: percentField(
-            'reserved_discount_1mo',
-            u.reserved_discount_1mo,
-            current.reserved_discount_1mo_bp,
-          ),
-          reserved_discount_3mo_bp: percentField(
-            'reserved_discount_3mo',
-            u.reserved_discount_3mo,
-            current.reserved_discount_3mo_bp,
-          ),
-          reserved_discount_6mo_bp: percentField(
-            'reserved_discount_6mo',
-            u.reserved_discount_6mo,
-            current.reserved_discount_6mo_bp,
-          ),
-        },
-        this.clock.now(),
-      );
-    });
-    return toPricingRecord(row);
+    return this.prices.put(gpuType, u);
   }
 
-  /** GET /pricing: public prices with GPU totals and free GPUs on active nodes. */
+  /** GET /pricing without the image storage price. */
   async publicPricing(inputs?: OfferInputs) {
-    const { prices, nodes, usage } = inputs ?? (await this.offerInputs());
-    const updated = prices.reduce((m, p) => Math.max(m, p.updated_at.getTime()), 0);
-    return {
-      currency: CURRENCY,
-      updated_at: new Date(updated || this.clock.nowMs()).toISOString(),
-      gpu_types: prices.map((p) => {
-        const active = nodes.filter((n) => n.gpu_type === p.gpu_type && n.status === 'active');
-        const { updated_at: _u, ...rec } = toPricingRecord(p);
-        return {
-          ...rec,
-          total_gpus: active.reduce((s, n) => s + n.gpu_count, 0),
-          available_gpus: active.reduce((s, n) => s + free(n, usage.get(n.node)), 0),
-        };
-      }),
-    };
+    return publicPricing(inputs ?? (await this.offerInputs()), () => this.clock.nowMs());
   }
 
-  // ---- offers (docs/offers.md#search) ----
-
+  /** GET /search (docs/offers.md#search). */
   async search(f: SearchFilters, inputs?: OfferInputs): Promise<{ items: Offer[]; total: number }> {
-    const rental = f.rental_type ?? 'on_demand';
-    const { prices, nodes, usage, ready } = inputs ?? (await this.offerInputs());
-    const priceOf = new Map(prices.map((p) => [p.gpu_type, p]));
-    const offers: Offer[] = [];
-    for (const n of nodes) {
-      const p = priceOf.get(n.gpu_type);
-      if (!p || n.status !== 'active') continue;
-      if (f.gpu_type && n.gpu_type !== f.gpu_type) continue;
-      if (f.location && n.location.toLowerCase() !== f.location.toLowerCase()) continue;
-      if (f.template_vmid !== undefined && !ready.has(`${n.node}:${f.template_vmid}`)) continue;
-      const u = usage.get(n.node);
-      const freeNow = free(n, u);
-      const forOnDemand = freeNow + (u?.preemptible ?? 0);
-      const rentable = rental === 'interruptible' ? freeNow : forOnDemand;
-      if (rentable < 1) continue;
-      if (f.min_gpus !== undefined && rentable < f.min_gpus) continue;
-      const unitPrice = rental === 'interruptible' ? p.interruptible_rate_micros : p.gpu_price_hourly_micros;
-      // Both sides are decimal numbers of the major unit: compared by value.
-      if (f.max_price !== undefined && toAmount(unitPrice) > f.max_price) continue;
-      offers.push({
-        node: n.node,
-        gpu_type: n.gpu_type,
-        gpu_count: rentable,
-        gpu_ram_mb: n.gpu_ram_mb,
-        total_gpu_ram_mb: n.gpu_ram_mb * rentable,
-        ram_gb: n.ram_gb,
-        cpu_cores: n.cpu_cores,
-        cpu_model: n.cpu_model,
-        pcie_gen: n.pcie_gen,
-        max_storage_gb: n.max_storage_gb,
-        gpu_price_hourly: toAmount(p.gpu_price_hourly_micros),
-        interruptible_rate: toAmount(p.interruptible_rate_micros),
-        storage_price_hourly: toAmount(p.storage_price_gb_hourly_micros),
-        total_price_hourly: toAmount(
-          rentable * p.gpu_price_hourly_micros + MIN_STORAGE_GB * p.storage_price_gb_hourly_micros,
-        ),
-        reserved_discount_1mo: bpToPercent(p.reserved_discount_1mo_bp),
-        reserved_discount_3mo: bpToPercent(p.reserved_discount_3mo_bp),
-        reserved_discount_6mo: bpToPercent(p.reserved_discount_6mo_bp),
-        available_ondemand: forOnDemand >= 1,
-        available_interruptible: freeNow >= 1,
-        available_reserved: forOnDemand >= 1,
-        location: n.location,
-        cluster_name: n.cluster_name,
-      });
-    }
-    offers.sort((a, b) => a.gpu_price_hourly - b.gpu_price_hourly || (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
-    return { items: offers.slice(f.offset, f.offset + f.limit), total: offers.length };
+    return searchOffers(f, inputs ?? (await this.offerInputs()));
   }
 
   // ---- nodes (docs/offers.md#nodes) ----
@@ -541,7 +187,6 @@ export class InventoryService {
       gpuType: from.gpu_type,
       gpuCount: want.gpuCount,
       storageGb: want.storageGb,
-      agent: from.agent_url !== null,
       cluster: from.cluster_name,
     });
     for (const node of candidates) {

@@ -89,6 +89,7 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
         ),
         response: { 200: Calculation, ...errorResponses(400, 401, 403, 415, 422, 429) },
       },
+      config: { auth: 'user', scopes: ['billing_only'], cache: 'no-store' },
     },
     async (req) => reservations.calculate(req.body),
   );
@@ -105,6 +106,7 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(ReservationSchema), ...errorResponses(401, 403, 422, 429) },
       },
+      config: { auth: 'user', scopes: ['read_only'], cache: 'no-store' },
     },
     async (req, reply) =>
       page(reply, await reservations.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
@@ -122,6 +124,7 @@ export function reservationRoutes(app: FastifyInstance, reservations: Reservatio
         params: Type.Object({ reservation_id: Type.String({ description: "The reservation's id (uuid)" }) }),
         response: { 200: ReservationSchema, ...errorResponses(400, 401, 403, 404, 429) },
       },
+      config: { auth: 'user', scopes: [], cache: 'no-store' },
     },
     async (req) => reservations.cancel(requirePrincipal(req.principal).userId, req.params.reservation_id),
   );

@@ -9,25 +9,17 @@
  */
 import type { Db, Queryable } from '../../db/db.js';
 import { newOrderedId } from '../../ids.js';
-import { formatAmount, mulDiv, toAmount } from '../../money.js';
+import { formatAmount, storageCost, toAmount } from '../../money.js';
 import * as ledger from '../billing/ledger.js';
 import * as repo from './repository.js';
 import type { UserImageRow } from './repository.js';
 
-const MS_PER_HOUR = 3_600_000;
 const BYTES_PER_GB = 1_000_000_000;
 /** Images one close transaction charges. */
 const BATCH = 500;
 
-/** The cost of keeping `sizeBytes` for `ms` at `priceMicros` per GB-hour, rounded half-up. */
-export function imageStorageCost(sizeBytes: number, priceMicros: number, ms: number): number {
-  return mulDiv(BigInt(sizeBytes) * BigInt(priceMicros), ms, BYTES_PER_GB * MS_PER_HOUR);
-}
-
-/** The hourly cost of an image of `sizeBytes`. */
-export function imageHourlyCost(sizeBytes: number, priceMicros: number): number {
-  return imageStorageCost(sizeBytes, priceMicros, MS_PER_HOUR);
-}
+/** The hourly cost of an image of `sizeBytes` at `priceMicros` per GB-hour. */
+export const imageHourlyCost = (sizeBytes: number, priceMicros: number): number => storageCost(sizeBytes, priceMicros);
 
 export class ImageMeter {
   constructor(
@@ -88,7 +80,7 @@ export class ImageMeter {
   private async charge(tx: Queryable, img: UserImageRow, startMs: number, endMs: number): Promise<boolean> {
     const size = img.size_bytes!;
     const price = this.opts.priceGbHourMicros;
-    const cost = imageStorageCost(size, price, endMs - startMs);
+    const cost = storageCost(size, price, endMs - startMs);
     const transactionId = cost > 0 ? newOrderedId() : null;
     const logged = await repo.insertUsageLog(tx, {
       id: newOrderedId(),

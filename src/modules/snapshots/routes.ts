@@ -50,6 +50,8 @@ const ImageId = Type.Object({ image_id: Type.String({ description: 'Image id (uu
 
 export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const read = { auth: 'user', scopes: ['read_only'], cache: 'no-store' } as const;
+  const write = { auth: 'user', scopes: [], cache: 'no-store', rateLimit: 'vm' } as const;
 
   r.post(
     '/vms/:vm_id/snapshots',
@@ -67,7 +69,7 @@ export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService)
         ),
         response: { 202: ImageRecordSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
       },
-      config: { rateLimit: 'vm' as const },
+      config: write,
     },
     async (req, reply) => {
       reply.code(202);
@@ -87,6 +89,7 @@ export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService)
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(ImageRecordSchema), ...errorResponses(401, 403, 422, 429) },
       },
+      config: read,
     },
     async (req, reply) =>
       page(reply, await snapshots.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
@@ -103,6 +106,7 @@ export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService)
         params: ImageId,
         response: { 200: ImageRecordSchema, ...errorResponses(401, 403, 404, 429) },
       },
+      config: read,
     },
     async (req) => snapshots.get(requirePrincipal(req.principal).userId, req.params.image_id),
   );
@@ -119,7 +123,7 @@ export function snapshotRoutes(app: FastifyInstance, snapshots: SnapshotService)
         params: ImageId,
         response: { 204: Type.Null({ description: 'Deleted' }), ...errorResponses(400, 401, 403, 404, 429) },
       },
-      config: { rateLimit: 'vm' as const },
+      config: write,
     },
     async (req, reply) => {
       await snapshots.delete(requirePrincipal(req.principal).userId, req.params.image_id);

@@ -35,6 +35,8 @@ const KeyId = Type.Object({ key_id: Type.String({ description: 'SSH key id (uuid
 
 export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  const read = { auth: 'user', scopes: ['read_only'], cache: 'no-store' } as const;
+  const write = { auth: 'user', scopes: [], cache: 'no-store' } as const;
 
   r.post(
     '/ssh-keys',
@@ -63,7 +65,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         ),
         response: { 201: SshKeyRecord, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
-      config: { idempotent: true },
+      config: { ...write, idempotent: true },
     },
     async (req, reply) => {
       reply.code(201);
@@ -83,6 +85,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(SshKeyRecord), ...errorResponses(401, 403, 422, 429) },
       },
+      config: read,
     },
     async (req, reply) => page(reply, await keys.list(requirePrincipal(req.principal).userId, ...pageArgs(req.query))),
   );
@@ -98,6 +101,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         params: KeyId,
         response: { 200: SshKeyRecord, ...errorResponses(401, 403, 404, 429) },
       },
+      config: read,
     },
     async (req) => {
       if (!UUID_RE.test(req.params.key_id)) throw notFound('SSH key');
@@ -116,6 +120,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         params: KeyId,
         response: { 204: Type.Null({ description: 'Deleted' }), ...errorResponses(401, 403, 404, 429) },
       },
+      config: write,
     },
     async (req, reply) => {
       if (!UUID_RE.test(req.params.key_id)) throw notFound('SSH key');

@@ -104,7 +104,9 @@ export function templateRoutes(
   nodes: () => Promise<CatalogueNode[]>,
 ): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
-  const admin = { auth: 'admin' as const };
+  const admin = { auth: 'admin', scopes: [], cache: 'no-store' } as const;
+  // The catalogue is the same for everyone.
+  const catalogue = { auth: 'public', cache: 'public' } as const;
 
   r.get(
     '/templates',
@@ -118,7 +120,7 @@ export function templateRoutes(
         security: [],
         response: { 200: Type.Array(TemplateRecord), ...errorResponses(429) },
       },
-      config: { auth: 'public' },
+      config: catalogue,
     },
     async () => templates.list(await nodes()),
   );
@@ -135,7 +137,7 @@ export function templateRoutes(
         params: VmidParam,
         response: { 200: TemplateRecord, ...errorResponses(404, 422, 429) },
       },
-      config: { auth: 'public' },
+      config: catalogue,
     },
     async (req) => templates.get(req.params.template_vmid, await nodes()),
   );

@@ -4,11 +4,13 @@
  * template and the HTTP ports the customer opened, each by a link that
  * carries a short-lived launch token.
  */
+import type { Static } from 'typebox';
 import type { Db } from '../../db/db.js';
 import { invalidState } from '../../errors.js';
 import type { TokenService } from '../auth/tokens.js';
 import { portService, type PortalLinks, type PortalService } from '../portal/links.js';
 import { mustFind } from './records.js';
+import type { AccessInfoSchema } from './schemas.js';
 import type { TemplateWeb } from '../templates/service.js';
 
 export const LAUNCH_TOKEN_TTL_S = 300;
@@ -21,7 +23,12 @@ export interface AccessDeps {
 }
 
 /** `launchTokens`: whether the caller may have launch tokens (interactive access to the VM). */
-export async function accessInfo(deps: AccessDeps, userId: number, ref: string, opts: { launchTokens: boolean }) {
+export async function accessInfo(
+  deps: AccessDeps,
+  userId: number,
+  ref: string,
+  opts: { launchTokens: boolean },
+): Promise<Static<typeof AccessInfoSchema>> {
   const vm = await mustFind(deps.db, userId, ref);
   if (vm.status !== 'running' || !vm.ip_address) {
     throw invalidState(`Access info is available while the VM is running; it is ${vm.status}`);

@@ -3,6 +3,7 @@
  * docs/vms.md#the-order-of-the-checks. The VM is inserted in `creating` with
  * its provisioning due; the hypervisor work is left to the reconciler.
  */
+import type { Static } from 'typebox';
 import type { Db, Queryable } from '../../db/db.js';
 import type { Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
@@ -23,27 +24,13 @@ import { committedHourly, ratesFor } from './rates.js';
 import { pickVictims, placeCreate } from './placement.js';
 import { preempt } from './preemption.js';
 import type { ApplyTransition } from './transitions.js';
+import type { CreateBody } from './schemas.js';
 
 export const DEFAULT_MAX_VMS = 10;
 export const DEFAULT_MAX_GPUS = 16;
 
-export interface CreateVmInput {
-  node: string;
-  gpu_type: string;
-  gpu_count: number;
-  storage_gb: number;
-  /** Required unless image_id is given. */
-  template_vmid?: number;
-  /** One of the user's ready images instead of a template (docs/images.md). */
-  image_id?: string;
-  rental_type?: RentalType;
-  reservation_months?: number;
-  auth_method?: 'ssh_key' | 'password';
-  ssh_key_id?: string;
-  password?: string;
-  instance_label?: string | null;
-  http_ports?: number[];
-}
+/** The body of POST /vms, as its schema says (docs/vms.md#the-request). */
+export type CreateVmInput = Static<typeof CreateBody>;
 
 export interface CreateDeps {
   db: Db;

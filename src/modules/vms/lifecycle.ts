@@ -24,6 +24,13 @@ export type MovePolicy = (typeof MOVE_POLICIES)[number];
 export const RENTAL_TYPES = ['on_demand', 'reserved', 'interruptible'] as const;
 export type RentalType = (typeof RENTAL_TYPES)[number];
 
+/**
+ * An interruptible VM's preemption record (docs/vms.md#preemption): interrupted while the VM is down, then
+ * restored when it runs again, or abandoned when it is destroyed first.
+ */
+export const INTERRUPTION_STATUSES = ['interrupted', 'restored', 'abandoned'] as const;
+export type InterruptionStatus = (typeof INTERRUPTION_STATUSES)[number];
+
 export type VmEvent =
   /** reconciler: the hypervisor built the VM (creating -> starting) */
   | 'provisioned'

@@ -1,5 +1,5 @@
 /**
- * What the hypervisor reports back (docs/vms.md#the-reconciler): the outcome
+ * What the hypervisor reports back (docs/vms.md#hypervisor-actions): the outcome
  * of an action the reconciler ran, and a host agent's heartbeat report of its
  * VMs. Each is written to the VM as it is now, which may no longer be what it
  * was when the work began (destroyed, preempted, taken offline meanwhile).

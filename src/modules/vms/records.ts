@@ -2,60 +2,25 @@
  * What the API shows of VMs and interruption records, and how a `{vm_id}`
  * finds its VM (docs/vms.md#labels-access-and-lists).
  */
+import type { Static } from 'typebox';
 import type { Db, Queryable } from '../../db/db.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
 import { toAmount } from '../../money.js';
-import type { RentalType, VmStatus } from './lifecycle.js';
 import * as repo from './repository.js';
-import type { InterruptionRow, ListedVmRow, VmRow } from './repository.js';
+import type { InterruptionRow, VmRow } from './repository.js';
+import { findListedVm, type ListedVmRow } from './listed-repository.js';
+import type { AdminVmSchema, InterruptionSchema, VmSchema } from './schemas.js';
 
 /** A label is 1..32 printable ASCII characters (space to tilde). */
 export const LABEL_RE = /^[\x20-\x7e]{1,32}$/;
 export const LABEL_RULE = 'must be 1 to 32 printable ASCII characters';
 
-export interface VmRecord {
-  id: string;
-  vmid: number;
-  user_id: number;
-  node: string;
-  instance_label: string | null;
-  gpu_type: string;
-  gpu_count: number;
-  storage_gb: number;
-  ram_gb: number;
-  cpu_cores: number;
-  ip_address: string | null;
-  status: VmStatus;
-  created_at: string;
-  started_at: string | null;
-  stopped_at: string | null;
-  rental_type: RentalType;
-  reservation_id: string | null;
-  auto_restart: boolean | null;
-  hourly_rate: number;
-  gpu_hourly_rate: number;
-  storage_hourly_rate: number;
-  cpu_percent: number;
-  ram_percent: number;
-  cpu_model: string | null;
-  pcie_gen: string | null;
-  template_vmid: number;
-  destroyed_at: string | null;
-  http_ports: number[];
-  failure_reason: string | null;
-  image_id: string | null;
-}
-
-export interface InterruptionRecord {
-  id: string;
-  interruptible_vm_id: string;
-  preempted_by_vm_id: string;
-  preempted_at: string;
-  restored_at: string | null;
-  downtime_seconds: number | null;
-  status: InterruptionRow['status'];
-}
+/** A VM as its owner sees it (GET /vms); the schema is the one place its fields are written. */
+export type VmRecord = Static<typeof VmSchema>;
+/** A VM as operators see it (GET /admin/vms). */
+export type AdminVmRecord = Static<typeof AdminVmSchema>;
+export type InterruptionRecord = Static<typeof InterruptionSchema>;
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
@@ -93,6 +58,12 @@ export const toVmRecord = (v: ListedVmRow): VmRecord => ({
   image_id: v.image_id,
 });
 
+export const toAdminVmRecord = (v: ListedVmRow): AdminVmRecord => ({
+  ...toVmRecord(v),
+  gpu_devices: v.gpu_devices,
+  last_error: v.last_error,
+});
+
 export const toInterruptionRecord = (i: InterruptionRow): InterruptionRecord => ({
   id: i.id,
   interruptible_vm_id: i.interruptible_vm_id,
@@ -120,7 +91,7 @@ export async function mustFindListed(
   rawRef: string,
 ): Promise<ListedVmRow> {
   const ref = parseVmRef(rawRef);
-  const vm = ref ? await repo.findListedVm(db, ref, userId) : undefined;
+  const vm = ref ? await findListedVm(db, ref, userId) : undefined;
   if (!vm) throw notFound('VM');
   return vm;
 }

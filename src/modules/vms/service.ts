@@ -21,6 +21,7 @@ import type { TokenService } from '../auth/tokens.js';
 import type { ReservationService } from '../reservations/service.js';
 import type { MovePolicy, VmEvent } from './lifecycle.js';
 import * as repo from './repository.js';
+import * as listedRepo from './listed-repository.js';
 import { VmRecordCache } from './record-cache.js';
 import type { VmRow } from './repository.js';
 import * as transitions from './transitions.js';
@@ -28,8 +29,10 @@ import type { ApplyTransition, StatusReason, TransitionHook } from './transition
 import {
   mustFind,
   mustFindListed,
+  toAdminVmRecord,
   toInterruptionRecord,
   toVmRecord,
+  type AdminVmRecord,
   type InterruptionRecord,
   type VmRecord,
 } from './records.js';
@@ -48,7 +51,14 @@ export { LAUNCH_TOKEN_TTL_S } from './access.js';
 import type { PortalLinks } from '../portal/links.js';
 import { webPortsOf } from './templates.js';
 import type { TemplateService } from '../templates/service.js';
-export { LABEL_RE, toVmRecord, parseVmRef, type VmRecord, type InterruptionRecord } from './records.js';
+export {
+  LABEL_RE,
+  toVmRecord,
+  parseVmRef,
+  type AdminVmRecord,
+  type VmRecord,
+  type InterruptionRecord,
+} from './records.js';
 export { ratesFor, committedHourly } from './rates.js';
 export type { ActionOutcome } from './outcomes.js';
 export type { StatusReason, TransitionHook } from './transitions.js';
@@ -193,19 +203,19 @@ export class VmService {
    * A page of the user's VMs. The page comes as ids and row versions; only the rows this process has no
    * record of at that version are read in full (docs/architecture.md#lists-of-vms).
    */
-  async list(userId: number, f: Omit<repo.VmFilter, 'userId'>): Promise<{ items: VmRecord[]; total: number }> {
-    const { refs, total } = await repo.listVmVersions(this.db, { ...f, userId });
+  async list(userId: number, f: Omit<listedRepo.VmFilter, 'userId'>): Promise<{ items: VmRecord[]; total: number }> {
+    const { refs, total } = await listedRepo.listVmVersions(this.db, { ...f, userId });
     const items: (VmRecord | undefined)[] = refs.map((r) => this.records.get(r.id, r.version));
     const missing = refs.filter((_, i) => items[i] === undefined);
     if (missing.length === 0) return { items: items as VmRecord[], total };
     const ids = missing.map((r) => r.id);
-    const rows = new Map((await repo.listedVmsByIds(this.db, ids)).map((v) => [v.id, v]));
+    const rows = new Map((await listedRepo.listedVmsByIds(this.db, ids)).map((v) => [v.id, v]));
     for (const [i, ref] of refs.entries()) {
       if (items[i] !== undefined) continue;
       const row = rows.get(ref.id);
       if (row?.version !== ref.version) {
         // The row changed (or went) between the two reads: the page is read again whole, as one snapshot.
-        const r = await repo.listVms(this.db, { ...f, userId });
+        const r = await listedRepo.listVms(this.db, { ...f, userId });
         return { items: r.rows.map(toVmRecord), total: r.total };
       }
       const { version, ...listed } = row;
@@ -218,13 +228,10 @@ export class VmService {
 
   /** The operator's view: also the host devices a VM was given and the hypervisor's last error. */
   async adminList(
-    f: Omit<repo.VmFilter, 'userId'> & { userId?: number },
-  ): Promise<{ items: (VmRecord & { gpu_devices: string[] | null; last_error: string | null })[]; total: number }> {
-    const r = await repo.listVms(this.db, f);
-    return {
-      items: r.rows.map((v) => ({ ...toVmRecord(v), gpu_devices: v.gpu_devices, last_error: v.last_error })),
-      total: r.total,
-    };
+    f: Omit<listedRepo.VmFilter, 'userId'> & { userId?: number },
+  ): Promise<{ items: AdminVmRecord[]; total: number }> {
+    const r = await listedRepo.listVms(this.db, f);
+    return { items: r.rows.map(toAdminVmRecord), total: r.total };
   }
 
   async get(userId: number, ref: string): Promise<VmRecord> {

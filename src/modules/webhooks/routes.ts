@@ -99,7 +99,6 @@ const Attempt = Type.Object(
 );
 
 const WebhookParams = Type.Object({ webhook_id: Type.String({ description: 'Webhook id (uuid)' }) });
-const noStore = { 'cache-control': 'no-store' };
 const MANAGE = "Needs a login session or a read_write API key (a webhook's URL may itself be a credential).";
 
 /** Any id that is not a uuid cannot exist: 404 like a missing webhook. */
@@ -110,6 +109,8 @@ function idOf(params: { webhook_id: string }): string {
 
 export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
+  // A session or a read_write key only: a receiver's URL is often a credential itself (docs/security.md).
+  const endpoint = { auth: 'user', scopes: [], cache: 'no-store' } as const;
 
   r.post(
     '/webhooks',
@@ -130,10 +131,10 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         ),
         response: { 201: WithSecret, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
-      config: { idempotent: true },
+      config: { ...endpoint, idempotent: true },
     },
     async (req, reply) => {
-      reply.code(201).headers(noStore);
+      reply.code(201);
       return webhooks.create(requirePrincipal(req.principal), req.body);
     },
   );
@@ -149,11 +150,9 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(Webhook), ...errorResponses(401, 403, 422, 429) },
       },
+      config: endpoint,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return page(reply, await webhooks.list(requirePrincipal(req.principal), ...pageArgs(req.query)));
-    },
+    async (req, reply) => page(reply, await webhooks.list(requirePrincipal(req.principal), ...pageArgs(req.query))),
   );
 
   r.get(
@@ -167,11 +166,9 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         params: WebhookParams,
         response: { 200: Webhook, ...errorResponses(401, 403, 404, 429) },
       },
+      config: endpoint,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return webhooks.get(requirePrincipal(req.principal), idOf(req.params));
-    },
+    async (req) => webhooks.get(requirePrincipal(req.principal), idOf(req.params)),
   );
 
   r.patch(
@@ -194,11 +191,9 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         ),
         response: { 200: Webhook, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
       },
+      config: endpoint,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return webhooks.update(requirePrincipal(req.principal), idOf(req.params), req.body);
-    },
+    async (req) => webhooks.update(requirePrincipal(req.principal), idOf(req.params), req.body),
   );
 
   r.delete(
@@ -212,10 +207,11 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         params: WebhookParams,
         response: { 204: Type.Null({ description: 'Deleted' }), ...errorResponses(401, 403, 404, 429) },
       },
+      config: endpoint,
     },
     async (req, reply) => {
       await webhooks.remove(requirePrincipal(req.principal), idOf(req.params));
-      reply.code(204).headers(noStore);
+      reply.code(204);
     },
   );
 
@@ -230,11 +226,9 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         params: WebhookParams,
         response: { 200: WithSecret, ...errorResponses(401, 403, 404, 429) },
       },
+      config: endpoint,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return webhooks.rotateSecret(requirePrincipal(req.principal), idOf(req.params));
-    },
+    async (req) => webhooks.rotateSecret(requirePrincipal(req.principal), idOf(req.params)),
   );
 
   r.post(
@@ -256,9 +250,10 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
           ...errorResponses(401, 403, 404, 429),
         },
       },
+      config: endpoint,
     },
     async (req, reply) => {
-      reply.code(202).headers(noStore);
+      reply.code(202);
       return webhooks.test(requirePrincipal(req.principal), idOf(req.params));
     },
   );
@@ -275,13 +270,9 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
         response: { 200: Type.Array(Attempt), ...errorResponses(401, 403, 404, 422, 429) },
       },
+      config: endpoint,
     },
-    async (req, reply) => {
-      reply.headers(noStore);
-      return page(
-        reply,
-        await webhooks.deliveries(requirePrincipal(req.principal), idOf(req.params), ...pageArgs(req.query)),
-      );
-    },
+    async (req, reply) =>
+      page(reply, await webhooks.deliveries(requirePrincipal(req.principal), idOf(req.params), ...pageArgs(req.query))),
   );
 }

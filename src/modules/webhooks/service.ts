@@ -15,8 +15,7 @@ import { AppError, notFound, validation } from '../../errors.js';
 import { deriveKey, open, seal } from '../../crypto.js';
 import { newId, newOrderedId } from '../../ids.js';
 import type { Principal } from '../../http/principal.js';
-import { Loop } from '../../jobs/loop.js';
-import type { JobMetrics } from '../../jobs/metrics.js';
+import type { JobMetrics } from '../../background/metrics.js';
 import { afterCommit } from '../../db/commit-hook.js';
 import { assertKnownTypes, EVENT_TYPES, eventRecord, recordEvent } from '../events/service.js';
 import * as repo from './repository.js';
@@ -98,7 +97,8 @@ export interface WebhookInput {
 
 export class WebhookService {
   private readonly key: Buffer;
-  private loop: Loop | undefined;
+  /** Asks for a delivery pass soon rather than at the next tick (the schedule wires it to its loop). */
+  onDue: () => void = () => undefined;
 
   constructor(
     private readonly db: Db,
@@ -237,7 +237,7 @@ export class WebhookService {
         webhookId: id,
       });
     });
-    this.kick();
+    this.onDue();
     return { event_id: eventId };
   }
 
@@ -379,30 +379,17 @@ export class WebhookService {
   }
 
   /**
-   * The delivery loop: a pass every `everyMs` of real time, one at a time (see docs/architecture.md, "Background
-   * loops").
+   * Passes until nothing more is due (bounded), so a backlog does not wait a second per batch: the
+   * `webhook-deliveries` job of the schedule (docs/architecture.md#background-loops). Returns the
+   * deliveries attempted.
    */
-  start(everyMs = 1000): void {
-    if (this.loop) return;
-    this.loop = new Loop('webhook-deliveries', everyMs, () => this.drainDue(), this.o.log, this.o.metrics);
-    this.loop.start();
-  }
-
-  /** Passes until nothing more is due (bounded), so a backlog does not wait a second per batch. */
-  private async drainDue(): Promise<void> {
-    for (let i = 0; i < 20 && this.loop; i++) {
-      if ((await this.deliverDue()) < BATCH) return;
+  async drainDue(signal?: AbortSignal): Promise<number> {
+    let sent = 0;
+    for (let i = 0; i < 20 && !signal?.aborted; i++) {
+      const n = await this.deliverDue();
+      sent += n;
+      if (n < BATCH) break;
     }
-  }
-
-  /** A pass soon, rather than at the next tick (a test the customer is waiting for). */
-  private kick(): void {
-    this.loop?.now();
-  }
-
-  async stop(): Promise<void> {
-    const loop = this.loop;
-    this.loop = undefined;
-    await loop?.stop();
+    return sent;
   }
 }

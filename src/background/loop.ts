@@ -10,6 +10,7 @@ import { JobMetrics } from './metrics.js';
 export class Loop {
   private timer: NodeJS.Timeout | undefined;
   private pass: Promise<void> | undefined;
+  private again = false;
 
   constructor(
     readonly name: string,
@@ -24,8 +25,12 @@ export class Loop {
     this.timer.unref();
   }
 
-  /** A pass now rather than at the next tick (skipped like a tick if one is running). */
+  /**
+   * A pass now rather than at the next tick; asked during a pass, one more pass follows it (work that pass
+   * finished may have made more due). Nothing while the loop is stopped.
+   */
   now(): void {
+    if (this.pass) this.again = true;
     this.tick();
   }
 
@@ -37,6 +42,10 @@ export class Loop {
       .catch((err: unknown) => this.log?.error({ err, job: this.name }, 'background job failed'))
       .finally(() => {
         this.pass = undefined;
+        if (this.again) {
+          this.again = false;
+          this.tick();
+        }
       });
   }
 
@@ -44,6 +53,7 @@ export class Loop {
   async stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
+    this.again = false;
     await this.pass;
   }
 }

@@ -1,6 +1,6 @@
 /**
  * Prometheus metrics at GET /metrics: process defaults, HTTP request counts and latencies, and the background work's
- * (jobs/metrics.ts).
+ * (background/metrics.ts).
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import { metricsAllowed, type MetricsAccess } from './authenticate.js';

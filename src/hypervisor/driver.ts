@@ -1,8 +1,8 @@
 /**
  * The hypervisor behind one small interface. Drivers are called only by the
- * reconcilers, never inside an HTTP request, and every call must be safe to
- * repeat (the reconciler retries after crashes). A call may take long (a real
- * VM boots for tens of seconds): the reconciler runs calls concurrently.
+ * hypervisor-actions job, never inside an HTTP request, and every call must be safe to
+ * repeat (the job retries after crashes). A call may take long (a real
+ * VM boots for tens of seconds): the job runs calls concurrently.
  */
 export type HvAction = 'provision' | 'start' | 'stop' | 'destroy' | 'move';
 export const HV_ACTIONS: readonly HvAction[] = ['provision', 'start', 'stop', 'destroy', 'move'];

@@ -2,7 +2,7 @@
  * The simulated hypervisor (see docs/vms.md#simulated-and-real-vms): instant calls, deterministic IP
  * addresses, faults switched on per node or per VM through the database (so
  * every service instance sees them), and a record of calls for tests.
- * The provisioning delay is applied by the reconciler on the service clock.
+ * The provisioning delay is applied on the service clock, before the action comes due.
  */
 import type { Db } from '../db/db.js';
 import * as repo from './simulator-repository.js';

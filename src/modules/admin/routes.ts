@@ -4,26 +4,14 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DateTime, errorResponses, Nullable, page, PaginationQuery, paging } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
-import { UserRecordSchema } from '../auth/schemas.js';
 import type { AdminUserService } from './service.js';
+import { AdminUserSchema } from './schemas.js';
 import type { ClockService } from '../clock/service.js';
 import type { LedgerProblem } from '../billing/ledger-check.js';
 import type { Config } from '../../config.js';
 import { PgliteDb, type Db } from '../../db/db.js';
 import { backupFileName, createBackup } from '../../db/backup.js';
 import { invalidState } from '../../errors.js';
-
-const AdminUser = Type.Object(
-  {
-    ...UserRecordSchema.properties,
-    balance: Type.Number({ description: 'Credit balance in the major unit (at most 6 decimals)' }),
-    suspended: Type.Boolean(),
-    max_vms: Nullable(Type.Integer({ description: 'Per-user VM limit; null means the default (10)' })),
-    max_gpus: Nullable(Type.Integer({ description: 'Per-user GPU limit; null means the default (16)' })),
-    updated_at: DateTime(),
-  },
-  { description: 'A user account as an administrator sees it' },
-);
 
 const UserId = Type.Object({
   user_id: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER, description: "The user's id" }),
@@ -59,7 +47,7 @@ export function adminRoutes(
           },
           { additionalProperties: false },
         ),
-        response: { 200: Type.Array(AdminUser), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(AdminUserSchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: admin,
     },
@@ -76,7 +64,7 @@ export function adminRoutes(
         description:
           'One account as an operator sees it: role, balance, suspension and the per-user VM and GPU limits. Admin role.',
         params: UserId,
-        response: { 200: AdminUser, ...errorResponses(401, 403, 404, 422, 429) },
+        response: { 200: AdminUserSchema, ...errorResponses(401, 403, 404, 422, 429) },
       },
       config: admin,
     },
@@ -106,7 +94,7 @@ export function adminRoutes(
             examples: [{ suspended: true }, { max_vms: 20, max_gpus: 32 }],
           },
         ),
-        response: { 200: AdminUser, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
+        response: { 200: AdminUserSchema, ...errorResponses(400, 401, 403, 404, 415, 422, 429) },
       },
       config: admin,
     },

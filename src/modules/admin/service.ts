@@ -5,16 +5,8 @@ import { invalidState, notFound } from '../../errors.js';
 import { toAmount } from '../../money.js';
 import * as ledger from '../billing/ledger.js';
 import type { UserRow } from '../auth/repository.js';
-import { toUserRecord, type AccountPatch, type AuthService, type UserRecord } from '../auth/service.js';
-
-export interface AdminUserRecord extends UserRecord {
-  /** Credit balance in the major unit. */
-  balance: number;
-  suspended: boolean;
-  max_vms: number | null;
-  max_gpus: number | null;
-  updated_at: string;
-}
+import { toUserRecord, type AccountPatch, type AuthService } from '../auth/service.js';
+import type { AdminUserRecord } from './schemas.js';
 
 export type UserPatch = AccountPatch;
 

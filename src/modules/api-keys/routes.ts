@@ -7,41 +7,7 @@ import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
 import type { ApiKeyService } from './service.js';
-
-const ScopeSchema = Type.Union([Type.Literal('read_write'), Type.Literal('read_only'), Type.Literal('billing_only')], {
-  description:
-    'read_write: everything; read_only: GETs of VMs, SSH keys, reservations, billing, account, events; billing_only: GET /billing/*, GET /account, POST /reservations/calculate',
-});
-
-const ApiKeyFields = {
-  id: Type.String({ format: 'uuid' }),
-  name: Type.String(),
-  scope: ScopeSchema,
-  prefix: Type.String({ description: 'The first characters of the key, to tell keys apart' }),
-  created_at: DateTime(),
-  expires_at: Nullable(DateTime()),
-  last_used_at: Nullable(DateTime()),
-};
-
-const ApiKeyRecord = Type.Object(ApiKeyFields, {
-  description: 'An API key (never includes the key itself)',
-  examples: [
-    {
-      id: '0b8f3c2e-3f1a-4c55-9d0e-6f1e2a3b4c5d',
-      name: 'ci',
-      scope: 'read_only',
-      prefix: 'gpc_Zk3x9QaB',
-      created_at: '2026-11-22T10:00:00.000Z',
-      expires_at: null,
-      last_used_at: null,
-    },
-  ],
-});
-
-const CreatedApiKey = Type.Object(
-  { ...ApiKeyFields, key: Type.String({ description: 'The key: shown in this response only, store it now' }) },
-  { description: 'The new key, including `key` (shown once)' },
-);
+import { ApiKeySchema, CreatedApiKeySchema, ScopeSchema } from './schemas.js';
 
 export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
   const r = app.withTypeProvider<TypeBoxTypeProvider>();
@@ -70,7 +36,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
           },
           { additionalProperties: false, examples: [{ name: 'ci', scope: 'read_only' }] },
         ),
-        response: { 201: CreatedApiKey, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
+        response: { 201: CreatedApiKeySchema, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
       config: { ...keyRoute, idempotent: true },
     },
@@ -89,7 +55,7 @@ export function apiKeyRoutes(app: FastifyInstance, keys: ApiKeyService): void {
         summary: 'List API keys',
         description: 'Active keys, newest first, without the key itself. X-Total-Count holds the total.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
-        response: { 200: Type.Array(ApiKeyRecord), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(ApiKeySchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: keyRoute,
     },

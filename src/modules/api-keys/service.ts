@@ -11,6 +11,7 @@ import type { Principal } from '../../http/principal.js';
 import * as repo from './repository.js';
 import { recordEvent } from '../events/service.js';
 import type { ApiKeyRow } from './repository.js';
+import type { ApiKeyRecord, CreatedApiKeyRecord } from './schemas.js';
 import { CredentialCache } from '../../credential-cache.js';
 
 /** A key stops working at its expiry, by the service clock. */
@@ -23,16 +24,6 @@ const TOUCH_EVERY_MS = 60_000;
 export const API_KEY_PREFIX = 'gpc_';
 /** How much of the key is kept in clear to tell keys apart in lists. */
 const DISPLAY_PREFIX_LEN = API_KEY_PREFIX.length + 8;
-
-export interface ApiKeyRecord {
-  id: string;
-  name: string;
-  scope: Scope;
-  prefix: string;
-  created_at: string;
-  expires_at: string | null;
-  last_used_at: string | null;
-}
 
 const toRecord = (k: ApiKeyRow): ApiKeyRecord => ({
   id: k.id,
@@ -55,7 +46,7 @@ export class ApiKeyService {
   async create(
     p: Principal,
     input: { name: string; scope?: Scope; expires_at?: string | null },
-  ): Promise<ApiKeyRecord & { key: string }> {
+  ): Promise<CreatedApiKeyRecord> {
     // Only a session or a read_write key manages keys, and never above its own scope.
     if (p.via === 'api_key' && p.scope !== 'read_write')
       throw forbidden('Only a login session or a read_write API key can manage API keys');

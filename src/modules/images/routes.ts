@@ -7,37 +7,13 @@ import type { Readable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, Nullable, page, paging, PaginationQuery } from '../../http/schemas.js';
+import { errorResponses, page, paging, PaginationQuery } from '../../http/schemas.js';
 import { AppError } from '../../errors.js';
 import type { ImageService } from './service.js';
 import { UPLOAD_RANGE_MAX } from './service.js';
+import { ImageSchema, UploadSchema } from './schemas.js';
 
 const Sha256 = Type.String({ pattern: '^[0-9a-f]{64}$', description: 'SHA-256, lowercase hex' });
-
-const ImageRecord = Type.Object(
-  {
-    sha256: Type.String(),
-    format: Type.String({ description: 'qcow2 or raw' }),
-    size_bytes: Type.Integer(),
-    virtual_size_bytes: Type.Integer({ description: 'The size of the disk it holds' }),
-    templates: Type.Array(Type.Integer(), { description: 'The templates whose image it is' }),
-    created_at: DateTime(),
-  },
-  { description: 'A disk image in the image store, named by its SHA-256' },
-);
-
-const UploadRecord = Type.Object(
-  {
-    id: Type.String({ format: 'uuid' }),
-    size_bytes: Type.Integer(),
-    received_bytes: Type.Integer({ description: 'Where the next range starts' }),
-    sha256: Nullable(Type.String(), { description: 'The checksum the upload must have, when given' }),
-    template_vmid: Nullable(Type.Integer(), { description: 'The template it becomes the image of, when given' }),
-    created_at: DateTime(),
-    expires_at: DateTime('An upload not completed by then is forgotten'),
-  },
-  { description: 'An image upload in progress' },
-);
 
 const UploadId = Type.Object({ upload_id: Type.String({ maxLength: 64, description: 'Upload id (uuid)' }) });
 
@@ -61,7 +37,7 @@ export function imageRoutes(app: FastifyInstance, images: ImageService): void {
           },
           { additionalProperties: false },
         ),
-        response: { 201: UploadRecord, ...errorResponses(400, 401, 403, 422, 429) },
+        response: { 201: UploadSchema, ...errorResponses(400, 401, 403, 422, 429) },
       },
       config: admin,
     },
@@ -77,7 +53,7 @@ export function imageRoutes(app: FastifyInstance, images: ImageService): void {
         summary: 'An upload in progress (where to resume it)',
         description: 'received_bytes is where the next range starts; 404 once completed, cancelled or expired.',
         params: UploadId,
-        response: { 200: UploadRecord, ...errorResponses(401, 403, 404, 429) },
+        response: { 200: UploadSchema, ...errorResponses(401, 403, 404, 429) },
       },
       config: admin,
     },
@@ -106,7 +82,7 @@ export function imageRoutes(app: FastifyInstance, images: ImageService): void {
             },
             { additionalProperties: false },
           ),
-          response: { 200: UploadRecord, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
+          response: { 200: UploadSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
         },
         config: admin,
       },
@@ -129,7 +105,7 @@ export function imageRoutes(app: FastifyInstance, images: ImageService): void {
         description:
           "Checks the whole file: its SHA-256 (against the upload's, when given), then qcow2 or raw as qemu-img reads it, no backing file, no external data file, a consistent qcow2, a disk within GPUCLOUD_IMAGE_MAX_GB. A refused upload is discarded (422, with the reason). The image is named by its SHA-256; the same image twice is stored once.",
         params: UploadId,
-        response: { 201: ImageRecord, ...errorResponses(400, 401, 403, 404, 422, 429) },
+        response: { 201: ImageSchema, ...errorResponses(400, 401, 403, 404, 422, 429) },
       },
       config: admin,
     },
@@ -164,7 +140,7 @@ export function imageRoutes(app: FastifyInstance, images: ImageService): void {
         summary: 'List images',
         description: 'Newest first; X-Total-Count holds the total.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
-        response: { 200: Type.Array(ImageRecord), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(ImageSchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: admin,
     },

@@ -16,30 +16,12 @@ import { checkImage, ImageCheckError, qemuImgAvailable, sha256OfFile } from './c
 import * as uploads from './repository.js';
 import * as repo from './repository.js';
 import type { ImageRow } from './repository.js';
+import type { ImageRecord, UploadRecord } from './schemas.js';
 
 /** The most one range of an upload may carry (a request stays short, whatever the image's size). */
 export const UPLOAD_RANGE_MAX = 64 * 1024 * 1024;
 /** An upload not completed within this is forgotten, with its bytes. */
 const UPLOAD_TTL_MS = 24 * 3600_000;
-
-export interface ImageRecord {
-  sha256: string;
-  format: 'qcow2' | 'raw';
-  size_bytes: number;
-  virtual_size_bytes: number;
-  templates: number[];
-  created_at: string;
-}
-
-export interface UploadRecord {
-  id: string;
-  size_bytes: number;
-  received_bytes: number;
-  sha256: string | null;
-  template_vmid: number | null;
-  created_at: string;
-  expires_at: string;
-}
 
 export interface ImageLimits {
   /** The largest image file, and the largest disk an image may describe, in bytes. */

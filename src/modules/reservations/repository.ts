@@ -2,7 +2,8 @@
 import type { Queryable } from '../../db/db.js';
 import type { Row } from '../../db/rows.js';
 
-export type ReservationStatus = 'active' | 'completed' | 'cancelled' | 'converted_to_on_demand';
+export const RESERVATION_STATUSES = ['active', 'completed', 'cancelled', 'converted_to_on_demand'] as const;
+export type ReservationStatus = (typeof RESERVATION_STATUSES)[number];
 
 export type ReservationRow = Row<'reservations'>;
 

@@ -2,36 +2,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
+import { errorResponses, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import type { ReservationService } from './service.js';
+import { ReservationSchema } from './schemas.js';
 
 const Months = Type.Unsafe<1 | 3 | 6>({ type: 'integer', enum: [1, 3, 6], description: '1, 3 or 6 months' });
-
-export const ReservationSchema = Type.Object(
-  {
-    id: Type.String({ format: 'uuid' }),
-    user_id: Type.Integer(),
-    vm_id: Type.String(),
-    reservation_months: Type.Integer(),
-    discount_percent: Type.Number(),
-    deposit_amount: Type.Number({ description: 'The whole commitment, prepaid at creation' }),
-    remaining_balance: Type.Number({ description: 'What usage has not drawn yet' }),
-    status: Type.Unsafe<'active' | 'completed' | 'cancelled' | 'converted_to_on_demand'>({
-      type: 'string',
-      enum: ['active', 'completed', 'cancelled', 'converted_to_on_demand'],
-    }),
-    created_at: DateTime(),
-    end_at: DateTime('created_at + months x 730 h'),
-    cancelled_at: Nullable(DateTime()),
-    cancellation_fee: Type.Number(),
-    refund_amount: Type.Number(),
-    gpu_type: Type.String(),
-    gpu_count: Type.Integer(),
-    storage_gb: Type.Integer(),
-  },
-  { description: 'A reserved-instance commitment' },
-);
 
 const Calculation = Type.Object(
   {

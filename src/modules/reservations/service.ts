@@ -17,6 +17,7 @@ import type { InventoryService } from '../inventory/service.js';
 import type { PricingRow } from '../inventory/repository.js';
 import * as repo from './repository.js';
 import type { ReservationRow } from './repository.js';
+import type { ReservationRecord } from './schemas.js';
 
 export const HOURS_PER_MONTH = 730;
 export const CANCELLATION_FEE_PERCENT = 25;
@@ -75,25 +76,6 @@ export function quote(p: PricingRow, gpuCount: number, storageGb: number, months
     depositMicros,
     feeMicros: mulDiv(depositMicros, CANCELLATION_FEE_PERCENT, 100),
   };
-}
-
-export interface ReservationRecord {
-  id: string;
-  user_id: number;
-  vm_id: string;
-  reservation_months: number;
-  discount_percent: number;
-  deposit_amount: number;
-  remaining_balance: number;
-  status: repo.ReservationStatus;
-  created_at: string;
-  end_at: string;
-  cancelled_at: string | null;
-  cancellation_fee: number;
-  refund_amount: number;
-  gpu_type: string;
-  gpu_count: number;
-  storage_gb: number;
 }
 
 export const toReservationRecord = (r: ReservationRow): ReservationRecord => ({

@@ -5,9 +5,8 @@
  * image) and the image is `ready`; from then on its storage is billed per GB-hour (meter.ts).
  * Another customer's image is 404, whatever it is asked.
  */
-import type { Static } from 'typebox';
 import type { Db, Queryable } from '../../db/db.js';
-import type { ImageRecordSchema } from './routes.js';
+import type { ImageRecord } from './schemas.js';
 import { realTimeMs, type Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
@@ -26,9 +25,6 @@ export const DEFAULT_MAX_IMAGE_GB = 1000;
 /** Names: 1 to 64 characters, none of them a control character. */
 export const IMAGE_NAME_MAX = 64;
 const CONTROL = new RegExp(`[${CONTROL_CHARS}]`);
-
-/** An image as the API shows it (the schema in routes.ts is the one definition). */
-export type ImageRecord = Static<typeof ImageRecordSchema>;
 
 /** The stopped VM a snapshot is taken of, as the VM module hands it over. */
 export interface SnapshotSource {

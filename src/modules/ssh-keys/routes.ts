@@ -2,33 +2,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
+import { errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
 import type { SshKeyService } from './service.js';
-
-const SshKeyRecord = Type.Object(
-  {
-    id: Type.String({ format: 'uuid' }),
-    label: Type.String(),
-    key_type: Type.String({ description: 'The key algorithm, e.g. ssh-ed25519' }),
-    fingerprint: Type.String({ description: 'SHA256:<base64>, as `ssh-keygen -l -E sha256` prints it' }),
-    created_at: DateTime(),
-  },
-  {
-    description: 'An SSH public key (metadata only)',
-    examples: [
-      {
-        id: '5c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f',
-        label: 'laptop',
-        key_type: 'ssh-ed25519',
-        fingerprint: 'SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s',
-        created_at: '2026-11-22T10:00:00.000Z',
-      },
-    ],
-  },
-);
+import { SshKeySchema } from './schemas.js';
 
 // Any id that is not a uuid cannot exist: 404 like a missing key (or another user's), whatever its length.
 const KeyId = Type.Object({ key_id: Type.String({ description: 'SSH key id (uuid)' }) });
@@ -63,7 +42,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
             ],
           },
         ),
-        response: { 201: SshKeyRecord, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
+        response: { 201: SshKeySchema, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
       config: { ...write, idempotent: true },
     },
@@ -83,7 +62,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         description:
           'Your SSH public keys, newest first, with label, key type and SHA256 fingerprint. The key material is never returned.',
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
-        response: { 200: Type.Array(SshKeyRecord), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(SshKeySchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: read,
     },
@@ -99,7 +78,7 @@ export function sshKeyRoutes(app: FastifyInstance, keys: SshKeyService): void {
         summary: 'Get an SSH key',
         description: "One of your SSH keys by id. Another user's key is 404.",
         params: KeyId,
-        response: { 200: SshKeyRecord, ...errorResponses(401, 403, 404, 429) },
+        response: { 200: SshKeySchema, ...errorResponses(401, 403, 404, 429) },
       },
       config: read,
     },

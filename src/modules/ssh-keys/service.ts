@@ -12,17 +12,10 @@ import { parseSshPublicKey, SshKeyParseError } from './fingerprint.js';
 import * as repo from './repository.js';
 import { recordEvent } from '../events/service.js';
 import type { SshKeyRow } from './repository.js';
+import type { SshKeyRecord } from './schemas.js';
 
 export const MAX_SSH_KEYS = 5;
 export const MAX_LABEL_LENGTH = 64;
-
-export interface SshKeyRecord {
-  id: string;
-  label: string;
-  key_type: string;
-  fingerprint: string;
-  created_at: string;
-}
 
 const toRecord = (k: SshKeyRow): SshKeyRecord => ({
   id: k.id,

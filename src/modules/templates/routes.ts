@@ -2,72 +2,14 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, NO_CONTROL, Nullable } from '../../http/schemas.js';
-import { Enum } from '../../http/schemas.js';
+import { Enum, errorResponses, NO_CONTROL, Nullable } from '../../http/schemas.js';
 import { notFound } from '../../errors.js';
 import type { CatalogueNode, TemplateService } from './service.js';
 import { TEMPLATE_VMID_MAX, TEMPLATE_VMID_MIN } from './service.js';
+import { NodeTemplateStateSchema, TemplateSchema } from './schemas.js';
 
 const GPU_TYPES = ['5090', '4090', 'pro6000'] as const;
 const Port = Type.Integer({ minimum: 1, maximum: 65535 });
-
-export const TemplateRecord = Type.Object(
-  {
-    template_vmid: Type.Integer({ description: 'The id a VM is created with (`template_vmid`)' }),
-    name: Type.String({ description: 'Short name, e.g. ubuntu-24.04 (the CLI takes it for --template)' }),
-    description: Type.String(),
-    os: Type.String({ description: 'The operating system, e.g. Ubuntu 24.04' }),
-    default_user: Type.String({ description: 'The SSH login user; it has passwordless sudo' }),
-    access: Type.Object(
-      {
-        ssh: Type.Boolean(),
-        webui_port: Nullable(Type.Integer(), { description: "The guest port of the template's WebUI, or null" }),
-        jupyter_port: Nullable(Type.Integer(), { description: 'The guest port of Jupyter, or null' }),
-      },
-      { description: 'How a VM of this template is reached: SSH, and through the access portal its web services' },
-    ),
-    min_disk_gb: Type.Integer({ description: 'The smallest storage_gb a VM of this template may have' }),
-    gpu_types: Nullable(Type.Array(Type.String()), {
-      description: "The GPU types whose nodes hold it; null for every type's",
-    }),
-    image: Nullable(
-      Type.Object({
-        sha256: Type.String(),
-        format: Type.String(),
-        size_bytes: Type.Integer(),
-      }),
-      { description: 'The disk image the hosts download; null when hosts were given it by hand' },
-    ),
-    ready_on: Type.Object(
-      {
-        nodes: Type.Array(Type.String(), { description: 'Active nodes where a VM of it can be created now' }),
-        gpu_types: Type.Array(Type.String()),
-      },
-      { description: 'Where the template is ready' },
-    ),
-    created_at: DateTime(),
-    updated_at: DateTime(),
-  },
-  {
-    description: 'A template: what a VM is built from',
-    examples: [
-      {
-        template_vmid: 102,
-        name: 'stable-diffusion',
-        description: 'Stable-diffusion image-generation image, pre-configured',
-        os: 'Ubuntu 22.04',
-        default_user: 'ubuntu',
-        access: { ssh: true, webui_port: 7860, jupyter_port: 8888 },
-        min_disk_gb: 50,
-        gpu_types: null,
-        image: null,
-        ready_on: { nodes: ['vm01', 'vm02'], gpu_types: ['4090', '5090'] },
-        created_at: '2026-01-01T00:00:00.000Z',
-        updated_at: '2026-01-01T00:00:00.000Z',
-      },
-    ],
-  },
-);
 
 const Text = (max: number, description: string) =>
   Type.String({ minLength: 1, maxLength: max, pattern: NO_CONTROL, description });
@@ -118,7 +60,7 @@ export function templateRoutes(
         description:
           'No authentication. Every template a VM can be created from, by template_vmid, with its access (SSH, the WebUI and Jupyter ports the access portal reaches), minimum disk, and the active nodes where it is ready now.',
         security: [],
-        response: { 200: Type.Array(TemplateRecord), ...errorResponses(429) },
+        response: { 200: Type.Array(TemplateSchema), ...errorResponses(429) },
       },
       config: catalogue,
     },
@@ -135,7 +77,7 @@ export function templateRoutes(
         description: 'No authentication. One template, as GET /templates lists it; 404 for an unknown id.',
         security: [],
         params: VmidParam,
-        response: { 200: TemplateRecord, ...errorResponses(404, 422, 429) },
+        response: { 200: TemplateSchema, ...errorResponses(404, 422, 429) },
       },
       config: catalogue,
     },
@@ -176,7 +118,7 @@ export function templateRoutes(
             ],
           },
         ),
-        response: { 201: TemplateRecord, ...errorResponses(400, 401, 403, 422, 429) },
+        response: { 201: TemplateSchema, ...errorResponses(400, 401, 403, 422, 429) },
       },
       config: admin,
     },
@@ -210,7 +152,7 @@ export function templateRoutes(
           },
           { additionalProperties: false, minProperties: 1 },
         ),
-        response: { 200: TemplateRecord, ...errorResponses(400, 401, 403, 404, 422, 429) },
+        response: { 200: TemplateSchema, ...errorResponses(400, 401, 403, 404, 422, 429) },
       },
       config: admin,
     },
@@ -248,25 +190,7 @@ export function templateRoutes(
           'Each template the node should hold, then any other its agent holds (added on the host): missing, queued, downloading (progress in percent), ready, or failed with the reason. A node without an agent holds every template of its GPU type.',
         params: Type.Object({ node: Type.String({ maxLength: 200, description: "The node's name" }) }),
         response: {
-          200: Type.Array(
-            Type.Object({
-              template_vmid: Type.Integer(),
-              name: Nullable(Type.String()),
-              state: Enum(['missing', 'queued', 'downloading', 'ready', 'failed'] as const, 'The state on the host'),
-              source: Type.Unsafe<'pulled' | 'local' | null>({
-                type: ['string', 'null'],
-                enum: ['pulled', 'local', null],
-                description:
-                  'Downloaded from the image store (pulled), added on the host (local), or null when missing',
-              }),
-              sha256: Nullable(Type.String()),
-              bytes_done: Type.Integer(),
-              size_bytes: Type.Integer(),
-              progress: Nullable(Type.Integer({ description: 'Percent downloaded' })),
-              reason: Nullable(Type.String({ description: 'Why it failed' })),
-              updated_at: Nullable(DateTime()),
-            }),
-          ),
+          200: Type.Array(NodeTemplateStateSchema),
           ...errorResponses(401, 403, 404, 429),
         },
       },

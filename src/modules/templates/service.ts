@@ -11,26 +11,11 @@ import type { AgentDesiredTemplate, AgentTemplateState } from '../../host-agent/
 import { afterCommit } from '../../db/commit-hook.js';
 import * as repo from './repository.js';
 import type { CatalogueRow, TemplateFields } from './repository.js';
+import type { NodeTemplateState, TemplateRecord } from './schemas.js';
 
 /** The range of template ids an operator may use (the VM ids of customers' VMs start above it). */
 export const TEMPLATE_VMID_MIN = 100;
 export const TEMPLATE_VMID_MAX = 999_999;
-
-/** A template as the API shows it. */
-export interface TemplateRecord {
-  template_vmid: number;
-  name: string;
-  description: string;
-  os: string;
-  default_user: string;
-  access: { ssh: true; webui_port: number | null; jupyter_port: number | null };
-  min_disk_gb: number;
-  gpu_types: string[] | null;
-  image: { sha256: string; format: 'qcow2' | 'raw'; size_bytes: number } | null;
-  ready_on: { nodes: string[]; gpu_types: string[] };
-  created_at: string;
-  updated_at: string;
-}
 
 /** What a template lets the access portal reach. */
 export interface TemplateWeb {
@@ -56,20 +41,6 @@ export interface CatalogueNode {
   gpu_type: string;
   status: string;
   agent_url: string | null;
-}
-
-/** A template's state on one host, for the operator's node page. */
-export interface NodeTemplateState {
-  template_vmid: number;
-  name: string | null;
-  state: 'missing' | 'queued' | 'downloading' | 'ready' | 'failed';
-  source: 'pulled' | 'local' | null;
-  sha256: string | null;
-  bytes_done: number;
-  size_bytes: number;
-  progress: number | null;
-  reason: string | null;
-  updated_at: string | null;
 }
 
 /** How long the catalogue read for the portal and the access links is kept: a change shows within it. */

@@ -1,6 +1,6 @@
 /**
  * Auto-restart (docs/vms.md#auto-restart): interrupted VMs with auto_restart
- * go back to `starting`, on the reconciler's every pass, when their node is
+ * go back to `starting`, on every pass of hypervisor actions, when their node is
  * active with the GPUs free and their owner has the money a manual start needs.
  */
 import type { Db } from '../../db/db.js';

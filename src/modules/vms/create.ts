@@ -1,7 +1,7 @@
 /**
  * Creating a VM (docs/vms.md#creating-a-vm), checks in the order of
  * docs/vms.md#the-order-of-the-checks. The VM is inserted in `creating` with
- * its provisioning due; the hypervisor work is left to the reconciler.
+ * its provisioning due; the hypervisor work is left to the hypervisor-actions job.
  */
 import type { Static } from 'typebox';
 import type { Db, Queryable } from '../../db/db.js';

@@ -32,17 +32,17 @@ export const INTERRUPTION_STATUSES = ['interrupted', 'restored', 'abandoned'] as
 export type InterruptionStatus = (typeof INTERRUPTION_STATUSES)[number];
 
 export type VmEvent =
-  /** reconciler: the hypervisor built the VM (creating -> starting) */
+  /** hypervisor actions: the hypervisor built the VM (creating -> starting) */
   | 'provisioned'
-  /** reconciler: provisioning failed for good (creating -> failed) */
+  /** hypervisor actions: provisioning failed for good (creating -> failed) */
   | 'provision_failed'
-  /** reconciler: the hypervisor started it (starting -> running) */
+  /** hypervisor actions: the hypervisor started it (starting -> running) */
   | 'started'
-  /** reconciler: the start failed (starting -> stopped) */
+  /** hypervisor actions: the start failed (starting -> stopped) */
   | 'start_failed'
   /** API: stop (running -> stopping) */
   | 'stop_requested'
-  /** reconciler: the hypervisor stopped it (stopping -> stopped) */
+  /** hypervisor actions: the hypervisor stopped it (stopping -> stopped) */
   | 'stopped'
   /** host agent: the guest powered itself off or its process died (running -> stopped) */
   | 'powered_off'
@@ -50,9 +50,9 @@ export type VmEvent =
   | 'start_requested'
   /** API start on another host (stopped | interrupted -> moving): the disk travels first */
   | 'move_requested'
-  /** reconciler: the disk arrived and was verified on the new host (moving -> starting) */
+  /** hypervisor actions: the disk arrived and was verified on the new host (moving -> starting) */
   | 'moved'
-  /** reconciler: the move failed; the VM is back on its host (moving -> stopped) */
+  /** hypervisor actions: the move failed; the VM is back on its host (moving -> stopped) */
   | 'move_failed'
   /** placement: preempted by an on-demand or reserved VM (-> interrupted) */
   | 'preempted'

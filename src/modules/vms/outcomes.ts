@@ -1,6 +1,6 @@
 /**
  * What the hypervisor reports back (docs/vms.md#hypervisor-actions): the outcome
- * of an action the reconciler ran, and a host agent's heartbeat report of its
+ * of a hypervisor action that ran, and a host agent's heartbeat report of its
  * VMs. Each is written to the VM as it is now, which may no longer be what it
  * was when the work began (destroyed, preempted, taken offline meanwhile).
  */
@@ -13,7 +13,7 @@ import { requestStop } from './actions.js';
 import { recordEvent } from '../events/service.js';
 import type { ApplyTransition } from './transitions.js';
 
-/** What a reconciler learnt from the hypervisor; `built` when a failed start had provisioned the VM first. */
+/** What a hypervisor action learnt; `built` when a failed start had provisioned the VM first. */
 export type ActionOutcome =
   | { ok: true; hvRef?: string; ipAddress?: string; built?: Provisioned; gpuDevices?: string[]; bytes?: number }
   | { ok: false; error: string; built?: Provisioned };

@@ -1,6 +1,6 @@
 /**
  * The SQL of VMs and interruption records: the rows, their writes and the queries of the rules and the
- * reconcilers. What a VM's API record reads (one VM's, a list's) is listed-repository.ts.
+ * hypervisor-actions job. What a VM's API record reads (one VM's, a list's) is listed-repository.ts.
  */
 import type { Queryable } from '../../db/db.js';
 import type { Row } from '../../db/rows.js';
@@ -218,7 +218,7 @@ export async function runningVmsOfUser(q: Queryable, userId: number): Promise<Vm
   ).rows;
 }
 
-// ---- reconciler claims ----
+// ---- the hypervisor-actions job's claims ----
 
 /**
  * Claims due hypervisor work; FOR NO KEY UPDATE SKIP LOCKED so several instances

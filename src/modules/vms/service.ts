@@ -2,7 +2,7 @@
  * VMs (see docs/vms.md): the rules of create, start, stop, destroy, label,
  * auto-restart, access and interruptions. Every status change goes through
  * applyTransition (lifecycle.ts decides, transitions.ts writes); hypervisor work
- * is left to the reconcilers through `hv_action`, never done inside a request.
+ * is left to the hypervisor-actions job through `hv_action`, never done inside a request.
  *
  * VmService is the module's face to the rest of the service; the rules live in
  * the files it delegates to: create.ts, placement.ts, preemption.ts,
@@ -341,7 +341,7 @@ export class VmService {
     return reactions.onNodeStatus(tx, this.apply, node, from, to, now);
   }
 
-  // ---- reconciler side (outcomes.ts, auto-restart.ts) ----
+  // ---- the hypervisor-actions side (outcomes.ts, auto-restart.ts) ----
 
   /** Claims up to `limit` VMs whose action is due at `now` (service time), under a lease of `leaseMs` of real time. */
   async claimDue(now: Date, leaseMs: number, token: string, limit: number): Promise<VmRow[]> {

@@ -2,11 +2,12 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
+import { errorResponses, NO_CONTROL, Nullable, page, pageArgs, PaginationQuery } from '../../http/schemas.js';
 import { requirePrincipal } from '../../http/principal.js';
 import { notFound } from '../../errors.js';
 import { UUID_RE } from '../../ids.js';
 import { MAX_WEBHOOKS, SUBSCRIBABLE_TYPES, type WebhookService } from './service.js';
+import { AttemptSchema, WebhookSchema, WebhookWithSecretSchema } from './schemas.js';
 
 const Url = Type.String({
   minLength: 1,
@@ -22,81 +23,6 @@ const Description = Type.String({
   pattern: NO_CONTROL,
   description: 'A note for you (at most 200 characters)',
 });
-
-const WebhookFields = {
-  id: Type.String({ format: 'uuid' }),
-  url: Type.String(),
-  event_types: Nullable(Type.Array(Type.String()), { description: 'The types it receives; null: every type' }),
-  description: Type.String(),
-  enabled: Type.Boolean({ description: 'Whether events are sent to it' }),
-  disabled_reason: Nullable(Type.String(), {
-    description: '`failing` when the service turned it off after 5 days of failed deliveries; null otherwise',
-  }),
-  failing_since: Nullable(DateTime('The first failed attempt since the last success, while it is failing')),
-  created_at: DateTime(),
-  updated_at: DateTime(),
-};
-const example = {
-  id: '4a7c2e1b-9d3f-4b8a-a1c2-5e6f7a8b9c0d',
-  url: 'https://hooks.example.com/gpucloud',
-  event_types: ['vm.status_changed', 'vm.interrupted', 'billing.low_balance'],
-  description: 'pager',
-  enabled: true,
-  disabled_reason: null,
-  failing_since: null,
-  created_at: '2026-11-25T10:00:00.000Z',
-  updated_at: '2026-11-25T10:00:00.000Z',
-};
-const Webhook = Type.Object(WebhookFields, {
-  description: 'A webhook endpoint (never includes its secret)',
-  examples: [example],
-});
-const WithSecret = Type.Object(
-  {
-    ...WebhookFields,
-    secret: Type.String({
-      description:
-        'The signing secret, `whsec_` and the base64 of 32 random bytes: shown in this response only, store it now',
-    }),
-  },
-  {
-    description: 'The endpoint and its signing secret (shown once)',
-    examples: [{ ...example, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nKx3W5nVQ4=' }],
-  },
-);
-const Attempt = Type.Object(
-  {
-    id: Type.String({ format: 'uuid' }),
-    event_id: Type.String({ format: 'uuid', description: 'The event sent (the `webhook-id` header)' }),
-    event_type: Type.String(),
-    attempt: Type.Integer({ description: 'Which attempt at this event it was, from 1' }),
-    attempted_at: DateTime('When it was made, in service time'),
-    status_code: Nullable(Type.Integer({ description: 'The HTTP status the endpoint answered' })),
-    error: Nullable(
-      Type.String({ description: 'Why it failed: no answer, a refused address, or the status when it was not 2xx' }),
-    ),
-    duration_ms: Type.Integer({ description: 'How long it took' }),
-    outcome: Type.Union([Type.Literal('succeeded'), Type.Literal('retrying'), Type.Literal('given_up')]),
-    next_attempt_at: Nullable(DateTime('When the event is tried again (service time), while it is retrying')),
-  },
-  {
-    description: 'One delivery attempt',
-    examples: [
-      {
-        id: '019ab3c4-5d6e-7f80-9a1b-2c3d4e5f6a7c',
-        event_id: '019ab3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b',
-        event_type: 'vm.status_changed',
-        attempt: 1,
-        attempted_at: '2026-11-25T10:00:01.000Z',
-        status_code: 503,
-        error: 'HTTP 503',
-        duration_ms: 42,
-        outcome: 'retrying',
-        next_attempt_at: '2026-11-25T10:00:06.000Z',
-      },
-    ],
-  },
-);
 
 const WebhookParams = Type.Object({ webhook_id: Type.String({ description: 'Webhook id (uuid)' }) });
 const MANAGE = "Needs a login session or a read_write API key (a webhook's URL may itself be a credential).";
@@ -129,7 +55,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
             ],
           },
         ),
-        response: { 201: WithSecret, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
+        response: { 201: WebhookWithSecretSchema, ...errorResponses(400, 401, 403, 413, 415, 422, 429) },
       },
       config: { ...endpoint, idempotent: true },
     },
@@ -148,7 +74,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         summary: 'List webhook endpoints',
         description: `Your endpoints, newest first, without their secrets. X-Total-Count holds the total. ${MANAGE}`,
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
-        response: { 200: Type.Array(Webhook), ...errorResponses(401, 403, 422, 429) },
+        response: { 200: Type.Array(WebhookSchema), ...errorResponses(401, 403, 422, 429) },
       },
       config: endpoint,
     },
@@ -164,7 +90,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         summary: 'Get a webhook endpoint',
         description: `Without its secret. 404 for an unknown or another user's endpoint. ${MANAGE}`,
         params: WebhookParams,
-        response: { 200: Webhook, ...errorResponses(401, 403, 404, 429) },
+        response: { 200: WebhookSchema, ...errorResponses(401, 403, 404, 429) },
       },
       config: endpoint,
     },
@@ -189,7 +115,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
           },
           { additionalProperties: false, minProperties: 1, examples: [{ enabled: true }] },
         ),
-        response: { 200: Webhook, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
+        response: { 200: WebhookSchema, ...errorResponses(400, 401, 403, 404, 413, 415, 422, 429) },
       },
       config: endpoint,
     },
@@ -224,7 +150,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         summary: "Rotate a webhook's signing secret",
         description: `A new secret, shown in this response only. For 24 hours deliveries carry two signatures (the new secret's and the old one's), so a receiver can switch at leisure; after that only the new one signs. ${MANAGE}`,
         params: WebhookParams,
-        response: { 200: WithSecret, ...errorResponses(401, 403, 404, 429) },
+        response: { 200: WebhookWithSecretSchema, ...errorResponses(401, 403, 404, 429) },
       },
       config: endpoint,
     },
@@ -268,7 +194,7 @@ export function webhookRoutes(app: FastifyInstance, webhooks: WebhookService): v
         description: `Every attempt to send an event to this endpoint, newest first: the event, when, the HTTP status or why there was none, how long it took, and what happens next. Kept for 30 days. X-Total-Count holds the total. ${MANAGE}`,
         params: WebhookParams,
         querystring: Type.Object(PaginationQuery, { additionalProperties: false }),
-        response: { 200: Type.Array(Attempt), ...errorResponses(401, 403, 404, 422, 429) },
+        response: { 200: Type.Array(AttemptSchema), ...errorResponses(401, 403, 404, 422, 429) },
       },
       config: endpoint,
     },

@@ -21,6 +21,7 @@ import { assertKnownTypes, EVENT_TYPES, eventRecord, recordEvent } from '../even
 import * as repo from './repository.js';
 import { hostProblem, postJson, urlFormProblem } from './outbound.js';
 import { newSecret, signedHeaders } from './signing.js';
+import type { AttemptRecord, WebhookRecord, WebhookWithSecretRecord } from './schemas.js';
 
 export const MAX_WEBHOOKS = 10;
 /** After the first failed attempt, the next ones wait this long; after the last, the delivery is given up. */
@@ -37,31 +38,6 @@ const OPERATOR_TYPES = ['node.offline', 'node.online'];
 /** Deliveries one pass claims, and sends at once. */
 const BATCH = 32;
 const PARALLEL = 8;
-
-export interface WebhookRecord {
-  id: string;
-  url: string;
-  event_types: string[] | null;
-  description: string;
-  enabled: boolean;
-  disabled_reason: string | null;
-  failing_since: string | null;
-  created_at: string;
-  updated_at: string;
-}
-
-export interface AttemptRecord {
-  id: string;
-  event_id: string;
-  event_type: string;
-  attempt: number;
-  attempted_at: string;
-  status_code: number | null;
-  error: string | null;
-  duration_ms: number;
-  outcome: repo.AttemptRow['outcome'];
-  next_attempt_at: string | null;
-}
 
 const toRecord = (w: repo.WebhookRow): WebhookRecord => ({
   id: w.id,
@@ -134,7 +110,7 @@ export class WebhookService {
   async create(
     p: Principal,
     input: { url: string; event_types?: string[] | null; description?: string },
-  ): Promise<WebhookRecord & { secret: string }> {
+  ): Promise<WebhookWithSecretRecord> {
     const url = await this.checkUrl(input.url);
     const eventTypes = this.checkTypes(p, input.event_types);
     const secret = newSecret();
@@ -206,7 +182,7 @@ export class WebhookService {
    * A new secret, shown once; the one it replaces still signs for a day, so receivers can switch without losing a
    * delivery.
    */
-  async rotateSecret(p: Principal, id: string): Promise<WebhookRecord & { secret: string }> {
+  async rotateSecret(p: Principal, id: string): Promise<WebhookWithSecretRecord> {
     const secret = newSecret();
     const now = this.clock.now();
     return this.db.transaction(async (tx) => {

@@ -18,7 +18,7 @@ import * as webhookRepo from '../src/modules/webhooks/repository.js';
 import { seedFleet } from '../scripts/seed-fleet.js';
 import { withScope } from './cleanup.js';
 import { scratchDb } from './metering.js';
-import type { BenchResult } from './run.js';
+import type { BenchResult } from './types.js';
 import type { DbKind } from './service.js';
 
 const T0 = Date.UTC(2026, 0, 1);

@@ -29,7 +29,7 @@ import { must } from '../scripts/soak/client.js';
 import { REPO_ROOT, startChildServer } from '../scripts/soak/server.js';
 import { withScope, type Scope } from './cleanup.js';
 import { CONNECTIONS, measure, WARMUP_S, type Load, type Measurement } from './load.js';
-import type { BenchOptions, BenchResult } from './run.js';
+import type { BenchOptions, BenchResult } from './types.js';
 import { BENCH_RATE_LIMIT, benchAdmin, freshDatabase, startService, type ServiceDb } from './service.js';
 import { CYCLE_CUSTOMERS, liveVms, login, setupWorld, vmRequest, type World } from './setup.js';
 

@@ -46,7 +46,7 @@ import { join } from 'node:path';
 import { must } from '../scripts/soak/client.js';
 import { freePort } from '../test/helpers/ports.js';
 import { withScope, type Scope } from './cleanup.js';
-import type { BenchOptions, BenchResult } from './run.js';
+import type { BenchOptions, BenchResult } from './types.js';
 import { benchAdmin, freshDatabase, startService } from './service.js';
 import { login } from './setup.js';
 

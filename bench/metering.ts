@@ -29,7 +29,7 @@ import { createServices } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { ClockService } from '../src/modules/clock/service.js';
 import { MemoryRateLimitStore } from '../src/http/rate-limit-store.js';
-import type { BenchResult } from './run.js';
+import type { BenchResult } from './types.js';
 import type { Scope } from './cleanup.js';
 import { withScope } from './cleanup.js';
 import type { DbKind } from './service.js';

@@ -34,7 +34,7 @@ import { join } from 'node:path';
 import { qemuAvailable } from '../src/host-agent/qemu/process.js';
 import { cli, freePort, startAgentProcess } from '../test/agent/real-vms.js';
 import { withScope } from './cleanup.js';
-import type { BenchResult } from './run.js';
+import type { BenchResult } from './types.js';
 
 const MIB = 1024 * 1024;
 const TARGET_MBPS = 150;

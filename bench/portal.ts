@@ -22,7 +22,7 @@ import { fileURLToPath } from 'node:url';
 import { must } from '../scripts/soak/client.js';
 import { withScope } from './cleanup.js';
 import { measure } from './load.js';
-import type { BenchOptions, BenchResult } from './run.js';
+import type { BenchOptions, BenchResult } from './types.js';
 import { benchAdmin, freshDatabase, startService } from './service.js';
 import { login } from './setup.js';
 import { wsConnect, wsEcho } from '../test/helpers/guest-app.js';

@@ -22,7 +22,7 @@ import { writeSeed, normalizeSshKey } from '../src/host-agent/images/seed.js';
 import { freePortInRange, sshBanner } from '../src/host-agent/network/ssh-probe.js';
 import { HostAgentClient } from '../src/hypervisor/host-agent-client.js';
 import { qemuPidsUnder, testImage } from '../test/agent/real-vms.js';
-import type { BenchResult } from './run.js';
+import type { BenchResult } from './types.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

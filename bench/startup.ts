@@ -10,7 +10,7 @@
 import { readRssMb } from '../scripts/soak/server.js';
 import { freePort } from '../test/helpers/ports.js';
 import { withScope, type Scope } from './cleanup.js';
-import type { BenchOptions, BenchResult } from './run.js';
+import type { BenchOptions, BenchResult } from './types.js';
 import { benchAdmin, freshDatabase, startService, type Credentials, type ServiceDb } from './service.js';
 
 const JUST_STARTED_MS = 5_000;

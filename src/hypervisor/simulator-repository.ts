@@ -1,7 +1,9 @@
 /** The only SQL of the simulated hypervisor: its armed faults and its VMs' traffic counters. */
 import type { Queryable } from '../db/db.js';
 import type { Row } from '../db/rows.js';
-import type { SimAction } from './simulator.js';
+
+/** What the simulator can be made to fail: a hypervisor action, or the export a snapshot copies. */
+export type SimAction = Row<'sim_faults'>['action'];
 
 /** Arms `count` failures of `action` on a target (a node name, or `vm:<id>`), replacing any armed before. */
 export async function armFault(q: Queryable, target: string, action: SimAction, count: number): Promise<void> {

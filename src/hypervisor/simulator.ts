@@ -6,10 +6,10 @@
  */
 import type { Db } from '../db/db.js';
 import * as repo from './simulator-repository.js';
+import type { SimAction } from './simulator-repository.js';
 import {
   DriverError,
   HV_ACTIONS,
-  type HvAction,
   type HypervisorDriver,
   type Moved,
   type Provisioned,
@@ -18,7 +18,7 @@ import {
 } from './driver.js';
 
 /** What the simulator can be made to fail: every driver action, and the export a snapshot takes. */
-export type SimAction = HvAction | 'snapshot';
+export type { SimAction };
 export const SIM_ACTIONS: readonly SimAction[] = [...HV_ACTIONS, 'snapshot'];
 
 export interface SimCall {

@@ -6,7 +6,16 @@ import { useState } from 'preact/hooks';
 import type { paths } from '../../../src/sdk/index.js';
 import { api, call } from '../api.js';
 import { Field, Form, FormDialog, Select, Submit, notify, parseIntField } from '../ui.js';
-import { STATUS_MEANING, type NodeRecord, type NodeStatus } from './nodes.js';
+
+/** A node as GET /admin/nodes lists it, and what each status means to an operator. */
+export type NodeRecord = paths['/admin/nodes']['get']['responses'][200]['content']['application/json'][number];
+export type NodeStatus = NodeRecord['status'];
+
+export const STATUS_MEANING: Record<NodeStatus, string> = {
+  active: 'rentable',
+  draining: 'no new VMs; the VMs on it keep running',
+  offline: 'its VMs are offline too',
+};
 
 type GpuType = NodeRecord['gpu_type'];
 type CreateBody = paths['/admin/nodes']['post']['requestBody']['content']['application/json'];

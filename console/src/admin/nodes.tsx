@@ -5,9 +5,8 @@
  * and registering a new node (the forms: node-forms.tsx).
  */
 import { useState } from 'preact/hooks';
-import type { paths } from '../../../src/sdk/index.js';
 import { api, call, callWithTotal } from '../api.js';
-import { EditNode, NEW_NODE, RegisterNode } from './node-forms.js';
+import { EditNode, NEW_NODE, RegisterNode, STATUS_MEANING, type NodeRecord, type NodeStatus } from './node-forms.js';
 import { NodeTemplates } from './node-templates.js';
 import {
   Action,
@@ -24,14 +23,6 @@ import {
   usePaged,
 } from '../ui.js';
 
-export type NodeRecord = paths['/admin/nodes']['get']['responses'][200]['content']['application/json'][number];
-export type NodeStatus = NodeRecord['status'];
-
-export const STATUS_MEANING: Record<NodeStatus, string> = {
-  active: 'rentable',
-  draining: 'no new VMs; the VMs on it keep running',
-  offline: 'its VMs are offline too',
-};
 const PAGE = 100;
 
 type Dialog = { kind: 'edit' | 'remove'; node: NodeRecord } | undefined;

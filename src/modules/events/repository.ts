@@ -7,7 +7,7 @@
 import type { Queryable } from '../../db/db.js';
 import type { Row } from '../../db/rows.js';
 import { newOrderedId } from '../../ids.js';
-import type { EventType } from './service.js';
+import type { EventType } from './types.js';
 
 export type EventRow = Omit<Row<'events'>, 'data'> & {
   data: Record<string, unknown>;

@@ -1,0 +1,28 @@
+/** Every type of event there is (docs/events.md#the-types). */
+export const EVENT_TYPES = [
+  'vm.created',
+  'vm.status_changed',
+  'vm.interrupted',
+  'vm.restarted',
+  'vm.moved',
+  'vm.move_failed',
+  'vm.destroyed',
+  'billing.low_balance',
+  'billing.credit_added',
+  'reservation.created',
+  'reservation.cancelled',
+  'reservation.expired',
+  'reservation.exhausted',
+  'api_key.created',
+  'api_key.revoked',
+  'ssh_key.created',
+  'ssh_key.deleted',
+  'account.login',
+  'account.2fa_enabled',
+  'account.2fa_disabled',
+  'node.offline',
+  'node.online',
+  'webhook.test',
+  'webhook.disabled',
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];

@@ -12,7 +12,7 @@
  * jobs) has no scope and no hook.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { Queryable } from './db.js';
+import type { Queryable } from './queryable.js';
 
 export type BeforeCommit = (tx: Queryable, result: unknown) => Promise<void>;
 

@@ -10,17 +10,9 @@ import { join } from 'node:path';
 import { collectAfterCommit, runBeforeCommit } from './commit-hook.js';
 import { runStatement, type ParserOf, type Prepared } from './pglite-statement.js';
 import { AdvisoryLockPresence, SoleProcessPresence, type Presence } from './presence.js';
+import type { Queryable, QueryResult, Row } from './queryable.js';
 
-export type Row = Record<string, unknown>;
-
-export interface QueryResult<T> {
-  rows: T[];
-  rowCount: number;
-}
-
-export interface Queryable {
-  query<T = Row>(sql: string, params?: readonly unknown[]): Promise<QueryResult<T>>;
-}
+export type { QueryResult, Queryable, Row } from './queryable.js';
 
 /** A transaction in progress: queries, and scripts of several statements (migrations). */
 export interface Transaction extends Queryable {

@@ -554,7 +554,7 @@ describeEachDb('HTTP rules', (t) => {
         await chk(as(user.token).get('/admin/users')),
         await chk(as(admin.token).get('/admin/users/{user_id}', { params: { user_id: user.id } })),
         await chk(as(admin.token).get('/admin/clock')),
-        // A path under a private prefix that no route serves: the prefix decides (untyped).
+        // A path no route serves is answered no-store, whatever it looks like (untyped).
         await req('GET', '/auth/no-such-route'),
         await req('GET', '/billing/no-such-route?x=1', { token: user.token }),
       ];

@@ -358,3 +358,12 @@ export function loadConfig(env: Env = process.env): Config {
     webhookTimeoutS: int(env, 'GPUCLOUD_WEBHOOK_TIMEOUT_S', 10, 1, 30),
   };
 }
+
+/**
+ * The URL a client on this machine reaches a server listening on `host`:`port` at: a wildcard
+ * address becomes loopback, an IPv6 address is bracketed.
+ */
+export function localUrl(host: string, port: number): string {
+  const h = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+  return `http://${h.includes(':') ? `[${h}]` : h}:${port}`;
+}

@@ -1,5 +1,5 @@
 /** Authenticated encryption (AES-256-GCM) for the few secrets the service must keep readable for a while. */
-import { createCipheriv, createDecipheriv, createHash } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, timingSafeEqual } from 'node:crypto';
 import { randomBytes } from './ids.js';
 
 const PREFIX = 'v1:';
@@ -7,6 +7,19 @@ const PREFIX = 'v1:';
 /** A 32-byte key derived from a secret and a purpose label. */
 export function deriveKey(secret: string | Buffer, label: string): Buffer {
   return createHash('sha256').update(`gpucloud:${label}:`).update(secret).digest();
+}
+
+/** The SHA-256 of a secret: what is kept of a token, and what two tokens are compared by. */
+export function secretDigest(secret: string): Buffer {
+  return createHash('sha256').update(secret).digest();
+}
+
+/**
+ * Whether `given` is the secret `expected` (or the secret whose secretDigest it is), in constant time: the
+ * digests compared have one length whatever was sent.
+ */
+export function sameSecret(given: string, expected: string | Buffer): boolean {
+  return timingSafeEqual(secretDigest(given), typeof expected === 'string' ? secretDigest(expected) : expected);
 }
 
 export function seal(key: Buffer, plaintext: string): string {

@@ -18,7 +18,7 @@ import { buildApp, createServices, httpServerOptions, type Services } from './ap
 import { readForwarded, trustFunction } from './http/client-address.js';
 import { ClockService } from './modules/clock/service.js';
 import { startLocalAgent, type LocalAgent } from './local-host-agent.js';
-import { ConfigError } from './config.js';
+import { ConfigError, localUrl } from './config.js';
 import { createLogger } from './log.js';
 import { createRateLimitStore, type RateLimitStoreKind } from './http/rate-limit.js';
 import { serveWorkerMetrics } from './http/metrics.js';
@@ -103,9 +103,7 @@ export async function openDatabase(config: Config, applied: string[] = []): Prom
 /** The URL a local client reaches a listening app at. */
 function urlOf(app: FastifyInstance, config: Config): string {
   const addr = app.server.address();
-  const port = typeof addr === 'object' && addr ? addr.port : config.port;
-  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
-  return `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  return localUrl(config.host, typeof addr === 'object' && addr ? addr.port : config.port);
 }
 
 export async function startServer(config: Config, role: Role = 'all'): Promise<RunningServer> {

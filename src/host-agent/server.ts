@@ -22,11 +22,11 @@
  *                                  accepted here as well as the node's token, and nowhere else
  *   DELETE /v1/vms/:id/export     remove the export's files
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
+import { sameSecret, secretDigest } from '../crypto.js';
 import { AgentError, UUID } from './errors.js';
 import type { VmManager } from './vms.js';
 import { ExportError, sendRange } from './images/export.js';
@@ -142,10 +142,6 @@ export interface AgentServerOptions {
   logger?: boolean | object;
 }
 
-function digest(s: string): Buffer {
-  return createHash('sha256').update(s).digest();
-}
-
 /** `bytes=N-` or `bytes=N-M` (one range); undefined for none or a form it does not take (the whole file). */
 function parseRange(header: string | undefined, size: number): [number, number] | 'unsatisfiable' | undefined {
   const m = header === undefined ? null : /^bytes=(\d{1,16})-(\d{0,16})$/.exec(header.trim());
@@ -183,7 +179,7 @@ export async function buildAgentApp(
   const app = (opts.https
     ? Fastify({ ...common, https: { cert: opts.https.cert, key: opts.https.key } })
     : Fastify(common)) as unknown as FastifyInstance;
-  const expected = digest(`Bearer ${opts.token}`);
+  const expected = secretDigest(`Bearer ${opts.token}`);
   const cpuModel = hostCpuModel();
 
   app.setErrorHandler((err, _req, reply) => {
@@ -199,7 +195,7 @@ export async function buildAgentApp(
   app.setNotFoundHandler((_req, reply) => reply.code(404).send({ detail: 'no such route', code: 'not_found' }));
 
   // Digests have one length, so the comparison takes the same time whatever was sent.
-  const authorized = (header: string | undefined) => timingSafeEqual(digest(header ?? ''), expected);
+  const authorized = (header: string | undefined) => sameSecret(header ?? '', expected);
   app.server.on('upgrade', (req, socket, head) => handleTunnel(vms, authorized, req, socket, head));
 
   /** A VM's export disk route with that export's transfer token (the route is matched before this hook runs). */

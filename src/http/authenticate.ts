@@ -6,7 +6,7 @@
  * A valid token or key never touches a password hash.
  */
 import { wasForwarded } from './client-address.js';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { sameSecret } from '../crypto.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, forbidden } from '../errors.js';
 import type { Principal } from './principal.js';
@@ -80,8 +80,7 @@ export function metricsAllowed(req: FastifyRequest, access: MetricsAccess): bool
   if (access.loopback && LOOPBACK.test(req.socket.remoteAddress ?? '') && !wasForwarded(req.raw)) return true;
   const credential = bearerOf(req.headers.authorization);
   if (!access.token || credential === undefined) return false;
-  const a = createHash('sha256').update(credential).digest();
-  return timingSafeEqual(a, createHash('sha256').update(access.token).digest());
+  return sameSecret(credential, access.token);
 }
 
 /** Runs after the rate limiter: rejects what the caller may not do. */

@@ -4,7 +4,7 @@
  * schedule.ts; app.ts serves them over HTTP.
  */
 import type { FastifyBaseLogger } from 'fastify';
-import { ConfigError, type Config } from '../config.js';
+import { ConfigError, localUrl, type Config } from '../config.js';
 import type { Db } from '../db/db.js';
 import { deriveKey } from '../crypto.js';
 import { clientAddress, trustFunction } from '../http/client-address.js';
@@ -268,7 +268,5 @@ function driversFor(deps: AppDeps, inventory: InventoryService, simulator: Simul
  * instance on its own port (a server that listens on another replaces it once it listens).
  */
 function imageBaseUrl(config: Config): string {
-  if (/^https?:\/\//.test(config.publicUrl)) return config.publicUrl;
-  const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${config.port}`;
+  return /^https?:\/\//.test(config.publicUrl) ? config.publicUrl : localUrl(config.host, config.port);
 }

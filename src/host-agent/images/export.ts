@@ -28,13 +28,14 @@
  *   time; it opens the export's disk route and nothing else.
  */
 import { execFile } from 'node:child_process';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, rmSync, statSync } from 'node:fs';
 import { open, rm, type FileHandle } from 'node:fs/promises';
 import type { ServerResponse } from 'node:http';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { AgentExportState } from '../api.js';
+import { sameSecret, secretDigest } from '../../crypto.js';
 import { hashHandle } from '../../disk-image/check.js';
 import { freeBytes, gb, readJson, writeJson } from './verify.js';
 
@@ -76,8 +77,6 @@ export class ExportError extends Error {
     super(message);
   }
 }
-
-const sha256 = (s: string) => createHash('sha256').update(s).digest();
 
 /** The kernel's id of this boot of the host ('' where there is none). */
 function bootId(): string {
@@ -178,7 +177,7 @@ export class DiskExports {
   begin(id: string, vmDir: string, token: string): AgentExportState {
     const f = exportFiles(vmDir);
     const j = this.known(id, vmDir);
-    const tokenDigest = sha256(token);
+    const tokenDigest = secretDigest(token);
     if (j && j.state === 'exporting') {
       j.tokenDigest = tokenDigest;
       return this.view(j);
@@ -271,7 +270,7 @@ export class DiskExports {
   accepts(id: string, vmDir: string, authorization: string | undefined): boolean {
     const j = this.known(id, vmDir);
     if (!j || j.state === 'failed' || !authorization?.startsWith('Bearer ')) return false;
-    return timingSafeEqual(sha256(authorization.slice('Bearer '.length)), j.tokenDigest);
+    return sameSecret(authorization.slice('Bearer '.length), j.tokenDigest);
   }
 
   /** The ready export's file and size; 404 without an export, 409 while it is made or after it failed. */

@@ -113,11 +113,18 @@ export function buildServices(deps: AppDeps): Services {
   );
   const adminUsers = new AdminUserService(deps.db, clock, auth);
   const apiKeys = new ApiKeyService(deps.db, clock);
-  const inventory = new InventoryService(deps.db, clock, deps.jwtSecret, (endpoint) =>
-    new HostAgentClient(endpoint, 3_000)
-      .host()
-      .then(agentInfoOf)
-      .catch(() => null),
+  // The two modules need each other: offers list the templates ready on each node, and a template's
+  // catalogue changes the offers. Readiness is read only once both exist.
+  const inventory: InventoryService = new InventoryService(
+    deps.db,
+    clock,
+    deps.jwtSecret,
+    (endpoint) =>
+      new HostAgentClient(endpoint, 3_000)
+        .host()
+        .then(agentInfoOf)
+        .catch(() => null),
+    () => templates.readyPairs(),
   );
   const billing = new BillingService(deps.db, clock);
   const simulator = new SimulatorDriver(deps.db);

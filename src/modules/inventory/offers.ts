@@ -59,7 +59,11 @@ export class OffersSnapshot {
   private snapshot: { loadedAt: number; epoch: number; inputs: Promise<OfferInputs>; loaded?: OfferInputs } | undefined;
   private epoch = 0;
 
-  constructor(private readonly db: Db) {}
+  /** `readyTemplates`: the ready (node, template) pairs, as "node:template_vmid" (the templates module's rule). */
+  constructor(
+    private readonly db: Db,
+    private readonly readyTemplates: () => Promise<Set<string>>,
+  ) {}
 
   /** The current snapshot (read again when it changed or is older than OFFERS_MAX_AGE_MS). */
   inputs(): Promise<OfferInputs> {
@@ -70,7 +74,7 @@ export class OffersSnapshot {
       repo.listPricing(this.db),
       repo.listNodes(this.db),
       repo.gpuUsage(this.db),
-      repo.readyTemplates(this.db),
+      this.readyTemplates(),
     ]).then(([prices, nodes, usage, ready]) => ({ prices, nodes, usage, ready }));
     const mine: NonNullable<typeof this.snapshot> = { loadedAt: now, epoch: this.epoch, inputs };
     this.snapshot = mine;

@@ -320,17 +320,3 @@ export async function lockMoveTargets(
   );
   return r.rows;
 }
-
-/**
- * The templates ready on each node (docs/templates.md): what its agent reported ready, or for a node
- * without an agent (the simulator) every template for its GPU type. Keys are "node:template_vmid".
- */
-export async function readyTemplates(q: Queryable): Promise<Set<string>> {
-  const rows = await q.query<{ node: string; template_vmid: number }>(
-    `SELECT n.node, t.template_vmid FROM nodes n JOIN templates t
-        ON (n.agent_url IS NULL AND (t.gpu_types IS NULL OR n.gpu_type = ANY (t.gpu_types)))
-        OR EXISTS (SELECT 1 FROM node_templates nt
-                    WHERE nt.node = n.node AND nt.template_vmid = t.template_vmid AND nt.state = 'ready')`,
-  );
-  return new Set(rows.rows.map((r) => `${r.node}:${r.template_vmid}`));
-}

@@ -54,9 +54,11 @@ export class InventoryService {
     secret: string = 'unset-secret'.padEnd(32, '-'),
     /** Asks an agent about its host (null when it does not answer); used at registration. */
     private readonly probeAgent: (endpoint: AgentEndpoint) => Promise<AgentInfo | null> = async () => null,
+    /** The ready (node, template) pairs offers are made of (the templates module decides readiness). */
+    readyTemplates: () => Promise<Set<string>> = async () => new Set(),
   ) {
     this.tokenKey = deriveKey(secret, 'agent-token');
-    this.offers = new OffersSnapshot(db);
+    this.offers = new OffersSnapshot(db, readyTemplates);
     this.prices = new Prices(db, clock, (tx) => this.changesOffers(tx));
   }
 

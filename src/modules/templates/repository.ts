@@ -164,19 +164,26 @@ export async function readyOnAgentNodes(q: Queryable): Promise<{ node: string; t
 }
 
 /**
- * Whether a template is ready on a node's host: reported ready by its agent, or, for a node without an agent (the
- * simulator), the template is for the node's GPU type.
+ * When a template is ready on a node's host (docs/templates.md), for a node `n` and a template `t`: its
+ * agent reported it ready, or, for a node without an agent (the simulator), it is for the node's GPU type.
  */
+const READY = `(n.agent_url IS NULL AND (t.gpu_types IS NULL OR n.gpu_type = ANY (t.gpu_types))
+   OR EXISTS (SELECT 1 FROM node_templates nt
+               WHERE nt.node = n.node AND nt.template_vmid = t.template_vmid AND nt.state = 'ready'))`;
+
+/** Whether a template is ready on a node's host. */
 export async function readyOn(q: Queryable, node: string, vmid: number): Promise<boolean> {
-  return (
-    (
-      await q.query(
-        `SELECT 1 FROM nodes n JOIN templates t ON t.template_vmid = $2 WHERE n.node = $1 AND (
-         n.agent_url IS NULL AND (t.gpu_types IS NULL OR n.gpu_type = ANY (t.gpu_types))
-         OR EXISTS (SELECT 1 FROM node_templates nt
-                     WHERE nt.node = n.node AND nt.template_vmid = $2 AND nt.state = 'ready'))`,
-        [node, vmid],
-      )
-    ).rows.length > 0
+  const r = await q.query(
+    `SELECT 1 FROM nodes n JOIN templates t ON t.template_vmid = $2 WHERE n.node = $1 AND ${READY}`,
+    [node, vmid],
   );
+  return r.rows.length > 0;
+}
+
+/** Every (node, template) pair that is ready, as "node:template_vmid" (what offers are made of). */
+export async function readyPairs(q: Queryable): Promise<Set<string>> {
+  const r = await q.query<{ node: string; template_vmid: number }>(
+    `SELECT n.node, t.template_vmid FROM nodes n JOIN templates t ON ${READY}`,
+  );
+  return new Set(r.rows.map((row) => `${row.node}:${row.template_vmid}`));
 }

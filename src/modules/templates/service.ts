@@ -204,6 +204,11 @@ export class TemplateService {
   }
 
   /** The templates a node's host must hold: those with an image, for the node's GPU type. */
+  /** Every (node, template) pair that is ready, as "node:template_vmid": what offers are made of. */
+  readyPairs(): Promise<Set<string>> {
+    return repo.readyPairs(this.db);
+  }
+
   async desiredFor(node: CatalogueNode): Promise<AgentDesiredTemplate[]> {
     return (await this.rows())
       .filter((t) => t.image_sha256 && t.image_format && forGpuType(t, node.gpu_type))

@@ -1,7 +1,7 @@
 /**
- * The layers a reader can trust (docs/architecture.md): the HTTP layer and
- * the hypervisor drivers serve the modules and never reach back into them;
- * app.ts composes them.
+ * The layers a reader can trust (docs/architecture.md): the HTTP layer, the
+ * hypervisor drivers, the scheduler and the disk-image checks serve the modules
+ * and never reach back into them; app.ts and wiring/ compose them.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,9 +10,9 @@ import { join } from 'node:path';
 
 const SRC = join(import.meta.dirname, '..', 'src');
 
-test('nothing in http/ or hypervisor/ imports from modules/', () => {
+test('nothing in http/, hypervisor/, background/ or disk-image/ imports from modules/', () => {
   const offenders: string[] = [];
-  for (const dir of ['http', 'hypervisor']) {
+  for (const dir of ['http', 'hypervisor', 'background', 'disk-image']) {
     for (const f of readdirSync(join(SRC, dir), { recursive: true }) as string[]) {
       if (!f.endsWith('.ts')) continue;
       const text = readFileSync(join(SRC, dir, f), 'utf8');

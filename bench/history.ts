@@ -29,7 +29,15 @@ const HISTORY: Record<DbKind, number> = { postgres: 200_000, embedded: 20_000 };
 
 /** Everything the service keeps, `h` destroyed or failed VMs and the rest in proportion. */
 async function seedHistory(db: Db, h: number): Promise<{ heavyUser: number; node: string; vmId: string }> {
-  await new InventoryService(db, new ManualClock(T0)).ensureDefaultPricing();
+  // Only the default prices: no agent is asked anything and no offer is listed.
+  const inventory = new InventoryService(
+    db,
+    new ManualClock(T0),
+    'bench-secret'.padEnd(32, '-'),
+    async () => null,
+    async () => new Set(),
+  );
+  await inventory.ensureDefaultPricing();
   await seedFleet(db, LIVE_VMS, T0);
   const nodes = LIVE_VMS / 8;
   await db.query(

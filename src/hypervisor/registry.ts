@@ -26,10 +26,6 @@ export class DriverRegistry implements HypervisorDriver {
     this.drivers.set(driver.name, driver);
   }
 
-  has(name: string): boolean {
-    return this.drivers.has(name);
-  }
-
   /** The names registered, in the order they were. */
   names(): string[] {
     return [...this.drivers.keys()];

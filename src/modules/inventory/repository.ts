@@ -251,7 +251,7 @@ export async function claimAgentChecks(q: Queryable, realNow: Date, intervalMs: 
   return r.rows;
 }
 
-/** The node of each agent (for the driver: which nodes are real). */
+/** A node's host agent: its URL and sealed token (both null for a simulated node). */
 export async function agentOf(
   q: Queryable,
   node: string,

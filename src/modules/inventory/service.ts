@@ -51,11 +51,11 @@ export class InventoryService {
     private readonly db: Db,
     private readonly clock: Clock,
     /** The service secret: agent tokens are sealed with a key derived from it. */
-    secret: string = 'unset-secret'.padEnd(32, '-'),
+    secret: string,
     /** Asks an agent about its host (null when it does not answer); used at registration. */
-    private readonly probeAgent: (endpoint: AgentEndpoint) => Promise<AgentInfo | null> = async () => null,
+    private readonly probeAgent: (endpoint: AgentEndpoint) => Promise<AgentInfo | null>,
     /** The ready (node, template) pairs offers are made of (the templates module decides readiness). */
-    readyTemplates: () => Promise<Set<string>> = async () => new Set(),
+    readyTemplates: () => Promise<Set<string>>,
   ) {
     this.tokenKey = deriveKey(secret, 'agent-token');
     this.offers = new OffersSnapshot(db, readyTemplates);
@@ -232,8 +232,7 @@ export class InventoryService {
   /** The agent of a node with one, token unsealed; null for a simulated or unknown node. */
   async agentEndpoint(node: string): Promise<AgentEndpoint | null> {
     const row = await repo.agentOf(this.db, node);
-    if (!row?.agent_url || !row.agent_token_sealed) return null;
-    return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };
+    return row ? this.endpointOf(row) : null;
   }
 
   /** Every node as the template catalogue sees it (its GPU type, status and whether an agent runs it). */
@@ -246,13 +245,7 @@ export class InventoryService {
     return row ? catalogueNodeOf(row) : null;
   }
 
-  /** Whether a node is driven by a host agent (without unsealing its token). */
-  async hasAgent(node: string): Promise<boolean> {
-    const row = await repo.agentOf(this.db, node);
-    return !!row?.agent_url && !!row.agent_token_sealed;
-  }
-
-  endpointOf(row: FullNodeRow): AgentEndpoint | null {
+  endpointOf(row: Pick<FullNodeRow, 'agent_url' | 'agent_token_sealed'>): AgentEndpoint | null {
     if (!row.agent_url || !row.agent_token_sealed) return null;
     return { url: row.agent_url, token: open(this.tokenKey, row.agent_token_sealed) };
   }

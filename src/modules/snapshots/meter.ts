@@ -18,9 +18,6 @@ const BYTES_PER_GB = 1_000_000_000;
 /** Images one close transaction charges. */
 const BATCH = 500;
 
-/** The hourly cost of an image of `sizeBytes` at `priceMicros` per GB-hour. */
-export const imageHourlyCost = (sizeBytes: number, priceMicros: number): number => storageCost(sizeBytes, priceMicros);
-
 export class ImageMeter {
   constructor(
     private readonly db: Db,

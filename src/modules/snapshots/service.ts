@@ -10,13 +10,13 @@ import type { ImageRecord } from './schemas.js';
 import { realTimeMs, type Clock } from '../../clock.js';
 import { AppError, invalidState, notFound, validation } from '../../errors.js';
 import { newId, UUID_RE } from '../../ids.js';
-import { toAmount } from '../../money.js';
+import { storageCost, toAmount } from '../../money.js';
 import { CONTROL_CHARS } from '../../http/schemas.js';
 import type { DiskExport, VmRef } from '../../hypervisor/driver.js';
 import * as ledger from '../billing/ledger.js';
 import * as repo from './repository.js';
 import type { UserImageRow } from './repository.js';
-import { imageHourlyCost, type ImageMeter } from './meter.js';
+import type { ImageMeter } from './meter.js';
 
 /** How long an instance holds a snapshot it is taking before another may take it over (real time). */
 export const SNAPSHOT_LEASE_MS = 30 * 60 * 1000;
@@ -69,7 +69,7 @@ export class SnapshotService {
       template_vmid: i.template_vmid,
       source_vm_id: i.source_vm_id,
       source_vmid: i.source_vmid,
-      hourly_cost: i.state === 'ready' && i.size_bytes !== null ? toAmount(imageHourlyCost(i.size_bytes, price)) : null,
+      hourly_cost: i.state === 'ready' && i.size_bytes !== null ? toAmount(storageCost(i.size_bytes, price)) : null,
       error: i.error,
       created_at: i.created_at.toISOString(),
       ready_at: i.ready_at?.toISOString() ?? null,
